@@ -108,8 +108,10 @@ def _words(query: str) -> tuple[list[str], list[bool]]:
         elif t.token_type == TokenType.R_PAREN:
             depth -= 1
         quoted = t.token_type in (TokenType.IDENTIFIER, TokenType.STRING)
-        words.append("`" if quoted else t.text.upper())
-        top.append(depth == 0)
+        # multi-word keywords ("PRIMARY KEY", "CHARACTER SET") become one word each
+        for word in ["`"] if quoted else t.text.upper().split():
+            words.append(word)
+            top.append(depth == 0)
     return words, top
 
 

@@ -1,0 +1,238 @@
+"""The thin I/O shell around the transforms: read-and-decode archive objects and write
+Kafka-record archives, both as Arrow batch functions for `mapInArrow`.
+
+Decoding happens in executors, object by object, batch by batch: the driver only lists
+object names. Writers stream each output partition through the target codec into gzip
+objects and return one small row per object written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import orjson
+import pyarrow as pa
+
+from cdc_codecs import get_codec
+from cdc_codecs.archive import ArchiveLineError, format_record, object_name, parse_line
+from cdc_codecs.base import KafkaRecord, decode_record
+from cdc_codecs.errors import DecodeError
+
+from . import storage
+from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
+
+log = logging.getLogger("cdc_replay")
+
+BATCH_ROWS = 4096
+
+
+def _quarantine_row(uri, line_no, stage, reason, record: KafkaRecord | None = None, raw_line=None) -> dict:
+    row = {
+        "kind": QUARANTINE_KIND, "object": uri, "line": line_no, "event_index": 0,
+        "error": reason, "error_stage": stage, "raw_line": raw_line,
+    }
+    if record is not None:
+        row.update(topic=record.topic, partition=record.partition, offset=record.offset,
+                   record_timestamp=record.timestamp, raw_key=record.key, raw_value=record.value)
+    return row
+
+
+def decode_object(codec, uri: str) -> Iterator[dict]:
+    """Rows of DECODED_ARROW_SCHEMA for one archive object: its events, and a quarantine row
+    for every line that is not a record or whose value is not the protocol."""
+    line_no = 0
+    try:
+        for line_no, line in enumerate(storage.iter_lines(uri), 1):
+            if not line.strip():
+                continue
+            try:
+                record = parse_line(line, uri)
+            except ArchiveLineError as e:
+                yield _quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line)
+                continue
+            try:
+                events = decode_record(codec, record)
+            except DecodeError as e:
+                yield _quarantine_row(uri, line_no, "decode", str(e), record)
+                continue
+            if not events:  # a record that carries no change (e.g. a heartbeat)
+                yield {"kind": "empty", "object": uri, "line": line_no, "event_index": 0,
+                       "topic": record.topic, "partition": record.partition, "offset": record.offset}
+            for event in events:
+                event["line"] = line_no
+                yield event
+    except (OSError, EOFError, ValueError) as e:  # corrupt gzip, truncated object
+        yield _quarantine_row(uri, line_no + 1, "archive",
+                              f"object unreadable after line {line_no}: {type(e).__name__}: {e}")
+
+
+def _batches(rows: Iterable[dict], schema: pa.Schema, size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
+    """mapInArrow function: batches of (uri, size) -> batches of DECODED_ARROW_SCHEMA."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        codec = get_codec(protocol, options)
+        for batch in batches:
+            for uri in batch.column("uri").to_pylist():
+                started = time.monotonic()
+                count = 0
+
+                def counted(rows):
+                    nonlocal count
+                    for row in rows:
+                        count += 1
+                        yield row
+
+                yield from _batches(counted(decode_object(codec, uri)), DECODED_ARROW_SCHEMA)
+                log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
+
+    return run
+
+
+# ------------------------------------------------------------------------------- writing
+
+def events_from_batch(batch: pa.RecordBatch) -> list[dict]:
+    """Arrow rows back to event dicts (maps come back as pairs: make them dicts again)."""
+    rows = batch.to_pylist()
+    for row in rows:
+        extras = row.get("extras")
+        if extras is not None and not isinstance(extras, dict):
+            row["extras"] = dict(extras)
+    return rows
+
+
+class _ObjectWriter:
+    """Gzip objects of one output topic partition, rolled every `max_records` records."""
+
+    def __init__(self, base: str, topic: str, partition: int, max_records: int):
+        self.base, self.topic, self.partition, self.max_records = base, topic, partition, max_records
+        self.offset = 0
+        self.written: list[dict] = []
+        self._lines: list[bytes] = []
+        self._first = 0
+        self.fed_events = 0  # events handed to the codec (counted by the caller)
+        self.fed_rows = 0
+        self._events_at_flush = 0
+        self._rows_at_flush = 0
+
+    def add(self, key, value, headers) -> None:
+        record = KafkaRecord(self.topic, self.partition, self.offset, None, key, value, headers)
+        self._lines.append(format_record(record))
+        self.offset += 1
+        if len(self._lines) >= self.max_records:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6)
+        uri = storage.join(self.base, object_name(self.topic, self.partition, self._first))
+        storage.write_bytes(uri, data)
+        self.written.append({
+            "uri": uri, "topic": self.topic, "partition": self.partition, "first_offset": self._first,
+            "last_offset": self.offset - 1, "records": len(self._lines),
+            "events": self.fed_events - self._events_at_flush, "rows": self.fed_rows - self._rows_at_flush,
+            "bytes": len(data),
+        })
+        self._first = self.offset
+        self._lines = []
+        self._events_at_flush, self._rows_at_flush = self.fed_events, self.fed_rows
+
+
+def write_topics_fn(
+    protocol: str,
+    options: dict[str, str],
+    base: str,
+    max_records: int = 100_000,
+    prepare: Callable[[dict], dict | None] | None = None,
+) -> Callable:
+    """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
+    objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
+    one Spark partition (offsets are assigned here, from 0)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        codec = get_codec(protocol, options)
+
+        def stream():
+            for batch in batches:
+                for event in events_from_batch(batch):
+                    if prepare is not None:
+                        event = prepare(event)
+                        if event is None:
+                            continue
+                    yield (event.pop("out_topic"), event.pop("out_partition")), event
+
+        written = []
+        for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
+            writer = _ObjectWriter(base, topic, partition, max_records)
+
+            def fed(group=group, writer=writer):
+                for _, event in group:
+                    writer.fed_events += 1
+                    writer.fed_rows += event["kind"] == "row"
+                    yield event
+
+            for message in codec.encode(fed(), topic=topic, partition=partition):
+                writer.add(message.key, message.value, message.headers)
+            writer.flush()
+            written.extend(writer.written)
+            log.info("wrote %s/%d: %d records", topic, partition, writer.offset)
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
+
+    return run
+
+
+QUARANTINE_FIELDS = ("object", "line", "topic", "partition", "offset", "error_stage", "error")
+
+
+def write_quarantine_fn(protocol: str, base: str) -> Callable:
+    """mapInArrow function: quarantine rows -> `_quarantine/part-<task>.jsonl.gz` objects of
+    JSON lines naming object, line, offset, protocol and reason, with the raw record."""
+    import base64
+
+    def b64(value):
+        return None if value is None else base64.b64encode(value).decode()
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        lines = []
+        for batch in batches:
+            for row in batch.to_pylist():
+                doc = {k: row[k] for k in QUARANTINE_FIELDS}
+                doc["protocol"] = protocol
+                doc["key"] = b64(row["raw_key"])
+                doc["value"] = b64(row["raw_value"])
+                if row["raw_line"] is not None:
+                    doc["raw_line"] = row["raw_line"].decode("utf-8", "replace")
+                lines.append(orjson.dumps(doc))
+        if not lines:
+            return
+        context = TaskContext.get()
+        part = context.partitionId() if context else 0
+        uri = storage.join(base, f"part-{part:05d}.jsonl.gz")
+        data = gzip.compress(b"\n".join(lines) + b"\n")
+        storage.write_bytes(uri, data)
+        yield pa.RecordBatch.from_pylist(
+            [{"uri": uri, "topic": None, "partition": None, "first_offset": 0,
+              "last_offset": len(lines) - 1, "records": len(lines), "events": 0, "rows": 0,
+              "bytes": len(data)}],
+            schema=WRITTEN_ARROW_SCHEMA,
+        )
+
+    return run

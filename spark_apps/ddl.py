@@ -1,0 +1,409 @@
+"""DDL history: table schemas through time, rebuilt by applying DDL statements in order.
+
+DDL events are few (thousands at most), so the driver applies them in timeline order with
+sqlglot's MySQL parser (no regexes) and hands the Spark job two small things:
+
+* `TableInterval`s: which events belong to which live table at the cut. Events of a table
+  before its last CREATE/TRUNCATE, of a dropped table, or of a dropped database belong to no
+  interval and are dead; events under an old name before a RENAME belong to the renamed table.
+* `TableSchema`s: the columns of each live table at the cut, with, per column, the point it
+  was added (rows from before take its default) and the names it had (RENAME COLUMN).
+
+A point is the event's timeline (spark_apps.transforms.timeline): `[commit_ts]` for TiCDC,
+the position for Canal/OceanBase; lists compare element by element, `[]` is before everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+
+import sqlglot
+from sqlglot import exp
+
+from cdc_codecs.events import ColumnFlag
+from cdc_codecs.mysql_types import INTEGER_BASES, enum_set_label, enum_set_value, parse_type
+
+Point = list  # list[int]
+
+
+class DDLError(ValueError):
+    """A DDL statement that cannot be understood (the event is quarantined)."""
+
+
+@dataclasses.dataclass
+class ColumnDef:
+    name: str
+    mysql_type: str
+    flags: int = 0
+    default: bytes | None = None  # canonical bytes of the value rows from before it get
+    default_label: str | None = None
+    added: Point = dataclasses.field(default_factory=list)  # rows at points <= added: default
+    aliases: list = dataclasses.field(default_factory=list)  # [(from_point, name)] for RENAME
+
+    def name_at(self, point: Point) -> str:
+        name = self.aliases[0][1] if self.aliases else self.name
+        for start, alias in self.aliases:
+            if start < point:
+                name = alias
+        return name
+
+
+@dataclasses.dataclass
+class TableSchema:
+    database: str
+    name: str
+    columns: list[ColumnDef]
+    key_columns: list[str]
+    start: Point  # the CREATE or TRUNCATE that began the current incarnation ([] = unknown)
+    names: list  # [(from_point, database, name)]: the table's names through time
+
+    def column(self, name: str) -> ColumnDef | None:
+        lower = name.lower()
+        return next((c for c in self.columns if c.name.lower() == lower), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInterval:
+    """Events named (database, table) at points in (after, until] belong to live table
+    (final_database, final_table). until None = no end."""
+
+    database: str
+    table: str
+    after: tuple
+    until: tuple | None
+    final_database: str
+    final_table: str
+
+
+def _key(database: str | None, table: str) -> tuple[str, str]:
+    return ((database or "").lower(), table.lower())
+
+
+def _name(identifier) -> str:
+    return identifier.name if hasattr(identifier, "name") else str(identifier)
+
+
+class SchemaHistory:
+    """Apply DDL in order; ask for live tables, intervals and schemas at the end."""
+
+    def __init__(self, initial_schemas: Iterable[str] = (), default_database: str | None = None):
+        self.tables: dict[tuple[str, str], TableSchema] = {}
+        self.known: set[tuple[str, str]] = set()  # every table name any DDL mentioned
+        self.applied: list[dict] = []
+        for statement in initial_schemas:
+            self.apply(statement, [], default_database)
+
+    # ------------------------------------------------------------------ applying
+    def apply(self, query: str, point: Point, database: str | None = None) -> str:
+        """Apply one DDL at `point`; returns what it did. Raises DDLError if unparsable."""
+        try:
+            statements = [s for s in sqlglot.parse(query, read="mysql") if s is not None]
+        except sqlglot.errors.SqlglotError as e:
+            raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
+        if not statements:
+            raise DDLError("empty DDL")
+        outcomes = [self._apply_one(s, list(point), database, query) for s in statements]
+        return "; ".join(outcomes)
+
+    def _table_ref(self, table: exp.Table, database: str | None) -> tuple[str, str]:
+        db = table.db or database
+        if not db:
+            raise DDLError(f"table {table.name} has no database and the DDL event names none")
+        return db, table.name
+
+    def _apply_one(self, stmt, point: Point, database: str | None, query: str) -> str:
+        if isinstance(stmt, exp.Create):
+            kind = (stmt.args.get("kind") or "").upper()
+            if kind in ("DATABASE", "SCHEMA"):
+                return "create database"
+            if kind == "TABLE":
+                return self._create_table(stmt, point, database)
+            return f"ignored create {kind.lower()}"
+        if isinstance(stmt, exp.Drop):
+            kind = (stmt.args.get("kind") or "").upper()
+            if kind in ("DATABASE", "SCHEMA"):
+                db = _name(stmt.this)
+                for key in [k for k in self.tables if k[0] == db.lower()]:
+                    del self.tables[key]
+                return f"drop database {db}"
+            if kind == "TABLE":
+                tables = stmt.args.get("tables") or [stmt.this]
+                for table in tables:
+                    db, name = self._table_ref(table, database)
+                    self.known.add(_key(db, name))
+                    self.tables.pop(_key(db, name), None)
+                return "drop table"
+            return f"ignored drop {kind.lower()}"
+        if isinstance(stmt, exp.TruncateTable):
+            for table in stmt.expressions:
+                db, name = self._table_ref(table, database)
+                self.known.add(_key(db, name))
+                schema = self.tables.get(_key(db, name))
+                if schema is not None:
+                    schema.start = point
+                    schema.names = [(point, schema.database, schema.name)]
+                    for col in schema.columns:
+                        col.added, col.aliases = list(point), []
+                else:
+                    self.tables[_key(db, name)] = TableSchema(db, name, [], [], point, [(point, db, name)])
+            return "truncate table"
+        if isinstance(stmt, exp.Alter):
+            return self._alter(stmt, point, database)
+        if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "RENAME":
+            return self._rename_tables(str(stmt.expression.this), point, database)
+        if isinstance(stmt, exp.Command):
+            raise DDLError(f"unsupported DDL statement: {query[:120]}")
+        return f"ignored {type(stmt).__name__.lower()}"
+
+    def _create_table(self, stmt: exp.Create, point: Point, database: str | None) -> str:
+        target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+        db, name = self._table_ref(target, database)
+        key = _key(db, name)
+        self.known.add(key)
+        if stmt.args.get("exists") and key in self.tables:
+            return "create table (exists)"
+        like = None
+        props = stmt.args.get("properties")
+        if props is not None:
+            like = next((p for p in props.expressions if isinstance(p, exp.LikeProperty)), None)
+        if like is not None:
+            src_db, src_name = self._table_ref(like.this, db)
+            source = self.tables.get(_key(src_db, src_name))
+            if source is None:
+                raise DDLError(f"CREATE TABLE {name} LIKE {src_name}: {src_name} has no known schema")
+            columns = [dataclasses.replace(c, added=list(point), aliases=[]) for c in source.columns]
+            keys = list(source.key_columns)
+        elif isinstance(stmt.this, exp.Schema):
+            columns, keys = [], []
+            for item in stmt.this.expressions:
+                if isinstance(item, exp.ColumnDef):
+                    col = self._column_def(item, point)
+                    columns.append(col)
+                    if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
+                        keys.append(col.name)
+                elif isinstance(item, exp.PrimaryKey):
+                    keys = [_name(e) for e in item.expressions]
+        else:
+            raise DDLError(f"CREATE TABLE {name} without columns (CREATE ... SELECT is not supported)")
+        schema = TableSchema(db, name, columns, keys, point, [(point, db, name)])
+        self._mark_keys(schema)
+        self.tables[key] = schema
+        return "create table"
+
+    def _mark_keys(self, schema: TableSchema) -> None:
+        keys = {k.lower() for k in schema.key_columns}
+        for col in schema.columns:
+            flag = ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
+            col.flags = (col.flags | flag) if col.name.lower() in keys else (col.flags & ~flag)
+            if col.name.lower() in keys:
+                col.flags &= ~ColumnFlag.NULLABLE
+
+    def _column_def(self, item: exp.ColumnDef, point: Point) -> ColumnDef:
+        name = item.name
+        type_text = item.args["kind"].sql(dialect="mysql").lower() if item.args.get("kind") else ""
+        mysql_type = parse_type(type_text)
+        flags = 0
+        if mysql_type.unsigned:
+            flags |= ColumnFlag.UNSIGNED
+        if mysql_type.is_binary:
+            flags |= ColumnFlag.BINARY
+        not_null = False
+        default_expr = None
+        for constraint in item.constraints:
+            kind = constraint.kind
+            if isinstance(kind, exp.NotNullColumnConstraint) and not kind.args.get("allow_null"):
+                not_null = True
+            elif isinstance(kind, exp.PrimaryKeyColumnConstraint):
+                not_null = True
+            elif isinstance(kind, exp.DefaultColumnConstraint):
+                default_expr = kind.this
+        if not not_null:
+            flags |= ColumnFlag.NULLABLE
+        default = _default_value(default_expr, mysql_type, not_null, point)
+        label = enum_set_label(mysql_type, default) if mysql_type.labels else None
+        return ColumnDef(name, type_text, flags, default, label, list(point), [])
+
+    def _alter(self, stmt: exp.Alter, point: Point, database: str | None) -> str:
+        if (stmt.args.get("kind") or "").upper() != "TABLE":
+            return "ignored alter"
+        db, name = self._table_ref(stmt.this, database)
+        key = _key(db, name)
+        self.known.add(key)
+        schema = self.tables.get(key)
+        if schema is None:
+            raise DDLError(f"ALTER TABLE {db}.{name}: the table has no known schema (give it with --schema)")
+        done = []
+        for action in stmt.args.get("actions") or []:
+            if isinstance(action, exp.ColumnDef):
+                col = self._column_def(action, point)
+                if schema.column(col.name) is not None:
+                    raise DDLError(f"ADD COLUMN {col.name}: {db}.{name} already has it")
+                position = action.args.get("position")
+                self._insert_column(schema, col, position)
+                done.append(f"add column {col.name}")
+            elif isinstance(action, exp.Drop) and (action.args.get("kind") or "COLUMN").upper() == "COLUMN":
+                targets = action.args.get("tables") or [action.this]
+                for target in targets:
+                    col_name = _name(target)
+                    col = schema.column(col_name)
+                    if col is None:
+                        if action.args.get("exists"):
+                            continue
+                        raise DDLError(f"DROP COLUMN {col_name}: {db}.{name} has no such column")
+                    schema.columns.remove(col)
+                    schema.key_columns = [k for k in schema.key_columns if k.lower() != col_name.lower()]
+                    done.append(f"drop column {col_name}")
+            elif isinstance(action, exp.ModifyColumn):
+                new_def = action.this
+                old_name = _name(action.args["rename_from"]) if action.args.get("rename_from") else new_def.name
+                col = schema.column(old_name)
+                if col is None:
+                    raise DDLError(f"MODIFY/CHANGE COLUMN {old_name}: {db}.{name} has no such column")
+                replacement = self._column_def(new_def, point)
+                if replacement.name != col.name:
+                    self._rename_column(schema, col, replacement.name, point)
+                col.mysql_type = replacement.mysql_type
+                col.flags = replacement.flags
+                done.append(f"modify column {col.name}")
+            elif isinstance(action, exp.RenameColumn):
+                old_name, new_name = _name(action.this), _name(action.args["to"])
+                col = schema.column(old_name)
+                if col is None:
+                    raise DDLError(f"RENAME COLUMN {old_name}: {db}.{name} has no such column")
+                self._rename_column(schema, col, new_name, point)
+                done.append(f"rename column {old_name} to {new_name}")
+            elif isinstance(action, exp.AlterRename):
+                new_db, new_name = self._table_ref(action.this, db)
+                self._rename_table(schema, new_db, new_name, point)
+                done.append(f"rename table to {new_name}")
+            elif isinstance(action, exp.AddConstraint):
+                for constraint in action.expressions:
+                    if isinstance(constraint, exp.PrimaryKey):
+                        schema.key_columns = [_name(e) for e in constraint.expressions]
+                        done.append("add primary key")
+            elif isinstance(action, exp.DropPrimaryKey):
+                schema.key_columns = []
+                done.append("drop primary key")
+            else:
+                done.append(f"ignored {type(action).__name__.lower()}")
+        self._mark_keys(schema)
+        return ", ".join(done) or "ignored alter"
+
+    @staticmethod
+    def _insert_column(schema: TableSchema, col: ColumnDef, position) -> None:
+        if position is not None:
+            where = str(position.args.get("position") or "").upper()
+            if where == "FIRST":
+                schema.columns.insert(0, col)
+                return
+            after = position.this
+            if after is not None:
+                ref = schema.column(_name(after))
+                if ref is not None:
+                    schema.columns.insert(schema.columns.index(ref) + 1, col)
+                    return
+        schema.columns.append(col)
+
+    @staticmethod
+    def _rename_column(schema: TableSchema, col: ColumnDef, new_name: str, point: Point) -> None:
+        if not col.aliases:
+            col.aliases = [([], col.name)]
+        col.aliases.append((list(point), new_name))
+        schema.key_columns = [new_name if k.lower() == col.name.lower() else k for k in schema.key_columns]
+        col.name = new_name
+
+    def _rename_table(self, schema: TableSchema, new_db: str, new_name: str, point: Point) -> None:
+        old_key = _key(schema.database, schema.name)
+        new_key = _key(new_db, new_name)
+        if new_key in self.tables and new_key != old_key:
+            raise DDLError(f"RENAME to {new_db}.{new_name}: that table exists")
+        del self.tables[old_key]
+        schema.database, schema.name = new_db, new_name
+        schema.names.append((list(point), new_db, new_name))
+        self.tables[new_key] = schema
+        self.known.add(new_key)
+
+    def _rename_tables(self, text: str, point: Point, database: str | None) -> str:
+        body = text.strip()
+        if body.upper().startswith("TABLE"):
+            body = body[5:]
+        pairs = []
+        for part in body.split(","):
+            words = part.strip().split()
+            if len(words) != 3 or words[1].upper() != "TO":
+                raise DDLError(f"cannot read RENAME TABLE clause {part.strip()!r}")
+            pairs.append((exp.to_table(words[0], dialect="mysql"), exp.to_table(words[2], dialect="mysql")))
+        for old, new in pairs:  # MySQL applies the pairs left to right
+            old_db, old_name = self._table_ref(old, database)
+            new_db, new_name = self._table_ref(new, old_db)
+            schema = self.tables.get(_key(old_db, old_name))
+            self.known.update({_key(old_db, old_name), _key(new_db, new_name)})
+            if schema is None:
+                raise DDLError(f"RENAME TABLE {old_db}.{old_name}: the table has no known schema")
+            self._rename_table(schema, new_db, new_name, point)
+        return "rename table"
+
+    # ------------------------------------------------------------------ results
+    def intervals(self) -> list[TableInterval]:
+        """Which (name, point range) of events feeds each live table."""
+        result = []
+        for schema in self.tables.values():
+            names = schema.names or [(schema.start, schema.database, schema.name)]
+            for i, (start, db, name) in enumerate(names):
+                after = tuple(schema.start) if i == 0 else tuple(start)
+                until = tuple(names[i + 1][0]) if i + 1 < len(names) else None
+                result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name))
+        return result
+
+    def is_known(self, database: str | None, table: str) -> bool:
+        return _key(database, table) in self.known
+
+
+def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | None:
+    """Canonical value a row that predates the column gets (MySQL's rule for ADD COLUMN)."""
+    if expr is not None:
+        if isinstance(expr, exp.Null):
+            return None
+        if isinstance(expr, exp.Literal):
+            text = expr.this
+        elif isinstance(expr, exp.Neg) and isinstance(expr.this, exp.Literal):
+            text = "-" + expr.this.this
+        elif isinstance(expr, (exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime)) or (
+            isinstance(expr, exp.Anonymous) and expr.name.upper() in ("NOW", "CURRENT_TIMESTAMP")
+        ):
+            # existing rows get the time the ALTER ran: its commit time (UTC)
+            if point and point[0] > 1 << 40:
+                moment = dt.datetime.fromtimestamp((point[0] >> 18) / 1000, dt.timezone.utc)
+                return moment.strftime("%Y-%m-%d %H:%M:%S").encode()
+            return None
+        elif isinstance(expr, exp.Boolean):
+            text = "1" if expr.this else "0"
+        else:
+            text = expr.sql(dialect="mysql")
+        if mysql_type.base in ("enum", "set"):
+            value = enum_set_value(mysql_type, text)
+            return value if value is not None else text.encode()
+        if mysql_type.is_binary:
+            return text.encode("latin-1", "replace")
+        return text.encode()
+    if not not_null:
+        return None
+    # NOT NULL without a default: MySQL's implicit default for the type
+    base = mysql_type.base
+    if base in INTEGER_BASES or base in ("decimal", "float", "double", "bit", "year"):
+        if base == "decimal" and len(mysql_type.params) == 2 and mysql_type.params[1] != "0":
+            return ("0." + "0" * int(mysql_type.params[1])).encode()
+        return b"0"
+    if base == "date":
+        return b"0000-00-00"
+    if base in ("datetime", "timestamp"):
+        return b"0000-00-00 00:00:00"
+    if base == "time":
+        return b"00:00:00"
+    if base == "enum":
+        return b"1" if mysql_type.labels else b"0"
+    if base == "set":
+        return b"0"
+    return b""

@@ -1,0 +1,232 @@
+"""The run's manifest (counts, cut, options, objects) and the commit of a staged output.
+
+Counts reconcile: every decoded event (and every record that could not be decoded) has
+exactly one status, so `read = applied + duplicate + pending + filtered + quarantined`.
+The commit replaces the output as a whole: `_manifest.json` is removed first and written
+last, so an output without one is incomplete; stale objects of earlier runs are deleted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import time
+from collections import defaultdict
+
+import orjson
+
+from . import storage
+
+MANIFEST = "_manifest.json"
+
+
+class CutError(ValueError):
+    pass
+
+
+def tso_time(ts: int | None) -> str | None:
+    if ts is None or ts <= 0:
+        return None
+    moment = dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def compute_cut(partition_stats: list[dict], as_of: int | None) -> dict:
+    """The completeness cut: per partition the highest watermark, globally the lowest of
+    those. Without watermarks, the archive's end (highest commit ts); without commit ts
+    (Canal, OceanBase), everything read."""
+    warnings = []
+    watermarks = {(s["topic"], s["partition"]): s["watermark"] for s in partition_stats}
+    has_commit_ts = any(s["max_commit_ts"] is not None for s in partition_stats)
+    if any(w is not None for w in watermarks.values()):
+        missing = sorted(f"{t}/{p}" for (t, p), w in watermarks.items() if w is None)
+        if missing:
+            warnings.append(
+                f"partitions without any watermark: {', '.join(missing[:10])}"
+                + (" ..." if len(missing) > 10 else "")
+                + "; nothing on them is known complete, so the cut is 0")
+        cut_ts = 0 if missing else min(watermarks.values())
+        lowest = min(((w or 0, f"{t}/{p}") for (t, p), w in watermarks.items()))
+        description = f"commit ts {cut_ts} ({tso_time(cut_ts)}), the lowest of {len(watermarks)} partition watermarks (at {lowest[1]})"
+        kind = "commit_ts"
+    elif has_commit_ts:
+        cut_ts = max(s["max_commit_ts"] for s in partition_stats if s["max_commit_ts"] is not None)
+        description = f"commit ts {cut_ts} ({tso_time(cut_ts)}), the archive's end (the archive has no watermarks)"
+        kind = "commit_ts"
+    else:
+        cut_ts = None
+        description = "the archive's end (the protocol carries no commit ts or watermarks)"
+        kind = "archive_end"
+    complete_ts = cut_ts
+    if as_of is not None:
+        if kind != "commit_ts":
+            raise CutError("--as-of needs commit ts, and this archive carries none")
+        if cut_ts is not None and as_of > cut_ts:
+            warnings.append(f"--as-of {as_of} is above the completeness cut {cut_ts}: events between may be missing")
+        cut_ts = as_of
+        description = f"commit ts {as_of} ({tso_time(as_of)}), from --as-of; complete up to {complete_ts}"
+    return {
+        "kind": kind,
+        "commit_ts": cut_ts,
+        "time": tso_time(cut_ts),
+        "complete_commit_ts": complete_ts,
+        "point": [cut_ts] if cut_ts is not None else None,
+        "description": description,
+        "warnings": warnings,
+    }
+
+
+def _table_name(database, table) -> str:
+    return f"{database or ''}.{table or ''}".strip(".") or "(none)"
+
+
+def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
+          ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
+          table_rows=None) -> dict:
+    by_status = defaultdict(int)
+    tables = defaultdict(lambda: defaultdict(int))
+    ranges: dict = {}
+    for row in counts:
+        status, kind = row["status"], row["kind"]
+        if status != "empty":
+            by_status[status] += row["events"]
+        if kind in ("row", "ddl") and row["table"] is not None:
+            entry = tables[(row["database"], row["table"])]
+            entry[status] += row["events"]
+            if status == "applied" and row["min_commit_ts"] is not None:
+                lo, hi = ranges.get((row["database"], row["table"]), (row["min_commit_ts"], row["max_commit_ts"]))
+                ranges[(row["database"], row["table"])] = (min(lo, row["min_commit_ts"]), max(hi, row["max_commit_ts"]))
+    # DDL that could not be applied moves from applied to quarantined
+    by_status["applied"] -= len(ddl_failures)
+    by_status["quarantined"] += len(ddl_failures)
+    read = sum(by_status.values())
+    parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
+    data_objects = [w for w in written]
+    rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
+    table_list = []
+    for key in sorted(set(tables) | set(rows_by_table), key=lambda k: (k[0] or "", k[1] or "")):
+        entry = tables.get(key, {})
+        lo_hi = ranges.get(key, (None, None))
+        table_list.append({
+            "database": key[0], "table": key[1],
+            **{p: entry.get(p, 0) for p in parts},
+            "min_commit_ts": lo_hi[0], "max_commit_ts": lo_hi[1],
+            "rows": rows_by_table.get(key),
+        })
+    all_min = [t["min_commit_ts"] for t in table_list if t["min_commit_ts"] is not None]
+    all_max = [t["max_commit_ts"] for t in table_list if t["max_commit_ts"] is not None]
+    finished = time.time()
+    return {
+        "run_id": run_id,
+        "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
+        "duration_s": round(finished - started, 1),
+        "source": {"uri": source, "protocol": args.protocol, "options": source_options,
+                   "objects": len(objects), "bytes": sum(o.size for o in objects)},
+        "output": {
+            "uri": output, "emit": args.emit, "protocol": target_protocol, "options": target_options,
+            "topic_template": args.target_topic, "dispatcher": args.dispatcher,
+            "tables_filter": args.table_patterns(),
+            "objects": data_objects,
+            "records": sum(w["records"] for w in data_objects),
+            "rows": sum(w["rows"] for w in data_objects),
+            "topics": sorted({w["topic"] for w in data_objects}),
+        },
+        "cut": {k: v for k, v in cut.items() if k != "point"},
+        "partitions": partition_stats,
+        "counts": {
+            # records with Kafka coordinates, plus archive lines that were not records at all
+            "records": sum(p["records"] for p in partition_stats) + sum(
+                r["events"] for r in counts if r["status"] == "quarantined" and r.get("error_stage") == "archive"),
+            "read": read,
+            **{p: by_status.get(p, 0) for p in parts},
+            "reconciled": read == sum(by_status.get(p, 0) for p in parts),
+        },
+        "commit_ts_range": [min(all_min) if all_min else None, max(all_max) if all_max else None],
+        "tables": table_list,
+        "ddl": ddl_log,
+        "quarantine": {
+            "location": storage.join(output, "_quarantine"),
+            "records": by_status.get("quarantined", 0),
+            "objects": quarantine_objects,
+            "ddl": ddl_failures,
+        },
+        "warnings": list(cut.get("warnings", [])),
+    }
+
+
+def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
+    data = gzip.compress(b"".join(orjson.dumps(f) + b"\n" for f in failures))
+    storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
+
+
+def commit(output: str, staging: str, manifest: dict) -> None:
+    """Replace the output with the staged objects, then write the manifest."""
+    storage.delete(storage.join(output, MANIFEST))
+    staged = storage.list_objects(staging)
+    moved = {}
+    for info in staged:
+        rel = storage.relative(info.uri, staging)
+        final_rel = rel[len("data/"):] if rel.startswith("data/") else rel
+        final = storage.join(output, final_rel)
+        storage.move(info.uri, final)
+        moved[info.uri] = final
+    keep = set(moved.values())
+    staging_root = storage.join(output, "_staging")
+    for info in storage.list_objects(output):
+        if info.uri not in keep and not info.uri.startswith(staging_root + "/"):
+            storage.delete(info.uri)
+    for entry in manifest["output"]["objects"] + manifest["quarantine"]["objects"]:
+        entry["uri"] = moved.get(entry["uri"], entry["uri"])
+    storage.write_bytes(storage.join(output, MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    storage.delete_prefix(staging)
+    if not storage.is_s3(staging_root):
+        import os
+
+        try:
+            os.rmdir(staging_root)
+        except OSError:
+            pass
+
+
+def read_manifest(output: str) -> dict:
+    return orjson.loads(storage.read_bytes(storage.join(storage.normalize(output), MANIFEST)))
+
+
+def _n(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def summary(manifest: dict) -> str:
+    """A readable account of the run."""
+    c = manifest["counts"]
+    src, out, cut = manifest["source"], manifest["output"], manifest["cut"]
+    lines = [
+        f"cdc-replay run {manifest['run_id']} ({manifest['duration_s']} s): {out['emit']} of {src['uri']} "
+        f"[{src['protocol']}] -> {out['uri']} [{out['protocol']}]",
+        f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records",
+        f"  events read      {c['read']:,} = applied {c['applied']:,} + deduplicated {c['duplicate']:,} "
+        f"+ pending {c['pending']:,} + filtered {c['filtered']:,} + quarantined {c['quarantined']:,}"
+        f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
+        f"  cut              {cut['description']}",
+    ]
+    lo, hi = manifest["commit_ts_range"]
+    if lo is not None:
+        lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")
+    if manifest["tables"]:
+        lines.append("  tables")
+        width = max(len(_table_name(t["database"], t["table"])) for t in manifest["tables"])
+        for t in manifest["tables"]:
+            rows = f"{_n(t['rows'])} rows, " if out["emit"] == "snapshot" else ""
+            lines.append(
+                f"    {_table_name(t['database'], t['table']).ljust(width)}  {rows}{t['applied']:,} events applied, "
+                f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
+    lines.append(
+        f"  output           {out['records']:,} records ({out['rows']:,} rows) in {len(out['objects'])} objects, "
+        f"topics {', '.join(out['topics']) or '-'}, at {out['uri']}")
+    q = manifest["quarantine"]
+    if q["records"]:
+        lines.append(f"  quarantine       {q['records']:,} records at {q['location']}")
+    for warning in manifest["warnings"]:
+        lines.append(f"  WARNING          {warning}")
+    return "\n".join(lines)

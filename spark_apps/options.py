@@ -1,0 +1,93 @@
+"""Command-line options of the replay app, shared by `cdc-replay replay` and the Spark app
+itself (spark-submit spark_apps/replay.py ...), so both accept exactly the same arguments.
+Importing this module imports no Spark: `cdc-replay --help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--source", required=True, metavar="URI",
+                    help="archive to replay: a local directory or s3://bucket/prefix; every *.jsonl and "
+                         "*.jsonl.gz object below it (recursively, skipping _* and .* paths) holds one "
+                         "Kafka record per line")
+    io.add_argument("--protocol", required=True, metavar="P",
+                    help="protocol of the archived values (see `cdc-replay protocols`)")
+    io.add_argument("--protocol-option", action="append", default=[], metavar="K=V",
+                    help="source codec option, named as TiCDC's sink-URI parameter, e.g. "
+                         "enable-tidb-extension=true (repeatable; K=V&K2=V2 also accepted)")
+    io.add_argument("--output", required=True, metavar="URI",
+                    help="where the result goes (local directory or s3://bucket/prefix). It is replaced "
+                         "as a whole when the run succeeds: data is staged under <output>/_staging/ and "
+                         "committed last, with <output>/_manifest.json; the quarantine is <output>/_quarantine/")
+    what = parser.add_argument_group("what to emit")
+    what.add_argument("--emit", required=True, choices=("snapshot", "topics"),
+                      help="snapshot: one INSERT per live row at the cut; topics: the ordered, "
+                           "deduplicated stream (rows and DDL) re-encoded")
+    what.add_argument("--target-protocol", metavar="Q",
+                      help="protocol of the output records (default: the source protocol)")
+    what.add_argument("--target-option", action="append", default=[], metavar="K=V",
+                      help="target codec option (repeatable), e.g. enable-tidb-extension=true")
+    what.add_argument("--as-of", type=int, metavar="COMMIT_TS",
+                      help="replay up to this commit ts (TSO). Default: the cut, the highest commit ts every "
+                           "source partition's watermark has passed (the archive's end when there are no "
+                           "watermarks). Events above it are reported as pending")
+    what.add_argument("--tables", metavar="db.table,...",
+                      help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive")
+    what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
+                      help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
+                           "(default: %(default)s)")
+    what.add_argument("--target-partitions", type=int, metavar="N",
+                      help="partitions per output topic (default: as many as the source topics have)")
+    what.add_argument("--dispatcher", default="index-value", choices=("index-value", "table", "ts"),
+                      help="output partition of a row: hash of its key values (default), of its table, "
+                           "or commit ts modulo partitions. DDL and watermarks go where the target "
+                           "protocol's producer puts them")
+    run = parser.add_argument_group("running")
+    run.add_argument("--max-bad-records", type=int, default=0, metavar="N",
+                     help="fail the run when more than N records are quarantined (default: %(default)s); "
+                          "the output is committed either way so the quarantine can be inspected")
+    run.add_argument("--max-records-per-object", type=int, default=100_000, metavar="N",
+                     help="roll output objects after N records (default: %(default)s)")
+    run.add_argument("--master", default="local[*]",
+                     help="Spark master: local[*] (default, embedded) or a cluster URL such as spark://host:7077")
+    run.add_argument("--spark-conf", action="append", default=[], metavar="K=V",
+                     help="extra Spark configuration (repeatable)")
+    run.add_argument("--run-id", help="id recorded in the manifest (default: generated)")
+
+
+@dataclasses.dataclass
+class ReplayArgs:
+    source: str
+    protocol: str
+    output: str
+    emit: str
+    protocol_option: list
+    target_protocol: str | None
+    target_option: list
+    as_of: int | None
+    tables: str | None
+    target_topic: str
+    target_partitions: int | None
+    dispatcher: str
+    max_bad_records: int
+    max_records_per_object: int
+    master: str
+    spark_conf: list
+    run_id: str | None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":
+        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+    def table_patterns(self) -> list[str]:
+        return [p.strip() for p in (self.tables or "").split(",") if p.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="replay", description="Replay a Kafka-record archive with Spark.")
+    add_replay_arguments(p)
+    return p

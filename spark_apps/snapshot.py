@@ -1,0 +1,43 @@
+"""Reading a row with the schema of the cut: the projection applied to each snapshot row
+while it is written (pure Python, in the writer tasks)."""
+
+from __future__ import annotations
+
+from cdc_codecs.events import Kind
+
+from .ddl import TableSchema
+
+
+def project_image(image: list[dict], point, schema: TableSchema) -> list[dict]:
+    """The row's columns as the table has them at the cut, in table order: a column added
+    after the row was written takes its default; a renamed column keeps its value; a dropped
+    column disappears. Columns the row carries keep their own type and flags."""
+    by_name = {c["name"].lower(): c for c in image}
+    point = list(point) if point is not None else None
+    projected = []
+    for col in schema.columns:
+        source = None
+        if point is None or point > col.added:
+            source = by_name.get(col.name_at(point).lower()) if point is not None else by_name.get(col.name.lower())
+        if source is not None:
+            projected.append(source if source["name"] == col.name else {**source, "name": col.name})
+        else:
+            projected.append({"name": col.name, "mysql_type": col.mysql_type, "flags": col.flags,
+                              "value": col.default, "label": col.default_label})
+    return projected
+
+
+def projector(schemas: dict[tuple[str, str], TableSchema]):
+    """Writer hook: project snapshot rows of tables whose schema the DDL history knows."""
+
+    def prepare(event: dict) -> dict:
+        point = event.pop("timeline", None)
+        if event["kind"] != Kind.ROW or not schemas:
+            return event
+        schema = schemas.get(((event["database"] or "").lower(), (event["table"] or "").lower()))
+        if schema is not None and event["after"] is not None:
+            event["after"] = project_image(event["after"], point, schema)
+            event["key_columns"] = list(schema.key_columns) or event["key_columns"]
+        return event
+
+    return prepare

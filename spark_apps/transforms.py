@@ -1,0 +1,247 @@
+"""Replay as pure DataFrame -> DataFrame transforms (no actions inside: the shell in
+replay.py decides what to collect, and only ever collects small aggregates).
+
+Ordering. Every event gets a `timeline` point, compared element by element as integers:
+`[commit_ts]` when the protocol carries one, else its position (Canal binlog file, offset,
+row; OceanBase id), else `[execute_ts_ms]`. Per row key, changes are ordered by
+(timeline, rank, source partition, offset, index in message), where rank puts a DELETE
+before an INSERT/UPDATE of the same key at the same commit ts (a split primary-key update
+is a DELETE + INSERT pair; they are never duplicates of each other).
+
+Statuses. Each decoded row ends with exactly one status, so counts reconcile:
+`quarantined` (could not be read/decoded), `filtered` (outside --tables), `duplicate`
+(at-least-once redelivery of an event already seen), `pending` (above the cut: a later run
+picks it up), `applied`; records that carry no change are `empty`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from cdc_codecs.events import Kind, Op
+
+from .schema import QUARANTINE_KIND
+
+STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied")
+
+
+def with_timeline(events: DataFrame) -> DataFrame:
+    return events.withColumn(
+        "timeline",
+        F.when(F.col("commit_ts").isNotNull(), F.array(F.col("commit_ts")))
+        .when(F.col("position").isNotNull(), F.col("position"))
+        .otherwise(F.array(F.coalesce(F.col("execute_ts_ms"), F.lit(0).cast("bigint")))),
+    )
+
+
+def point_literal(point) -> Column:
+    return F.array(*[F.lit(int(p)).cast("bigint") for p in point]) if point else F.array().cast("array<bigint>")
+
+
+def table_filter(patterns: list[str]) -> Column:
+    """`--tables` patterns (`db.table`, shell wildcards, case-insensitive) as a condition.
+    Events without a table (database DDL) match a pattern whose database part matches."""
+    condition = F.lit(False)
+    for pattern in patterns:
+        db_pattern, dot, table_pattern = pattern.strip().partition(".")
+        if not dot:
+            table_pattern = "*"
+        db_regex = "(?i)" + fnmatch.translate(db_pattern)
+        table_regex = "(?i)" + fnmatch.translate(table_pattern)
+        condition = condition | (
+            F.coalesce(F.col("database"), F.lit("")).rlike(db_regex)
+            & (F.col("table").isNull() | F.col("table").rlike(table_regex))
+        )
+    return condition
+
+
+def validate_table_patterns(patterns: list[str]) -> None:
+    for pattern in patterns:
+        if not pattern.strip() or pattern.count(".") > 1:
+            raise ValueError(f"--tables pattern {pattern!r} is not of the form db.table (wildcards allowed)")
+        re.compile(fnmatch.translate(pattern))
+
+
+def _identity_columns() -> list[Column]:
+    """What makes two decoded events the same change (a redelivery, not a new change)."""
+    return [
+        F.col("kind"), F.col("database"), F.col("table"), F.col("op"), F.col("commit_ts"),
+        F.col("position"),
+        # without commit ts or position, the event time is part of the identity
+        F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
+        F.col("before"), F.col("after"), F.col("ddl_query"),
+        # a watermark is per partition
+        F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),
+        F.when(F.col("kind") == Kind.WATERMARK, F.col("partition")),
+        F.col("watermark_ts"),
+    ]
+
+
+def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None) -> DataFrame:
+    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut)."""
+    df = with_timeline(decoded)
+    first_seen = Window.partitionBy(*_identity_columns()).orderBy("partition", "offset", "event_index", "object", "line")
+    is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
+    in_scope = table_filter(tables) if tables else F.lit(True)
+    # the duplicate check only ranks events that are in scope
+    df = df.withColumn(
+        "_first",
+        F.when(is_event & (in_scope | (F.col("kind") == Kind.WATERMARK)),
+               F.row_number().over(first_seen) == 1),
+    )
+    if cut is None:
+        above_cut = F.lit(False)
+    else:
+        cut_point = point_literal(cut)
+        above_cut = F.when(F.col("kind") == Kind.WATERMARK, F.array(F.col("watermark_ts")) > cut_point).otherwise(
+            F.col("timeline") > cut_point
+        )
+    status = (
+        F.when(F.col("kind") == QUARANTINE_KIND, "quarantined")
+        .when(F.col("kind") == "empty", "empty")
+        .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, "filtered")
+        .when(~F.col("_first"), "duplicate")
+        .when(above_cut, "pending")
+        .otherwise("applied")
+    )
+    return df.withColumn("status", status).drop("_first")
+
+
+def row_key(image: str) -> Column:
+    """The row's key: the values of its key columns in column order (all columns when the
+    table has no key). Values only, so a RENAME COLUMN does not change it."""
+    keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
+    key_values = F.transform(
+        F.filter(F.col(image), lambda c: F.array_contains(keys, F.lower(c["name"]))), lambda c: c["value"]
+    )
+    all_values = F.transform(F.col(image), lambda c: c["value"])
+    return F.when(F.size(keys) > 0, key_values).otherwise(all_values)
+
+
+def row_effects(rows: DataFrame) -> DataFrame:
+    """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
+    DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
+    old key. Columns: the event's plus `row_key`, `effect`, `rank`."""
+    before_key, after_key = row_key("before"), row_key("after")
+    effects = F.when(
+        F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
+    ).when(
+        (F.col("op") == Op.UPDATE) & F.col("before").isNotNull() & (before_key != after_key),
+        F.array(
+            F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")),
+            F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect")),
+        ),
+    ).otherwise(F.array(F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect"))))
+    exploded = rows.withColumn("_effect", F.explode(effects))
+    return (
+        exploded.withColumn("row_key", F.col("_effect.row_key"))
+        .withColumn("effect", F.col("_effect.effect"))
+        .drop("_effect")
+        .withColumn("rank", change_rank(F.col("effect") == "delete"))
+    )
+
+
+def change_rank(is_delete: Column) -> Column:
+    """At one commit ts a DELETE precedes an INSERT of the same key (split updates); without
+    commit ts, message order alone decides."""
+    return F.when(F.col("commit_ts").isNotNull() & is_delete, 0).otherwise(1)
+
+
+def order_struct() -> Column:
+    return F.struct(
+        F.col("timeline").alias("timeline"), F.col("rank").alias("rank"), F.col("partition").alias("partition"),
+        F.col("offset").alias("offset"), F.col("event_index").alias("event_index"),
+    )
+
+
+def assign_tables(effects: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
+    """Map each change to the live table it belongs to at the cut (`final_database`,
+    `final_table`), dropping changes of dropped or truncated incarnations.
+
+    `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
+    mentioned, lower case) are small and broadcast. Tables no DDL mentioned keep their names."""
+    if intervals is None:
+        return effects.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
+    ev = (
+        effects.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
+        .withColumn("_tb", F.lower(F.coalesce("table", F.lit(""))))
+        .alias("ev")
+    )
+    iv = intervals.alias("iv")
+    matched = ev.join(
+        F.broadcast(iv),
+        (F.col("ev._db") == F.col("iv.database")) & (F.col("ev._tb") == F.col("iv.table"))
+        & (F.col("ev.timeline") > F.col("iv.after"))
+        & (F.col("iv.until").isNull() | (F.col("ev.timeline") <= F.col("iv.until"))),
+        "left",
+    ).select("ev.*", F.col("iv.final_database").alias("_final_db"), F.col("iv.final_table").alias("_final_tb"))
+    kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
+    flagged = matched.join(
+        F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
+    )
+    kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
+    return (
+        kept.withColumn("final_database", F.coalesce(F.col("_final_db"), F.col("database")))
+        .withColumn("final_table", F.coalesce(F.col("_final_tb"), F.col("table")))
+        .drop("_db", "_tb", "_final_db", "_final_tb", "_kdb", "_ktb", "_known")
+    )
+
+
+def latest_per_key(effects: DataFrame) -> DataFrame:
+    """The last change of every (table, key) by the replay order: distributed by key hash,
+    so no table is ever held by one task and nothing reaches the driver."""
+    payload = F.struct(*[F.col(c) for c in effects.columns if c not in ("final_database", "final_table", "row_key")])
+    last = (
+        effects.groupBy("final_database", "final_table", "row_key")
+        .agg(F.max_by(payload, order_struct()).alias("last"))
+    )
+    return last.select("final_database", "final_table", "row_key", "last.*")
+
+
+def live_rows(latest: DataFrame) -> DataFrame:
+    """Snapshot rows: one INSERT per key whose last change left the row in place."""
+    return (
+        latest.where(F.col("effect") == "upsert")
+        .withColumn("op", F.lit(Op.INSERT))
+        .withColumn("before", F.lit(None).cast(latest.schema["before"].dataType))
+        .withColumn("database", F.col("final_database"))
+        .withColumn("table", F.col("final_table"))
+    )
+
+
+DISPATCHERS = ("index-value", "table", "ts")
+
+
+def dispatch_partition(dispatcher: str, partitions: int) -> Column:
+    """Output partition of a row event. `index-value`: hash of database, table and key
+    values (TiCDC's name; our own hash, so placement differs from TiCDC's); `table`: hash of
+    database and table; `ts`: commit ts modulo partitions."""
+    n = F.lit(partitions)
+    if dispatcher == "table":
+        return F.pmod(F.xxhash64("database", "table"), n).cast("int")
+    if dispatcher == "index-value":
+        key = F.when(F.col("after").isNotNull(), row_key("after")).otherwise(row_key("before"))
+        return F.pmod(F.xxhash64("database", "table", key), n).cast("int")
+    if dispatcher == "ts":
+        return F.pmod(F.coalesce(F.col("commit_ts"), F.lit(0)), n).cast("int")
+    raise ValueError(f"unknown dispatcher {dispatcher!r}; valid: {', '.join(DISPATCHERS)}")
+
+
+def topic_name(template: str) -> Column:
+    """Output topic from a template with {topic}, {schema} and {table}."""
+    parts = re.split(r"(\{topic\}|\{schema\}|\{table\})", template)
+    columns = []
+    for part in parts:
+        if part == "{topic}":
+            columns.append(F.coalesce(F.col("topic"), F.lit("")))
+        elif part == "{schema}":
+            columns.append(F.coalesce(F.col("database"), F.lit("")))
+        elif part == "{table}":
+            columns.append(F.coalesce(F.col("table"), F.lit("")))
+        elif part:
+            columns.append(F.lit(part))
+    return F.concat(*columns) if columns else F.lit("")

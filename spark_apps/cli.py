@@ -109,6 +109,15 @@ def spark_env() -> dict:
 
 
 def run_replay(argv: list[str]) -> int:
+    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
+    from .options import ReplayArgs, parser as app_parser
+    from .replay import ReplayError, validate
+
+    try:
+        validate(ReplayArgs.from_namespace(app_parser().parse_args(argv)))
+    except ReplayError as e:
+        print(f"cdc-replay: error: {e}", file=sys.stderr)
+        return 2
     command = replay_command(argv)
     return subprocess.call(command, env=spark_env())
 

@@ -124,7 +124,7 @@ class SchemaHistory:
         if isinstance(stmt, exp.Drop):
             kind = (stmt.args.get("kind") or "").upper()
             if kind in ("DATABASE", "SCHEMA"):
-                db = _name(stmt.this)
+                db = _name((stmt.args.get("tables") or [stmt.this])[0])
                 for key in [k for k in self.tables if k[0] == db.lower()]:
                     del self.tables[key]
                 return f"drop database {db}"

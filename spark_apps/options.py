@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
+import re
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,3 +93,10 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="replay", description="Replay a Kafka-record archive with Spark.")
     add_replay_arguments(p)
     return p
+
+
+def validate_table_patterns(patterns: list[str]) -> None:
+    for pattern in patterns:
+        if not pattern.strip() or pattern.count(".") > 1:
+            raise ValueError(f"--tables pattern {pattern!r} is not of the form db.table (wildcards allowed)")
+        re.compile(fnmatch.translate(pattern))

@@ -26,7 +26,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
-from spark_apps.options import ReplayArgs, parser  # noqa: E402
+from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
 log = logging.getLogger("cdc_replay")
 
@@ -49,6 +49,7 @@ def build_session(master: str, app_name: str, conf: list[str]):
         "spark.sql.adaptive.enabled": "true",
         "spark.pyspark.python": sys.executable,
         "spark.log.level": "WARN",
+        "spark.sql.debug.maxToStringFields": "500",
     }
     # executors (also in a cluster) reach S3 with the driver's settings
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
@@ -62,10 +63,8 @@ def build_session(master: str, app_name: str, conf: list[str]):
     return builder.getOrCreate()
 
 
-def _validate(args: ReplayArgs) -> tuple:
+def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts."""
-    from spark_apps.transforms import validate_table_patterns
-
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol
@@ -96,7 +95,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
     from spark_apps.schema import DECODED_STRUCT, WRITTEN_STRUCT
 
     started = time.time()
-    source_codec, target_protocol, target_options = _validate(args)
+    source_codec, target_protocol, target_options = validate(args)
     source_options = dict(source_codec.config)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = storage.normalize(args.source)

@@ -59,13 +59,6 @@ def table_filter(patterns: list[str]) -> Column:
     return condition
 
 
-def validate_table_patterns(patterns: list[str]) -> None:
-    for pattern in patterns:
-        if not pattern.strip() or pattern.count(".") > 1:
-            raise ValueError(f"--tables pattern {pattern!r} is not of the form db.table (wildcards allowed)")
-        re.compile(fnmatch.translate(pattern))
-
-
 def _identity_columns() -> list[Column]:
     """What makes two decoded events the same change (a redelivery, not a new change)."""
     return [

@@ -1,0 +1,58 @@
+"""Shared fixtures: a real S3-compatible server on loopback (moto's server mode) and one
+local Spark session for the whole run (2 cores, few shuffle partitions, UI off)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """moto's S3 server on 127.0.0.1; AWS_* point at it for this process and every Spark
+    worker it starts (they inherit the environment, so it is set before Spark starts)."""
+    from moto.server import ThreadedMotoServer
+
+    from spark_apps.local_s3 import DEMO_CREDENTIALS, free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in [*DEMO_CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(DEMO_CREDENTIALS)
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    yield endpoint
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def spark(s3_endpoint):
+    from spark_apps.replay import build_session
+
+    session = build_session("local[2]", "cdc-replay-tests", ["spark.sql.shuffle.partitions=4"])
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint, request):
+    """A fresh bucket per test: s3://<test-name>."""
+    import re
+
+    from spark_apps import storage
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") or "bucket"
+    uri = f"s3://{name}"
+    storage.ensure_bucket(uri)
+    return uri

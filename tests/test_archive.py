@@ -1,0 +1,62 @@
+"""The Kafka-record archive format and the storage layer (local and a real S3 server)."""
+
+import gzip
+
+import pytest
+
+from cdc_codecs import KafkaRecord
+from cdc_codecs.archive import ArchiveLineError, format_record, is_archive_object, object_name, parse_line
+from spark_apps import storage
+
+
+def test_record_lines_round_trip_with_binary_keys_values_and_headers():
+    record = KafkaRecord("orders", 2, 12345678901, 1700000000000, bytes(range(256)), b"\x00{}",
+                         (("h", b"\xff"), ("empty", b"")))
+    line = format_record(record)
+    assert b"\n" not in line
+    assert parse_line(line, "obj") == KafkaRecord(
+        "orders", 2, 12345678901, 1700000000000, bytes(range(256)), b"\x00{}", (("h", b"\xff"), ("empty", b"")), "obj")
+
+
+def test_null_key_value_and_timestamp():
+    record = parse_line(b'{"topic":"t","partition":0,"offset":0,"timestamp":null,"key":null,"value":null}')
+    assert (record.key, record.value, record.timestamp, record.headers) == (None, None, None, ())
+
+
+@pytest.mark.parametrize("line, reason", [
+    (b"not json", "not JSON"),
+    (b"[]", "not a JSON object"),
+    (b'{"partition":0,"offset":0}', "topic is missing"),
+    (b'{"topic":"t","partition":-1,"offset":0}', "partition"),
+    (b'{"topic":"t","partition":0,"offset":"7"}', "offset"),
+    (b'{"topic":"t","partition":0,"offset":0,"value":"***"}', "value is not valid base64"),
+    (b'{"topic":"t","partition":0,"offset":0,"headers":[["h"]]}', "headers[0]"),
+])
+def test_bad_lines_name_what_is_wrong(line, reason):
+    with pytest.raises(ArchiveLineError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        parse_line(line)
+
+
+def test_object_names_and_what_readers_skip():
+    assert object_name("orders", 3, 42) == "orders/3/orders+3+00000000000000000042.jsonl.gz"
+    assert is_archive_object("orders/3/x.jsonl") and is_archive_object("a/b.jsonl.gz")
+    assert not is_archive_object("orders/3/x.json")
+    assert not is_archive_object("_quarantine/part-00000.jsonl.gz")
+    assert not is_archive_object("_staging/run/data/x.jsonl.gz")
+    assert not is_archive_object(".hidden/x.jsonl")
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_storage_round_trip(where, tmp_path, bucket):
+    base = str(tmp_path / "store") if where == "local" else f"{bucket}/prefix"
+    lines = [b'{"a":1}', b"", b"\xff\xfe binary-ish", b"last"]
+    storage.write_bytes(storage.join(base, "x/one.jsonl.gz"), gzip.compress(b"\n".join(lines) + b"\n"))
+    storage.write_bytes(storage.join(base, "x/two.jsonl"), b"a\r\nb\n")
+    found = storage.list_objects(base)
+    assert [storage.relative(o.uri, base) for o in found] == ["x/one.jsonl.gz", "x/two.jsonl"]
+    assert list(storage.iter_lines(found[0].uri)) == lines
+    assert list(storage.iter_lines(found[1].uri)) == [b"a", b"b"]
+    storage.move(found[1].uri, storage.join(base, "y/two.jsonl"))
+    assert storage.exists(storage.join(base, "y/two.jsonl")) and not storage.exists(found[1].uri)
+    storage.delete_prefix(base)
+    assert storage.list_objects(base) == []

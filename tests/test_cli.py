@@ -1,0 +1,81 @@
+"""The command line: documented options, early refusals, the spark-submit command, and a real
+run through spark-submit (the path users and Airflow take)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spark_apps import cli
+from spark_apps.generate import generate, write_archive
+from spark_apps.launch import LOG4J, REPLAY_APP, spark_submit_command
+
+CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
+
+
+def run_cli(*args, **kw):
+    return subprocess.run([*CDC_REPLAY, *args], capture_output=True, text=True, **kw)
+
+
+def test_help_documents_every_replay_option():
+    out = run_cli("replay", "--help").stdout
+    for option in ("--source", "--protocol", "--protocol-option", "--output", "--emit", "--target-protocol",
+                   "--target-option", "--as-of", "--tables", "--target-topic", "--target-partitions",
+                   "--dispatcher", "--max-bad-records", "--max-records-per-object", "--master", "--spark-conf"):
+        assert option in out
+    assert "snapshot" in out and "topics" in out and "AWS_ENDPOINT_URL" in out
+    top = run_cli("--help").stdout
+    for command in ("replay", "demo", "generate", "protocols", "summary"):
+        assert command in top
+
+
+def test_protocols_lists_options_named_as_ticdc_parameters():
+    out = run_cli("protocols").stdout
+    assert "canal-json:" in out and "enable-tidb-extension=bool (default False)" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--protocol", "canal-jsn"], "unknown protocol 'canal-jsn'; valid protocols: canal-json"),
+    (["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=yes-ish"], "expected true or false"),
+    (["--protocol", "canal-json", "--protocol-option", "nonsense"], "not of the form key=value"),
+    (["--protocol", "canal-json", "--tables", "a.b.c"], "not of the form db.table"),
+])
+def test_bad_arguments_are_refused_before_spark_starts(args, message, tmp_path):
+    result = run_cli("replay", "--source", str(tmp_path), "--output", str(tmp_path / "o"), "--emit", "snapshot",
+                     *args, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_spark_submit_command_is_exact():
+    python = "/opt/venv/bin/python"
+    assert spark_submit_command(["--source", "s3://a/b"], master="spark://m:7077", python=python,
+                                py_files="/tmp/x.zip") == [
+        "/opt/venv/bin/spark-submit", "--master", "spark://m:7077", "--name", "cdc-replay",
+        "--conf", "spark.pyspark.python=/opt/venv/bin/python",
+        "--conf", "spark.pyspark.driver.python=/opt/venv/bin/python",
+        "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{LOG4J}",
+        "--py-files", "/tmp/x.zip", REPLAY_APP, "--master", "spark://m:7077", "--source", "s3://a/b",
+    ]
+    local = cli.replay_command(["--source", "x", "--protocol", "canal-json", "--output", "y", "--emit", "topics"])
+    assert "--py-files" not in local and local[local.index("--master") + 1] == "local[*]"
+
+
+@pytest.mark.spark
+def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_path):
+    generated = generate(transactions=30, partitions=2, seed=5, bad_values=1)
+    write_archive(generated.records, str(tmp_path / "archive"))
+    output = tmp_path / "out"
+    result = run_cli("replay", "--source", str(tmp_path / "archive"), "--protocol", "canal-json",
+                     "--protocol-option", "enable-tidb-extension=true", "--output", str(output),
+                     "--emit", "snapshot", "--master", "local[1]", timeout=600)
+    text = result.stdout + result.stderr  # spark-submit merges the driver's stderr into stdout
+    assert result.returncode == 3, text[-3000:]
+    assert "1 records quarantined (more than --max-bad-records 0)" in text
+    assert str(output / "_quarantine") in text
+    assert "events read" in text and "[reconciled]" in text
+    assert (output / "_manifest.json").exists()  # committed, so the quarantine can be inspected
+    summary = run_cli("summary", str(output))
+    assert summary.returncode == 0 and "quarantined 1" in summary.stdout

@@ -1,0 +1,114 @@
+"""DDL history with sqlglot's MySQL parser: schemas through time and table intervals."""
+
+import pytest
+
+from spark_apps.ddl import DDLError, SchemaHistory, TableInterval
+from spark_apps.snapshot import project_image
+
+
+def col(name, value, mysql_type="int"):
+    return {"name": name, "mysql_type": mysql_type, "flags": 0, "value": value, "label": None}
+
+
+def names(history, table="t", db="d"):
+    return [c.name for c in history.tables[(db, table)].columns]
+
+
+def test_create_table_reads_types_keys_and_defaults():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE `d`.`t` (`id` BIGINT UNSIGNED NOT NULL, v VARCHAR(10) DEFAULT 'x', "
+            "e ENUM('a','b') NOT NULL DEFAULT 'b', n DECIMAL(10,2) NOT NULL, PRIMARY KEY (`id`))", [10])
+    t = h.tables[("d", "t")]
+    assert [c.name for c in t.columns] == ["id", "v", "e", "n"]
+    assert t.key_columns == ["id"]
+    by = {c.name: c for c in t.columns}
+    assert by["id"].mysql_type == "bigint unsigned"
+    assert (by["v"].default, by["e"].default, by["e"].default_label, by["n"].default) == (b"x", b"2", "b", b"0.00")
+
+
+def test_unqualified_names_use_the_event_database():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE t (id INT PRIMARY KEY)", [1], "shop")
+    assert ("shop", "t") in h.tables and h.tables[("shop", "t")].key_columns == ["id"]
+    with pytest.raises(DDLError, match="no database"):
+        h.apply("CREATE TABLE u (id INT)", [2], None)
+
+
+def test_add_drop_and_rename_columns_with_positions():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY, a INT)", [1])
+    h.apply("ALTER TABLE d.t ADD COLUMN b INT DEFAULT 7 FIRST", [2])
+    h.apply("ALTER TABLE d.t ADD COLUMN c INT AFTER id, DROP COLUMN a", [3])
+    h.apply("ALTER TABLE d.t RENAME COLUMN c TO c2", [4])
+    h.apply("ALTER TABLE d.t CHANGE c2 c3 BIGINT", [5])
+    assert names(h) == ["b", "id", "c3"]
+    c3 = h.tables[("d", "t")].column("c3")
+    assert c3.mysql_type == "bigint"
+    assert [c3.name_at(p) for p in ([3, 1], [4, 1], [5, 1])] == ["c", "c2", "c3"]
+
+
+def test_rows_are_read_with_the_schema_of_their_time():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY, a INT)", [1])
+    h.apply("ALTER TABLE d.t ADD COLUMN b INT DEFAULT 7", [5])
+    h.apply("ALTER TABLE d.t RENAME COLUMN a TO a2", [6])
+    h.apply("ALTER TABLE d.t DROP COLUMN b", [8])
+    h.apply("ALTER TABLE d.t ADD COLUMN b INT DEFAULT 9", [9])
+    schema = h.tables[("d", "t")]
+    # written at 3: no b yet (default), a under its old name
+    assert project_image([col("id", b"1"), col("a", b"10")], [3], schema) == [
+        col("id", b"1"), col("a2", b"10"), {**col("b", b"9"), "flags": 64}]
+    # written at 7: b existed but was dropped and re-added later: the new default wins
+    assert [c["value"] for c in project_image([col("id", b"1"), col("a2", b"10"), col("b", b"4")], [7], schema)] == [
+        b"1", b"10", b"9"]
+    # written at 10: its own values
+    assert [c["value"] for c in project_image([col("id", b"1"), col("a2", b"1"), col("b", b"3")], [10], schema)] == [
+        b"1", b"1", b"3"]
+
+
+def test_truncate_drop_and_rename_shape_the_intervals():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY)", [1])
+    h.apply("CREATE TABLE d.gone (id INT PRIMARY KEY)", [2])
+    h.apply("TRUNCATE TABLE d.t", [5])
+    h.apply("RENAME TABLE d.t TO d.t2", [7])
+    h.apply("DROP TABLE d.gone", [8])
+    assert h.intervals() == [
+        TableInterval("d", "t", (5,), (7,), "d", "t2"),
+        TableInterval("d", "t2", (7,), None, "d", "t2"),
+    ]
+    assert h.is_known("d", "gone") and h.is_known("D", "T")
+
+
+def test_multi_rename_and_alter_rename_and_create_like():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.a (id INT PRIMARY KEY, x VARCHAR(3))", [1])
+    h.apply("CREATE TABLE d.b LIKE d.a", [2])
+    h.apply("RENAME TABLE d.a TO d.tmp, d.b TO d.a, d.tmp TO d.b", [3])
+    h.apply("ALTER TABLE d.b RENAME TO d.c", [4])
+    assert sorted(h.tables) == [("d", "a"), ("d", "c")]
+    assert names(h, "a") == ["id", "x"]
+
+
+def test_drop_database_drops_its_tables_and_primary_keys_change():
+    h = SchemaHistory()
+    h.apply("CREATE DATABASE d", [1])
+    h.apply("CREATE TABLE d.t (id INT, k INT)", [2])
+    h.apply("ALTER TABLE d.t ADD PRIMARY KEY (k)", [3])
+    assert h.tables[("d", "t")].key_columns == ["k"]
+    h.apply("ALTER TABLE d.t DROP PRIMARY KEY", [4])
+    assert h.tables[("d", "t")].key_columns == []
+    h.apply("DROP DATABASE d", [5])
+    assert h.tables == {}
+
+
+@pytest.mark.parametrize("query, reason", [
+    ("ALTER TABLE d.nope ADD COLUMN a INT", "no known schema"),
+    ("CREATE TABLE d.t (", "cannot parse"),
+    ("ALTER TABLE d.t DROP COLUMN zz", "no such column"),
+])
+def test_ddl_that_cannot_be_applied_says_why(query, reason):
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY)", [1])
+    with pytest.raises(DDLError, match=reason):
+        h.apply(query, [2])

@@ -41,6 +41,21 @@ def _quarantine_row(uri, line_no, stage, reason, record: KafkaRecord | None = No
     return row
 
 
+def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
+    """Rows for one record: its events, a quarantine row, or an `empty` marker for a record
+    that carries no change (e.g. a heartbeat), so records are always counted."""
+    try:
+        events = decode_record(codec, record)
+    except DecodeError as e:
+        return [_quarantine_row(record.object, line_no, "decode", str(e), record)]
+    if not events:
+        return [{"kind": "empty", "object": record.object, "line": line_no, "event_index": 0,
+                 "topic": record.topic, "partition": record.partition, "offset": record.offset}]
+    for event in events:
+        event["line"] = line_no
+    return events
+
+
 def decode_object(codec, uri: str) -> Iterator[dict]:
     """Rows of DECODED_ARROW_SCHEMA for one archive object: its events, and a quarantine row
     for every line that is not a record or whose value is not the protocol."""
@@ -54,17 +69,7 @@ def decode_object(codec, uri: str) -> Iterator[dict]:
             except ArchiveLineError as e:
                 yield _quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line)
                 continue
-            try:
-                events = decode_record(codec, record)
-            except DecodeError as e:
-                yield _quarantine_row(uri, line_no, "decode", str(e), record)
-                continue
-            if not events:  # a record that carries no change (e.g. a heartbeat)
-                yield {"kind": "empty", "object": uri, "line": line_no, "event_index": 0,
-                       "topic": record.topic, "partition": record.partition, "offset": record.offset}
-            for event in events:
-                event["line"] = line_no
-                yield event
+            yield from decode_one(codec, record, line_no)
     except (OSError, EOFError, ValueError) as e:  # corrupt gzip, truncated object
         yield _quarantine_row(uri, line_no + 1, "archive",
                               f"object unreadable after line {line_no}: {type(e).__name__}: {e}")
@@ -99,6 +104,27 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
 
                 yield from _batches(counted(decode_object(codec, uri)), DECODED_ARROW_SCHEMA)
                 log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
+
+    return run
+
+
+def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
+    """mapInArrow function for records already in a DataFrame (topic, partition, offset,
+    timestamp, key, value[, object, line]) -> batches of DECODED_ARROW_SCHEMA."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        codec = get_codec(protocol, options)
+        for batch in batches:
+            columns = batch.to_pydict()
+            n = batch.num_rows
+            objects = columns.get("object", [None] * n)
+            lines = columns.get("line", [None] * n)
+            rows = []
+            for i in range(n):
+                record = KafkaRecord(columns["topic"][i], columns["partition"][i], columns["offset"][i],
+                                     columns["timestamp"][i], columns["key"][i], columns["value"][i], (), objects[i])
+                rows.extend(decode_one(codec, record, lines[i]))
+            yield from _batches(rows, DECODED_ARROW_SCHEMA)
 
     return run
 

@@ -9,7 +9,6 @@ and watermarks. Codec tests adapt the drawn events to what their protocol can ca
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 
 import numpy as np
 from hypothesis import strategies as st
@@ -37,10 +36,16 @@ def _int_type(base: str, unsigned: bool):
 
 
 def _decimal(precision: int, scale: int):
+    """DECIMAL(precision, scale) as MySQL prints it: plain digits, exactly `scale` decimals."""
     limit = 10 ** precision - 1
-    return st.integers(-limit, limit).map(
-        lambda n: str(decimal.Decimal(n).scaleb(-scale).quantize(decimal.Decimal(1).scaleb(-scale))).encode()
-    )
+
+    def render(n: int) -> bytes:
+        sign = "-" if n < 0 else ""
+        digits = str(abs(n)).rjust(scale + 1, "0")
+        text = digits if scale == 0 else f"{digits[:-scale]}.{digits[-scale:]}"
+        return (sign + text).encode()
+
+    return st.integers(-limit, limit).map(render)
 
 
 def _float32():

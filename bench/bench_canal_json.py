@@ -1,0 +1,148 @@
+"""Benchmark (not a test): canal-json decode and full replay, each beside baselines measured in
+the same run on the same data.
+
+Decode, on a cached DataFrame of the same N Kafka record values (so storage is not measured):
+  * ours: the codec in `mapInArrow` (Arrow batches in, canonical event batches out);
+  * baseline: Spark's native JSON reader (`from_json` into a struct) — what a pure-SQL job does,
+    without canonical values, binary recovery, DDL or watermark handling;
+  * baseline: a row-at-a-time Python UDF (orjson.loads per row returning a struct).
+Full replay: `spark_apps.replay.run` on an archive of N events (read, decode, dedupe, order,
+DDL, snapshot, write) from a local directory, events/s = events read / wall time.
+
+    .venv/bin/python bench/bench_canal_json.py --events 200000 [--replay-sizes 1000000,4000000]
+
+Prints a Markdown table; RESULTS.md records the figures with machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def generate_records(events: int, seed: int = 1):
+    from spark_apps.generate import generate
+
+    # ~2.4 row events per transaction
+    generated = generate(transactions=max(1, int(events / 2.4)), partitions=4, seed=seed, duplicate_rate=0.02)
+    return generated
+
+
+def timed(label, fn):
+    started = time.perf_counter()
+    result = fn()
+    return label, time.perf_counter() - started, result
+
+
+def noop(df):
+    df.write.format("noop").mode("overwrite").save()
+
+
+def bench_decode(spark, records) -> list[tuple[str, float, int]]:
+    import orjson
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from spark_apps.archive_io import decode_records_fn
+    from spark_apps.schema import DECODED_STRUCT
+
+    rows = [(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value) for r in records]
+    df = spark.createDataFrame(rows, "topic string, partition int, offset long, timestamp long, key binary, value binary")
+    df = df.repartition(spark.sparkContext.defaultParallelism * 2).cache()
+    n = df.count()
+    results = []
+
+    options = {"enable-tidb-extension": "true"}
+    decoded = df.mapInArrow(decode_records_fn("canal-json", options), DECODED_STRUCT)
+    label, seconds, _ = timed("cdc-replay canal-json codec (mapInArrow)", lambda: noop(decoded))
+    results.append((label, seconds, n))
+
+    message = T.StructType([
+        T.StructField("id", T.LongType()), T.StructField("database", T.StringType()),
+        T.StructField("table", T.StringType()), T.StructField("pkNames", T.ArrayType(T.StringType())),
+        T.StructField("isDdl", T.BooleanType()), T.StructField("type", T.StringType()),
+        T.StructField("es", T.LongType()), T.StructField("ts", T.LongType()), T.StructField("sql", T.StringType()),
+        T.StructField("sqlType", T.MapType(T.StringType(), T.IntegerType())),
+        T.StructField("mysqlType", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("old", T.ArrayType(T.MapType(T.StringType(), T.StringType()))),
+        T.StructField("data", T.ArrayType(T.MapType(T.StringType(), T.StringType()))),
+        T.StructField("_tidb", T.StructType([T.StructField("commitTs", T.LongType()),
+                                             T.StructField("watermarkTs", T.LongType())])),
+    ])
+    native = df.select(F.from_json(F.col("value").cast("string"), message).alias("m")).select("m.*")
+    label, seconds, _ = timed("baseline: Spark native JSON reader (from_json)", lambda: noop(native))
+    results.append((label, seconds, n))
+
+    @F.udf(message)
+    def parse(value):
+        doc = orjson.loads(value)
+        return {k: doc.get(k) for k in ("id", "database", "table", "pkNames", "isDdl", "type", "es", "ts", "sql",
+                                        "sqlType", "mysqlType", "old", "data", "_tidb")}
+
+    label, seconds, _ = timed("baseline: row-at-a-time Python UDF (orjson)", lambda: noop(df.select(parse("value"))))
+    results.append((label, seconds, n))
+    df.unpersist()
+    return results
+
+
+def bench_replay(spark, generated, workdir) -> tuple[float, dict]:
+    from spark_apps.generate import write_archive
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.replay import run
+
+    source = os.path.join(workdir, "archive")
+    output = os.path.join(workdir, "snapshot")
+    write_archive(generated.records, source, records_per_object=50_000)
+    args = ReplayArgs.from_namespace(parser().parse_args([
+        "--source", source, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
+        "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]))
+    started = time.perf_counter()
+    manifest = run(args, spark=spark)
+    return time.perf_counter() - started, manifest
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=200_000, help="events for the decode comparison")
+    ap.add_argument("--replay-sizes", default="200000", help="comma-separated event counts for full replays")
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+
+    from spark_apps.replay import build_session
+
+    spark = build_session(args.master, "cdc-replay-bench", ["spark.driver.memory=6g"])
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"Spark {spark.version}, master {args.master}; {time.strftime('%Y-%m-%d')}")
+    generated = generate_records(args.events)
+    records = [r for r in generated.records]
+    print(f"\ndecode of {len(records):,} canal-json records (cached DataFrame, no storage I/O):\n")
+    print("| decoder | seconds | events/s |\n|---|---:|---:|")
+    for label, seconds, n in bench_decode(spark, records):
+        print(f"| {label} | {seconds:.1f} | {n / seconds:,.0f} |")
+
+    print("\nfull replay (local archive -> snapshot archive):\n")
+    print("| events | records read | seconds | events/s |\n|---:|---:|---:|---:|")
+    for size in [int(s) for s in args.replay_sizes.split(",") if s]:
+        generated = generate_records(size, seed=2)
+        workdir = tempfile.mkdtemp(prefix="cdc-bench-")
+        try:
+            seconds, manifest = bench_replay(spark, generated, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        read = manifest["counts"]["read"]
+        print(f"| {size:,} | {manifest['counts']['records']:,} | {seconds:.1f} | {read / seconds:,.0f} |")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -305,7 +305,6 @@ class OpenProtocolCodec(Codec):
         version = int.from_bytes(key[:8], "big")
         if version != BATCH_VERSION:
             raise self.error(f"unsupported batch version {version} (only {BATCH_VERSION} exists)", byte_offset=0, field="key")
-        key_view, value_view = memoryview(key), memoryview(value)
         key_end, value_end = len(key), len(value)
         key_pos, value_pos = 8, 0
         events: list[dict] = []
@@ -313,7 +312,7 @@ class OpenProtocolCodec(Codec):
         while key_pos < key_end:
             where = f"key[{index}]"
             start, key_pos = self._frame(key, key_pos, key_end, where, "key")
-            msg_key = self._json(key_view[start:key_pos], start, where)
+            msg_key = self._json(key[start:key_pos], start, where)
             if type(msg_key) is not dict:
                 raise self.error(f"event key is a JSON {type(msg_key).__name__}, not an object", byte_offset=start, field=where)
             kind = msg_key.get("t")
@@ -324,9 +323,9 @@ class OpenProtocolCodec(Codec):
                     f"value ends after {index} events but the key holds more", byte_offset=value_pos, field=where)
             vstart, value_pos = self._frame(value, value_pos, value_end, where, "value")
             if kind == MESSAGE_ROW:
-                events.append(self._row(msg_key, ts, value_view[vstart:value_pos], start, vstart, index))
+                events.append(self._row(msg_key, ts, value[vstart:value_pos], start, vstart, index))
             elif kind == MESSAGE_DDL:
-                events.append(self._ddl(msg_key, ts, value_view[vstart:value_pos], vstart, where))
+                events.append(self._ddl(msg_key, ts, value[vstart:value_pos], vstart, where))
             elif kind == MESSAGE_RESOLVED:
                 if value_pos != vstart:
                     raise self.error(
@@ -360,9 +359,8 @@ class OpenProtocolCodec(Codec):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError as e:
-            raw = bytes(data)
             try:
-                offset = len(raw.decode("utf-8")[: e.pos].encode())
+                offset = len(bytes(data).decode("utf-8")[: e.pos].encode())
             except UnicodeDecodeError:
                 offset = e.pos
             raise self.error(f"{where} is not valid JSON{note}: {e.msg}", byte_offset=start + offset, field=where) from None
@@ -379,7 +377,7 @@ class OpenProtocolCodec(Codec):
         if method == "none":
             return data, ""
         try:
-            return compression.decompress(method, bytes(data), self.name), f" (after {method} decompression)"
+            return compression.decompress(method, data, self.name), f" (after {method} decompression)"
         except DecodeError as e:
             raise self.error(e.reason, byte_offset=start, field=where) from None
 
@@ -413,7 +411,7 @@ class OpenProtocolCodec(Codec):
                 extras["open." + name] = str(number)
         raw, note = self._value_bytes(data, vstart, where)
         if b'":-0' in raw:
-            raw = _NEG_ZERO.sub(b'"v":-0.0', bytes(raw))
+            raw = _NEG_ZERO.sub(b'"v":-0.0', raw)
         msg = self._json(raw, vstart, where, note)
         if type(msg) is not dict:
             raise self.error(f"row value is a JSON {type(msg).__name__}, not an object", byte_offset=vstart, field=where)

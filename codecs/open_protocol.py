@@ -270,6 +270,33 @@ def go_float(text: bytes, bits: int) -> str:
     return out
 
 
+# value rules, cached per (type code, flags) in _COLUMN_KINDS; the float kinds are their bit width
+_K_INT, _K_TEXT, _K_QUOTED, _K_BASE64, _K_NULL, _K_FLOAT32, _K_FLOAT64 = 0, 1, 2, 3, 4, 32, 64
+_COLUMN_KINDS: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+def _column_kind(code: int, flags: int) -> tuple[str, int] | None:
+    """(mysql_type, value rule) of a type code and flags; None for an unknown code or bad flags."""
+    if not 0 <= flags < 1 << 31:
+        return None
+    mysql_type = type_text(code, flags)
+    if mysql_type is None:
+        return None
+    if code in _INT_CODES:
+        kind = _K_INT
+    elif code in _CHAR_CODES:
+        kind = _K_QUOTED if flags & _BINARY else _K_TEXT
+    elif code in _TEXT_CODES:
+        kind = _K_TEXT
+    elif code in _BASE64_CODES:
+        kind = _K_BASE64
+    elif code in _FLOAT_BITS:
+        kind = _FLOAT_BITS[code]
+    else:
+        kind = _K_NULL
+    return mysql_type, kind
+
+
 # a float column's negative zero as Go writes it: "v":-0 followed by , or }
 _NEG_ZERO = re.compile(rb'"v":-0(?=[,}])')
 
@@ -444,61 +471,87 @@ class OpenProtocolCodec(Codec):
         )
 
     def _image(self, columns: dict, vstart: int, where: str) -> tuple[list[dict], list[str]]:
-        """Canonical columns and handle-key names of one u / p / d object (hot path)."""
+        """Canonical columns and handle-key names of one u / p / d object.
+
+        The hot path: one cached lookup per (type code, flags) gives the type name and the
+        value rule; checks that fail hand over to `_column_error` for the message."""
         image = []
         keys = []
         append = image.append
+        kinds = _COLUMN_KINDS
         for name, col in columns.items():
-            if type(col) is not dict:
-                raise self.error(f"column {name!r} is not an object", byte_offset=vstart, field=f"{where}.{name}")
-            code = col.get("t")
-            flags = col.get("f", 0)
-            value = col.get("v")
-            if type(flags) is not int or not 0 <= flags < 1 << 31:
-                raise self.error(f"column {name!r} flag f={flags!r} is not a 31-bit integer", byte_offset=vstart, field=f"{where}.{name}.f")
-            if col.get("h") is True:
-                flags |= _HANDLE_KEY
-            mysql_type = type_text(code, flags) if type(code) is int else None
-            if mysql_type is None:
-                raise self.error(f"column {name!r} has unknown type code t={code!r}", byte_offset=vstart, field=f"{where}.{name}.t")
+            try:
+                code = col["t"]
+                value = col["v"]
+                flags = col.get("f", 0)
+                if col.get("h") is True:
+                    flags |= _HANDLE_KEY
+            except (KeyError, TypeError, AttributeError):
+                raise self._column_error(name, col, vstart, where) from None
+            if type(code) is not int or type(flags) is not int:
+                raise self._column_error(name, col, vstart, where)
+            info = kinds.get((code, flags))
+            if info is None:
+                info = _column_kind(code, flags)
+                if info is None:
+                    raise self._column_error(name, col, vstart, where)
+                kinds[(code, flags)] = info
+            mysql_type, kind = info
             if value is None:
                 data = None
-            elif code in _INT_CODES:
+            elif kind == _K_INT:
                 if type(value) is not int:
-                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r} is not an integer", byte_offset=vstart, field=f"{where}.{name}")
+                    raise self._column_error(name, col, vstart, where, mysql_type)
                 data = b"%d" % value
-            elif code in _CHAR_CODES:
+            elif kind == _K_TEXT:
                 if type(value) is not str:
-                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r} is not a string", byte_offset=vstart, field=f"{where}.{name}")
-                if flags & _BINARY:
-                    try:
-                        data = go_unquote(value)
-                    except ValueError as e:
-                        raise self.error(f"column {name!r} binary value is not a Go-quoted string: {e}", byte_offset=vstart, field=f"{where}.{name}") from None
-                else:
-                    data = value.encode()
-            elif code in _TEXT_CODES:
-                if type(value) is not str:
-                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r} is not a string", byte_offset=vstart, field=f"{where}.{name}")
+                    raise self._column_error(name, col, vstart, where, mysql_type)
                 data = value.encode()
-            elif code in _BASE64_CODES:
+            elif kind == _K_QUOTED:
+                if type(value) is not str:
+                    raise self._column_error(name, col, vstart, where, mysql_type)
+                try:
+                    data = go_unquote(value)
+                except ValueError as e:
+                    raise self.error(f"column {name!r} ({mysql_type}) value is not a Go-quoted string: {e}",
+                                     byte_offset=vstart, field=f"{where}.{name}") from None
+            elif kind == _K_BASE64:
                 try:
                     data = binascii.a2b_base64(value, strict_mode=True)
                 except (ValueError, TypeError):
-                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r:.60} is not base64", byte_offset=vstart, field=f"{where}.{name}") from None
-            elif code in _FLOAT_BITS:
+                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r:.60} is not base64",
+                                     byte_offset=vstart, field=f"{where}.{name}") from None
+            elif kind == _K_NULL:
+                raise self._column_error(name, col, vstart, where, mysql_type)
+            else:  # _K_FLOAT32 / _K_FLOAT64: the bit width
                 if type(value) is not float and type(value) is not int:
-                    raise self.error(f"column {name!r} ({mysql_type}) value {value!r} is not a number", byte_offset=vstart, field=f"{where}.{name}")
+                    raise self._column_error(name, col, vstart, where, mysql_type)
                 try:
-                    data = float_text(value, _FLOAT_BITS[code])
+                    data = float_text(value, kind)
                 except (ValueError, OverflowError) as e:
                     raise self.error(f"column {name!r} ({mysql_type}): {e}", byte_offset=vstart, field=f"{where}.{name}") from None
-            else:  # the NULL type
-                raise self.error(f"column {name!r} of type null has value {value!r}", byte_offset=vstart, field=f"{where}.{name}")
             if flags & _HANDLE_KEY:
                 keys.append(name)
             append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": data, "label": None})
         return image, keys
+
+    def _column_error(self, name: str, col, vstart: int, where: str, mysql_type: str | None = None) -> DecodeError:
+        """The DecodeError for a column the hot path rejected."""
+        field = f"{where}.{name}"
+        if type(col) is not dict:
+            return self.error(f"column {name!r} is a JSON {type(col).__name__}, not an object", byte_offset=vstart, field=field)
+        for part in ("t", "v"):
+            if part not in col:
+                return self.error(f"column {name!r} has no {part}", byte_offset=vstart, field=field)
+        code, flags, value = col["t"], col.get("f", 0), col["v"]
+        if type(flags) is not int or not 0 <= flags < 1 << 31:
+            return self.error(f"column {name!r} flag f={flags!r} is not a 31-bit integer", byte_offset=vstart, field=field + ".f")
+        if type(code) is not int or code not in TYPE_NAMES:
+            return self.error(f"column {name!r} has unknown type code t={code!r}", byte_offset=vstart, field=field + ".t")
+        if code == _NULL_CODE:
+            return self.error(f"column {name!r} of type null has value {value!r:.60}", byte_offset=vstart, field=field)
+        expected = "an integer" if code in _INT_CODES else "a number" if code in _FLOAT_BITS else "a string"
+        return self.error(f"column {name!r} ({mysql_type}) value {value!r:.60} is not {expected}", byte_offset=vstart, field=field)
 
     def _ddl(self, msg_key: dict, ts: int, data, vstart: int, where: str) -> dict:
         schema, table = self._names(msg_key, vstart, where.replace("value", "key"))

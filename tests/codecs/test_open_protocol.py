@@ -4,6 +4,7 @@ mutation fuzz test."""
 
 from __future__ import annotations
 
+import decimal
 import json
 import random
 
@@ -520,9 +521,19 @@ def as_open_protocol(event: dict) -> dict:
     return expected
 
 
+@pytest.fixture(scope="module")
+def wide_decimals():
+    """tests/strategies.py draws DECIMAL(p,s) with p up to 40 but quantizes in the default
+    28-digit decimal context (InvalidOperation for p > 28): give it room."""
+    with decimal.localcontext() as context:
+        context.prec = 80
+        yield
+
+
 @settings(max_examples=250, deadline=None)
 @given(events=st.lists(open_events(), min_size=1, max_size=6), batch=st.integers(1, 4), compress=st.sampled_from(["none", "snappy"]))
-def test_round_trip_of_any_event(events, batch, compress):
+def test_round_trip_of_any_event(wide_decimals, events, batch, compress):
+    assert decimal.getcontext().prec == 80
     codec = get_codec("open-protocol", {"max-batch-size": batch, "large-message-handle-compression": compress})
     messages = encode(codec, events)
     decoded = []

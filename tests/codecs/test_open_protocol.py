@@ -487,10 +487,12 @@ def open_events():
     )
 
 
-def as_open_protocol(event: dict) -> dict:
+def as_open_protocol(event: dict, updated_only: bool = False, delete_keys_only: bool = False) -> dict:
     """What the open protocol carries of a canonical event: columns sorted by name, type
     names without parameters, no ENUM/SET labels, flags completed from the type and the key,
-    key columns from the handle-key flag, the event time derived from the TSO."""
+    key columns from the handle-key flag, the event time derived from the TSO. With
+    only-output-updated-columns an UPDATE that changes nothing has no `p` and reads back as an
+    INSERT (as in TiCDC); with delete-only-output-handle-key-columns a DELETE keeps its keys."""
     expected = {k: event[k] for k in CONTENT_FIELDS}
     ts = event["watermark_ts"] if event["kind"] == Kind.WATERMARK else event["commit_ts"]
     expected["execute_ts_ms"] = ts >> 18
@@ -516,6 +518,11 @@ def as_open_protocol(event: dict) -> dict:
                 "tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal")
             image.append({**c, "mysql_type": base + (" unsigned" if unsigned else ""), "flags": int(flags), "label": None})
         expected[side] = image
+    if updated_only and event["op"] == Op.UPDATE and [c["value"] for c in expected["before"]] == [
+            c["value"] for c in expected["after"]]:
+        expected["op"], expected["before"] = Op.INSERT, None
+    if delete_keys_only and event["op"] == Op.DELETE:
+        expected["before"] = [c for c in expected["before"] if c["flags"] & ColumnFlag.HANDLE_KEY]
     main = expected["before"] if event["op"] == Op.DELETE else expected["after"]
     expected["key_columns"] = [c["name"] for c in main if c["flags"] & ColumnFlag.HANDLE_KEY]
     return expected
@@ -531,17 +538,37 @@ def wide_decimals():
 
 
 @settings(max_examples=250, deadline=None)
-@given(events=st.lists(open_events(), min_size=1, max_size=6), batch=st.integers(1, 4), compress=st.sampled_from(["none", "snappy"]))
-def test_round_trip_of_any_event(wide_decimals, events, batch, compress):
+@given(
+    events=st.lists(open_events(), min_size=1, max_size=6), batch=st.integers(1, 4),
+    compress=st.sampled_from(["none", "snappy"]), updated_only=st.booleans(), delete_keys_only=st.booleans(),
+)
+def test_round_trip_of_any_event(wide_decimals, events, batch, compress, updated_only, delete_keys_only):
     assert decimal.getcontext().prec == 80
-    codec = get_codec("open-protocol", {"max-batch-size": batch, "large-message-handle-compression": compress})
+    codec = get_codec("open-protocol", {
+        "max-batch-size": batch, "large-message-handle-compression": compress,
+        "only-output-updated-columns": updated_only, "delete-only-output-handle-key-columns": delete_keys_only,
+    })
     messages = encode(codec, events)
     decoded = []
     for offset, (key, value) in enumerate(messages):
         decoded += decode_record(codec, KafkaRecord("t", 3, offset, None, key, value))
-    assert [{k: e[k] for k in CONTENT_FIELDS} for e in decoded] == [as_open_protocol(e) for e in events]
+    assert [{k: e[k] for k in CONTENT_FIELDS} for e in decoded] == [
+        as_open_protocol(e, updated_only, delete_keys_only) for e in events]
     # and encoding the decoded events again gives the same bytes
     assert encode(codec, decoded) == messages
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema=open_tables(), data=st.data())
+def test_an_update_round_trips_with_only_the_changed_old_columns(wide_decimals, schema, data):
+    event = data.draw(strategies.row_events(schema).filter(lambda e: e["op"] == Op.UPDATE))
+    codec = get_codec("open-protocol", {"only-output-updated-columns": "true"})
+    [(key, value)] = encode(codec, [event])
+    old = json.loads(value[8:]).get("p", {})
+    changed = {c["name"] for c, n in zip(event["before"], event["after"]) if c["value"] != n["value"]}
+    assert set(old) == changed
+    [decoded] = decode_record(codec, record(key, value))
+    assert {k: decoded[k] for k in CONTENT_FIELDS} == as_open_protocol(event, updated_only=True)
 
 
 # ----------------------------------------------------------------------------- fuzz

@@ -352,7 +352,7 @@ class OpenProtocolCodec(Codec):
             if kind == MESSAGE_ROW:
                 events.append(self._row(msg_key, ts, value[vstart:value_pos], start, vstart, index))
             elif kind == MESSAGE_DDL:
-                events.append(self._ddl(msg_key, ts, value[vstart:value_pos], vstart, where))
+                events.append(self._ddl(msg_key, ts, value[vstart:value_pos], start, vstart, index))
             elif kind == MESSAGE_RESOLVED:
                 if value_pos != vstart:
                     raise self.error(
@@ -553,8 +553,9 @@ class OpenProtocolCodec(Codec):
         expected = "an integer" if code in _INT_CODES else "a number" if code in _FLOAT_BITS else "a string"
         return self.error(f"column {name!r} ({mysql_type}) value {value!r:.60} is not {expected}", byte_offset=vstart, field=field)
 
-    def _ddl(self, msg_key: dict, ts: int, data, vstart: int, where: str) -> dict:
-        schema, table = self._names(msg_key, vstart, where.replace("value", "key"))
+    def _ddl(self, msg_key: dict, ts: int, data, kstart: int, vstart: int, index: int) -> dict:
+        where = f"value[{index}]"
+        schema, table = self._names(msg_key, kstart, f"key[{index}]")
         raw, note = self._value_bytes(data, vstart, where)
         msg = self._json(raw, vstart, where, note)
         if type(msg) is not dict:

@@ -386,6 +386,9 @@ ERRORS = [
     (frame([('{"ts":1,"t":1', ROW)]), "key[0] is not valid JSON", 29, "key[0]"),
     (frame([("[1]", ROW)]), "not an object", 16, "key[0]"),
     (frame([(_key(t=4), ROW)]), "unknown event type t=4", 16, "key[0].t"),
+    (frame([(_key(scm=5), ROW)]), "scm is 5, not a string", 16, "key[0].scm"),
+    (frame([(_key(t=2, tbl=[]), '{"q":"DROP TABLE t","t":4}')]), "tbl is [], not a string", 16, "key[0].tbl"),
+    (frame([(_key(rid="7"), ROW)]), "rid is '7', not a 64-bit integer", 16, "key[0].rid"),
     (frame([(_key(ts="1"), ROW)]), "ts is '1', not an integer", 16, "key[0].ts"),
     (frame([(_key(ts=-1), ROW)]), "outside 0..2^63-1", 16, "key[0].ts"),
     (frame([(_key(ohk=True), ROW)]), "only the handle-key columns", 16, "key[0].ohk"),
@@ -573,13 +576,39 @@ def test_an_update_round_trips_with_only_the_changed_old_columns(wide_decimals, 
 
 # ----------------------------------------------------------------------------- fuzz
 
-GOLDEN = [
-    BATCH,
-    frame([(DOC_DDL_KEY, DOC_DDL_VALUE)]),
-    frame([(DOC_RESOLVED_KEY, "")]),
-    frame([(_key(), '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":65,"v":"\\\\x00\\\\u00a0"}},'
-                    '"p":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":4,"f":65,"v":-0}}}')]),
+GOLDEN_ENTRIES = [
+    [(ALL_TYPES_KEY, ALL_TYPES_VALUE), (PART_UPDATE_KEY, PART_UPDATE_VALUE), (PART_DELETE_KEY, PART_DELETE_VALUE)],
+    [(DOC_DDL_KEY, DOC_DDL_VALUE)],
+    [(DOC_RESOLVED_KEY, "")],
+    [(_key(), '{"u":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":15,"f":65,"v":"\\\\x00\\\\u00a0"}},'
+              '"p":{"a":{"t":3,"h":true,"f":11,"v":1},"b":{"t":4,"f":65,"v":-0}}}')],
 ]
+
+
+FUZZ_VALUES = [
+    None, True, False, 0, -1, 1, 2**31, 2**63, 2**64 - 1, 2**64, -(2**63) - 1, 1.5, -0.0, 1e300, 1e-7,
+    "", "x", "\\x00", "\\q", "\\400", "\\ud800", "AAEC/w==", "AAE", "é", '"', [], [1], {}, {"t": 3},
+] + sorted(range(0, 256, 7)) + [225, 245, 246, 247, 248, 249, 252, 253, 254, 255, 6]
+
+
+def _mutate_json(rng: random.Random, text: bytes) -> bytes:
+    """Change one field of a parsed event key / value: a column's t, f, h or v, or a whole
+    image or key field, to another JSON value or delete it."""
+    doc = json.loads(text) if text else {}
+    targets = [(doc, k) for k in doc] if isinstance(doc, dict) else []
+    for image in (doc.values() if isinstance(doc, dict) else ()):
+        if isinstance(image, dict):
+            for col in image.values():
+                if isinstance(col, dict):
+                    targets += [(col, k) for k in ("t", "f", "h", "v")]
+    if not targets:
+        return json.dumps(rng.choice(FUZZ_VALUES)).encode()
+    holder, name = rng.choice(targets)
+    if rng.random() < 0.15:
+        holder.pop(name, None)
+    else:
+        holder[name] = rng.choice(FUZZ_VALUES)
+    return json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode()
 
 
 def _mutate(rng: random.Random, data: bytes) -> bytes:
@@ -609,15 +638,27 @@ def test_mutated_golden_messages_raise_only_decode_errors():
     rng = random.Random(20240229)
     codec = get_codec("open-protocol")
     outcomes = {"decoded": 0, "error": 0}
-    for i in range(4000):
-        key, value = rng.choice(GOLDEN)
+    for i in range(10000):
+        entries = [(k.encode(), v.encode()) for k, v in rng.choice(GOLDEN_ENTRIES)]
         which = rng.random()
-        if which < 0.45:
-            key = _mutate(rng, key)
-        elif which < 0.9:
-            value = _mutate(rng, value)
-        else:
-            key, value = _mutate(rng, key), _mutate(rng, value)
+        if which < 0.3:  # change one field of one entry's JSON, frame it with correct lengths
+            n = rng.randrange(len(entries))
+            k, v = entries[n]
+            entries[n] = (_mutate_json(rng, k), v) if rng.random() < 0.3 else (k, _mutate_json(rng, v))
+            key, value = frame(entries)
+        elif which < 0.5:  # mutate one entry's bytes, frame it with correct lengths
+            n = rng.randrange(len(entries))
+            k, v = entries[n]
+            entries[n] = (_mutate(rng, k), v) if rng.random() < 0.3 else (k, _mutate(rng, v))
+            key, value = frame(entries)
+        else:  # mutate the framed bytes
+            key, value = frame(entries)
+            if which < 0.7:
+                key = _mutate(rng, key)
+            elif which < 0.9:
+                value = _mutate(rng, value)
+            else:
+                key, value = _mutate(rng, key), _mutate(rng, value)
         try:
             events = codec.decode(record(key, value, offset=i))
         except DecodeError as e:
@@ -632,4 +673,4 @@ def test_mutated_golden_messages_raise_only_decode_errors():
             decode_record(codec, record(key, value, offset=i))
         except DecodeError as e:
             assert e.object == OBJECT and e.offset == i
-    assert outcomes["error"] > 2000 and outcomes["decoded"] > 100
+    assert outcomes["error"] > 5000 and outcomes["decoded"] > 300, outcomes

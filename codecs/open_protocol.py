@@ -502,7 +502,7 @@ class OpenProtocolCodec(Codec):
             elif kind == _K_INT:
                 if type(value) is not int:
                     raise self._column_error(name, col, vstart, where, mysql_type)
-                data = b"%d" % value
+                data = str(value).encode()
             elif kind == _K_TEXT:
                 if type(value) is not str:
                     raise self._column_error(name, col, vstart, where, mysql_type)

@@ -612,7 +612,7 @@ class OpenProtocolCodec(Codec):
             yield _message(keys, values)
 
     def _compress(self, text: str) -> bytes:
-        return compression.compress(self.config["large-message-handle-compression"], text.encode("utf-8", "surrogateescape"))
+        return compression.compress(self.config["large-message-handle-compression"], text.encode())
 
     def _row_entry(self, event: dict) -> tuple[bytes, bytes]:
         ts = event["commit_ts"]

@@ -33,8 +33,8 @@ docs/protocols/avro.md.
 
 from __future__ import annotations
 
+import decimal
 import io
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +54,6 @@ from .schema_registry import SchemaRegistry, open_registry
 MAGIC_BYTE = 0x00
 DDL_BYTE = 0x01
 WATERMARK_BYTE = 0x02
-TICDC_DELETE_BYTE = 0x03  # newest TiCDC's test-only DELETE value with commit ts: layout unpublished
-GLUE_HEADER_BYTE = 0x03  # AWS Glue registry framing: 0x03 0x00 | 16-byte UUID
 
 DEFAULT_NAMESPACE = "default"  # the changefeed namespace TiCDC writes unless configured otherwise
 OP_FIELD = "_tidb_op"
@@ -147,21 +145,21 @@ def decimal_text(unscaled: int, scale: int) -> bytes:
     return f"{sign}{digits[:-scale]}.{digits[-scale:]}".encode()
 
 
-_DECIMAL_TEXT = re.compile(rb"^\s*([+-]?)(\d*)(?:\.(\d*))?\s*$")
+_DECIMAL_CONTEXT = decimal.Context(prec=200, traps=[decimal.InvalidOperation])
 
 
 def decimal_unscaled(text: bytes, scale: int) -> int:
     """The unscaled integer of a decimal text at `scale`; ValueError when it needs more digits."""
-    m = _DECIMAL_TEXT.match(text)
-    if not m or not (m.group(2) or m.group(3)):
-        raise ValueError(f"{text[:40]!r} is not a decimal number")
-    sign, whole, frac = m.group(1), m.group(2) or b"0", m.group(3) or b""
-    if len(frac) > scale:
-        if frac[scale:].strip(b"0"):
-            raise ValueError(f"{text[:40]!r} has more than the column's {scale} fraction digits")
-        frac = frac[:scale]
-    value = int(whole + frac.ljust(scale, b"0"))
-    return -value if sign == b"-" else value
+    try:
+        number = _DECIMAL_CONTEXT.create_decimal(text.decode("ascii").strip())
+    except (UnicodeDecodeError, decimal.InvalidOperation):
+        raise ValueError(f"{text[:40]!r} is not a decimal number") from None
+    if not number.is_finite() or abs(number.adjusted()) > 100:
+        raise ValueError(f"{text[:40]!r} is not a DECIMAL value")
+    scaled = number.scaleb(scale, _DECIMAL_CONTEXT)
+    if scaled != scaled.to_integral_value():
+        raise ValueError(f"{text[:40]!r} has more than the column's {scale} fraction digits")
+    return int(scaled)
 
 
 def signed_bytes(n: int) -> bytes:
@@ -357,7 +355,7 @@ def _branch(field_type: Any) -> tuple[Any, bool]:
     return field_type, False
 
 
-def _int_param(params: dict, branch: dict, key: str) -> int | None:
+def _int_param(branch: dict, key: str) -> int | None:
     v = branch.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -411,8 +409,8 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
         expect("bytes")
         if branch.get("logicalType") != "decimal":
             raise _SchemaProblem(f"column {name!r}: DECIMAL bytes without logicalType decimal")
-        precision = _int_param(params, branch, "precision")
-        scale = _int_param(params, branch, "scale") or 0
+        precision = _int_param(branch, "precision")
+        scale = _int_param(branch, "scale") or 0
         if precision is None or not 0 <= scale <= 65 or precision <= 0:
             raise _SchemaProblem(f"column {name!r}: decimal precision/scale {branch.get('precision')!r}/{branch.get('scale')!r}")
         return f"decimal({precision},{scale})", flags, lambda v: (decimal_text(int.from_bytes(v, "big", signed=True), scale), None)
@@ -587,11 +585,6 @@ class AvroCodec(Codec):
                 return [self._decode_ddl(value)]
             if first == WATERMARK_BYTE:
                 return [self._decode_watermark(value)]
-            if first == TICDC_DELETE_BYTE and not (len(value) > 1 and value[1] == 0x00):
-                raise self.error(
-                    "value starts with 0x03: newest TiCDC's test-only DELETE-with-commit-ts value "
-                    "(avro-enable-watermark), whose layout is not published: not supported",
-                    byte_offset=0, field="value")
         return [self._decode_row(key, value)]
 
     def _read(self, data: bytes, part: str) -> tuple[_WriterSchema, dict]:
@@ -600,8 +593,9 @@ class AvroCodec(Codec):
                              byte_offset=len(data), field=part)
         if data[0] != MAGIC_BYTE:
             hint = ""
-            if data[0] == GLUE_HEADER_BYTE and data[1] == 0x00:
-                hint = " (it looks like the AWS Glue registry framing, which this codec does not read)"
+            if data[0] == 0x03:
+                hint = (" (0x03 starts both the AWS Glue registry framing, 0x03 0x00 + UUID, and newest "
+                        "TiCDC's test-only DELETE-with-commit-ts value; this codec reads neither)")
             elif part == "value" and data[0] in (DDL_BYTE, WATERMARK_BYTE):
                 hint = " (a DDL/watermark value, but the record has a key)"
             raise self.error(f"{part} starts with byte 0x{data[0]:02x}, not the Confluent magic byte 0x00{hint}",
@@ -742,7 +736,7 @@ class AvroCodec(Codec):
         ts = int.from_bytes(value[1:9], "big")
         if ts >= 1 << 63:
             raise self.error(f"watermark ts {ts} is outside 0..2^63-1", byte_offset=1, field="value")
-        return new_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=ts >> 18)
+        return new_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=(ts >> 18) or None)
 
     # ---------------------------------------------------------------- encode
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:

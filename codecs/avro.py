@@ -366,7 +366,8 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
 
     def expect(*prims: str) -> None:
         if prim not in prims:
-            raise _SchemaProblem(f"column {name!r}: tidb_type {tidb_type} written as Avro {prim}, expected {'/'.join(prims)}")
+            raise _SchemaProblem(
+                f"column {name!r}: tidb_type {tidb_type} written as Avro {prim}, expected {'/'.join(prims)}")
 
     def text(v):
         return bytes(v), None
@@ -412,8 +413,12 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
         precision = _int_param(branch, "precision")
         scale = _int_param(branch, "scale") or 0
         if precision is None or not 0 <= scale <= 65 or precision <= 0:
-            raise _SchemaProblem(f"column {name!r}: decimal precision/scale {branch.get('precision')!r}/{branch.get('scale')!r}")
-        return f"decimal({precision},{scale})", flags, lambda v: (decimal_text(int.from_bytes(v, "big", signed=True), scale), None)
+            raise _SchemaProblem(
+                f"column {name!r}: decimal precision/scale {branch.get('precision')!r}/{branch.get('scale')!r}")
+
+        def unscaled(v):
+            return decimal_text(int.from_bytes(v, "big", signed=True), scale), None
+        return f"decimal({precision},{scale})", flags, unscaled
     if tidb_type == "TEXT":
         expect("string")
         return "longtext", flags, text
@@ -487,7 +492,8 @@ class _WriterSchema:
             elif isinstance(branch, dict) and isinstance(branch.get("type"), str):
                 prim = branch["type"]
             else:
-                raise _SchemaProblem(f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
+                raise _SchemaProblem(
+                    f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
             params = branch.get("connect.parameters")
             tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
             if tidb_type is None and fname in _EXTENSION_TYPES:
@@ -516,7 +522,8 @@ def _normal(schema: dict) -> dict:
         if isinstance(t, list) and "null" in t:
             t = ["null", *[x for x in t if x != "null"]]
         fields.append({"name": f.get("name"), "type": t})
-    return {"type": schema.get("type"), "name": schema.get("name"), "namespace": schema.get("namespace"), "fields": fields}
+    return {"type": schema.get("type"), "name": schema.get("name"), "namespace": schema.get("namespace"),
+            "fields": fields}
 
 
 # ----------------------------------------------------------------------------- encode plans
@@ -760,7 +767,7 @@ class AvroCodec(Codec):
 
     @staticmethod
     def _ddl_json(event: dict) -> str:
-        extras = event.get("extras") or {}
+        extras = _extras(event)
         code = extras.get("avro.ddl_type_code")
         if code is None or not str(code).isdigit():
             code = ACTION_CODES.get(event["ddl_type"] or classify(event["ddl_query"]), 0)
@@ -788,7 +795,7 @@ class AvroCodec(Codec):
                 raise EncodeError(f"key columns {sorted(missing)} are not in the {op} image")
         else:
             key_cols = [c for c in image if c["flags"] & ColumnFlag.HANDLE_KEY]
-        extras = event.get("extras") or {}
+        extras = _extras(event)
         key = None
         if key_cols:
             key = self._record(subject + "-key", event, key_cols, None, extras.get("avro.key_schema_id"))
@@ -811,7 +818,7 @@ class AvroCodec(Codec):
         return EncodedMessage(key, value)
 
     def _plan(self, event: dict, columns: list[dict], extension: dict | None) -> _EncPlan:
-        namespace = (event.get("extras") or {}).get("avro.namespace", DEFAULT_NAMESPACE)
+        namespace = _extras(event).get("avro.namespace", DEFAULT_NAMESPACE)
         shape = tuple(
             (c["name"], c["mysql_type"], c["flags"] & (ColumnFlag.UNSIGNED | ColumnFlag.BINARY),
              bool(c["flags"] & ColumnFlag.NULLABLE or c["value"] is None))
@@ -892,7 +899,18 @@ class AvroCodec(Codec):
                 return hint_id, cached
         found = self._ids.get((subject, plan.text))
         if found is None:
-            schema_id = self.registry.register(subject, plan.text)
-            found = (schema_id, io_schema(plan.obj))
+            try:
+                parsed = io_schema(plan.obj)
+            except Exception as e:  # fastavro's SchemaParseException: e.g. an empty table name
+                raise EncodeError(f"{subject}: the generated schema is not valid Avro: {e}") from e
+            found = (self.registry.register(subject, plan.text), parsed)
             self._ids[(subject, plan.text)] = found
         return found
+
+
+def _extras(event: dict) -> dict:
+    """An event's extras as a dict (Arrow hands maps over as lists of pairs)."""
+    extras = event.get("extras")
+    if not extras:
+        return {}
+    return extras if isinstance(extras, dict) else dict(extras)

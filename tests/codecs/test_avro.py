@@ -804,3 +804,13 @@ def test_events_that_went_through_arrow_reencode_the_same(tmp_path):
     [arrow_event] = to_record_batch([event]).to_pylist()
     assert isinstance(arrow_event["extras"], list)
     assert only(codec.encode([arrow_event], topic="shop.orders", partition=0)) == (key, value)
+
+
+def test_text_that_is_not_utf8_survives_as_raw_bytes(tmp_path):
+    """TiCDC's Go strings may hold any bytes; Avro strings are read and written as bytes."""
+    codec = codec_for(f"file://{tmp_path}")
+    event = new_event(Kind.ROW, op=Op.INSERT, database="d", table="t", key_columns=[],
+                      after=[column("s", b"ok\xff\xfe\xed\xa0\x80", "varchar(10)")])
+    key, value = only(codec.encode([event], topic="t", partition=0))
+    assert key is None and value == framed(1, blob(b"ok\xff\xfe\xed\xa0\x80"))
+    assert decode_record(codec, record(None, value))[0]["after"][0]["value"] == b"ok\xff\xfe\xed\xa0\x80"

@@ -1,0 +1,1 @@
+"""Test helpers that run real services (no mocks): a schema registry over HTTP."""

@@ -368,8 +368,7 @@ class OceanBaseAvroCodec(Codec):
             return base, MySQLType(base or "")
         if isinstance(base, tuple):
             binary = any(
-                v["type_info"] in _BINARY_INFOS or (v["value"] is not None and v["value"][0] == "bytes")
-                for v in values
+                v["type_info"] in _BINARY_INFOS or isinstance(_member(v["value"])[1], bytes) for v in values
             )
             text = any(v["type_info"] in _TEXT_INFOS for v in values)
             if text or binary:
@@ -377,22 +376,21 @@ class OceanBaseAvroCodec(Codec):
             else:  # all NULL without a telling type_info: the name MySQL gives the code
                 base = base[1] if code in (249, 250, 251, 252) else base[0]
         for v in values:
-            member = v["value"]
-            if member is None or base not in _PARAM_BASES:
+            kind, record = _member(v["value"])
+            if base not in _PARAM_BASES or kind is None:
                 continue
-            kind, record = member
-            if base == "decimal" and kind == _NS + "DecimalObject":
+            if base == "decimal" and kind == "DecimalObject":
                 precision, scale = record["precision"], record["scale"]
                 if not 0 <= scale <= precision or precision <= 0:
                     raise self.error(f"DecimalObject precision {precision} / scale {scale} are invalid",
                                      field=where)
                 return f"decimal({precision},{scale})", MySQLType("decimal", (str(precision), str(scale)))
-            if base == "bit" and kind == _NS + "BitObject":
+            if base == "bit" and kind == "BitObject":
                 length = record["bit_length"]
                 if not 1 <= length <= 64:
                     raise self.error(f"BitObject bit_length {length} is outside 1..64", field=where)
                 return f"bit({length})", MySQLType("bit", (str(length),))
-            if base in ("enum", "set") and kind == _NS + "EnumSetValue" and record["defines"] is not None:
+            if base in ("enum", "set") and kind == "EnumSetValue" and record["defines"] is not None:
                 labels = tuple(record["defines"])
                 text = f"{base}(" + ",".join(quote_label(label) for label in labels) + ")"
                 return text, MySQLType(base, labels)
@@ -400,12 +398,9 @@ class OceanBaseAvroCodec(Codec):
 
     def _render(self, column_value: dict, mysql_type: MySQLType, where: str) -> tuple[bytes | None, str | None]:
         """(canonical value bytes, ENUM/SET label) of one ColumnValue."""
-        member = column_value["value"]
-        if member is None:
+        if column_value["value"] is None:
             return None, None
-        kind, value = member if isinstance(member, tuple) else (None, member)
-        if kind in _PRIMITIVES:  # the encoder names the member; fastavro's reader does not
-            kind = None
+        kind, value = _member(column_value["value"])
         base = mysql_type.base
         binary = base in BINARY_BASES
         try:
@@ -426,7 +421,7 @@ class OceanBaseAvroCodec(Codec):
                     number = enum_set_value(mysql_type, value) if mysql_type.labels else None
                     return (number if number is not None else value.encode()), value
                 return self._text(value, binary, base), None
-            name = kind[len(_NS):]
+            name = kind
             if name == "StringObject":
                 text = value["value"]
                 return self._text(text, binary or value["charsetName"].lower() == "binary", base), None
@@ -564,15 +559,19 @@ class OceanBaseAvroCodec(Codec):
         if raw is None:
             return {"type_info": info, "value": None}
         try:
-            candidate = self._structured(mysql_type, raw, col["label"])
+            candidates = [self._structured(mysql_type, raw, col["label"])]
         except (ValueError, ArithmeticError, OverflowError, UnicodeDecodeError):
-            candidate = None
-        if candidate is not None:
+            candidates = []
+        if col["label"] is not None:  # a label on a type without labels: EnumSetValue keeps it
+            candidates.append((_NS + "EnumSetValue", {"value": col["label"], "defines": None}))
+        for candidate in candidates:
+            if candidate is None:
+                continue
             try:
-                rendered, _ = self._render({"value": candidate}, self._render_type(mysql_type, candidate), "")
+                rendered = self._render({"value": candidate}, self._render_type(mysql_type, candidate), "")
             except DecodeError:
-                rendered = None
-            if rendered == raw:
+                continue
+            if rendered == (raw, col["label"]):
                 return {"type_info": info, "value": candidate}
         if mysql_type.base in BINARY_BASES or mysql_type.base == "geometry":
             return {"type_info": info, "value": ("bytes", raw)}
@@ -582,8 +581,8 @@ class OceanBaseAvroCodec(Codec):
             return {"type_info": info, "value": ("bytes", raw)}
 
     def _render_type(self, mysql_type: MySQLType, candidate) -> MySQLType:
-        kind, value = candidate
-        if kind == _NS + "EnumSetValue" and value["defines"] is not None:
+        kind, value = _member(candidate)
+        if kind == "EnumSetValue" and value["defines"] is not None:
             return MySQLType(mysql_type.base, tuple(value["defines"]))
         return mysql_type
 
@@ -658,6 +657,15 @@ class OceanBaseAvroCodec(Codec):
 
 # ---------------------------------------------------------------------------- value texts
 
+def _member(value) -> tuple[str | None, object]:
+    """(record name without namespace, or None for a primitive member; the value). fastavro's
+    reader gives records as (full name, dict) and primitives bare; the encoder names both."""
+    if isinstance(value, tuple):
+        kind, inner = value
+        return (None, inner) if kind in _PRIMITIVES else (kind[len(_NS):], inner)
+    return None, value
+
+
 def _decimal_text(text: str, scale: int) -> str:
     """DecimalObject.value with the column's scale: a plain number gets its missing fraction
     zeros; anything else that is a finite decimal is kept as written."""
@@ -667,7 +675,10 @@ def _decimal_text(text: str, scale: int) -> str:
         if digits < scale:
             return text + ("" if m.group(1) else ".") + "0" * (scale - digits)
         return text
-    number = decimal.Decimal(text)  # InvalidOperation (an ArithmeticError) for garbage
+    try:
+        number = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        raise ValueError(f"DecimalObject value {text!r} is not a number") from None
     if not number.is_finite():
         raise ValueError(f"DecimalObject value {text!r} is not a finite number")
     return text

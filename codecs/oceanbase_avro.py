@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import io
 import json
 import re
@@ -169,6 +170,7 @@ def format_float(value: float, single: bool) -> str:
     return np.format_float_positional(number, unique=True, trim="-")
 
 
+@functools.lru_cache(maxsize=256)
 def parse_zone(text: str) -> dt.tzinfo:
     """A time zone: "UTC", a fixed offset "+08:00" / "-0530", or an IANA name."""
     m = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", text.strip())
@@ -205,7 +207,7 @@ class OceanBaseAvroCodec(Codec):
     def validate(self) -> None:
         try:
             self.zone = parse_zone(self.config["time-zone"])
-        except (ValueError, zoneinfo.ZoneInfoNotFoundError) as e:
+        except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError) as e:
             raise ConfigError(f"option time-zone={self.config['time-zone']!r}: not a time zone ({e})") from None
         if not 0 <= self.config["avro-schema-id"] < 1 << 32:
             raise ConfigError("option avro-schema-id: expected 0..4294967295")
@@ -421,32 +423,30 @@ class OceanBaseAvroCodec(Codec):
                     number = enum_set_value(mysql_type, value) if mysql_type.labels else None
                     return (number if number is not None else value.encode()), value
                 return self._text(value, binary, base), None
-            name = kind
-            if name == "StringObject":
+            if kind == "StringObject":
                 text = value["value"]
                 return self._text(text, binary or value["charsetName"].lower() == "binary", base), None
-            if name == "DecimalObject":
+            if kind == "DecimalObject":
                 return _decimal_text(value["value"], value["scale"]).encode(), None
-            if name == "DateObject":
+            if kind == "DateObject":
                 return _date_text(value["year"], value["month"], value["day"]).encode(), None
-            if name == "TimeObject":
+            if kind == "TimeObject":
                 return _time_text(value["negative"], value["hours"], value["minutes"], value["seconds"],
                                   value["nanos"]).encode(), None
-            if name == "DateTimeObject":
+            if kind == "DateTimeObject":
                 return (_date_text(value["year"], value["month"], value["day"]) + " " + _time_text(
                     False, value["hours"], value["minutes"], value["seconds"], value["nanos"], 23)).encode(), None
-            if name == "TimestampObject":
+            if kind == "TimestampObject":
                 zone = parse_zone(value["timezone"]) if value["timezone"] else self.zone
                 return _timestamp_text(value["seconds"], value["nanos"], zone).encode(), None
-            if name == "BitObject":
-                text = value["value"]
+            if kind == "BitObject":
+                text, length = value["value"], value["bit_length"]
                 if not text.isascii() or not text.isdigit():
                     raise ValueError(f"BitObject value {text!r} is not an unsigned decimal")
-                number = int(text)
-                if number >> value["bit_length"] if 0 <= value["bit_length"] <= 64 else number >> 64:
-                    raise ValueError(f"BitObject value {text} does not fit {value['bit_length']} bits")
-                return str(number).encode(), None
-            if name == "EnumSetValue":
+                if not 1 <= length <= 64 or int(text) >> length:
+                    raise ValueError(f"BitObject value {text} does not fit {length} bits")
+                return str(int(text)).encode(), None
+            if kind == "EnumSetValue":
                 label = value["value"]
                 if value["defines"] is None or mysql_type.labels is None:
                     return label.encode(), label  # labels only: the value is the label text
@@ -454,9 +454,9 @@ class OceanBaseAvroCodec(Codec):
                 if number is None:
                     raise ValueError(f"{label!r} is not made of the defines {value['defines']}")
                 return number, label
-            if name == "GeometryValue":
+            if kind == "GeometryValue":
                 return struct.pack("<i", value["srid"]) + value["wkb"], None
-        except (ValueError, OverflowError, ArithmeticError, zoneinfo.ZoneInfoNotFoundError) as e:
+        except (ValueError, OverflowError, ArithmeticError, OSError, zoneinfo.ZoneInfoNotFoundError) as e:
             raise self.error(f"bad {kind or type(value).__name__} value: {e}", field=where) from e
         raise self.error(f"unknown value member {kind}", field=where)
 
@@ -480,15 +480,17 @@ class OceanBaseAvroCodec(Codec):
             position = event["position"]
             record_id = position[0] if position is not None and len(position) == 1 else last_id + 1
             last_id = record_id
-            record = self._record(event, record_id)
             buffer = io.BytesIO()
-            extras = event.get("extras") or {}
-            if self.config["avro-framing"] == "confluent":
-                schema_id = int(extras.get(EXTRA + "schemaId", self.config["avro-schema-id"]))
-                buffer.write(struct.pack(">BI", CONFLUENT_MAGIC, schema_id))
             try:
+                record = self._record(event, record_id)
+                if self.config["avro-framing"] == "confluent":
+                    extras = event.get("extras") or {}
+                    schema_id = int(extras.get(EXTRA + "schemaId", self.config["avro-schema-id"]))
+                    buffer.write(struct.pack(">BI", CONFLUENT_MAGIC, schema_id))
                 fastavro.schemaless_writer(buffer, SCHEMA, record)
-            except Exception as e:
+            except EncodeError:
+                raise
+            except Exception as e:  # bad extras or values beyond what the schema's types hold
                 raise EncodeError(f"oceanbase-avro: event does not fit the AvroRecord schema: {e}") from e
             yield EncodedMessage(None, buffer.getvalue())
 
@@ -573,7 +575,8 @@ class OceanBaseAvroCodec(Codec):
                 continue
             if rendered == (raw, col["label"]):
                 return {"type_info": info, "value": candidate}
-        if mysql_type.base in BINARY_BASES or mysql_type.base == "geometry":
+        if mysql_type.base in BINARY_BASES or mysql_type.base in ("geometry", "enum", "set"):
+            # (a plain string in an ENUM / SET column would be read back as a label)
             return {"type_info": info, "value": ("bytes", raw)}
         try:
             return {"type_info": info, "value": ("string", raw.decode("utf-8"))}

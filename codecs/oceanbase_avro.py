@@ -3,7 +3,7 @@ message, as plain Avro binary or in the Confluent wire format (0x00, 4-byte sche
 
 Layers, kept apart:
 
-* framing (`_unframe` / `_frame`): plain or Confluent; the Kafka framing is not documented by
+* framing (`_read`, `encode`): plain or Confluent; the Kafka framing is not documented by
   OceanBase, so decoding accepts both (option `avro-framing=auto`) and encoding writes plain Avro
   unless told otherwise;
 * the schema: the seed's AvroRecord schema, kept as schemas/oceanbase-avro-record.avsc and read
@@ -11,6 +11,10 @@ Layers, kept apart:
   `int`, is dropped there: fastavro rejects it and defaults never reach the binary encoding);
 * value conversion (`_render` / `_carry`): every `ColumnValue.value` union member to and from the
   canonical text of docs/canonical-events.md.
+
+Written by hand, because no kept library does it: the 5-byte Confluent header (`struct`; no
+registry is consulted, the schema is always AvroRecord) and the value conversion (OMS's value
+records are its own). Avro itself is fastavro's.
 
 What the records mean (docs/protocols/oceanbase-avro.md has the full mapping and the losses):
 

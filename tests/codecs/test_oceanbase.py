@@ -9,7 +9,6 @@ canal-json codec."""
 from __future__ import annotations
 
 import io
-import json
 import random
 import struct
 

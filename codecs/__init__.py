@@ -29,3 +29,4 @@ __all__ = [
     "ConfigError", "DecodeError", "EncodeError", "EVENT_SCHEMA", "ColumnFlag", "Kind", "Op",
     "column", "new_event",
 ]
+from . import oceanbase_avro  # noqa: E402,F401  (registers the protocol)

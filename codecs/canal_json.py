@@ -15,6 +15,7 @@ Deliberate deviations from TiCDC (documented in docs/protocols/canal-json.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 import orjson
@@ -246,7 +247,7 @@ class CanalJsonCodec(Codec):
             raise self.error(f"column {name!r} value {value!r} is not a string", field=f"{where}.{name}")
         return {
             "name": name,
-            "mysql_type": type_text,
+            "mysql_type": _lower_type(type_text),
             "flags": int(flags),
             "value": data,
             "label": enum_set_label(mysql_type, data) if mysql_type.labels else None,
@@ -380,6 +381,18 @@ class _ColumnText:
             self.json_value = quote(self.raw.decode("latin-1"))
         else:
             self.json_value = quote(self.raw.decode("utf-8", "replace"))
+
+
+_QUOTED = re.compile(r"('(?:[^'\\]|\\.|'')*')")
+
+
+def _lower_type(text: str | None) -> str | None:
+    """The canonical mysql_type is lower case (OceanBase writes "VARCHAR(255)"); quoted ENUM/SET
+    labels keep their case."""
+    if not text:
+        return text
+    parts = _QUOTED.split(text)
+    return "".join(p if i % 2 else p.lower() for i, p in enumerate(parts))
 
 
 def _rows_json(columns: list[_ColumnText]) -> str:

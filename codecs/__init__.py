@@ -20,6 +20,7 @@ from .errors import CodecError, ConfigError, DecodeError, EncodeError
 from .events import EVENT_SCHEMA, ColumnFlag, Kind, Op, column, new_event
 
 from . import canal_json  # noqa: E402,F401  (registers the protocol)
+from . import canal_protobuf  # noqa: E402,F401  (registers the protocol)
 
 __all__ = [
     "Codec", "EncodedMessage", "KafkaRecord", "Option", "codec_class", "decode_record",

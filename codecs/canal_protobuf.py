@@ -67,8 +67,9 @@ def binlog_file_number(name: str) -> int | None:
 
 
 def _spans(data: bytes) -> dict[int, list[tuple[int, int]]] | None:
-    """Payload spans of the length-delimited fields of one serialized message, by field
-    number; None when the bytes are not a plain message (groups or truncation)."""
+    """Payload spans of the fields of one serialized message, by field number (a varint's own
+    bytes, a length-delimited field's payload); None when the bytes are not a plain message
+    (groups or truncation)."""
     spans: dict[int, list[tuple[int, int]]] = {}
     i, n = 0, len(data)
 
@@ -90,7 +91,9 @@ def _spans(data: bytes) -> dict[int, list[tuple[int, int]]] | None:
             tag = varint()
             number, wire = tag >> 3, tag & 7
             if wire == 0:
+                start = i
                 varint()
+                spans.setdefault(number, []).append((start, i))
             elif wire == 1:
                 i += 8
             elif wire == 5:
@@ -173,6 +176,8 @@ class CanalProtobufCodec(Codec):
         entry_spans = (_spans(packet.body) or {}).get(2, [])
 
         packet_form = self._packet_form(packet)
+        if packet_form == "raw" and not messages.batch_id and 1 not in (_spans(packet.body) or {}):
+            packet_form = "bare"  # no header fields and no batch id: not Canal's raw path
         context = {"canal.id": str(messages.batch_id)}
         if packet_form != _STANDARD_PACKET:
             context["canal.packet"] = packet_form
@@ -255,7 +260,7 @@ class CanalProtobufCodec(Codec):
             parts.append(f"version={packet.version}")
         if packet.HasField("compression"):
             parts.append(f"compression={packet.compression}")
-        return ",".join(parts) or "raw"
+        return ",".join(parts) or "raw"  # Canal's raw path writes type and body only
 
     def _entry_events(self, entry, change, at: int, where: str) -> list[dict] | None:
         """The events of one ROWDATA entry; None for an entry that is no event (a statement
@@ -265,8 +270,8 @@ class CanalProtobufCodec(Codec):
         is_ddl = change.isDdl if change.HasField("isDdl") else False
         extras = self._header_extras(header)
         seq = binlog_file_number(header.logfileName) if header.logfileName else None
-        if header.logfileName and seq is None:
-            raise self.error(f"binlog file name {header.logfileName!r} has no numeric suffix to order by",
+        if header.logfileName and (seq is None or seq >= 1 << 63):
+            raise self.error(f"binlog file name {header.logfileName!r} has no numeric suffix (below 2^63) to order by",
                              byte_offset=at, field=f"{where}.header.logfileName")
         execute_ts = header.executeTime or None
         if execute_ts is not None and execute_ts < 0:

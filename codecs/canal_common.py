@@ -64,37 +64,57 @@ def is_binary(mysql_type: MySQLType, type_text: str | None) -> bool:
     return "blob" in text or "binary" in text
 
 
+class TypeInfo:
+    """What Canal's rules derive from a column type string (cached: columns repeat)."""
+
+    __slots__ = ("mysql_type", "binary", "kind", "flags", "sql_null", "sql_value", "promotion")
+
+    def __init__(self, type_text: str | None):
+        t = parse_type(type_text)
+        base = t.base
+        self.mysql_type = t
+        self.binary = is_binary(t, type_text)
+        self.kind = "binary" if self.binary else base if base in ("float", "double", "timestamp") else "text"
+        self.flags = int((ColumnFlag.BINARY if self.binary else 0) | (ColumnFlag.UNSIGNED if t.unsigned else 0))
+        # NULL: Canal keeps the code of the raw binlog column type
+        if base in ("tinyblob", "tinytext", "varbinary"):
+            self.sql_null = -3  # VARBINARY (a BLOB of pack length 1 in the binlog)
+        elif base in ("blob", "mediumblob", "longblob", "text", "mediumtext", "longtext"):
+            self.sql_null = -4  # LONGVARBINARY
+        elif base == "binary" or base in _SPATIAL or base == "set":
+            self.sql_null = -2  # BINARY
+        elif base == "json":
+            self.sql_null = 1111  # OTHER
+        else:
+            self.sql_null = _SQL_TYPES.get(base, 12)
+        if base in TEXT_BASES:
+            self.sql_value = CLOB
+        elif self.binary or base in _SPATIAL:
+            self.sql_value = BLOB
+        else:
+            self.sql_value = _SQL_TYPES.get(base, 12)
+        self.promotion = _UNSIGNED_PROMOTION.get(base) if t.unsigned else None
+
+
+@functools.lru_cache(maxsize=4096)
+def type_info(type_text: str | None) -> TypeInfo:
+    return TypeInfo(type_text)
+
+
 def canal_sql_type(type_text: str | None, value: bytes | None) -> int:
     """The java.sql.Types code Canal writes for a column of `type_text` holding `value`
     (canonical bytes, None for NULL)."""
-    t = parse_type(type_text)
-    base = t.base
-    if value is None:  # Canal keeps the code of the raw binlog column type
-        if base in ("tinyblob", "tinytext"):
-            return -3  # VARBINARY (binlog BLOB with pack length 1)
-        if base in ("blob", "mediumblob", "longblob", "text", "mediumtext", "longtext"):
-            return -4  # LONGVARBINARY
-        if base == "varbinary":
-            return -3
-        if base == "binary" or base in _SPATIAL or base == "set":
-            return -2  # BINARY
-        if base == "json":
-            return 1111  # OTHER
-        return _SQL_TYPES.get(base, 12)
-    if base in TEXT_BASES:
-        return CLOB
-    if is_binary(t, type_text) or base in _SPATIAL:
-        return BLOB
-    code = _SQL_TYPES.get(base, 12)
-    promotion = _UNSIGNED_PROMOTION.get(base)
-    if promotion and t.unsigned:
-        limit, wider = promotion
+    info = type_info(type_text)
+    if value is None:
+        return info.sql_null
+    if info.promotion:
+        limit, wider = info.promotion
         try:
             if int(value) > limit:
-                code = wider
+                return wider
         except ValueError:
             pass
-    return code
+    return info.sql_value
 
 
 # ----------------------------------------------------------------------------- FLOAT / DOUBLE
@@ -194,14 +214,8 @@ def timestamp_from_utc(text: str, zone: dt.tzinfo) -> str:
 # ----------------------------------------------------------------------------- values
 
 def column_flags(mysql_type: MySQLType, type_text: str | None, is_key: bool) -> int:
-    flags = 0
-    if is_binary(mysql_type, type_text):
-        flags |= ColumnFlag.BINARY
-    if mysql_type.unsigned:
-        flags |= ColumnFlag.UNSIGNED
-    if is_key:
-        flags |= ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
-    return int(flags)
+    flags = type_info(type_text).flags
+    return flags | int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY) if is_key else flags
 
 
 def canal_text(column: dict, zone: dt.tzinfo = dt.timezone.utc) -> str | None:
@@ -209,45 +223,45 @@ def canal_text(column: dict, zone: dt.tzinfo = dt.timezone.utc) -> str | None:
     value = column["value"]
     if value is None:
         return None
-    type_text = column["mysql_type"]
-    t = parse_type(type_text)
-    if is_binary(t, type_text):
+    info = type_info(column["mysql_type"])
+    if info.binary:
         return value.decode("latin-1")
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
         raise EncodeError(
-            f"column {column['name']!r} ({type_text}) holds bytes that are not UTF-8 text: "
+            f"column {column['name']!r} ({column['mysql_type']}) holds bytes that are not UTF-8 text: "
             f"{value[max(e.start - 4, 0):e.end + 4]!r}") from None
-    if t.base in ("float", "double"):
-        try:
-            return java_float_text(text, t.base == "float")
-        except ValueError:
-            return text
-    if t.base == "timestamp":
+    kind = info.kind
+    if kind == "text":
+        return text
+    if kind == "timestamp":
         try:
             return timestamp_from_utc(text, zone)
         except (ValueError, OverflowError):
             return text
-    return text
+    try:
+        return java_float_text(text, kind == "float")
+    except ValueError:
+        return text
 
 
-def canonical_bytes(text: str, mysql_type: MySQLType, type_text: str | None,
-                    zone: dt.tzinfo = dt.timezone.utc) -> bytes:
+def canonical_bytes(text: str, type_text: str | None, zone: dt.tzinfo = dt.timezone.utc) -> bytes:
     """Canal's Java string -> canonical value bytes. Raises ValueError when the text cannot be
     the value of such a column (binary text outside ISO-8859-1, a float that is not one, a
     TIMESTAMP that is not a timestamp)."""
-    if is_binary(mysql_type, type_text):
+    kind = type_info(type_text).kind
+    if kind == "text":
+        return text.encode("utf-8")
+    if kind == "binary":
         try:
             return text.encode("latin-1")
         except UnicodeEncodeError as e:
             raise ValueError(
                 f"binary value holds character U+{ord(text[e.start]):04X}, outside ISO-8859-1") from None
-    if mysql_type.base in ("float", "double"):
-        text = canonical_float(text, mysql_type.base == "float")
-    elif mysql_type.base == "timestamp":
-        text = timestamp_to_utc(text, zone)
-    return text.encode("utf-8")
+    if kind == "timestamp":
+        return timestamp_to_utc(text, zone).encode("utf-8")
+    return canonical_float(text, kind == "float").encode("utf-8")
 
 
 # ----------------------------------------------------------------------------- flat message JSON

@@ -32,20 +32,15 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import EncodeError as ProtobufEncodeError
 
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
-from .canal_common import (
-    canal_sql_type,
-    canal_text,
-    canonical_bytes,
-    column_flags,
-    time_zone,
-)
+from .canal_common import canal_sql_type, canal_text, canonical_bytes, time_zone, type_info
 from .canal_json import canal_ddl_type
 from .ddl_types import classify
 from .errors import EncodeError
-from .events import CONTENT_FIELDS, Kind, Op, new_event
-from .mysql_types import enum_set_label, parse_type
+from .events import CONTENT_FIELDS, ColumnFlag, Kind, Op, new_event
+from .mysql_types import enum_set_label
 from .proto import canal_pb2 as pb
 
+_KEY_FLAGS = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
 ENTRY = pb.EntryType
 EVENT = pb.EventType
 _ROW_OPS = {EVENT.INSERT: Op.INSERT, EVENT.UPDATE: Op.UPDATE, EVENT.DELETE: Op.DELETE}
@@ -139,10 +134,11 @@ class CanalProtobufCodec(Codec):
         Option("packet-form", "builder",
                "Packet layout for events not decoded from Canal protobuf: builder (version=1, "
                "as with canal.mq.partitionHash) or raw (an unsplit batch)", str, ("builder", "raw")),
-        Option("keep-original-entries", True,
-               "when an entry differs from what the encoder would write for its events (unknown "
-               "fields, other sqlType codes, ...), keep its bytes in extras for a byte-exact "
-               "re-encode (costs one trial encode per entry while decoding)", bool),
+        Option("keep-original-entries", False,
+               "when an entry differs from what the encoder writes for its events (unknown fields, "
+               "other sqlType codes or column indexes, missing proto2-default fields, ...), keep "
+               "its bytes in extras so that re-encoding is byte-exact; costs a trial encode per "
+               "entry (about twice the decode time)", bool),
     )
     ddl_placement = "first"
     watermark_placement = "all"
@@ -347,23 +343,26 @@ class CanalProtobufCodec(Codec):
         if not columns:
             return None
         image = []
+        zone = self.zone
         for c in columns:
             type_text = c.mysqlType or None
-            mysql_type = parse_type(type_text)
+            info = type_info(type_text)
             if c.isNull:
                 value = None
             else:
                 try:
-                    value = canonical_bytes(c.value, mysql_type, type_text, self.zone)
+                    value = canonical_bytes(c.value, type_text, zone)
                 except (ValueError, OverflowError) as e:
                     raise self.error(f"column {c.name!r} ({type_text}): {e}", byte_offset=at,
                                      field=f"{where}.{c.name}") from None
+            flags = info.flags | _KEY_FLAGS if c.isKey else info.flags
+            labels = info.mysql_type.labels
             image.append({
                 "name": c.name,
                 "mysql_type": type_text,
-                "flags": column_flags(mysql_type, type_text, c.isKey),
+                "flags": flags,
                 "value": value,
-                "label": enum_set_label(mysql_type, value) if mysql_type.labels else None,
+                "label": enum_set_label(info.mysql_type, value) if labels else None,
             })
         return image
 
@@ -539,28 +538,24 @@ class CanalProtobufCodec(Codec):
         if op != Op.INSERT and not before:
             raise EncodeError(f"{op} event without its before image")
         keys = set(event["key_columns"] or ())
+        zone = self.zone
         before_texts = []
         for index, c in enumerate(before or ()):
-            text = canal_text(c, self.zone)
+            text = canal_text(c, zone)
             before_texts.append(text)
-            self._column(row.beforeColumns.add(), index, c, text, keys, updated=False)
+            row.beforeColumns.add(
+                index=index, sqlType=canal_sql_type(c["mysql_type"], c["value"]), name=c["name"],
+                isKey=c["name"] in keys, isNull=text is None, value=text or "", mysqlType=c["mysql_type"] or "",
+            )
         for index, c in enumerate(after or ()):
-            text = canal_text(c, self.zone)
+            text = canal_text(c, zone)
             # Canal's isUpdate: changed against the before column of the same index, or no such column
             updated = index >= len(before_texts) or before_texts[index] != text
-            self._column(row.afterColumns.add(), index, c, text, keys, updated=updated)
-
-    @staticmethod
-    def _column(column, index: int, c: dict, text: str | None, keys: set, updated: bool) -> None:
-        column.index = index
-        column.sqlType = canal_sql_type(c["mysql_type"], c["value"])
-        column.name = c["name"]
-        column.isKey = c["name"] in keys
-        column.updated = updated
-        column.isNull = text is None
-        if text is not None:
-            column.value = text
-        column.mysqlType = c["mysql_type"] or ""
+            row.afterColumns.add(
+                index=index, sqlType=canal_sql_type(c["mysql_type"], c["value"]), name=c["name"],
+                isKey=c["name"] in keys, updated=updated, isNull=text is None, value=text or "",
+                mysqlType=c["mysql_type"] or "",
+            )
 
 
 def _varint(value: int) -> bytes:

@@ -84,6 +84,9 @@ def raw_packet(batch_id: int, entries: list[bytes]) -> bytes:
     return vf(3, 7) + sf(5, vf(1, batch_id) + b"".join(sf(2, e) for e in entries))
 
 
+KEEP = {"keep-original-entries": "true"}
+
+
 def record(value: bytes, offset: int = 11) -> KafkaRecord:
     return KafkaRecord("canal", 2, offset, 1700000000000, None, value, (), "s3://b/canal/2/x.avro")
 
@@ -218,7 +221,8 @@ def test_builder_insert_of_every_type_with_the_server_time_zone():
     assert cols["flags"]["value"] == b"65" and cols["y"]["value"] == b"2024"
     assert cols["id"]["flags"] == ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
     assert event["key_columns"] == ["id"]
-    assert "canal.entry" not in event["extras"]  # the encoder writes this entry itself
+    [kept] = decode_record(get_codec("canal-protobuf", {**KEEP, "source-timezone": "Asia/Shanghai"}), record(value))
+    assert "canal.entry" not in kept["extras"]  # Canal's layout: the encoder writes this entry itself
     assert reencode(codec, [event]) == value
     # read in UTC, the TIMESTAMP stays as Canal wrote it
     [utc] = decode_record(get_codec("canal-protobuf"), record(value))
@@ -268,7 +272,7 @@ def test_proto2_defaults_apply_when_fields_are_absent():
     head = sf(2, "mysql-bin.000007") + vf(3, 99) + sf(8, "shop") + sf(9, "t")
     row = sf(1, sf(3, "id") + sf(8, "1") + sf(10, "int")) + sf(2, sf(3, "id") + sf(8, "2") + sf(10, "int"))
     value = vf(3, 7) + sf(5, sf(2, sf(1, head) + sf(3, sf(12, row))))
-    codec = get_codec("canal-protobuf")
+    codec = get_codec("canal-protobuf", KEEP)
     [event] = decode_record(codec, record(value))
     assert (event["kind"], event["op"]) == (Kind.ROW, Op.UPDATE)
     assert values(event["before"]) == {"id": b"1"} and values(event["after"]) == {"id": b"2"}
@@ -277,8 +281,8 @@ def test_proto2_defaults_apply_when_fields_are_absent():
     # not the layout Canal writes: the original entry is kept and the re-encode is still exact
     assert "canal.entry" in event["extras"]
     assert reencode(codec, [event]) == value
-    # without keeping it, the encoder writes Canal's layout, which says the same
-    plain = get_codec("canal-protobuf", {"keep-original-entries": "false"})
+    # without keeping it (the default), the encoder writes Canal's layout, which says the same
+    plain = get_codec("canal-protobuf")
     [again] = decode_record(plain, record(value))
     rewritten = reencode(plain, [again])
     assert rewritten != value
@@ -291,8 +295,9 @@ def test_a_kept_entry_is_not_used_when_the_event_changed():
     head = sf(2, "mysql-bin.000007") + vf(3, 99) + sf(8, "shop") + sf(9, "t")
     row = sf(1, sf(3, "id") + sf(8, "1") + sf(10, "int")) + sf(2, sf(3, "id") + sf(8, "2") + sf(10, "int"))
     value = vf(3, 7) + sf(5, sf(2, sf(1, head) + sf(3, sf(12, row))))
-    codec = get_codec("canal-protobuf")
+    codec = get_codec("canal-protobuf", KEEP)
     [event] = decode_record(codec, record(value))
+    assert "canal.entry" in event["extras"]
     event["after"][0]["value"] = b"3"
     [changed] = decode_record(codec, record(reencode(codec, [event])))
     assert values(changed["after"]) == {"id": b"3"}
@@ -490,7 +495,7 @@ def as_canal_protobuf(event: dict) -> dict | None:
 @settings(max_examples=250, deadline=None)
 @given(events=st.lists(strategies.events(), min_size=1, max_size=5))
 def test_round_trip_of_any_event(events):
-    codec = get_codec("canal-protobuf")
+    codec = get_codec("canal-protobuf", KEEP)  # and what it writes needs no kept original
     messages = list(codec.encode(events, topic="t", partition=1))
     expected = [e for e in map(as_canal_protobuf, events) if e is not None]
     assert len(messages) == len(expected)
@@ -537,7 +542,7 @@ def test_round_trip_of_canal_batches_with_multi_row_entries(events, raw):
     if raw:
         for e in events:
             e["extras"]["canal.packet"] = "raw"
-    codec = get_codec("canal-protobuf")
+    codec = get_codec("canal-protobuf", KEEP)
     [message] = list(codec.encode(events, topic="t", partition=0))
     decoded = decode_record(codec, KafkaRecord("t", 0, 0, None, None, message.value))
     assert [{k: d[k] for k in CONTENT_FIELDS} for d in decoded] == [
@@ -600,7 +605,7 @@ def _mutations(rng: random.Random, data: bytes) -> bytes:
 
 def test_fuzz_mutated_vectors_raise_only_decode_errors():
     rng = random.Random(20240601)
-    codecs = [get_codec("canal-protobuf"), get_codec("canal-protobuf", {"source-timezone": "Asia/Shanghai"})]
+    codecs = [get_codec("canal-protobuf"), get_codec("canal-protobuf", {**KEEP, "source-timezone": "Asia/Shanghai"})]
     vectors = _golden_vectors()
     outcomes = {"events": 0, "errors": 0}
     for n in range(10000):

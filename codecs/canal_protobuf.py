@@ -190,7 +190,8 @@ class CanalProtobufCodec(Codec):
                 entry.ParseFromString(raw)
             except ProtobufDecodeError as e:
                 raise self.error(f"entry is not a Canal Entry: {e}", byte_offset=at, field=where) from e
-            entry_type = entry.entryType if entry.HasField("entryType") else ENTRY.ROWDATA
+            # absent, or the proto3 placeholder 0 that a proto2 reader would not know: ROWDATA
+            entry_type = entry.entryType or ENTRY.ROWDATA
             store_at = at + (_span(raw, 3) or 0)
             if entry_type == ENTRY.ROWDATA:
                 change = self._parse(pb.RowChange, entry.storeValue, store_at, where, "ROWDATA")
@@ -262,7 +263,7 @@ class CanalProtobufCodec(Codec):
         """The events of one ROWDATA entry; None for an entry that is no event (a statement
         annotation, XA COMMIT / ROLLBACK)."""
         header = entry.header
-        event_type = change.eventType if change.HasField("eventType") else EVENT.UPDATE
+        event_type = change.eventType or EVENT.UPDATE  # absent or 0: the proto2 default
         is_ddl = change.isDdl if change.HasField("isDdl") else False
         extras = self._header_extras(header)
         seq = binlog_file_number(header.logfileName) if header.logfileName else None

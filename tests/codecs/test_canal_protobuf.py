@@ -289,6 +289,10 @@ def test_proto2_defaults_apply_when_fields_are_absent():
     [third] = decode_record(plain, record(rewritten))
     same = ("kind", "op", "position", "database", "table", "before", "after")
     assert {k: third[k] for k in same} == {k: again[k] for k in same}
+    # an explicit 0 (proto3's placeholder, unknown to proto2 readers) reads as the default too
+    zero = vf(3, 7) + sf(5, sf(2, sf(1, head) + vf(2, 0) + sf(3, vf(2, 0) + sf(12, row))))
+    [event0] = decode_record(plain, record(zero))
+    assert (event0["kind"], event0["op"]) == (Kind.ROW, Op.UPDATE)
 
 
 def test_a_kept_entry_is_not_used_when_the_event_changed():

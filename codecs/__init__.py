@@ -22,6 +22,7 @@ from .events import EVENT_SCHEMA, ColumnFlag, Kind, Op, column, new_event
 from . import canal_json  # noqa: E402,F401  (registers the protocol)
 from . import open_protocol  # noqa: E402,F401  (registers the protocol)
 from . import avro  # noqa: E402,F401  (registers the protocol)
+from . import canal_protobuf  # noqa: E402,F401  (registers the protocol)
 
 __all__ = [
     "Codec", "EncodedMessage", "KafkaRecord", "Option", "codec_class", "decode_record",

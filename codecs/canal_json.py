@@ -7,6 +7,12 @@ parameters). Encoding writes TiCDC's flavour byte for byte as its encoder does: 
 for DML and `... sqlType, mysqlType, data, old, _tidb` for DDL and watermarks, Go's JSON
 escaping, binary values as ISO-8859-1 characters, value-dependent sqlType promotion.
 
+With `flat-message-flavor=canal` the encoder writes Alibaba Canal's own flat message instead
+(canal_common.flat_message_json: fastjson key order, `old` with only the changed columns,
+mysqlType with parameters, Canal's sqlType codes, es in whole seconds, several rows of one
+table and transaction in one message) and the decoder turns Canal's Java float text ("1.0E10")
+into canonical text; see docs/protocols/canal-protobuf.md.
+
 Deliberate deviations from TiCDC (documented in docs/protocols/canal-json.md):
 * `ts` (the build time, a wall clock in TiCDC) is the decoded message's `ts` when the event
   came from canal-json, else `es`, so re-encoding is reproducible.
@@ -20,10 +26,10 @@ from collections.abc import Iterable, Iterator
 
 import orjson
 
-from . import compression
+from . import canal_common, compression
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
 from .ddl_types import classify
-from .errors import DecodeError, EncodeError
+from .errors import ConfigError, DecodeError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .gojson import quote
 from .mysql_types import (
@@ -125,9 +131,15 @@ class CanalJsonCodec(Codec):
         Option("content-compatible", False, "official-Canal content: mysqlType with parameters; implies only-output-updated-columns", bool),
         Option("only-output-updated-columns", False, "UPDATE `old` holds only the columns that changed", bool),
         Option("large-message-handle-compression", "none", "every value is compressed this way (no marker in the message)", str, compression.NAMES),
+        Option("flat-message-flavor", "ticdc", "ticdc: TiCDC's Canal-JSON; canal: the flat message Alibaba Canal writes (canal.mq.flatMessage=true)", str, ("ticdc", "canal")),
     )
     ddl_placement = "first"
     watermark_placement = "all"
+
+    def validate(self) -> None:
+        if self.config["flat-message-flavor"] == "canal" and self.config["enable-tidb-extension"]:
+            raise ConfigError("flat-message-flavor=canal writes Alibaba Canal's message, which has no _tidb "
+                              "extension: drop enable-tidb-extension")
 
     # ---------------------------------------------------------------- decode
     def decode(self, record: KafkaRecord) -> list[dict]:
@@ -242,6 +254,12 @@ class CanalJsonCodec(Codec):
                         f"binary column {name!r} holds character U+{ord(value[e.start]):04X}, "
                         "outside ISO-8859-1", field=f"{where}.{name}") from None
             else:
+                if mysql_type.base in ("float", "double") and self.config["flat-message-flavor"] == "canal":
+                    try:  # Canal writes Java's Float/Double.toString ("1.0E10")
+                        value = canal_common.canonical_float(value, mysql_type.base == "float")
+                    except ValueError:
+                        raise self.error(f"column {name!r} value {value!r} is not a {mysql_type.base}",
+                                         field=f"{where}.{name}") from None
                 data = value.encode("utf-8", "surrogatepass")
         else:
             raise self.error(f"column {name!r} value {value!r} is not a string", field=f"{where}.{name}")
@@ -279,6 +297,12 @@ class CanalJsonCodec(Codec):
     # ---------------------------------------------------------------- encode
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
         compress = self.config["large-message-handle-compression"]
+        if self.config["flat-message-flavor"] == "canal":
+            rows_and_ddl = (e for e in events if e["kind"] != Kind.WATERMARK)
+            for group in canal_common.group_flat(rows_and_ddl):
+                text = canal_common.flat_message_json(group, self._canal_type_name)
+                yield EncodedMessage(None, compression.compress(compress, text.encode("utf-8")))
+            return
         for event in events:
             kind = event["kind"]
             if kind == Kind.ROW:
@@ -344,8 +368,12 @@ class CanalJsonCodec(Codec):
         parts.append("}")
         return "".join(parts)
 
+    @staticmethod
+    def _canal_type_name(event: dict) -> str:
+        return _extras(event).get("canal.type") or canal_ddl_type(event["ddl_type"] or classify(event["ddl_query"]))
+
     def _ddl_json(self, event: dict) -> str:
-        type_name = _extras(event).get("canal.type") or canal_ddl_type(event["ddl_type"] or classify(event["ddl_query"]))
+        type_name = self._canal_type_name(event)
         text = (
             self._head(event, True, type_name, event["database"], event["table"], "null")
             + f',"sql":{quote(event["ddl_query"] or "")},"sqlType":null,"mysqlType":null,"data":null,"old":null'

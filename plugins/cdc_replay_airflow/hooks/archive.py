@@ -1,0 +1,212 @@
+"""ArchiveHook: the CDC archive and the replay outputs in object storage, through boto3.
+
+Credentials come from an Airflow connection of type `aws` (default `aws_default`), read the way
+the Amazon provider reads them: login = access key id, password = secret access key, extra
+`region_name`, `endpoint_url` (MinIO, a loopback S3 server; also accepted under
+`service_config.s3.endpoint_url`) and `aws_session_token`. Without that connection, boto3's
+own chain applies (AWS_* variables, AWS_ENDPOINT_URL). Every secret is registered with
+Airflow's masker before anything is logged. Absolute local paths work too (development).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseHook
+
+from cdc_replay_airflow.window import ArchiveObject
+
+
+def _split(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"{uri!r} is not s3://bucket/key")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def _mask(value: str | None) -> None:
+    if value:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(value)
+
+
+class ArchiveHook(BaseHook):
+    conn_name_attr = "aws_conn_id"
+    default_conn_name = "aws_default"
+    conn_type = "aws"
+    hook_name = "CDC archive (S3 via boto3)"
+
+    def __init__(self, aws_conn_id: str | None = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.aws_conn_id = aws_conn_id
+        self._settings: dict | None = None
+        self._client = None
+
+    # -- connection ------------------------------------------------------------------------
+
+    def settings(self) -> dict:
+        """{"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "region_name",
+        "endpoint_url"} from the connection (values None when unset); secrets masked."""
+        if self._settings is not None:
+            return self._settings
+        settings: dict = {k: None for k in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token",
+                                             "region_name", "endpoint_url")}
+        conn = None
+        if self.aws_conn_id:
+            from airflow.sdk.exceptions import AirflowNotFoundException
+
+            try:
+                conn = self.get_connection(self.aws_conn_id)
+            except AirflowNotFoundException:
+                self.log.info("No connection %r: boto3's default credential chain and AWS_ENDPOINT_URL apply",
+                              self.aws_conn_id)
+        if conn is not None:
+            if conn.conn_type not in ("aws", "s3"):
+                raise ValueError(f"connection {self.aws_conn_id!r} has type {conn.conn_type!r}, expected 'aws'")
+            extra = conn.extra_dejson or {}
+            settings["aws_access_key_id"] = conn.login or extra.get("aws_access_key_id")
+            settings["aws_secret_access_key"] = conn.password or extra.get("aws_secret_access_key")
+            settings["aws_session_token"] = extra.get("aws_session_token")
+            settings["region_name"] = extra.get("region_name")
+            settings["endpoint_url"] = (extra.get("endpoint_url")
+                                        or (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
+                                        or conn.host or None)
+        for key in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
+            _mask(settings[key])
+        self._settings = settings
+        return settings
+
+    def get_conn(self):
+        """A boto3 S3 client."""
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            s = self.settings()
+            self._client = boto3.client(
+                "s3",
+                aws_access_key_id=s["aws_access_key_id"], aws_secret_access_key=s["aws_secret_access_key"],
+                aws_session_token=s["aws_session_token"], region_name=s["region_name"],
+                endpoint_url=s["endpoint_url"],
+                config=Config(retries={"max_attempts": 8, "mode": "standard"}),
+            )
+        return self._client
+
+    def environment(self) -> dict[str, str]:
+        """The AWS_* variables that give a subprocess (spark-submit, the replay app and its
+        executors) the same access. Values are masked in logs; never put them in templated fields."""
+        s = self.settings()
+        names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+                 "aws_session_token": "AWS_SESSION_TOKEN", "endpoint_url": "AWS_ENDPOINT_URL"}
+        env = {var: s[key] for key, var in names.items() if s[key]}
+        if s["region_name"]:
+            env["AWS_DEFAULT_REGION"] = env["AWS_REGION"] = s["region_name"]
+        return env
+
+    def describe(self) -> str:
+        """Where the hook points, for logs: no secret in it."""
+        s = self.settings()
+        return (f"connection {self.aws_conn_id!r}, endpoint {s['endpoint_url'] or 'AWS default'}, "
+                f"region {s['region_name'] or 'default'}, "
+                f"{'key from the connection' if s['aws_access_key_id'] else 'default credential chain'}")
+
+    # -- objects ---------------------------------------------------------------------------
+
+    def list_objects(self, prefix: str) -> list[ArchiveObject]:
+        """Every object below `prefix` (recursively), sorted by URI."""
+        prefix = prefix.rstrip("/")
+        if not prefix.startswith("s3://"):
+            found = []
+            for root, _dirs, files in os.walk(prefix):
+                for name in files:
+                    path = os.path.join(root, name)
+                    stat = os.stat(path)
+                    found.append(ArchiveObject(path, stat.st_size,
+                                               dt.datetime.fromtimestamp(stat.st_mtime, dt.timezone.utc)))
+            return sorted(found, key=lambda o: o.uri)
+        bucket, key = _split(prefix)
+        found = []
+        for page in self.get_conn().get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=f"{key}/" if key else ""):
+            for item in page.get("Contents", ()):
+                found.append(ArchiveObject(f"s3://{bucket}/{item['Key']}", item["Size"], item["LastModified"]))
+        return sorted(found, key=lambda o: o.uri)
+
+    def copy(self, src: str, dst: str) -> None:
+        """Copy one object (server-side on S3: no bytes pass through this worker)."""
+        if src.startswith("s3://"):
+            sb, sk = _split(src)
+            db, dk = _split(dst)
+            self.get_conn().copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
+            return
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+
+    def copy_all(self, pairs: list[tuple[str, str, int]], progress: Callable[[int, int, int], None]) -> None:
+        """Copy (src, dst, size) pairs, reporting (done, total, bytes done) as it goes."""
+        done_bytes = 0
+        for i, (src, dst, size) in enumerate(pairs, 1):
+            self.copy(src, dst)
+            done_bytes += size
+            progress(i, len(pairs), done_bytes)
+
+    def read_json(self, uri: str) -> Any:
+        if uri.startswith("s3://"):
+            bucket, key = _split(uri)
+            return json.loads(self.get_conn().get_object(Bucket=bucket, Key=key)["Body"].read())
+        with open(uri, "rb") as f:
+            return json.load(f)
+
+    def write_json(self, uri: str, value: Any) -> None:
+        data = json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+        if uri.startswith("s3://"):
+            bucket, key = _split(uri)
+            self.get_conn().put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json")
+            return
+        os.makedirs(os.path.dirname(uri), exist_ok=True)
+        with open(uri, "wb") as f:
+            f.write(data)
+
+    def exists(self, uri: str) -> bool:
+        if uri.startswith("s3://"):
+            bucket, key = _split(uri)
+            try:
+                self.get_conn().head_object(Bucket=bucket, Key=key)
+                return True
+            except self.get_conn().exceptions.ClientError:
+                return False
+        return os.path.exists(uri)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object below `prefix`; returns how many."""
+        prefix = prefix.rstrip("/")
+        if not prefix.startswith("s3://"):
+            if os.path.isdir(prefix):
+                count = sum(len(files) for _r, _d, files in os.walk(prefix))
+                shutil.rmtree(prefix)
+                return count
+            return 0
+        objects = self.list_objects(prefix)
+        bucket, _ = _split(prefix)
+        client = self.get_conn()
+        for start in range(0, len(objects), 1000):
+            chunk = objects[start:start + 1000]
+            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o.key} for o in chunk], "Quiet": True})
+        return len(objects)
+
+    def ensure_bucket(self, uri: str) -> None:
+        if not uri.startswith("s3://"):
+            return
+        bucket, _ = _split(uri)
+        client = self.get_conn()
+        try:
+            client.head_bucket(Bucket=bucket)
+        except client.exceptions.ClientError:
+            client.create_bucket(Bucket=bucket)

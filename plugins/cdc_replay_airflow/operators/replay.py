@@ -1,0 +1,108 @@
+"""ReplayOperator: runs the replay Spark app (spark_apps/replay.py) with the Spark provider's
+SparkSubmitOperator on a Spark connection (`spark_default`: local[*] by default, a cluster URL
+such as spark://master:7077 when configured).
+
+Thin: the spark-submit pieces come from pure functions (`submit_settings`, and
+`cdc_replay_airflow.request.replay_arguments` for the app's arguments), which build the same
+command as `cdc-replay replay` (spark_apps.launch.spark_submit_command); the hook runs it.
+S3 access comes from the Airflow AWS connection through ArchiveHook.environment(), passed to
+the subprocess only (never to a templated field, so it never shows in the UI or the logs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, ReplaySubmitHook
+from cdc_replay_airflow.request import ReplayRequest, replay_arguments
+from spark_apps.launch import LOG4J, REPLAY_APP, build_py_files, is_local
+
+PROGRESS_CONF = "spark.ui.showConsoleProgress=true"
+
+
+def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
+                    py_files: str | None = None) -> dict:
+    """Everything SparkSubmitOperator needs, as plain values: the application, its arguments
+    (`--master` first, like spark_apps.launch), the Spark confs and the job name."""
+    return {
+        "application": REPLAY_APP,
+        "name": "cdc-replay",
+        "conf": {
+            "spark.pyspark.python": python,
+            "spark.pyspark.driver.python": python,
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        },
+        "py_files": py_files,
+        "application_args": ["--master", master,
+                             *replay_arguments(request, run_id=run_id, spark_conf=(PROGRESS_CONF,))],
+    }
+
+
+def subprocess_environment(python: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """PATH with the Python environment's bin first (spark-submit lives there) and the
+    Python the driver and workers use."""
+    base = os.environ if base is None else base
+    bin_dir = os.path.dirname(python)
+    env = {
+        "PATH": os.pathsep.join([bin_dir, *[p for p in base.get("PATH", "").split(os.pathsep) if p and p != bin_dir]]),
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
+    }
+    if "SPARK_LOCAL_IP" in base:
+        env["SPARK_LOCAL_IP"] = base["SPARK_LOCAL_IP"]
+    return env
+
+
+class ReplayOperator(SparkSubmitOperator):
+    """Run one replay.
+
+    :param plan: the stage task's result: ``{"request": ReplayRequest.as_dict(), "run_id": ...}``
+        (an XComArg or a templated value); ``request.source`` is what the app reads.
+    :param aws_conn_id: Airflow AWS connection for S3 (credentials, endpoint, region).
+    :param python: the Python of the Spark driver and workers (default: this interpreter,
+        or $CDC_REPLAY_PYTHON).
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "plan")
+    ui_color = "#e8f2fc"
+
+    def __init__(self, *, plan: Any, aws_conn_id: str = "aws_default", conn_id: str = "spark_default",
+                 python: str | None = None, **kwargs: Any) -> None:
+        super().__init__(application=REPLAY_APP, name="cdc-replay", conn_id=conn_id, **kwargs)
+        self.plan = plan
+        self.aws_conn_id = aws_conn_id
+        self.python = python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
+        self._subprocess_env: dict[str, str] = {}
+
+    def _get_hook(self) -> ReplaySubmitHook:
+        return ReplaySubmitHook.adopt(super()._get_hook(), self._subprocess_env)
+
+    def execute(self, context: Any) -> dict:
+        from cdc_replay_airflow.hooks.archive import ArchiveHook
+
+        request = ReplayRequest.from_dict(self.plan["request"])
+        run_id = self.plan["run_id"]
+        master = ReplaySubmitHook(conn_id=self._conn_id).master
+        py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
+        settings = submit_settings(request, master=master, python=self.python, run_id=run_id, py_files=py_files)
+        self.application = settings["application"]
+        self.conf = {**settings["conf"], **(self.conf or {})}
+        self.py_files = settings["py_files"]
+        self.application_args = settings["application_args"]
+        archive = ArchiveHook(self.aws_conn_id)
+        self._subprocess_env = {**subprocess_environment(self.python), **archive.environment()}
+        self.log.info("Replaying %s [%s] -> %s (%s) on Spark master %s; S3 through %s", request.source,
+                      request.protocol, request.output, request.emit, master, archive.describe())
+        leftover = archive.delete_prefix(f"{request.output.rstrip('/')}/_staging/{run_id}")
+        if leftover:  # an earlier attempt's partial output must not be committed with this one
+            self.log.info("Removed %d objects an earlier attempt left in the app's staging area", leftover)
+        self._hook = None
+        super().execute(context)
+        returncode = self._hook.returncode if self._hook is not None else None
+        return {"run_id": run_id, "output": request.output, "master": master,
+                "quarantine_over_limit": returncode == EXIT_QUARANTINE}

@@ -1,0 +1,229 @@
+"""What the DAGs' tasks do, as plain functions of their inputs and an ArchiveHook (the DAG
+files wrap them in @task). Logs say what happens in words a person can follow; no secret
+reaches them (the hook masks the connection's keys).
+
+    check / plan   refuse bad fields before any work starts (RequestError names the field)
+    stage          list the objects the replay will read (for a data interval: select and
+                   stage them) and write the staged-objects manifest
+    replay         ReplayOperator (spark-submit of spark_apps/replay.py)
+    validate       reconcile the app's manifest with itself and with the staged objects;
+                   fail loudly when more records were quarantined than allowed
+    publish        remove the staging area, record the metrics, emit the output asset
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from cdc_replay_airflow.metrics import ValidationError, check_manifest, run_metrics
+from cdc_replay_airflow.request import (
+    RequestError,
+    ReplayRequest,
+    app_capabilities,
+    check_codecs,
+    parse_request,
+    safe_run_id,
+    tso_of,
+)
+from cdc_replay_airflow.window import (
+    ArchiveObject,
+    direct_source,
+    interval_output,
+    is_archive_object,
+    relative,
+    select_window,
+)
+
+log = logging.getLogger("cdc_replay")
+
+STAGING = "_staging/airflow"  # below the output: the app's commit leaves _staging/ alone
+STAGED_MANIFEST = "staged.json"
+
+
+class Refused(ValueError):
+    """A request refused before any work started."""
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def check(conf: dict) -> dict:
+    """The backfill form's values -> a checked request (as a dict); raises Refused naming the field."""
+    try:
+        request = parse_request(conf)
+        check_codecs(request)
+    except RequestError as e:
+        raise Refused(f"refused before any work started: {e}") from e
+    log.info("Request checked: replay %s [%s%s] -> %s (%s%s)", request.source, request.protocol,
+             "".join(f" {k}={v}" for k, v in request.protocol_options), request.output, request.emit,
+             f", tables {','.join(request.tables)}" if request.tables else "")
+    return request.as_dict()
+
+
+def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime) -> dict:
+    """The scheduled DAG's request for the data interval [start, end): the configured
+    request, its output below the configured output (one prefix per interval), and the
+    interval's commit ts window when the app accepts --since/--until."""
+    if not config:
+        raise Refused("refused before any work started: the Variable cdc_replay_scheduled is not set; it holds "
+                      "the replay request as JSON (source, protocol, protocol_options, output, emit, ...)")
+    for field in ("since", "until"):
+        if config.get(field) not in (None, ""):
+            raise Refused(f"refused before any work started: {field}: is set by the data interval, remove it "
+                          "from the Variable cdc_replay_scheduled")
+    try:
+        request = parse_request(config)
+        check_codecs(request)
+    except RequestError as e:
+        raise Refused(f"refused before any work started: Variable cdc_replay_scheduled: {e}") from e
+    caps = app_capabilities()
+    window = caps.accepts("--since") and caps.accepts("--until")
+    request = request.replace(
+        output=interval_output(request.output, start),
+        since=tso_of(start) if window else None,
+        until=tso_of(end) if window else None,
+    )
+    log.info("Interval %s .. %s: archive objects of the interval -> %s; commit ts window %s", start.isoformat(),
+             end.isoformat(), request.output,
+             f"[{request.since}, {request.until})" if window else
+             "not applied (the installed replay app has no --since/--until yet: every event of the interval's "
+             "objects is replayed)")
+    return {"request": request.as_dict(), "interval": [start.isoformat(), end.isoformat()]}
+
+
+def _staging(output: str) -> str:
+    return f"{output.rstrip('/')}/{STAGING}"
+
+
+def _items(objects: list[ArchiveObject], source: str) -> list[dict]:
+    return [{"uri": o.uri, "size": o.size,
+             "last_modified": o.last_modified.isoformat() if o.last_modified else None} for o in objects]
+
+
+def stage(hook, request: dict, *, dag_id: str, run_id: str,
+          interval: tuple[dt.datetime, dt.datetime] | None = None) -> dict:
+    """List the objects the replay will read and write their manifest.
+
+    Without an interval the app reads the source as it is (nothing is copied). With one, the
+    interval's objects are selected by archive time; if one folder holds exactly them the app
+    reads it directly, else they are copied (server-side) below <output>/_staging/airflow/.
+    Returns the plan for the replay: the app's request, its run id, and what was staged.
+    Raises LookupError when the interval has no archive object."""
+    req = ReplayRequest.from_dict(request)
+    staging = _staging(req.output)
+    log.info("Listing %s (%s)", req.source, hook.describe())
+    cleared = hook.delete_prefix(staging)
+    if cleared:
+        log.info("Removed %d objects left in %s by an earlier attempt", cleared, staging)
+    listed = hook.list_objects(req.source)
+    archive = [o for o in listed if is_archive_object(relative(o.uri, req.source))]
+    log.info("Listed %s objects under %s: %s archive objects (%s), %s others skipped (_*, .*, not *.jsonl[.gz])",
+             f"{len(listed):,}", req.source, f"{len(archive):,}", _mb(sum(o.size for o in archive)),
+             f"{len(listed) - len(archive):,}")
+    window = None
+    read_from = req.source
+    mode = "listed"
+    chosen = archive
+    if interval is not None:
+        start, end = interval
+        chosen, how = select_window(listed, req.source, start, end)
+        window = [start.isoformat(), end.isoformat()]
+        log.info("Interval [%s, %s): %d archive objects (%s) — times from path partitions %d, from LastModified "
+                 "%d; %d objects belong to other intervals", window[0], window[1], len(chosen),
+                 _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
+        if not chosen:
+            raise LookupError(f"no archive objects in the interval [{window[0]}, {window[1]}) under {req.source}")
+        direct = direct_source(chosen, listed, req.source)
+        if direct is not None:
+            read_from, mode = direct, "direct"
+            log.info("The interval's objects are exactly those under %s: the replay reads them there", direct)
+        else:
+            read_from, mode = f"{staging}/objects", "copied"
+            pairs = [(o.uri, f"{read_from}/{relative(o.uri, req.source)}", o.size) for o in chosen]
+            total_bytes = sum(o.size for o in chosen)
+            reported = [-1]
+
+            def progress(done: int, total: int, done_bytes: int) -> None:
+                percent = 100 * done // total
+                if percent // 10 > reported[0] or done == total:
+                    reported[0] = percent // 10
+                    log.info("Staged %d of %d objects (%d%%, %s of %s)", done, total, percent, _mb(done_bytes),
+                             _mb(total_bytes))
+
+            log.info("Copying the interval's %d objects to %s (server-side copies)", len(pairs), read_from)
+            hook.copy_all(pairs, progress)
+    elif not archive:
+        raise LookupError(f"no archive objects (*.jsonl, *.jsonl.gz) under {req.source}")
+    staged = {
+        "source": req.source, "read_from": read_from, "mode": mode, "window": window,
+        "objects": len(chosen), "bytes": sum(o.size for o in chosen),
+        "manifest": f"{staging}/{STAGED_MANIFEST}",
+    }
+    hook.write_json(staged["manifest"], {**staged, "dag_id": dag_id, "run_id": run_id,
+                                         "written_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+                                         "items": _items(chosen, req.source)})
+    log.info("Staged %d objects (%s) for the replay; their list is in %s", staged["objects"], _mb(staged["bytes"]),
+             staged["manifest"])
+    app_request = req.replace(source=read_from)
+    return {"request": app_request.as_dict(), "original": request, "staged": staged,
+            "run_id": safe_run_id(dag_id, run_id)}
+
+
+def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None, None)) -> dict:
+    """Read the app's manifest and check it (metrics.check_manifest). Returns the metrics;
+    raises ValidationError (metrics attached as .metrics) when the output must not be published."""
+    request = plan["request"]
+    manifest_uri = f"{request['output'].rstrip('/')}/_manifest.json"
+    if not hook.exists(manifest_uri):
+        raise ValidationError(f"{manifest_uri} does not exist: the replay did not commit its output")
+    manifest = hook.read_json(manifest_uri)
+    metrics = run_metrics(manifest, dag_id=dag_id, run_id=run_id, request=plan["original"],
+                          staged=plan["staged"], data_interval=data_interval)
+    c = metrics["counts"]
+    log.info("Replay %s: %s events read = applied %s + deduplicated %s + pending %s + filtered %s + quarantined %s; "
+             "%s records emitted in %s objects to %s", manifest["run_id"], f"{c['read']:,}", f"{c['applied']:,}",
+             f"{c['duplicate']:,}", f"{c['pending']:,}", f"{c['filtered']:,}", f"{c['quarantined']:,}",
+             f"{c['emitted']:,}", c["output_objects"], metrics["output"])
+    try:
+        notes = check_manifest(manifest, run_id=plan["run_id"], staged=plan["staged"],
+                               max_bad_records=plan["original"]["max_bad_records"])
+    except ValidationError as e:
+        metrics["status"] = "failed validation"
+        metrics["error"] = str(e)
+        e.metrics = metrics
+        raise
+    for note in notes:
+        log.info("Check: %s", note)
+    for warning in metrics["warnings"]:
+        log.warning("Replay warning: %s", warning)
+    if metrics["watermark_lag_s"] is not None:
+        log.info("Cut at %s; the newest commit ts read is %s later (watermark lag); %s events pending",
+                 metrics["cut"]["time"], f"{metrics['watermark_lag_s']:.3f} s", f"{c['pending']:,}")
+    return metrics
+
+
+def publish(hook, plan: dict, metrics: dict) -> dict:
+    """The app committed the output (its manifest is written last); remove the staging area
+    and mark the metrics published."""
+    removed = hook.delete_prefix(_staging(plan["request"]["output"]))
+    log.info("Removed the staging area (%d objects)", removed)
+    published = {**metrics, "status": "published",
+                 "published_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    c = metrics["counts"]
+    log.info("Published %s: %s records (%s rows) of %s tables, commit ts %s .. %s", metrics["output"],
+             f"{c['emitted']:,}", f"{c['rows']:,}", len(metrics["tables"]), metrics["commit_time_range"][0],
+             metrics["commit_time_range"][1])
+    return published
+
+
+def asset_extra(metrics: dict) -> dict[str, Any]:
+    """A small summary for the asset event (shown in the Assets view)."""
+    c = metrics["counts"]
+    return {"dag_id": metrics["dag_id"], "run_id": metrics["run_id"], "output": metrics["output"],
+            "emit": metrics["emit"], "protocol": metrics["target_protocol"], "events_read": c["read"],
+            "records_emitted": c["emitted"], "quarantined": c["quarantined"],
+            "commit_ts_range": metrics["commit_ts_range"], "cut_commit_ts": metrics["cut"]["commit_ts"],
+            "data_interval": metrics["data_interval"]}

@@ -1,0 +1,264 @@
+"""The monitoring page as HTML with inline SVG charts: pure functions of the runs (no Airflow,
+no network: no script, font or stylesheet is fetched from anywhere).
+
+A run is {"dag_id", "run_id", "state", "run_type", "logical_date", "metrics": <metrics.run_metrics
+result or None>, "note": <text or None>}.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html import escape
+from urllib.parse import urlencode
+
+PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac"]
+STATUS_COLORS = {"applied": "#59a14f", "duplicate": "#4e79a7", "pending": "#edc948", "filtered": "#bab0ac",
+                 "quarantined": "#e15759"}
+STATE_COLORS = {"success": "#2e7d32", "failed": "#c62828", "running": "#1565c0", "queued": "#6d6d6d",
+                "upstream_failed": "#ef6c00"}
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;padding:20px 24px;
+color:#1f2933;background:#fff;font-size:14px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}h3{font-size:14px;margin:18px 0 6px}
+.sub{color:#52606d;margin-bottom:16px}
+table{border-collapse:collapse;width:100%;margin:6px 0 10px}
+th,td{border-bottom:1px solid #e4e7eb;padding:5px 8px;text-align:left;vertical-align:top;white-space:nowrap}
+th{background:#f5f7fa;font-weight:600;color:#3e4c59}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.state{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px}
+.card{border:1px solid #e4e7eb;border-radius:8px;padding:12px 16px;margin:14px 0}
+.kv{display:grid;grid-template-columns:max-content auto;gap:3px 16px}
+.kv div:nth-child(odd){color:#52606d}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;background:#f5f7fa;padding:1px 4px;
+border-radius:3px}
+.warn{color:#b44d12}.err{color:#c62828}
+.legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;
+margin-right:5px;border-radius:2px}
+a{color:#1565c0;text-decoration:none}a:hover{text-decoration:underline}
+.empty{color:#52606d;padding:24px;border:1px dashed #cbd2d9;border-radius:8px;text-align:center}
+"""
+
+
+def _n(value) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+def _time(iso: str | None, with_date: bool = True) -> str:
+    if not iso:
+        return "–"
+    moment = dt.datetime.fromisoformat(iso)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f" if with_date else "%H:%M:%S.%f")[:-3]
+
+
+def _lag(seconds) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 120:
+        return f"{seconds:.3f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _ms(ts: int) -> int:
+    return ts >> 18
+
+
+def table_colors(runs: list[dict]) -> dict[str, str]:
+    names = sorted({t["table"] for r in runs if r.get("metrics") for t in r["metrics"]["tables"]})
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count)]
+
+
+def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 960, height: int = 280) -> str:
+    """Events per table over commit time: for every run (latest per output) and table, a bar
+    spanning the table's commit ts range in that run, as tall as its events read, stacked by
+    table. A scheduled DAG's intervals line up into a time series."""
+    latest: dict[str, dict] = {}
+    for run in runs:
+        m = run.get("metrics")
+        if m and m["output"] not in latest:
+            latest[m["output"]] = m
+    bars = []
+    for m in latest.values():
+        for t in m["tables"]:
+            if t["min_commit_ts"] is not None and t["read"]:
+                bars.append((m, t))
+    if not bars:
+        return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="60" role="img" aria-label="no data">'
+                '<text x="10" y="35" fill="#52606d" font-size="13">No replayed events to plot yet.</text></svg>'
+                % width)
+    left, right, top, bottom = 64, 16, 14, 46
+    lo = min(_ms(t["min_commit_ts"]) for _, t in bars)
+    hi = max(_ms(t["max_commit_ts"]) for _, t in bars)
+    if hi - lo < 1000:
+        lo, hi = lo - 500, hi + 500
+    pad = (hi - lo) * 0.03
+    lo, hi = lo - pad, hi + pad
+    # stack heights per run window
+    stacks: dict[str, float] = {}
+    ymax = 0
+    for m, t in bars:
+        stacks[m["output"]] = stacks.get(m["output"], 0) + t["read"]
+        ymax = max(ymax, stacks[m["output"]])
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x(ms: float) -> float:
+        return left + (ms - lo) / (hi - lo) * plot_w
+
+    def y(v: float) -> float:
+        return top + plot_h - v / ymax * plot_h
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="events per table over commit time" font-size="11" '
+             f'font-family="system-ui,sans-serif">',
+             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafbfc" stroke="#e4e7eb"/>']
+    for v in _ticks(0, ymax):
+        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e7eb"/>'
+                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#52606d">{int(v):,}</text>')
+    span_days = (hi - lo) / 86_400_000
+    for ms in _ticks(lo, hi):
+        moment = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+        label = moment.strftime("%Y-%m-%d %H:%M" if span_days > 1 else "%H:%M:%S")
+        parts.append(f'<line x1="{x(ms):.1f}" x2="{x(ms):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
+                     f'stroke="#9aa5b1"/><text x="{x(ms):.1f}" y="{top + plot_h + 17}" text-anchor="middle" '
+                     f'fill="#52606d">{label}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle" fill="#3e4c59">commit time '
+                 f'(UTC{", " + dt.datetime.fromtimestamp(lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d") if span_days <= 1 else ""})</text>'
+                 f'<text transform="translate(14,{top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
+                 f'fill="#3e4c59">events read</text>')
+    base: dict[str, float] = {}
+    for m, t in sorted(bars, key=lambda b: (b[0]["output"], b[1]["table"])):
+        start, end = _ms(t["min_commit_ts"]), _ms(t["max_commit_ts"])
+        x0, x1 = x(start), max(x(end), x(start) + 4)
+        b = base.get(m["output"], 0)
+        y0, y1 = y(b), y(b + t["read"])
+        base[m["output"]] = b + t["read"]
+        title = (f'{t["table"]}: {t["read"]:,} events read ({t["emitted"]:,} emitted, {t["duplicate"]:,} '
+                 f'deduplicated, {t["quarantined"]:,} quarantined), commit time {_time(t["min_time"])} .. '
+                 f'{_time(t["max_time"])}; run {m["run_id"]}')
+        parts.append(f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{max(y0 - y1, 1):.1f}" '
+                     f'fill="{colors[t["table"]]}" fill-opacity="0.85" stroke="#fff" stroke-width="0.5">'
+                     f'<title>{escape(title)}</title></rect>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def status_bar_svg(counts: dict, width: int = 180, height: int = 12) -> str:
+    total = sum(counts[s] for s in STATUS_COLORS) or 1
+    x, parts = 0.0, []
+    for status, color in STATUS_COLORS.items():
+        w = counts[status] / total * width
+        if w > 0:
+            parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{color}">'
+                         f'<title>{status} {counts[status]:,}</title></rect>')
+            x += w
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="event statuses">{"".join(parts)}</svg>')
+
+
+def _state(state: str | None) -> str:
+    state = state or "unknown"
+    return f'<span class="state" style="background:{STATE_COLORS.get(state, "#6d6d6d")}">{escape(state)}</span>'
+
+
+def _run_link(prefix: str, run: dict) -> str:
+    query = urlencode({"dag_id": run["dag_id"], "run_id": run["run_id"]})
+    return f'<a href="{escape(prefix)}/?{escape(query)}">{escape(run["run_id"])}</a>'
+
+
+def _run_detail(run: dict, colors: dict[str, str]) -> str:
+    m = run["metrics"]
+    c = m["counts"]
+    rows = []
+    for t in m["tables"]:
+        rows.append(
+            f'<tr><td><i style="display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px;'
+            f'background:{colors[t["table"]]}"></i>{escape(t["table"])}</td><td class="n">{_n(t["read"])}</td>'
+            f'<td class="n">{_n(t["emitted"])}</td><td class="n">{_n(t["applied"])}</td>'
+            f'<td class="n">{_n(t["duplicate"])}</td><td class="n">{_n(t["pending"])}</td>'
+            f'<td class="n">{_n(t["filtered"])}</td><td class="n">{_n(t["quarantined"])}</td>'
+            f'<td>{_time(t["min_time"])} .. {_time(t["max_time"], with_date=False)}</td>'
+            f'<td><code>{_n(t["min_commit_ts"])}</code> .. <code>{_n(t["max_commit_ts"])}</code></td></tr>')
+    parts_rows = "".join(
+        f'<tr><td>{escape(p["topic"])}/{p["partition"]}</td><td class="n">{_n(p["records"])}</td>'
+        f'<td>{_time(p["watermark_time"])}</td><td class="n">{_lag(p["lag_s"])}</td></tr>' for p in m["partitions"])
+    interval = m.get("data_interval") or [None, None]
+    warnings = "".join(f'<div class="warn">⚠ {escape(w)}</div>' for w in m.get("warnings", []))
+    error = f'<div class="err">✖ {escape(m["error"])}</div>' if m.get("error") else ""
+    return f"""
+<div class="card" id="{escape(run['dag_id'] + '/' + run['run_id'])}">
+<h3>{escape(run['dag_id'])} · {escape(run['run_id'])} {_state(run.get('state'))}
+ <span style="font-weight:400;color:#52606d">{escape(m.get('status', ''))}</span></h3>
+{error}{warnings}
+<div class="kv">
+<div>source</div><div><code>{escape(m['source'])}</code> [{escape(m['protocol'])}], {_n(m['objects'])} objects,
+ {m['bytes'] / 1e6:.1f} MB{(' (' + escape(m['staging']) + ')') if m.get('staging') else ''}</div>
+<div>output</div><div><code>{escape(m['output'])}</code> — {escape(m['emit'])} in {escape(m['target_protocol'])},
+ {_n(c['emitted'])} records ({_n(c['rows'])} rows) in {_n(c['output_objects'])} objects</div>
+{f"<div>data interval</div><div>{_time(interval[0])} .. {_time(interval[1])}</div>" if interval[0] else ""}
+<div>events read</div><div>{_n(c['read'])} = applied {_n(c['applied'])} + deduplicated {_n(c['duplicate'])}
+ + pending {_n(c['pending'])} + filtered {_n(c['filtered'])} + quarantined {_n(c['quarantined'])}</div>
+<div>commit time</div><div>{_time(m['commit_time_range'][0])} .. {_time(m['commit_time_range'][1])}</div>
+<div>cut</div><div>{escape(m['cut']['description'])}</div>
+<div>watermark lag</div><div>{_lag(m['watermark_lag_s'])} (newest commit read {_time(m.get('newest_time'))})</div>
+<div>quarantine</div><div>{_n(m['quarantine']['records'])} records at <code>{escape(m['quarantine']['location'])}</code></div>
+<div>replay</div><div>{escape(m['replay_run_id'])}, {m['duration_s']} s</div>
+</div>
+<table><tr><th>table</th><th class="n">read</th><th class="n">emitted</th><th class="n">applied</th>
+<th class="n">deduplicated</th><th class="n">pending</th><th class="n">filtered</th><th class="n">quarantined</th>
+<th>commit time range</th><th>commit ts range</th></tr>{''.join(rows)}</table>
+<table style="width:auto"><tr><th>source partition</th><th class="n">records</th><th>watermark</th>
+<th class="n">watermark lag</th></tr>{parts_rows}</table>
+</div>"""
+
+
+def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run_id: str | None = None,
+                user: str | None = None, generated_at: dt.datetime | None = None) -> str:
+    colors = table_colors(runs)
+    generated_at = generated_at or dt.datetime.now(dt.timezone.utc)
+    with_metrics = [r for r in runs if r.get("metrics")]
+    legend = "".join(f'<span><i style="background:{color}"></i>{escape(name)}</span>' for name, color in colors.items())
+    run_rows = []
+    for run in runs:
+        m = run.get("metrics")
+        if m:
+            c = m["counts"]
+            cells = (f'<td class="n">{_n(c["read"])}</td><td class="n">{_n(c["emitted"])}</td>'
+                     f'<td class="n">{_n(c["duplicate"])}</td><td class="n">{_n(c["quarantined"])}</td>'
+                     f'<td>{status_bar_svg(c)}</td><td>{_time(m["commit_time_range"][0])} .. '
+                     f'{_time(m["commit_time_range"][1], with_date=False)}</td>'
+                     f'<td class="n">{_lag(m["watermark_lag_s"])}</td><td><code>{escape(m["output"])}</code></td>')
+        else:
+            note = escape(run.get("note") or "no metrics (the run has not reached validate)")
+            cells = f'<td colspan="8" style="color:#52606d;white-space:normal">{note}</td>'
+        run_rows.append(f'<tr><td>{escape(run["dag_id"])}</td><td>{_run_link(prefix, run)}</td>'
+                        f'<td>{_state(run.get("state"))}</td>{cells}</tr>')
+    scope = ""
+    if dag_id or run_id:
+        scope = (f' — {escape(dag_id or "")}{" · " + escape(run_id) if run_id else ""} '
+                 f'(<a href="{escape(prefix)}/">all runs</a>)')
+    body = (
+        f"""<h2>Events per table over commit time</h2>
+<div class="legend">{legend}</div>{events_over_time_svg(with_metrics, colors)}
+<h2>Runs</h2>
+<table><tr><th>DAG</th><th>run</th><th>state</th><th class="n">events read</th><th class="n">emitted</th>
+<th class="n">deduplicated</th><th class="n">quarantined</th><th>applied / dedup / pending / filtered / quarantined</th>
+<th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table>
+<h2>Per run and table</h2>{''.join(_run_detail(r, colors) for r in with_metrics)}"""
+        if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_backfill</b> '
+                     'or unpause <b>cdc_replay_scheduled</b>.</div>')
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>CDC replay</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>
+<body><h1>CDC replay{scope}</h1>
+<div class="sub">{len(runs)} runs · page for {escape(user or "?")} · {generated_at.strftime("%Y-%m-%d %H:%M:%S UTC")}</div>
+{body}
+</body></html>"""

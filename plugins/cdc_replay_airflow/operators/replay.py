@@ -76,33 +76,41 @@ class ReplayOperator(SparkSubmitOperator):
         super().__init__(application=REPLAY_APP, name="cdc-replay", conn_id=conn_id, **kwargs)
         self.plan = plan
         self.aws_conn_id = aws_conn_id
-        self.python = python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
+        self.python = python  # resolved when the task runs (the worker's interpreter by default)
         self._subprocess_env: dict[str, str] = {}
 
     def _get_hook(self) -> ReplaySubmitHook:
         return ReplaySubmitHook.adopt(super()._get_hook(), self._subprocess_env)
 
-    def execute(self, context: Any) -> dict:
+    def prepare(self) -> tuple[ReplayRequest, ReplaySubmitHook]:
+        """Resolve the Spark master from the connection and set the spark-submit pieces; the
+        returned hook builds the command (`_build_spark_submit_command`) and runs it."""
         from cdc_replay_airflow.hooks.archive import ArchiveHook
 
         request = ReplayRequest.from_dict(self.plan["request"])
-        run_id = self.plan["run_id"]
+        python = self.python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
         master = ReplaySubmitHook(conn_id=self._conn_id).master
         py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
-        settings = submit_settings(request, master=master, python=self.python, run_id=run_id, py_files=py_files)
+        settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
+                                   py_files=py_files)
         self.application = settings["application"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]
         self.application_args = settings["application_args"]
-        archive = ArchiveHook(self.aws_conn_id)
-        self._subprocess_env = {**subprocess_environment(self.python), **archive.environment()}
+        self._archive = ArchiveHook(self.aws_conn_id)
+        self._subprocess_env = {**subprocess_environment(python), **self._archive.environment()}
+        self._hook = None
+        self._hook = self._get_hook()
+        return request, self._hook
+
+    def execute(self, context: Any) -> dict:
+        request, hook = self.prepare()
+        run_id = self.plan["run_id"]
         self.log.info("Replaying %s [%s] -> %s (%s) on Spark master %s; S3 through %s", request.source,
-                      request.protocol, request.output, request.emit, master, archive.describe())
-        leftover = archive.delete_prefix(f"{request.output.rstrip('/')}/_staging/{run_id}")
+                      request.protocol, request.output, request.emit, hook.master, self._archive.describe())
+        leftover = self._archive.delete_prefix(f"{request.output.rstrip('/')}/_staging/{run_id}")
         if leftover:  # an earlier attempt's partial output must not be committed with this one
             self.log.info("Removed %d objects an earlier attempt left in the app's staging area", leftover)
-        self._hook = None
         super().execute(context)
-        returncode = self._hook.returncode if self._hook is not None else None
-        return {"run_id": run_id, "output": request.output, "master": master,
-                "quarantine_over_limit": returncode == EXIT_QUARANTINE}
+        return {"run_id": run_id, "output": request.output, "master": hook.master,
+                "quarantine_over_limit": hook.returncode == EXIT_QUARANTINE}

@@ -1,0 +1,133 @@
+"""The validate task's checks and the monitoring page's content, on manifests built by the
+replay app's own manifest.build (the same shape a real run writes)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from cdc_replay_airflow.metrics import ValidationError, check_manifest, run_metrics
+from cdc_replay_airflow.ui.render import events_over_time_svg, render_page, table_colors
+from spark_apps import manifest as manifest_mod
+from spark_apps.options import ReplayArgs, parser
+from spark_apps.storage import ObjectInfo
+
+MS = 1767225600000  # 2026-01-01T00:00:00Z
+REQUEST = {"source": "s3://archive/tidb/shop", "protocol": "canal-json", "max_bad_records": 0}
+
+
+def tso(ms_after: int) -> int:
+    return (MS + ms_after) << 18
+
+
+def a_manifest(quarantined: int = 0, run_id: str = "dag.run") -> dict:
+    args = ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", "s3://archive/tidb/shop", "--protocol", "canal-json", "--output", "s3://lake/out",
+         "--emit", "topics"]))
+    objects = [ObjectInfo("s3://archive/tidb/shop/shop/0/a.jsonl.gz", 1000),
+               ObjectInfo("s3://archive/tidb/shop/shop/1/b.jsonl.gz", 500)]
+    partitions = [{"topic": "shop", "partition": p, "records": 60, "watermark": tso(9000),
+                   "min_commit_ts": tso(10), "max_commit_ts": tso(12000), "positioned": 0} for p in (0, 1)]
+    cut = manifest_mod.compute_cut(partitions, None)
+    counts = [
+        {"status": "applied", "kind": "row", "database": "shop", "table": "orders", "error_stage": None,
+         "events": 70, "min_commit_ts": tso(10), "max_commit_ts": tso(8000)},
+        {"status": "duplicate", "kind": "row", "database": "shop", "table": "orders", "error_stage": None,
+         "events": 5, "min_commit_ts": tso(100), "max_commit_ts": tso(200)},
+        {"status": "pending", "kind": "row", "database": "shop", "table": "orders", "error_stage": None,
+         "events": 8, "min_commit_ts": tso(9500), "max_commit_ts": tso(12000)},
+        {"status": "applied", "kind": "row", "database": "shop", "table": "customers", "error_stage": None,
+         "events": 30, "min_commit_ts": tso(50), "max_commit_ts": tso(8900)},
+        {"status": "applied", "kind": "watermark", "database": None, "table": None, "error_stage": None,
+         "events": 4, "min_commit_ts": None, "max_commit_ts": None},
+    ]
+    if quarantined:
+        counts.append({"status": "quarantined", "kind": "quarantine", "database": None, "table": None,
+                       "error_stage": "decode", "events": quarantined, "min_commit_ts": None, "max_commit_ts": None})
+    written = [{"uri": "s3://lake/out/_staging/x/data/shop/0/a.jsonl.gz", "topic": "shop", "partition": 0,
+                "first_offset": 0, "last_offset": 99, "records": 100, "events": 100, "rows": 100, "bytes": 900}]
+    return manifest_mod.build(
+        run_id=run_id, args=args, source="s3://archive/tidb/shop", output="s3://lake/out", started=time.time(),
+        objects=objects, partition_stats=partitions, cut=cut, counts=counts, ddl_log=[], ddl_failures=[],
+        written=written, quarantine_objects=[], source_options={}, target_protocol="canal-json", target_options={})
+
+
+STAGED = {"objects": 2, "bytes": 1500, "mode": "listed"}
+
+
+def test_a_good_manifest_checks_out():
+    notes = check_manifest(a_manifest(), run_id="dag.run", staged=STAGED, max_bad_records=0)
+    assert notes[0] == ("counts reconcile: read 117 = applied 104 + duplicate 5 + pending 8 + filtered 0 + "
+                        "quarantined 0")
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"run_id": "other.run"}, "the manifest is from run 'dag.run', not 'other.run'"),
+    ({"staged": {"objects": 3, "bytes": 1500}}, "read 2 objects (1,500 bytes) but 3 objects"),
+])
+def test_mismatches_fail(kwargs, words):
+    with pytest.raises(ValidationError) as e:
+        check_manifest(a_manifest(), **{"run_id": "dag.run", "staged": STAGED, "max_bad_records": 0, **kwargs})
+    assert words in str(e.value)
+
+
+def test_counts_that_do_not_reconcile_fail():
+    manifest = a_manifest()
+    manifest["counts"]["read"] += 1
+    with pytest.raises(ValidationError, match="counts do not reconcile: read 118"):
+        check_manifest(manifest, run_id="dag.run", staged=STAGED, max_bad_records=0)
+
+
+def test_quarantine_beyond_the_limit_fails_loudly():
+    with pytest.raises(ValidationError) as e:
+        check_manifest(a_manifest(quarantined=3), run_id="dag.run", staged=STAGED, max_bad_records=2)
+    assert "3 records quarantined, more than the limit max_bad_records=2" in str(e.value)
+    assert "s3://lake/out/_quarantine" in str(e.value)
+    notes = check_manifest(a_manifest(quarantined=2), run_id="dag.run", staged=STAGED, max_bad_records=2)
+    assert "2 records quarantined (limit 2)" in notes[-1]
+
+
+def test_run_metrics_per_run_and_table():
+    m = run_metrics(a_manifest(), dag_id="cdc_replay_backfill", run_id="manual__1", request=REQUEST, staged=STAGED)
+    assert m["counts"] == {"read": 117, "applied": 104, "duplicate": 5, "pending": 8, "filtered": 0,
+                           "quarantined": 0, "emitted": 100, "rows": 100, "output_objects": 1}
+    assert m["watermark_lag_s"] == 3.0  # newest commit 12 s, cut (lowest watermark) 9 s
+    assert m["cut"]["time"] == "2026-01-01T00:00:09.000+00:00"
+    orders = next(t for t in m["tables"] if t["table"] == "shop.orders")
+    assert orders == {"table": "shop.orders", "read": 83, "emitted": 70, "applied": 70, "duplicate": 5,
+                      "pending": 8, "filtered": 0, "quarantined": 0, "min_commit_ts": tso(10),
+                      "max_commit_ts": tso(8000), "min_time": "2026-01-01T00:00:00.010+00:00",
+                      "max_time": "2026-01-01T00:00:08.000+00:00"}
+    assert m["partitions"][0]["lag_s"] == 3.0
+
+
+def _runs():
+    m = run_metrics(a_manifest(), dag_id="cdc_replay_backfill", run_id="manual__<1>", request=REQUEST, staged=STAGED)
+    return [{"dag_id": "cdc_replay_backfill", "run_id": "manual__<1>", "state": "success", "metrics": m},
+            {"dag_id": "cdc_replay_backfill", "run_id": "manual__2", "state": "failed", "metrics": None,
+             "note": "check: protocol_options: expected true or false"}]
+
+
+def test_the_page_shows_runs_tables_and_a_plot_without_fetching_anything():
+    html = render_page(_runs(), prefix="/cdc-replay", user="admin")
+    assert "<svg" in html and "events per table over commit time" in html
+    for text in ("shop.orders", "shop.customers", "s3://lake/out", "watermark lag", "3.000 s", "manual__&lt;1&gt;",
+                 "deduplicated", "quarantined", "2026-01-01 00:00:00.010"):
+        assert text in html, text
+    assert "manual__<1>" not in html  # escaped
+    # nothing from the network: no script, no external stylesheet, font or image
+    assert "<script" not in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+
+
+def test_the_plot_has_a_bar_per_table_and_run():
+    runs = _runs()
+    svg = events_over_time_svg([r for r in runs if r["metrics"]], table_colors(runs))
+    assert svg.count("<rect") == 1 + 2  # background + one bar per table
+    assert "shop.orders: 83 events read" in svg
+    assert "No replayed events" in events_over_time_svg([], {})
+
+
+def test_an_empty_page_says_what_to_do():
+    assert "Trigger <b>cdc_replay_backfill</b>" in render_page([], prefix="/cdc-replay")

@@ -1,0 +1,105 @@
+"""The replay operator builds spark-submit from pure pieces, and the command the Spark
+provider's hook runs is the command `cdc-replay replay` runs (spark_apps.launch), for a local
+master and for a cluster URL taken from the `spark_default` connection."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pytest
+
+from cdc_replay_airflow.hooks.replay import ReplaySubmitHook
+from cdc_replay_airflow.operators.replay import PROGRESS_CONF, ReplayOperator, submit_settings, subprocess_environment
+from cdc_replay_airflow.progress import SparkProgress
+from cdc_replay_airflow.request import parse_request, replay_arguments
+from spark_apps.launch import LOG4J, REPLAY_APP, spark_submit_command
+
+REQUEST = parse_request({"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
+                         "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://cdc-lake/out",
+                         "emit": "topics", "target_protocol": "open-protocol", "max_bad_records": 1})
+
+
+def test_submit_settings_are_exact():
+    assert submit_settings(REQUEST, master="local[2]", python="/venv/bin/python", run_id="d.r") == {
+        "application": REPLAY_APP,
+        "name": "cdc-replay",
+        "conf": {"spark.pyspark.python": "/venv/bin/python", "spark.pyspark.driver.python": "/venv/bin/python",
+                 "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}"},
+        "py_files": None,
+        "application_args": [
+            "--master", "local[2]", "--source", "s3://cdc-archive/tidb/shop", "--protocol", "canal-json",
+            "--protocol-option", "enable-tidb-extension=true", "--output", "s3://cdc-lake/out", "--emit", "topics",
+            "--target-protocol", "open-protocol", "--max-bad-records", "1", "--run-id", "d.r",
+            "--spark-conf", PROGRESS_CONF],
+    }
+
+
+def test_subprocess_environment_puts_the_venv_first():
+    env = subprocess_environment("/venv/bin/python", {"PATH": "/usr/bin:/venv/bin", "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert env == {"PATH": "/venv/bin:/usr/bin", "PYSPARK_PYTHON": "/venv/bin/python",
+                   "PYSPARK_DRIVER_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def _parts(command: list[str]) -> tuple:
+    """(binary, spark-submit options as a sorted list of pairs, application, its arguments)."""
+    options, i = [], 1
+    while command[i].startswith("--"):
+        options.append((command[i], command[i + 1]))
+        i += 2
+    return os.path.basename(command[0]), sorted(options), command[i], command[i + 1:]
+
+
+@pytest.mark.parametrize("connection, master", [
+    ('{"conn_type": "spark", "host": "local[2]"}', "local[2]"),
+    ("spark://local%5B*%5D", "local[*]"),
+    ("spark://spark-master:7077", "spark://spark-master:7077"),
+])
+def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connection)
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
+    operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"},
+                              python="/venv/bin/python")
+    _request, hook = operator.prepare()
+    assert isinstance(hook, ReplaySubmitHook) and hook.master == master
+    command = hook._build_spark_submit_command(operator.application)
+    py_files = operator.py_files
+    if master.startswith("local"):
+        assert py_files is None
+    else:  # a cluster gets our packages shipped
+        with zipfile.ZipFile(py_files) as z:
+            names = z.namelist()
+        assert "cdc_codecs/__init__.py" in names and "spark_apps/replay.py" in names
+    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r", spark_conf=(PROGRESS_CONF,)),
+                                    master=master, python="/venv/bin/python", py_files=py_files,
+                                    spark_submit="spark-submit")
+    assert _parts(command) == _parts(expected)
+    assert command[-len(expected[expected.index(REPLAY_APP) + 1:]):] == expected[expected.index(REPLAY_APP) + 1:]
+
+
+def test_aws_credentials_go_to_the_subprocess_only(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://local%5B1%5D")
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws", "login": "AKIAX", "password": "sekrit-1", '
+                                                   '"extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}')
+    operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"})
+    _request, hook = operator.prepare()
+    command = hook._build_spark_submit_command(operator.application)
+    assert not any("sekrit" in part or "AKIAX" in part for part in command)
+    for name in operator.template_fields:
+        assert "sekrit-1" not in repr(getattr(operator, name, None))
+    assert hook._env["AWS_SECRET_ACCESS_KEY"] == "sekrit-1" and hook._env["AWS_ACCESS_KEY_ID"] == "AKIAX"
+    assert hook._env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" and hook._env["AWS_REGION"] == "eu-west-1"
+
+
+def test_spark_progress_bars_become_a_line_per_ten_percent():
+    progress = SparkProgress()
+    logged = []
+    for line in ["[Stage 3:>      (0 + 2) / 8]", "[Stage 3:=>     (1 + 2) / 8]", "[Stage 3:==>    (1 + 2) / 8]",
+                 "[Stage 3:===>   (5 + 2) / 8][Stage 4:>   (0 + 0) / 4]", "some app line"]:
+        messages, is_bar = progress.feed(line)
+        logged += messages
+        assert is_bar == line.startswith("[Stage")
+    assert logged == ["Spark stage 3: 0% (0 of 8 tasks done, 2 running)",
+                      "Spark stage 3: 12% (1 of 8 tasks done, 2 running)",
+                      "Spark stage 3: 62% (5 of 8 tasks done, 2 running)",
+                      "Spark stage 4: 0% (0 of 4 tasks done, 0 running)"]

@@ -1,0 +1,119 @@
+"""The replay request: every field checked with a message naming it, and the replay app's
+arguments as an exact list (the same vocabulary `cdc-replay replay` takes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_replay_airflow.request import (
+    PROTOCOLS,
+    Capabilities,
+    ReplayRequest,
+    RequestError,
+    app_capabilities,
+    check_codecs,
+    parse_request,
+    replay_arguments,
+    tso_of,
+)
+
+GOOD = {"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
+        "protocol_options": {"enable-tidb-extension": True}, "output": "s3://cdc-lake/replay/shop", "emit": "snapshot"}
+WITH_WINDOW = Capabilities(options=frozenset({"--since", "--until", "--base-snapshot", "--target-format"}),
+                           emit_modes=("snapshot", "topics", "history"), dispatchers=("index-value", "table", "ts"),
+                           target_formats=("kafka", "parquet"))
+
+
+def test_protocol_list_is_the_codec_registry():
+    import cdc_codecs
+
+    assert list(PROTOCOLS) == cdc_codecs.protocols()
+
+
+def test_capabilities_come_from_the_apps_own_parser():
+    from spark_apps.options import parser
+
+    caps = app_capabilities()
+    actions = parser()._option_string_actions
+    assert caps.emit_modes == tuple(actions["--emit"].choices)
+    assert caps.accepts("--as-of") and caps.accepts("--tables")
+    assert caps.accepts("--since") == ("--since" in actions)
+
+
+def test_a_good_request_and_its_exact_arguments():
+    request = parse_request({**GOOD, "tables": ["shop.*", "*.orders"], "as_of": 463267588725407744,
+                             "target_protocol": "open-protocol", "target_options": "a=1&b=x",
+                             "target_partitions": 3, "dispatcher": "table", "max_bad_records": 2,
+                             "target_topic": "{schema}_{table}"})
+    assert replay_arguments(request, run_id="r1", spark_conf=("spark.x=1",)) == [
+        "--source", "s3://cdc-archive/tidb/shop", "--protocol", "canal-json",
+        "--protocol-option", "enable-tidb-extension=true",
+        "--output", "s3://cdc-lake/replay/shop", "--emit", "snapshot",
+        "--target-protocol", "open-protocol", "--target-option", "a=1", "--target-option", "b=x",
+        "--as-of", "463267588725407744", "--tables", "shop.*,*.orders", "--target-topic", "{schema}_{table}",
+        "--target-partitions", "3", "--dispatcher", "table", "--max-bad-records", "2",
+        "--run-id", "r1", "--spark-conf", "spark.x=1",
+    ]
+    assert ReplayRequest.from_dict(request.as_dict()) == request
+
+
+def test_the_arguments_parse_with_the_apps_parser():
+    from spark_apps.options import ReplayArgs, parser
+
+    request = parse_request({**GOOD, "tables": "shop.orders", "as_of": "2026-01-01T00:00:03Z"})
+    args = ReplayArgs.from_namespace(parser().parse_args(["--master", "local[1]", *replay_arguments(request)]))
+    assert args.source == GOOD["source"] and args.table_patterns() == ["shop.orders"]
+    assert args.as_of == tso_of(__import__("datetime").datetime(2026, 1, 1, 0, 0, 3, tzinfo=__import__("datetime").timezone.utc))
+    assert args.protocol_option == ["enable-tidb-extension=true"]
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"source": "http://x/y"}, "source", "is not s3://bucket/prefix"),
+    ({"source": "s3://A_B/c"}, "source", "valid bucket name"),
+    ({"source": None}, "source", "is required"),
+    ({"output": "s3://cdc-archive/tidb/shop/out"}, "output", "overlaps the source"),
+    ({"output": "s3://cdc-archive/tidb"}, "output", "overlaps the source"),
+    ({"protocol": "canal-jsn"}, "protocol", "is not one of"),
+    ({"protocol_options": "nonsense"}, "protocol_options", "not of the form key=value"),
+    ({"protocol_options": {"k": [1]}}, "protocol_options", "must be text"),
+    ({"tables": ["a.b.c"]}, "tables", "not of the form db.table"),
+    ({"as_of": -1}, "as_of", "negative"),
+    ({"as_of": "yesterday"}, "as_of", "neither a commit ts"),
+    ({"as_of": "2026-01-01T00:00:00"}, "as_of", "no time zone"),
+    ({"emit": "everything"}, "emit", "is not one of"),
+    ({"target_protocol": "kafka"}, "target_protocol", "is not one of"),
+    ({"target_partitions": 0}, "target_partitions", "below the minimum 1"),
+    ({"max_bad_records": -2}, "max_bad_records", "below the minimum 0"),
+    ({"dispatcher": "random"}, "dispatcher", "is not one of"),
+    ({"target_topic": "{db}"}, "target_topic", "unknown placeholder"),
+    ({"colour": "red"}, "colour", "unknown field"),
+])
+def test_bad_fields_are_named(change, field, words):
+    with pytest.raises(RequestError) as e:
+        parse_request({**GOOD, **change})
+    assert e.value.field == field and words in str(e.value) and str(e.value).startswith(f"{field}: ")
+
+
+def test_since_until_are_refused_until_the_app_accepts_them():
+    without = Capabilities(options=frozenset({"--as-of"}), emit_modes=("snapshot", "topics"),
+                           dispatchers=("index-value",))
+    with pytest.raises(RequestError) as e:
+        parse_request({**GOOD, "since": 1}, without)
+    assert e.value.field == "since" and "does not accept --since yet" in str(e.value)
+    request = parse_request({**GOOD, "since": "2026-01-01T00:00:00Z", "until": 1 << 60}, WITH_WINDOW)
+    args = replay_arguments(request)
+    assert args[args.index("--since") + 1] == str(1767225600000 << 18)
+    assert args[args.index("--until") + 1] == str(1 << 60)
+    with pytest.raises(RequestError) as e:
+        parse_request({**GOOD, "since": 10, "until": 10}, WITH_WINDOW)
+    assert e.value.field == "until"
+
+
+def test_codec_options_are_checked_against_the_codec():
+    with pytest.raises(RequestError) as e:
+        check_codecs(parse_request({**GOOD, "protocol_options": {"enable-tidb-extension": "maybe"}}))
+    assert e.value.field == "protocol_options" and "expected true or false" in str(e.value)
+    with pytest.raises(RequestError) as e:
+        check_codecs(parse_request({**GOOD, "target_options": {"no-such-option": "1"}}))
+    assert e.value.field == "target_options"
+    check_codecs(parse_request(GOOD))

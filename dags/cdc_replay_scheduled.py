@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import AssetAlias, dag, get_current_context, task
+from airflow.sdk import AssetAlias, CronDataIntervalTimetable, dag, get_current_context, task
 
 from cdc_replay_airflow.operators.replay import ReplayOperator
 
@@ -43,7 +43,9 @@ START = dt.datetime.fromisoformat(os.environ.get("CDC_REPLAY_START", "2026-01-01
 
 @dag(
     dag_id="cdc_replay_scheduled",
-    schedule=SCHEDULE,
+    # data intervals [start, end): a plain cron string would give Airflow 3's CronTriggerTimetable,
+    # whose runs have no interval to select objects by
+    schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
     start_date=START,
     catchup=True,
     max_active_runs=1,

@@ -3,7 +3,7 @@
     cdc-replay replay --source URI --protocol P [--protocol-option K=V ...] --output URI
                       --emit snapshot|topics [--target-protocol Q] [--target-option K=V ...]
                       [--as-of COMMIT_TS] [--tables db.table,...]
-    cdc-replay demo        # the whole job on the embedded default, end to end
+    cdc-replay demo        # the whole job on the embedded default, end to end, through Airflow
     cdc-replay generate    # write a generated archive (for trying things out)
     cdc-replay protocols   # protocols and their options
     cdc-replay summary URI # the summary of a finished run from its manifest
@@ -50,13 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Replay a Kafka-record archive with Spark and print a summary.")
     add_replay_arguments(replay)
 
-    demo = sub.add_parser("demo", help="run the main job end to end on the embedded default",
+    demo = sub.add_parser("demo", help="run the main job end to end on the embedded default, through Airflow",
                           description="Start a local S3-compatible server (moto) on loopback, write a generated "
-                                      "canal-json archive to a bucket, replay it with Spark local mode, print the "
-                                      "summary and sample rows, check them against the generator's truth, and "
-                                      "stop the server.")
+                                      "canal-json archive to a bucket, run the manual backfill DAG with `airflow dags "
+                                      "test` (embedded SQLite metadata DB, Spark local mode), print the summary and "
+                                      "sample rows, check them against the generator's truth, say how to open the "
+                                      "Airflow UI on the run, and stop the server.")
     demo.add_argument("--transactions", type=int, default=2000, help="size of the generated history (default: %(default)s)")
     demo.add_argument("--keep-server", action="store_true", help="leave the S3 server running at the end")
+    demo.add_argument("--airflow-home", metavar="DIR",
+                      help="AIRFLOW_HOME to use (default: .airflow in the repository; created when missing)")
 
     gen = sub.add_parser("generate", help="write a generated CDC archive",
                          description="Simulate a small TiDB database and write what TiCDC would have sent.")
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(args.transactions, keep_server=args.keep_server)
+        return run_demo(args.transactions, keep_server=args.keep_server, airflow_home=args.airflow_home)
     if args.command == "generate":
         from cdc_codecs import parse_option_pairs
 

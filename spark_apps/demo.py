@@ -1,21 +1,28 @@
-"""`cdc-replay demo`: the main job end to end on the embedded default.
+"""`cdc-replay demo`: the main job end to end on the embedded default, through Airflow.
 
-A loopback S3 server (moto), a generated TiCDC canal-json archive in a bucket, a Spark
-local-mode snapshot replay through the same spark-submit path as `cdc-replay replay`, then
-the summary, a few output rows, and a check of every row against the generator's truth."""
+A loopback S3 server (moto), a generated TiCDC canal-json archive in a bucket, then the manual
+backfill DAG (dags/cdc_replay_backfill.py) run by `airflow dags test` with an embedded SQLite
+metadata DB: its tasks check the request, list the archive, run the Spark app with spark-submit
+in local mode (the same command `cdc-replay replay` runs), reconcile the manifest and publish.
+Then the summary, a few output rows, a check of every row against the generator's truth, and
+how to open the Airflow UI on the same AIRFLOW_HOME to see the run on the CDC replay page."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import secrets
+import subprocess
 import sys
 
 from cdc_codecs import get_codec
 from cdc_codecs.archive import is_archive_object, parse_line
 
-from . import storage
+from . import airflow_local, storage
 from .generate import generate, write_archive
 from .local_s3 import DEMO_CREDENTIALS, moto_server
-from .manifest import read_manifest
+from .manifest import read_manifest, summary
 
 SOURCE = "s3://cdc-archive/tidb/shop"
 OUTPUT = "s3://cdc-lake/replay/shop-snapshot"
@@ -47,9 +54,50 @@ def _show(value: bytes | None, mysql_type: str) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def run_demo(transactions: int = 2000, keep_server: bool = False) -> int:
-    from .cli import run_replay
+CONF = {
+    "source": SOURCE, "protocol": "canal-json", "protocol_options": {"enable-tidb-extension": "true"},
+    "output": OUTPUT, "emit": "snapshot", "target_options": {"enable-tidb-extension": "true"},
+    "max_bad_records": 2,
+}
+DEFAULT_HOME = os.path.join(airflow_local.REPO, ".airflow")
+_LOG_LINE = re.compile(r"^\S+Z \[(\w+)\s*\] (.*?)(?: \[[\w.]+\](?: \S+=\S+)*)?$")
+_TASK = re.compile(r"\[DAG TEST\] starting task_id=(\w+)")
+_SHOW = re.compile(r"^(Request checked|refused|Listed|Interval|Staged|Copying|Replaying|Spark stage|\[replay |"
+                   r"cdc-replay run|Check:|Cut at|Removed the staging|Published|WARNING: (?!Using incubator)|"
+                   r"cdc-replay: error|.*records quarantined, more)")
 
+
+def demo_line(line: str, task: list) -> str | None:
+    """The lines of `airflow dags test` worth showing, prefixed with their task; None to skip."""
+    match = _TASK.search(line)
+    if match:
+        task[0] = match.group(1)
+        return None
+    match = _LOG_LINE.match(line.rstrip())
+    if not match:
+        return None
+    level, message = match.groups()
+    message = re.sub(r"^\S+ \S+ INFO cdc_replay: ", "", message.strip())
+    if _SHOW.match(message) or level in ("error", "critical"):
+        return f"  [{task[0] or '-'}] {message}"
+    return None
+
+
+def _ui_password(home: str) -> str:
+    """The demo UI user's password (simple auth manager), created once per AIRFLOW_HOME."""
+    path = os.path.join(home, "simple_auth_manager_passwords.json.generated")
+    try:
+        with open(path) as f:
+            return json.load(f)["admin"]
+    except (OSError, ValueError, KeyError):
+        password = secrets.token_urlsafe(9)
+        with open(path, "w") as f:
+            json.dump({"admin": password}, f)
+        return password
+
+
+def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: str | None = None) -> int:
+    home = os.path.abspath(airflow_home or DEFAULT_HOME)
     os.environ.update({k: os.environ.get(k, v) for k, v in DEMO_CREDENTIALS.items()})
     with moto_server(keep=keep_server) as endpoint:
         os.environ["AWS_ENDPOINT_URL"] = endpoint
@@ -60,18 +108,28 @@ def run_demo(transactions: int = 2000, keep_server: bool = False) -> int:
         objects = write_archive(generated.records, SOURCE)
         print(f"[demo] wrote {len(generated.records):,} Kafka records of TiCDC canal-json (with duplicates, "
               f"DDL, watermarks, 2 corrupt records) in {len(objects)} objects to {SOURCE}")
-        print(f"[demo] replaying with Spark local mode: cdc-replay replay --source {SOURCE} --protocol canal-json "
-              f"--protocol-option enable-tidb-extension=true --output {OUTPUT} --emit snapshot "
-              f"--target-option enable-tidb-extension=true --max-bad-records 2", flush=True)
-        status = run_replay([
-            "--source", SOURCE, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
-            "--output", OUTPUT, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true",
-            "--max-bad-records", "2",
-        ])
+
+        airflow_local.write_config(home)
+        password = _ui_password(home)
+        aws = airflow_local.aws_connection(endpoint, os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"],
+                                           os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        env = airflow_local.environment(home, aws=aws)
+        for key in [k for k in env if k.startswith("AWS_")]:  # S3 access only through the Airflow connection
+            del env[key]
+        print(f"[demo] Airflow {_airflow_version()} with AIRFLOW_HOME={home} (SQLite metadata DB): airflow db migrate")
+        airflow_local.migrate(env)
+        conf = json.dumps(CONF)
+        print(f"[demo] running the manual backfill DAG (Spark local mode): airflow dags test cdc_replay_backfill "
+              f"-c '{conf}'", flush=True)
+        log_path = os.path.join(home, "demo-dags-test.log")
+        status = _run_dag_test(["dags", "test", "cdc_replay_backfill", "-c", conf], env, log_path)
         if status != 0:
-            print(f"[demo] replay failed with exit status {status}", file=sys.stderr)
-            return status
+            print(f"[demo] the DAG run failed (exit status {status}); its full log: {log_path}", file=sys.stderr)
+            return status or 1
+        print(f"[demo] the DAG run succeeded; its full log: {log_path}")
         manifest = read_manifest(OUTPUT)
+        print()
+        print(summary(manifest))
         snapshot = read_snapshot(OUTPUT)
         for (db, table), rows in sorted(snapshot.items()):
             print(f"\n[demo] {db}.{table}: {len(rows)} rows; the first 3:")
@@ -82,10 +140,33 @@ def run_demo(transactions: int = 2000, keep_server: bool = False) -> int:
             print("  " + " | ".join(columns))
             for row in sample:
                 print("  " + " | ".join(_show(row[c], types.get(c, "")) for c in columns))
-        expected = {k: v for k, v in generated.expected.items()}
-        same = snapshot == {k: v for k, v in expected.items() if v}
+        same = snapshot == {k: v for k, v in generated.expected.items() if v}
         total = sum(len(v) for v in snapshot.values())
         print(f"\n[demo] snapshot at commit ts {manifest['cut']['commit_ts']} ({manifest['cut']['time']}): "
               f"{total} rows; matches the generator's state at its last watermark: {'yes' if same else 'NO'}")
         print(f"[demo] manifest: {OUTPUT}/_manifest.json; quarantine: {manifest['quarantine']['location']}")
+        print(f"[demo] to see the run in the Airflow UI (the CDC replay page: per table counts, commit ts ranges, "
+              f"watermark lag, a plot):\n"
+              f"         AIRFLOW_HOME={home} {airflow_local.AIRFLOW} api-server --port 8080\n"
+              f"       then open http://localhost:8080/plugin/cdc-replay and log in as admin, password {password}")
         return 0 if same else 1
+
+
+def _airflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("apache-airflow")
+
+
+def _run_dag_test(args: list[str], env: dict, log_path: str) -> int:
+    """Run `airflow <args>`, show its progress lines as they come, keep the whole log."""
+    task = [None]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([airflow_local.AIRFLOW, *args], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+        for line in process.stdout:
+            log.write(line)
+            shown = demo_line(line, task)
+            if shown:
+                print(shown, flush=True)
+        return process.wait()

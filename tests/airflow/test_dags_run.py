@@ -1,0 +1,120 @@
+"""`airflow dags test` of the DAGs, end to end: real Airflow (SQLite), the S3 server on loopback,
+spark-submit in local mode. (The backfill DAG's successful run is `cdc-replay demo`, tested in
+test_demo.py.)"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from spark_apps import storage
+
+from .archives import write_two_hour_archive
+from .conftest import run_airflow, task_logs
+
+pytestmark = pytest.mark.airflow
+
+
+def _db(home: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"{home}/airflow.db")
+
+
+def _task_states(home: str, dag_id: str, run_id: str) -> dict:
+    with _db(home) as db:
+        return dict(db.execute("select task_id, state from task_instance where dag_id=? and run_id=?",
+                               (dag_id, run_id)).fetchall())
+
+
+def _xcom(home: str, dag_id: str, run_id: str, task_id: str, key: str):
+    with _db(home) as db:
+        row = db.execute("select value from xcom where dag_id=? and run_id=? and task_id=? and key=?",
+                         (dag_id, run_id, task_id, key)).fetchone()
+    if row is None:
+        return None
+    value = json.loads(row[0])
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _run_id(text: str) -> str:
+    """The run id `airflow dags test` reports."""
+    return next(line.split("run_id=")[1].split(",")[0] for line in text.splitlines() if "DagRun Finished" in line)
+
+
+def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home, bucket):
+    """Values the form's schema accepts but the codec does not: the check task fails (no retry)
+    naming the field, and nothing is listed, staged or written."""
+    output = f"{bucket}/out"
+    conf = {"source": f"{bucket}/archive", "output": output, "protocol_options": {"enable-tidb-extension": "maybe"}}
+    result = run_airflow(["dags", "test", "cdc_replay_backfill", "-c", json.dumps(conf)], airflow_env())
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "refused before any work started: protocol_options: " in text and "expected true or false" in text
+    run_id = _run_id(text)
+    states = _task_states(airflow_home, "cdc_replay_backfill", run_id)
+    assert states["check"] == "failed" and states["stage"] == "upstream_failed" and states["replay"] == "upstream_failed"
+    assert storage.list_objects(bucket) == []
+
+
+def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint):
+    """Two hourly intervals of one archive: each run reads exactly its interval's objects and
+    writes its own output. Hour 00 is published; hour 01 has a corrupt record (limit 0), so its
+    output is committed for inspection but validate fails the run loudly and nothing is
+    published. Leftovers of an earlier run in hour 01's output are replaced (idempotent)."""
+    storage.ensure_bucket("s3://sched-archive")
+    storage.ensure_bucket("s3://sched-lake")
+    archive = write_two_hour_archive("s3://sched-archive/tidb/shop", corrupt_in_hour_1=1)
+    base = "s3://sched-lake/replay/shop-topics"
+    config = {"source": "s3://sched-archive/tidb/shop", "protocol": "canal-json",
+              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "topics",
+              "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 0}
+    # what an earlier run of hour 01 left behind
+    storage.write_bytes(f"{base}/20260101T010000Z/shop/7/shop+7+00000000000000000000.jsonl.gz", b"stale")
+    storage.write_bytes(f"{base}/20260101T010000Z/_staging/airflow/objects/stale.jsonl.gz", b"stale")
+    env = airflow_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+
+    # a manual run at 01:00 replays the complete interval before it: [00:00, 01:00)
+    first = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T01:00:00+00:00"], env)
+    text = first.stdout + first.stderr
+    assert first.returncode == 0, text[-5000:]
+    assert "Interval [2026-01-01T00:00:00+00:00, 2026-01-01T01:00:00+00:00): 6 archive objects" in text
+    assert "Staged 6 of 6 objects (100%" in text and "Spark stage" in text
+    manifest = json.loads(storage.read_bytes(f"{base}/20260101T000000Z/_manifest.json"))
+    assert manifest["source"]["objects"] == len(archive.objects[0])
+    assert manifest["counts"]["records"] == archive.records[0] and manifest["counts"]["reconciled"]
+    assert manifest["commit_ts_range"][1] <= archive.split_ts  # only hour 00's changes
+    assert not storage.list_objects(f"{base}/20260101T000000Z/_staging")  # published: staging removed
+    run_id = _run_id(text)
+    assert set(_task_states(airflow_home, "cdc_replay_scheduled", run_id).values()) == {"success"}
+    metrics = _xcom(airflow_home, "cdc_replay_scheduled", run_id, "publish", "cdc_replay_metrics")
+    assert metrics["status"] == "published" and metrics["data_interval"][0] == "2026-01-01T00:00:00+00:00"
+    assert metrics["objects"] == 6 and metrics["staging"] == "copied"
+    with _db(airflow_home) as db:
+        uris = {row[0] for row in db.execute(
+            "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_run_id=?", (run_id,))}
+    assert uris == {base, f"{base}/20260101T000000Z"}
+
+    second = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T02:00:00+00:00"], env)
+    text2 = second.stdout + second.stderr
+    assert second.returncode != 0
+    assert "1 records quarantined, more than the limit max_bad_records=0" in text2
+    run_id2 = _run_id(text2)
+    states = _task_states(airflow_home, "cdc_replay_scheduled", run_id2)
+    assert states["replay"] == "success" and states["validate"] == "failed" and states["publish"] == "upstream_failed"
+    manifest2 = json.loads(storage.read_bytes(f"{base}/20260101T010000Z/_manifest.json"))
+    assert manifest2["source"]["objects"] == len(archive.objects[1])
+    assert manifest2["counts"]["records"] == archive.records[1] and manifest2["counts"]["quarantined"] == 1
+    left = [o.uri for o in storage.list_objects(f"{base}/20260101T010000Z")]
+    assert not any("stale" in uri or "/shop/7/" in uri for uri in left)
+    failed = _xcom(airflow_home, "cdc_replay_scheduled", run_id2, "validate", "cdc_replay_metrics")
+    assert failed["status"] == "failed validation" and "max_bad_records=0" in failed["error"]
+
+    # an interval without archive objects is skipped
+    third = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T03:00:00+00:00"], env)
+    assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
+    states3 = _task_states(airflow_home, "cdc_replay_scheduled", _run_id(third.stdout + third.stderr))
+    assert states3["plan"] == "success" and states3["stage"] == "skipped" and states3["replay"] == "skipped"
+
+    everything = text + text2 + third.stdout + third.stderr + task_logs(airflow_home)
+    assert aws_secrets.secret not in everything and aws_secrets.key_id not in everything

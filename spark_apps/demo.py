@@ -23,7 +23,7 @@ OUTPUT = "s3://cdc-lake/replay/shop-snapshot"
 
 def read_snapshot(output: str, protocol: str = "canal-json", options=None) -> dict:
     """{(db, table): {key: {column: value}}} from a snapshot output (decoded, not trusted)."""
-    codec = get_codec(protocol, options or {"enable-tidb-extension": "true"})
+    codec = get_codec(protocol, {"enable-tidb-extension": "true"} if options is None else options)
     tables: dict = {}
     for info in storage.list_objects(output):
         if not is_archive_object(storage.relative(info.uri, output)):

@@ -51,7 +51,8 @@ NAMES = ["Zoë", "李雷", "O'Brien", "<b>&co</b>", "tab\there", "Ωmega", "line
 @dataclasses.dataclass
 class Generated:
     records: list[KafkaRecord]
-    expected: dict  # {(db, table): {key tuple: {column: canonical bytes}}}
+    expected: dict  # {(db, table): {key tuple: {column: canonical bytes}}} at the last watermark
+    final: dict  # the same after every transaction, pending ones included
     cut_ts: int
     events: list[dict]  # every change in commit order, including pending ones
     stats: dict
@@ -277,7 +278,7 @@ def generate(
         "row_events": sum(e["kind"] == Kind.ROW for e in all_events),
         "bad_values": bad_values,
     }
-    return Generated(records, expected, cut_ts, all_events, stats)
+    return Generated(records, expected, sim.state(), cut_ts, all_events, stats)
 
 
 def write_archive(records: list[KafkaRecord], prefix: str, *, records_per_object: int = 500,

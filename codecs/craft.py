@@ -278,6 +278,7 @@ _UVARINT_TEXT = _TextTable(signed=False)
 _UNPACK_DOUBLE = struct.Struct("<d").unpack
 _PACK_DOUBLE = struct.Struct("<d").pack
 _FLOAT32 = struct.Struct("<f")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _special_float(v: float) -> bytes | None:
@@ -303,6 +304,11 @@ def float_text(raw: bytes) -> bytes:
     special = _special_float(v)
     if special is not None:
         return special
+    if abs(v) > _FLOAT32_MAX:  # rounds to float32 infinity (Go's float32 conversion does)
+        with np.errstate(over="ignore"):
+            f32 = np.float32(v)
+        if np.isinf(f32):
+            return b"+Inf" if v > 0 else b"-Inf"
     return np.format_float_positional(np.float32(v), unique=True, trim="-").encode()
 
 
@@ -564,10 +570,10 @@ class CraftCodec(Codec):
 
     def _ddl(self, data: bytes, p: int, end: int, index: int) -> dict:
         field = f"event[{index}].ddl"
-        action, q = _uvarint_at(data, p, end, field)
-        length, q = _count_at(data, q, end, field)
+        action, at = _uvarint_at(data, p, end, field)
+        length, q = _count_at(data, at, end, field)
         if q + length != end:
-            raise _error(f"DDL query of {length} bytes does not fill the {end - q} bytes left in its body", q, field)
+            raise _error(f"DDL query of {length} bytes does not fill the {end - q} bytes left in its body", at, field)
         try:
             query = data[q:end].decode()
         except UnicodeDecodeError as e:

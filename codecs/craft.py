@@ -242,17 +242,31 @@ def type_code_of(mysql_type: str | None, flags: int) -> tuple[int, int]:
 # ------------------------------------------------------------------------------ values (decode)
 
 class _TextTable(dict):
-    """varint bytes -> canonical decimal text, filled on demand up to a bound. dict lookups
-    through `__getitem__` are C calls; only unseen values run Python."""
+    """varint bytes -> canonical decimal text. Lookups through `__getitem__` are C calls; a
+    miss runs Python. Only one- and two-byte varints are remembered (small numbers repeat:
+    flags, enums, counters; long ones are mostly ids), which bounds the table by construction
+    at 128 + 128 * 128 entries."""
 
     __slots__ = ("signed",)
-    LIMIT = 1 << 16
 
     def __init__(self, signed: bool):
         super().__init__()
         self.signed = signed
 
     def __missing__(self, raw: bytes) -> bytes:
+        if len(raw) == 3 and raw[0] & raw[1] & 0x80 and raw[2] < 0x80:  # the usual miss
+            value = (raw[0] & 0x7F) | (raw[1] & 0x7F) << 7 | raw[2] << 14
+        else:
+            value = self._parse(raw)
+        if self.signed:
+            value = (value >> 1) ^ -(value & 1)
+        text = str(value).encode()
+        if len(raw) <= 2:
+            self[raw] = text
+        return text
+
+    @staticmethod
+    def _parse(raw: bytes) -> int:
         value = shift = 0
         for i, b in enumerate(raw):
             value |= (b & 0x7F) << shift
@@ -265,16 +279,28 @@ class _TextTable(dict):
             shift += 7
         else:
             raise ValueError("truncated varint" if raw else "empty value")
-        if self.signed:
-            value = (value >> 1) ^ -(value & 1)
-        text = str(value).encode()
-        if len(self) < self.LIMIT:
-            self[raw] = text
-        return text
+        return value
 
 
 _ZIGZAG_TEXT = _TextTable(signed=True)
 _UVARINT_TEXT = _TextTable(signed=False)
+
+
+class _Memo(dict):
+    """raw value bytes -> canonical text through `render`, remembered up to a bound."""
+
+    __slots__ = ("render",)
+    LIMIT = 1 << 14
+
+    def __init__(self, render):
+        super().__init__()
+        self.render = render
+
+    def __missing__(self, raw: bytes) -> bytes:
+        text = self.render(raw)
+        if len(self) < self.LIMIT:
+            self[raw] = text
+        return text
 _UNPACK_DOUBLE = struct.Struct("<d").unpack
 _PACK_DOUBLE = struct.Struct("<d").pack
 _FLOAT32 = struct.Struct("<f")
@@ -312,6 +338,10 @@ def float_text(raw: bytes) -> bytes:
     return np.format_float_positional(np.float32(v), unique=True, trim="-").encode()
 
 
+_DOUBLE_TEXT = _Memo(double_text)
+_FLOAT_TEXT = _Memo(float_text)
+
+
 def _value_decoder(code: int, flags: int):
     """The callable turning a column's value bytes into canonical bytes; None keeps them."""
     if code in _INTEGER_CODES:
@@ -321,9 +351,9 @@ def _value_decoder(code: int, flags: int):
     if code in (16, 247, 248):
         return _UVARINT_TEXT.__getitem__
     if code == 5:
-        return double_text
+        return _DOUBLE_TEXT.__getitem__
     if code == 4:
-        return float_text
+        return _FLOAT_TEXT.__getitem__
     return None
 
 
@@ -367,16 +397,62 @@ def _encode_value(code: int, flags: int, value: bytes | None, name: str) -> byte
 class _GroupSchema:
     """What the describing part of a column group (count, names, types, flags) resolves to."""
 
-    __slots__ = ("prefix", "count", "names", "types", "flags", "decoders", "keys")
+    __slots__ = ("prefix", "count", "columns", "keys", "read")
 
-    def __init__(self, prefix, names, codes, flags):
+    def __init__(self, prefix: bytes, names: list[str], codes: list[int], flags: list[int]):
         self.prefix = prefix
         self.count = len(names)
-        self.names = names
-        self.types = [mysql_type_of(c, f) for c, f in zip(codes, flags)]
-        self.flags = flags
-        self.decoders = [_value_decoder(c, f) for c, f in zip(codes, flags)]
+        # (name, canonical mysql_type, flags, value decoder or None) per column
+        self.columns = [
+            (name, mysql_type_of(c, f), f, _value_decoder(c, f)) for name, c, f in zip(names, codes, flags)
+        ]
         self.keys = [n for n, f in zip(names, flags) if f & _HANDLE_KEY]
+        self.read = _reader(tuple(self.columns))
+
+
+class _Odd(Exception):
+    """Raised by a generated reader for anything it does not expect; the caller diagnoses."""
+
+
+_READERS: dict[tuple, object] = {}
+_READERS_LIMIT = 1024
+
+
+def _reader(columns: tuple):
+    """A function reading the values of a column group with this layout, unrolled: one
+    straight-line block per column, names / types / flags / decoders bound as globals of the
+    generated code (never written into its text). No per-value checks: a negative length or a
+    value its decoder rejects raises, a length past the group shows in the final position."""
+    reader = _READERS.get(columns)
+    if reader is not None:
+        return reader
+    n = len(columns)
+    env: dict = {"_Odd": _Odd}
+    lines = ["def read(data, q, end, lengths):"]
+    lines.append(f"    {', '.join(f'z{i}' for i in range(n))}, = lengths")
+    for i, (name, mysql_type, flags, decode) in enumerate(columns):
+        env[f"N{i}"], env[f"T{i}"], env[f"F{i}"], env[f"D{i}"] = name, mysql_type, flags, decode
+        value = f"D{i}(data[q:e])" if decode is not None else "data[q:e]"
+        lines += [
+            f"    if z{i} & 1:",
+            f"        if z{i} != 1: raise _Odd",
+            f"        v{i} = None",
+            "    else:",
+            f"        e = q + (z{i} >> 1)",
+            f"        v{i} = {value}",
+            "        q = e",
+        ]
+    lines.append("    if q != end: raise _Odd")
+    items = ", ".join(
+        f'{{"name": N{i}, "mysql_type": T{i}, "flags": F{i}, "value": v{i}, "label": None}}' for i in range(n)
+    )
+    lines.append(f"    return [{items}]")
+    exec(compile("\n".join(lines), f"<craft reader {n} columns>", "exec"), env)
+    reader = env["read"]
+    if len(_READERS) >= _READERS_LIMIT:
+        _READERS.clear()
+    _READERS[columns] = reader
+    return reader
 
 
 class _Dictionary:
@@ -619,35 +695,32 @@ class CraftCodec(Codec):
                 break
         else:
             schema, q = self._group_schema(data, p, end, dictionary, field)
-        n = schema.count
-        lengths, q = _uvarints(data, q, end, n, field)
-        columns = []
-        append = columns.append
-        i = -1
+        lengths, q = _uvarints(data, q, end, schema.count, field)
         try:
-            for i, (zz, name, mysql_type, flags, decode) in enumerate(
-                zip(lengths, schema.names, schema.types, schema.flags, schema.decoders)
-            ):
-                if zz & 1:
-                    if zz != 1:
-                        raise _error(f"negative value length {_unzigzag(zz)}", q, f"{field}.{name}")
-                    value = None
-                else:
-                    nq = q + (zz >> 1)
-                    if nq > end:
-                        raise _error(f"value of {zz >> 1} bytes runs past its column group", q, f"{field}.{name}")
-                    value = data[q:nq]
-                    if decode is not None:
-                        value = decode(value)
-                    q = nq
-                append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": value, "label": None})
-        except DecodeError:
-            raise
-        except Exception as e:  # a value the type's decoder rejects (bad varint, not 8 bytes, ...)
-            raise _error(f"bad {schema.types[i]} value: {e}", q, f"{field}.{schema.names[i]}") from e
-        if q != end:
-            raise _error(f"column group ends at byte {q}, its size says {end}", q, field)
-        return schema, columns
+            return schema, schema.read(data, q, end, lengths)
+        except Exception:
+            # anything odd (a negative length, a value past the group, a value its type
+            # rejects): walk the group again with every check to say what and where
+            self._diagnose(data, q, end, lengths, schema, field)
+
+    @staticmethod
+    def _diagnose(data: bytes, q: int, end: int, lengths: list[int], schema: "_GroupSchema", field: str):
+        """Walk a column group's values again with every check, and raise the first problem."""
+        for zz, (name, mysql_type, _, decode) in zip(lengths, schema.columns):
+            if zz & 1:
+                if zz != 1:
+                    raise _error(f"negative value length {_unzigzag(zz)}", q, f"{field}.{name}")
+                continue
+            nq = q + (zz >> 1)
+            if nq > end:
+                raise _error(f"value of {zz >> 1} bytes runs past its column group", q, f"{field}.{name}")
+            if decode is not None:
+                try:
+                    decode(data[q:nq])
+                except Exception as e:  # the type's decoder rejects it (bad varint, not 8 bytes, ...)
+                    raise _error(f"bad {mysql_type} value: {e}", q, f"{field}.{name}") from e
+            q = nq
+        raise _error(f"column group ends at byte {q}, its size says {end}", q, field)
 
     def _group_schema(self, data: bytes, p: int, end: int, dictionary: _Dictionary, field: str):
         start = p

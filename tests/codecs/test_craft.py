@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_codecs import ConfigError, DecodeError, KafkaRecord, decode_record, encode_records, get_codec
+from cdc_codecs import ConfigError, DecodeError, EncodeError, KafkaRecord, decode_record, encode_records, get_codec
 from cdc_codecs.craft import double_text, float_text, uvarint, varint
 from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, column, new_event
 from cdc_codecs.mysql_types import parse_type
@@ -284,6 +284,44 @@ def test_event_without_commit_ts_gets_its_event_time_as_the_physical_part():
     [decoded] = decode_record(codec, record(encode(codec, [event])[0]))
     assert decoded["commit_ts"] == 1700000000000 << 18 and decoded["execute_ts_ms"] == 1700000000000
     assert decoded["table"] is None
+
+
+def test_wide_tables_and_odd_column_names_round_trip():
+    """The decoder builds one straight-line reader per column layout; names are bound as
+    values, never spliced into its code, and thousands of columns are fine."""
+    odd = ['x"}, {"y', "a\nb", "{v0}", "__import__('os')", "é中", ""]
+    cols = [column(name, str(i), "int") for i, name in enumerate(odd)]
+    cols += [column(f"c{i}", None if i % 3 else f"v{i}", "varchar(8)") for i in range(1500)]
+    event = new_event(Kind.ROW, op=Op.INSERT, commit_ts=1 << 40, database="d", table="wide",
+                      key_columns=[], after=cols)
+    codec = get_codec("craft")
+    [value] = encode(codec, [event])
+    [decoded] = decode_record(codec, record(value))
+    assert [(c["name"], c["value"]) for c in decoded["after"]] == [(c["name"], c["value"]) for c in cols]
+
+
+@pytest.mark.parametrize(
+    "mysql_type, flags, value, reason",
+    [
+        ("int", 0, b"abc", "invalid literal"),
+        ("bigint unsigned", ColumnFlag.UNSIGNED, b"-1", r"outside 0\.\.2\^64-1"),
+        ("bigint", 0, b"9223372036854775808", "outside the int64 range"),
+        ("set('a')", 0, b"18446744073709551616", r"outside 0\.\.2\^64-1"),
+        ("float", 0, b"1e39", "too large"),
+        ("double", 0, b"x", "could not convert"),
+    ],
+)
+def test_values_craft_cannot_hold_are_encode_errors(mysql_type, flags, value, reason):
+    event = new_event(Kind.ROW, op=Op.INSERT, commit_ts=1, database="d", table="t", key_columns=[],
+                      after=[column("c", value, mysql_type, flags)])
+    with pytest.raises(EncodeError, match=reason):
+        encode(get_codec("craft"), [event])
+
+
+def test_row_events_without_values_are_encode_errors():
+    event = new_event(Kind.ROW, op=Op.INSERT, commit_ts=1, database="d", table="t", key_columns=[], after=[])
+    with pytest.raises(EncodeError, match="no column values"):
+        encode(get_codec("craft"), [event])
 
 
 # ----------------------------------------------------------------------------- batching

@@ -40,6 +40,7 @@ and small integer values are rendered through a bounded table keyed by their var
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable, Iterator
 from itertools import accumulate
@@ -48,7 +49,7 @@ import numpy as np
 
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
 from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
-from .errors import DecodeError, EncodeError
+from .errors import ConfigError, DecodeError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .mysql_types import BINARY_BASES, parse_type
 
@@ -301,6 +302,8 @@ class _Memo(dict):
         if len(self) < self.LIMIT:
             self[raw] = text
         return text
+
+
 _UNPACK_DOUBLE = struct.Struct("<d").unpack
 _PACK_DOUBLE = struct.Struct("<d").pack
 _FLOAT32 = struct.Struct("<f")
@@ -309,7 +312,7 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def _special_float(v: float) -> bytes | None:
     if v != v:
-        return b"NaN"  # Go's strconv spelling (TiCDC's mounter writes 0 instead)
+        return b"NaN"  # Go's strconv spelling; TiDB stores no NaN or infinity, only odd input has them
     if v in (float("inf"), float("-inf")):
         return b"+Inf" if v > 0 else b"-Inf"
     return None
@@ -397,17 +400,36 @@ def _encode_value(code: int, flags: int, value: bytes | None, name: str) -> byte
 class _GroupSchema:
     """What the describing part of a column group (count, names, types, flags) resolves to."""
 
-    __slots__ = ("prefix", "count", "columns", "keys", "read")
+    __slots__ = ("prefix", "count", "columns", "keys", "read", "uses")
 
     def __init__(self, prefix: bytes, names: list[str], codes: list[int], flags: list[int]):
         self.prefix = prefix
         self.count = len(names)
         # (name, canonical mysql_type, flags, value decoder or None) per column
-        self.columns = [
+        self.columns = tuple(
             (name, mysql_type_of(c, f), f, _value_decoder(c, f)) for name, c, f in zip(names, codes, flags)
-        ]
+        )
         self.keys = [n for n, f in zip(names, flags) if f & _HANDLE_KEY]
-        self.read = _reader(tuple(self.columns))
+        self.read = _READERS.get(self.columns) or functools.partial(_read_values, self.columns)
+        self.uses = 0
+
+
+def _read_values(columns: tuple, data: bytes, q: int, end: int, lengths: list[int]) -> list[dict]:
+    """The values of a column group, for layouts seen too rarely to get their own reader."""
+    out = []
+    for zz, (name, mysql_type, flags, decode) in zip(lengths, columns):
+        if zz & 1:
+            if zz != 1:
+                raise _Odd
+            value = None
+        else:
+            e = q + (zz >> 1)
+            value = data[q:e] if decode is None else decode(data[q:e])
+            q = e
+        out.append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": value, "label": None})
+    if q != end:
+        raise _Odd
+    return out
 
 
 class _Odd(Exception):
@@ -416,6 +438,7 @@ class _Odd(Exception):
 
 _READERS: dict[tuple, object] = {}
 _READERS_LIMIT = 1024
+_COMPILE_AFTER = 8  # groups of one layout read before it gets a generated reader
 
 
 def _reader(columns: tuple):
@@ -465,7 +488,6 @@ class _Dictionary:
         self.schemas: list[_GroupSchema] = []
 
 
-_EMPTY_DICTIONARY_KEY = b""
 _ROW_TEMPLATE = new_event(Kind.ROW)
 _CACHE_LIMIT = 256  # distinct term dictionaries kept between messages
 _SCHEMAS_PER_DICTIONARY = 64
@@ -491,8 +513,6 @@ class CraftCodec(Codec):
         self._dictionaries: dict[bytes, _Dictionary] = {}
 
     def validate(self) -> None:
-        from .errors import ConfigError
-
         for key in ("max-batch-size", "max-message-bytes"):
             if self.config[key] <= 0:
                 raise ConfigError(f"option {key}={self.config[key]}: must be positive")
@@ -696,6 +716,9 @@ class CraftCodec(Codec):
         else:
             schema, q = self._group_schema(data, p, end, dictionary, field)
         lengths, q = _uvarints(data, q, end, schema.count, field)
+        schema.uses += 1
+        if schema.uses == _COMPILE_AFTER:
+            schema.read = _reader(schema.columns)
         try:
             return schema, schema.read(data, q, end, lengths)
         except Exception:

@@ -296,8 +296,10 @@ def test_wide_tables_and_odd_column_names_round_trip():
                       key_columns=[], after=cols)
     codec = get_codec("craft")
     [value] = encode(codec, [event])
-    [decoded] = decode_record(codec, record(value))
-    assert [(c["name"], c["value"]) for c in decoded["after"]] == [(c["name"], c["value"]) for c in cols]
+    expected = [(c["name"], c["value"]) for c in cols]
+    for _ in range(10):  # the first reads take the generic loop, later ones the generated reader
+        [decoded] = decode_record(codec, record(value))
+        assert [(c["name"], c["value"]) for c in decoded["after"]] == expected
 
 
 @pytest.mark.parametrize(

@@ -463,34 +463,58 @@ def mutations(seed: bytes, rng: random.Random) -> bytes:
     return bytes(data)
 
 
-def test_mutation_fuzz_only_decode_errors_escape():
-    """Thousands of truncated / corrupted / extended golden vectors (plus a batched message):
-    `decode` itself raises nothing but a DecodeError with a byte position."""
-    codec = get_codec("craft")
-    batched = encode(get_codec("craft", {"max-batch-size": "4"}), [
+def interior_mutation(seed: bytes, rng: random.Random) -> bytes:
+    """Bytes changed in place between the version and the size tables: the framing still
+    adds up, so decoding reaches headers, term ids, column layouts and values."""
+    assert seed[-1] < 0x80  # a one-byte trailer
+    tables_start = len(seed) - 1 - seed[-1]
+    data = bytearray(seed)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(1, tables_start)
+        data[i] = rng.choice([rng.randrange(256), data[i] ^ 1 << rng.randrange(8), 0x80, 0x01, 0x7F])
+    return bytes(data)
+
+
+def batched_message() -> bytes:
+    pk = ColumnFlag.UNSIGNED | ColumnFlag.HANDLE_KEY
+    events = [
         new_event(Kind.ROW, op=Op.UPDATE, commit_ts=(1 << 40) + i, database="d", table=f"t{i % 2}",
                   key_columns=["id"],
-                  before=[column("id", str(i), "bigint unsigned", ColumnFlag.UNSIGNED | ColumnFlag.HANDLE_KEY),
-                          column("f", "1.5", "double"), column("y", "2001", "year"), column("e", "2", "enum")],
-                  after=[column("id", str(i), "bigint unsigned", ColumnFlag.UNSIGNED | ColumnFlag.HANDLE_KEY),
-                         column("f", "2.5", "float"), column("y", None, "year"), column("e", "1", "set")])
+                  before=[column("id", str(i), "bigint unsigned", pk), column("f", "1.5", "double"),
+                          column("y", "2001", "year"), column("e", "2", "enum"), column("b", b"\xff", "blob")],
+                  after=[column("id", str(i), "bigint unsigned", pk), column("f", "2.5", "float"),
+                         column("y", None, "year"), column("e", "1", "set"), column("b", b"", "blob")])
         for i in range(4)
-    ])[0]
+    ]
+    [value] = encode(get_codec("craft", {"max-batch-size": "4"}), events)
+    return value
+
+
+def test_mutation_fuzz_only_decode_errors_escape():
+    """Thousands of truncated / corrupted / extended golden vectors and a batched message, half
+    of them corrupted only inside (framing intact): `decode` itself raises nothing but a
+    DecodeError with a byte position."""
+    codec = get_codec("craft")
+    seeds = [*SEEDS, batched_message()]
     rng = random.Random(20240611)
     outcomes = {"ok": 0, "error": 0}
-    for n in range(6000):
-        seed = [*SEEDS, batched][n % 4 if n % 5 else 3]
-        value = mutations(seed, rng)
+    fields = set()
+    for n in range(8000):
+        seed = seeds[n % len(seeds)]
+        value = interior_mutation(seed, rng) if n % 2 else mutations(seed, rng)
         try:
             events = codec.decode(record(value))
         except DecodeError as e:
             assert e.byte_offset is not None, (value.hex(), str(e))
             assert 0 <= e.byte_offset <= len(value), (value.hex(), str(e))
             outcomes["error"] += 1
+            fields.add((e.field or "").split(".")[0].split("[")[0])
             continue
         outcomes["ok"] += 1
         assert all(isinstance(e, dict) for e in events)
-    assert outcomes["error"] > 4000 and outcomes["ok"] > 0
+    assert outcomes["error"] > 5000 and outcomes["ok"] > 100
+    # every section of the message was reached by some corruption
+    assert {"version", "trailer", "size tables", "header", "dictionary", "event"} <= fields
     # and decode_record names the record for every one of them
     with pytest.raises(DecodeError, match=f"object {OBJECT}.*offset 7.*byte"):
         decode_record(codec, record(SEED_ROW[:-3]))

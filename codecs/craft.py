@@ -32,10 +32,12 @@ NULL/GEOMETRY/VECTOR values are never written (always NULL).
 Why this is written by hand: no kept library reads craft. Its varints are protobuf's, but the
 protobuf runtime exposes no public varint reader, and a chunk's length is not known before it
 is read, so it cannot be handed to a protobuf parser. The decoder keeps per-value Python small
-instead: runs of one-byte varints become a list in one C call (``bytes.isascii``), the part of
+instead: runs of one-byte varints become a list in one C call (``bytes.isascii``); the part of
 a column group that only describes columns (count, names, types, flags) is parsed once per
-distinct byte string and term dictionary and recognised afterwards with ``bytes.startswith``,
-and small integer values are rendered through a bounded table keyed by their varint bytes.
+distinct bytes and term dictionary and recognised afterwards with ``bytes.startswith``; a
+layout seen often gets a generated straight-line reader; small integers and repeated floats
+are rendered through bounded tables keyed by their bytes. docs/protocols/craft.md has the
+measured speed and what a compiled extension would add.
 """
 
 from __future__ import annotations
@@ -117,11 +119,6 @@ def _unzigzag(u: int) -> int:
     return (u >> 1) ^ -(u & 1)
 
 
-def _varints(data: bytes, p: int, end: int, n: int, field: str) -> tuple[list[int], int]:
-    raw, p = _uvarints(data, p, end, n, field)
-    return [(u >> 1) ^ -(u & 1) for u in raw], p
-
-
 def _delta_varints(data: bytes, p: int, end: int, n: int, field: str) -> tuple[list[int], int]:
     raw, p = _uvarints(data, p, end, n, field)
     return list(accumulate((u >> 1) ^ -(u & 1) for u in raw)), p
@@ -152,10 +149,6 @@ def uvarint(v: int) -> bytes:
         v >>= 7
     out.append(v)
     return bytes(out)
-
-
-def zigzag(v: int) -> int:
-    return v << 1 if v >= 0 else ((-v) << 1) - 1
 
 
 def varint(v: int) -> bytes:

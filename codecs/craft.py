@@ -805,8 +805,8 @@ def _commit_ts(event: dict) -> int:
         if event["execute_ts_ms"] is None:
             raise EncodeError("craft: event has neither commit_ts nor execute_ts_ms")
         ts = event["execute_ts_ms"] << 18
-    if not 0 <= ts <= _U64:
-        raise EncodeError(f"craft: commit ts {ts} outside 0..2^64-1")
+    if not 0 <= ts <= _I64_MAX:  # the canonical int64 (craft itself would take a uint64)
+        raise EncodeError(f"craft: commit ts {ts} outside 0..2^63-1")
     return ts
 
 
@@ -934,10 +934,10 @@ def _rows_message(rows: list[_EncodedRow]) -> bytes:
 def _ddl_message(event: dict) -> bytes:
     extras = dict(event.get("extras") or {})
     if EXTRA_DDL_ACTION in extras:
-        try:
-            action = int(extras[EXTRA_DDL_ACTION])
-        except ValueError:
-            raise EncodeError(f"craft: extras {EXTRA_DDL_ACTION}={extras[EXTRA_DDL_ACTION]!r} is not an integer") from None
+        raw = extras[EXTRA_DDL_ACTION]
+        action = int(raw) if raw.isdigit() else -1
+        if not 0 <= action <= _U64:
+            raise EncodeError(f"craft: extras {EXTRA_DDL_ACTION}={raw!r} is not a DDL action code")
     else:
         action = ACTION_CODES.get(event["ddl_type"] or "")
         if action is None:
@@ -953,8 +953,8 @@ def _ddl_message(event: dict) -> bytes:
 
 def _resolved_message(event: dict) -> bytes:
     ts = event["watermark_ts"]
-    if ts is None or not 0 <= ts <= _U64:
-        raise EncodeError(f"craft: watermark ts {ts!r} outside 0..2^64-1")
+    if ts is None or not 0 <= ts <= _I64_MAX:
+        raise EncodeError(f"craft: watermark ts {ts!r} outside 0..2^63-1")
     terms = _Terms()
     header = _headers(terms, [ts], [RESOLVED], [_partition_id(event)], [None], [None])
     return _message(header, [b""], terms, [])

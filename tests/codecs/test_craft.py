@@ -320,6 +320,21 @@ def test_values_craft_cannot_hold_are_encode_errors(mysql_type, flags, value, re
         encode(get_codec("craft"), [event])
 
 
+@pytest.mark.parametrize(
+    "event, reason",
+    [
+        (new_event(Kind.DDL, commit_ts=1, ddl_query="q", extras={"craft.ddl_action": "-1"}), "not a DDL action code"),
+        (new_event(Kind.DDL, ddl_query="q"), "neither commit_ts nor execute_ts_ms"),
+        (new_event(Kind.WATERMARK, watermark_ts=1 << 63), "outside 0..2"),
+        (new_event(Kind.ROW, op=Op.INSERT, commit_ts=1, after=[column("c", "1", "int")],
+                   extras={"craft.partition_id": "p1"}), "is not an integer"),
+    ],
+)
+def test_events_craft_cannot_hold_are_encode_errors(event, reason):
+    with pytest.raises(EncodeError, match=reason):
+        encode(get_codec("craft"), [event])
+
+
 def test_row_events_without_values_are_encode_errors():
     event = new_event(Kind.ROW, op=Op.INSERT, commit_ts=1, database="d", table="t", key_columns=[], after=[])
     with pytest.raises(EncodeError, match="no column values"):

@@ -31,3 +31,4 @@ __all__ = [
     "ConfigError", "DecodeError", "EncodeError", "EVENT_SCHEMA", "ColumnFlag", "Kind", "Op",
     "column", "new_event",
 ]
+from . import craft  # noqa: E402,F401  (registers the protocol)

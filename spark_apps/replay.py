@@ -126,6 +126,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
             F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
             F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
             F.count(F.when(F.col("position").isNotNull(), 1)).alias("positioned"),
+            F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
         ).orderBy("topic", "partition").collect()]
         try:
             cut = manifest_mod.compute_cut(partition_stats, args.as_of)
@@ -134,7 +135,9 @@ def run(args: ReplayArgs, spark=None) -> dict:
         log.info("[replay %s] cut: %s", run_id, cut["description"])
 
         # 2. statuses: quarantined / filtered / duplicate / pending / applied
-        tagged = T.tag_status(decoded, tables=args.table_patterns(), cut=cut["point"]).persist(StorageLevel.MEMORY_AND_DISK)
+        needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
+            s["rows_without_commit_ts"] for s in partition_stats)
+        tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(), cut=cut["point"]).persist(StorageLevel.MEMORY_AND_DISK)
         counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
             F.count(F.lit(1)).alias("events"),
             F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),

@@ -29,10 +29,30 @@ from .schema import QUARANTINE_KIND
 STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied")
 
 
+def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
+    """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
+    Avro sends DELETE as a bare tombstone), the lowest commit ts it can have given what came
+    before it in its partition: the highest earlier commit ts, or one above the highest
+    earlier watermark. Its change rank stays "message order", so among equal timestamps the
+    partition offset decides. Computed only when `needed` (a window per source partition)."""
+    if not needed:
+        return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    before = Window.partitionBy("topic", "partition").orderBy("offset", "event_index").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    floor = F.greatest(F.max("commit_ts").over(before), F.max("watermark_ts").over(before) + 1)
+    return events.withColumn(
+        "inferred_ts",
+        F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), floor),
+    )
+
+
 def with_timeline(events: DataFrame) -> DataFrame:
+    if "inferred_ts" not in events.columns:
+        events = events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
     return events.withColumn(
         "timeline",
         F.when(F.col("commit_ts").isNotNull(), F.array(F.col("commit_ts")))
+        .when(F.col("inferred_ts").isNotNull(), F.array(F.col("inferred_ts")))
         .when(F.col("position").isNotNull(), F.col("position"))
         .otherwise(F.array(F.coalesce(F.col("execute_ts_ms"), F.lit(0).cast("bigint")))),
     )
@@ -63,7 +83,7 @@ def _identity_columns() -> list[Column]:
     """What makes two decoded events the same change (a redelivery, not a new change)."""
     return [
         F.col("kind"), F.col("database"), F.col("table"), F.col("op"), F.col("commit_ts"),
-        F.col("position"),
+        F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
         F.col("before"), F.col("after"), F.col("ddl_query"),

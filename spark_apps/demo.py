@@ -33,7 +33,7 @@ def read_snapshot(output: str, protocol: str = "canal-json", options=None) -> di
                 if event["kind"] != "row":
                     continue
                 row = {c["name"]: c["value"] for c in event["after"]}
-                key = tuple(row[k] for k in event["key_columns"])
+                key = tuple(row[k] for k in (event["key_columns"] or list(row)))
                 tables.setdefault((event["database"], event["table"]), {})[key] = row
     return tables
 

@@ -82,7 +82,21 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--max-bad-records must be 0 or more")
     if args.as_of is not None and args.as_of < 0:
         raise ReplayError("--as-of must be a commit ts (a non-negative TSO)")
+    if args.schema:
+        try:
+            SchemaHistory(_read_schema(args.schema))
+        except DDLError as e:
+            raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options
+
+
+def _read_schema(uri: str | None) -> str:
+    if not uri:
+        return ""
+    try:
+        return storage.read_bytes(storage.normalize(uri)).decode("utf-8")
+    except (OSError, Exception) as e:  # missing file, S3 error
+        raise ReplayError(f"--schema {uri}: cannot read it ({type(e).__name__}: {e})") from e
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -154,7 +168,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
                     .select("database", "table", "ddl_query", "commit_ts", "timeline", "object", "line",
                             "topic", "partition", "offset")
                     .orderBy("timeline", "partition", "offset").collect())
-        history = SchemaHistory()
+        history = SchemaHistory(_read_schema(args.schema))
         ddl_log, ddl_failures = [], []
         for row in ddl_rows:
             try:
@@ -250,11 +264,11 @@ def _emit_snapshot(spark, applied, history, cut, args, target, target_protocol, 
     if history.known:
         intervals = spark.createDataFrame(
             [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-              i.final_database, i.final_table) for i in history.intervals()],
+              i.final_database, i.final_table, [list(k) for k in i.key_aliases]) for i in history.intervals()],
             "database string, table string, after array<bigint>, until array<bigint>, "
-            "final_database string, final_table string")
+            "final_database string, final_table string, key_aliases array<array<string>>")
         known = spark.createDataFrame(sorted(history.known), "database string, table string")
-    effects = T.assign_tables(T.row_effects(rows), intervals, known)
+    effects = T.row_effects(T.assign_tables(rows, intervals, known))
     live = T.live_rows(T.latest_per_key(effects))
     live = (live.withColumn("out_topic", T.topic_name(args.target_topic))
             .withColumn("out_partition", T.dispatch_partition(args.dispatcher, partitions))

@@ -63,6 +63,23 @@ class TableSchema:
         lower = name.lower()
         return next((c for c in self.columns if c.name.lower() == lower), None)
 
+    def create_statement(self) -> str:
+        """The table as a CREATE TABLE statement (recorded in snapshot manifests, so a later
+        window replay starting from the snapshot knows the schemas)."""
+        parts = []
+        for col in self.columns:
+            text = f"`{col.name}` {col.mysql_type or 'text'}"
+            if not col.flags & ColumnFlag.NULLABLE:
+                text += " NOT NULL"
+            if col.default is not None:
+                default = col.default_label.encode() if col.default_label is not None else col.default
+                literal = default.decode("utf-8", "replace").replace("\\", "\\\\").replace("'", "''")
+                text += f" DEFAULT '{literal}'"
+            parts.append(text)
+        if self.key_columns:
+            parts.append("PRIMARY KEY (" + ", ".join(f"`{k}`" for k in self.key_columns) + ")")
+        return f"CREATE TABLE `{self.database}`.`{self.name}` (" + ", ".join(parts) + ")"
+
 
 @dataclasses.dataclass(frozen=True)
 class TableInterval:
@@ -372,6 +389,9 @@ class SchemaHistory:
                 result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name,
                                             tuple(keys)))
         return result
+
+    def create_statements(self) -> list[str]:
+        return [t.create_statement() for _, t in sorted(self.tables.items())]
 
     def is_known(self, database: str | None, table: str) -> bool:
         return _key(database, table) in self.known

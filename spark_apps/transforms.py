@@ -94,8 +94,9 @@ def _identity_columns() -> list[Column]:
     ]
 
 
-def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None) -> DataFrame:
-    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut)."""
+def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
+    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
+    changes at or below `since` are outside the window (status `filtered`)."""
     df = with_timeline(decoded)
     first_seen = Window.partitionBy(*_identity_columns()).orderBy("partition", "offset", "event_index", "object", "line")
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
@@ -113,10 +114,13 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None)
         above_cut = F.when(F.col("kind") == Kind.WATERMARK, F.array(F.col("watermark_ts")) > cut_point).otherwise(
             F.col("timeline") > cut_point
         )
+    before_window = F.lit(False) if since is None else (
+        (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") <= point_literal([since])))
     status = (
         F.when(F.col("kind") == QUARANTINE_KIND, "quarantined")
         .when(F.col("kind") == "empty", "empty")
         .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, "filtered")
+        .when(before_window, "filtered")
         .when(~F.col("_first"), "duplicate")
         .when(above_cut, "pending")
         .otherwise("applied")

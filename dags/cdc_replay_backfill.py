@@ -53,13 +53,16 @@ PARAMS = {
     "tables": Param([], type="array", items={"type": "string", "pattern": TABLE_PATTERN},
                     title="Tables", description="db.table patterns, one per line (shell wildcards: shop.*, "
                                                 "*.orders); empty = every table", section="What to replay"),
-    "as_of": _commit_ts_param("As of", "Replay up to this commit ts. Empty = the cut (the lowest partition "
-                              "watermark; the archive's end without watermarks).", "--as-of"),
-    "since": _commit_ts_param("Since", "Only changes committed at or after this commit ts.", "--since"),
-    "until": _commit_ts_param("Until", "Only changes committed before this commit ts.", "--until"),
+    "as_of": _commit_ts_param("As of", "Replay up to and including this commit ts. Empty = the cut (the lowest "
+                              "partition watermark; the archive's end without watermarks).", "--as-of"),
+    "since": _commit_ts_param("Since", "Start of a window, exclusive: only changes committed after it. A snapshot "
+                              "of a window needs a base snapshot (the snapshot at since).", "--since"),
+    "until": _commit_ts_param("Until", "End of a window, inclusive (the same bound as as_of: give one).",
+                              "--until"),
     "emit": Param("snapshot", type="string", enum=list(CAPS.emit_modes), title="Emit",
                   description="snapshot: one INSERT per live row at the cut; topics: the ordered, deduplicated "
-                              "stream (rows and DDL) re-encoded", section="Output"),
+                              "stream (rows and DDL) re-encoded; history: SCD type 2 versions of every row "
+                              "(Parquet)", section="Output"),
     "target_protocol": Param(None, type=["null", "string"], enum=[None, *PROTOCOLS], title="Target protocol",
                              description="protocol of the output records (empty = the source protocol)",
                              section="Output"),
@@ -83,12 +86,18 @@ PARAMS = {
 }
 if CAPS.accepts("--target-format"):
     PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *CAPS.target_formats],
-                                    title="Target format", description="output format (empty = the protocol's "
-                                    "Kafka-record archive)", section="Output")
+                                    title="Target format", description="kafka: a Kafka-record archive in the target "
+                                    "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
+                                    "per table (snapshot; always for history)", section="Output")
 if CAPS.accepts("--base-snapshot"):
-    PARAMS["base_snapshot"] = Param(None, type=["null", "string"], title="Base snapshot",
-                                    description="a snapshot output a since/until window replay starts from",
+    PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
+                                    title="Base snapshot", description="output of an earlier snapshot run: the "
+                                    "window's changes are applied on top of it (since defaults to its cut)",
                                     section="What to replay")
+if CAPS.accepts("--schema"):
+    PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
+                             description="SQL file (s3:// or local) with CREATE TABLE statements for tables created "
+                                         "before the archive starts", section="Source")
 
 
 @dag(

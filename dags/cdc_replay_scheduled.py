@@ -1,29 +1,33 @@
 """
-### Replay each new archive window (scheduled)
+### Replay each archive window (scheduled)
 
-Every data interval [start, end) replays the archive objects archived in it: an object's
-archive time is read from Hive-style partitions in its key (`dt=2026-01-01/hour=00/...`,
-`year=/month=/day=/hour=`, as Kafka Connect's S3 sink and Secor write them) or else its
-LastModified time, so every object belongs to exactly one interval. When the replay app accepts
-`--since/--until` (cdc-replay issue 5), the run also keeps only the changes committed in the
-interval; until then it replays every event of the interval's objects, and says so in its log.
+Every data interval [start, end) replays **the changes committed in it**, read from **the objects
+archived in [start, end + lateness)**. An object's archive time comes from Hive-style partitions in
+its key (`dt=2026-01-01/hour=00/...`, `year=/month=/day=/hour=`, as Kafka Connect's S3 sink and
+Secor write them) or else its LastModified time. Objects are read by two intervals (a change made
+just before the end of an interval can be archived in the next one), but the commit ts window
+(`--since TSO(start)-1 --until TSO(end)-1`) puts every change in exactly one interval's output.
 
 Each interval writes its own output, `<output>/<interval start, e.g. 20260101T000000Z>`, replaced
-as a whole when the interval is replayed again: catchup and `airflow backfill create` replay history
-interval by interval, and re-running an interval is idempotent. An interval without archive objects
-is skipped.
+as a whole when the interval runs again: catchup and `airflow backfill create` replay history
+interval by interval, and re-running an interval is idempotent. `emit: topics` (or `history`) gives
+the interval's changes; `emit: snapshot` chains the intervals — each snapshot is the previous
+interval's plus this window's changes (`--base-snapshot`). An interval without archive objects is
+skipped; an interval the archive's watermarks have not passed yet fails validation (clear it later).
 
-**Configuration**: the Variable `cdc_replay_scheduled`, a JSON object with the fields of the
-backfill form (`source`, `protocol`, `protocol_options`, `output` — the base of the interval
-outputs —, `emit`, `target_protocol`, `target_options`, `tables`, `max_bad_records`, ...), checked
-field by field by the first task. The schedule (default `@hourly`) and the first interval
-(default 2026-01-01T00:00Z) come from the environment variables `CDC_REPLAY_SCHEDULE` and
-`CDC_REPLAY_START` of the DAG processor.
+**Configuration** — the Variable `cdc_replay_scheduled`, a JSON object with the backfill form's
+fields (`source`, `protocol`, `protocol_options`, `output` — the base of the interval outputs —,
+`emit`, `target_protocol`, `target_options`, `tables`, `max_bad_records`, ...), plus
+`lateness_minutes` (default: one interval) and `require_complete` (default true); checked field by
+field by the first task. The schedule (default `@hourly`) and the first interval (default
+2026-01-01T00:00Z) come from `CDC_REPLAY_SCHEDULE` and `CDC_REPLAY_START` in the DAG processor's
+environment.
 
-Tasks: `plan` (the interval's request; refuses bad configuration), `stage` (select the interval's
-objects with boto3, stage them, write the staged-objects manifest), `replay` (spark-submit on
-`spark_default`), `validate` (reconcile the manifest; fail loudly on quarantine beyond the
-limit), `publish` (clean the staging area, record metrics, emit the output asset).
+Tasks: `plan` (the interval's request; refuses bad configuration), `wait_for_archive` (until
+end + lateness has passed), `stage` (select the objects with boto3, stage them, write the
+staged-objects manifest), `replay` (spark-submit on `spark_default`), `validate` (reconcile the
+manifest, the quarantine limit, completeness), `publish` (clean the staging area, record metrics,
+emit the output assets).
 """
 
 from __future__ import annotations
@@ -55,32 +59,52 @@ START = dt.datetime.fromisoformat(os.environ.get("CDC_REPLAY_START", "2026-01-01
 )
 def cdc_replay_scheduled():
     @task
-    def plan(data_interval_start=None, data_interval_end=None) -> dict:
+    def plan(data_interval_start=None, data_interval_end=None, prev_data_interval_start_success=None,
+             prev_data_interval_end_success=None) -> dict:
         from airflow.sdk import Variable
         from airflow.sdk.exceptions import AirflowFailException
 
         from cdc_replay_airflow import tasks
+        from cdc_replay_airflow.hooks.archive import ArchiveHook
 
         config = Variable.get(VARIABLE, default=None, deserialize_json=True)
+        previous = ((prev_data_interval_start_success, prev_data_interval_end_success)
+                    if prev_data_interval_start_success else None)
         try:
-            return tasks.plan_interval(config, data_interval_start, data_interval_end)
+            return tasks.plan_interval(config, data_interval_start, data_interval_end, first_start=START,
+                                       previous=previous, exists=ArchiveHook().exists)
         except tasks.Refused as e:
             raise AirflowFailException(str(e)) from e
 
+    @task.sensor(poke_interval=300, timeout=6 * 3600, mode="reschedule")
+    def wait_for_archive(planned: dict):
+        """Objects archived up to `lateness` after the interval belong to it: wait until then."""
+        from airflow.sdk import PokeReturnValue
+
+        ready_at = dt.datetime.fromisoformat(planned["objects_window"][1])
+        now = dt.datetime.now(dt.timezone.utc)
+        if now < ready_at:
+            print(f"Waiting for the archive: objects archived until {ready_at.isoformat()} belong to this "
+                  f"interval ({(ready_at - now).total_seconds() / 60:.0f} min to go)")
+        return PokeReturnValue(is_done=now >= ready_at)
+
     @task
     def stage(planned: dict) -> dict:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from cdc_replay_airflow import tasks
         from cdc_replay_airflow.hooks.archive import ArchiveHook
 
         ti = get_current_context()["ti"]
-        start, end = (dt.datetime.fromisoformat(t) for t in planned["interval"])
+        start, end = (dt.datetime.fromisoformat(t) for t in planned["objects_window"])
         try:
             return tasks.stage(ArchiveHook(), planned["request"], dag_id=ti.dag_id, run_id=ti.run_id,
-                               interval=(start, end))
+                               interval=(start, end), schema_from=planned.get("schema_from"),
+                               chain_missing=planned.get("chain_missing"))
         except LookupError as e:
             raise AirflowSkipException(f"{e}: nothing to replay") from e
+        except tasks.Refused as e:
+            raise AirflowFailException(str(e)) from e
 
     @task
     def validate(planned: dict, staged: dict, replayed: dict) -> dict:
@@ -88,22 +112,26 @@ def cdc_replay_scheduled():
 
         from cdc_replay_airflow import tasks
         from cdc_replay_airflow.hooks.archive import ArchiveHook
-        from cdc_replay_airflow.metrics import METRICS_KEY, ValidationError
+        from cdc_replay_airflow.metrics import METRICS_KEY, Incomplete, ValidationError
 
         ti = get_current_context()["ti"]
         try:
             metrics = tasks.validate(ArchiveHook(), staged, dag_id=ti.dag_id, run_id=ti.run_id,
-                                     data_interval=tuple(planned["interval"]))
+                                     data_interval=tuple(planned["interval"]),
+                                     require_complete=planned["require_complete"])
         except ValidationError as e:
             if getattr(e, "metrics", None):
                 ti.xcom_push(METRICS_KEY, e.metrics)
+            if isinstance(e, Incomplete):
+                raise AirflowFailException(f"{e}. Clear this run when the archive has caught up (or raise "
+                                           "lateness_minutes in the Variable cdc_replay_scheduled)") from e
             raise AirflowFailException(str(e)) from e
         ti.xcom_push(METRICS_KEY, metrics)
         return metrics
 
     @task(outlets=[AssetAlias(ALIAS)])
     def publish(planned: dict, staged: dict, metrics: dict) -> dict:
-        from airflow.sdk import Asset, Variable
+        from airflow.sdk import Asset
 
         from cdc_replay_airflow import tasks
         from cdc_replay_airflow.hooks.archive import ArchiveHook
@@ -111,7 +139,7 @@ def cdc_replay_scheduled():
 
         context = get_current_context()
         published = tasks.publish(ArchiveHook(), staged, metrics)
-        base = Variable.get(VARIABLE, deserialize_json=True)["output"].rstrip("/")
+        base = planned["output_base"].rstrip("/")
         extra = {**tasks.asset_extra(published), "interval": planned["interval"]}
         for uri in (base, published["output"]):  # the series, and this interval's output
             asset = Asset(uri if uri.startswith("s3://") else f"file://{uri}")
@@ -121,6 +149,7 @@ def cdc_replay_scheduled():
 
     planned = plan()
     staged = stage(planned)
+    wait_for_archive(planned) >> staged
     replayed = ReplayOperator(task_id="replay", plan=staged)
     publish(planned, staged, validate(planned, staged, replayed.output))
 

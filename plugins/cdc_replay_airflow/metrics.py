@@ -32,6 +32,26 @@ def _lag_s(newer: int | None, older: int | None) -> float | None:
     return round(max(0, (newer >> 18) - (older >> 18)) / 1000, 3)
 
 
+class Incomplete(ValidationError):
+    """The archive's watermarks have not reached the end of the window yet: a later attempt may pass."""
+
+
+def check_complete(manifest: dict, until: int | None) -> str:
+    """Every change up to `until` is in the archive only once every source partition's watermark
+    has passed it (the completeness cut). Raises Incomplete otherwise; returns a note."""
+    cut = manifest["cut"]
+    complete = cut.get("complete_commit_ts")
+    if until is None:
+        return "no window end to check"
+    if cut["kind"] != "commit_ts" or complete is None or complete < until:
+        raise Incomplete(
+            f"the archive is not complete for this window yet: its watermarks reach commit ts {complete} "
+            f"({ts_time(complete)}), the window ends at {until} ({ts_time(until)}); changes committed before the "
+            "window's end may still be on their way to the archive, so the output is not published "
+            "(a retry or a later rerun replaces it)")
+    return f"the archive is complete for the window: watermarks reach {ts_time(complete)} >= its end {ts_time(until)}"
+
+
 def check_manifest(manifest: dict, *, run_id: str, staged: dict, max_bad_records: int) -> list[str]:
     """Reconcile the manifest with itself and with what was staged. Raises ValidationError
     for anything that makes the output untrustworthy; returns notes for the log."""
@@ -111,9 +131,12 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
         },
         "commit_ts_range": [lo, hi], "commit_time_range": [ts_time(lo), ts_time(hi)],
         "cut": {"kind": cut["kind"], "commit_ts": cut.get("commit_ts"), "time": ts_time(cut.get("commit_ts")),
-                "description": cut["description"]},
+                "complete_commit_ts": cut.get("complete_commit_ts"),
+                "complete_time": ts_time(cut.get("complete_commit_ts")), "description": cut["description"]},
+        "window": manifest.get("window") or {},
         "newest_commit_ts": newest, "newest_time": ts_time(newest),
-        "watermark_lag_s": _lag_s(newest, cut.get("commit_ts")) if cut["kind"] == "commit_ts" else None,
+        "watermark_lag_s": (_lag_s(newest, cut.get("complete_commit_ts") or cut.get("commit_ts"))
+                            if cut["kind"] == "commit_ts" else None),
         "partitions": partitions,
         "tables": tables,
         "quarantine": {"records": manifest["quarantine"]["records"], "location": manifest["quarantine"]["location"]},

@@ -21,16 +21,16 @@ from typing import Any
 
 # The registered protocols (cdc_codecs.protocols()). Written out because importing the codecs
 # takes ~1.5 s (sqlglot), too slow for DAG parsing; tests/airflow/test_request.py checks it.
-PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "oceanbase-avro", "open-protocol")
+PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "oceanbase-avro", "open-protocol")
 
 FIELDS = (
-    "source", "protocol", "protocol_options", "tables", "as_of", "since", "until", "emit",
-    "target_protocol", "target_options", "target_format", "target_topic", "target_partitions",
-    "dispatcher", "base_snapshot", "output", "max_bad_records",
+    "source", "protocol", "protocol_options", "schema", "tables", "as_of", "since", "until", "base_snapshot",
+    "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
+    "dispatcher", "output", "max_bad_records",
 )
-# fields that map to app options that may not exist yet (issue 5 adds them)
+# fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
 OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot",
-                        "target_format": "--target-format"}
+                        "target_format": "--target-format", "schema": "--schema"}
 
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
@@ -92,7 +92,13 @@ class ReplayRequest:
     target_partitions: int | None = None
     dispatcher: str = "index-value"
     base_snapshot: str | None = None
+    schema: str | None = None
     max_bad_records: int = 0
+
+    @property
+    def output_format(self) -> str:
+        """As the app decides it (spark_apps.options.ReplayArgs.output_format)."""
+        return self.target_format or ("parquet" if self.emit == "history" else "kafka")
 
     def as_dict(self) -> dict:
         """JSON-friendly (XCom): options as objects, tables as a list."""
@@ -275,16 +281,31 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
             raise RequestError("target_topic", f"unknown placeholder {{{name}}}; use {{topic}}, {{schema}} or {{table}}")
     if not re.fullmatch(r"[A-Za-z0-9._\-{}]+", target_topic):
         raise RequestError("target_topic", f"{target_topic!r}: a Kafka topic name has only letters, digits, . _ -")
+    as_of = _commit_ts("as_of", conf.get("as_of"))
     since = _commit_ts("since", conf.get("since"))
     until = _commit_ts("until", conf.get("until"))
-    if since is not None and until is not None and since >= until:
-        raise RequestError("until", f"{until} is not after since {since}")
+    if as_of is not None and until is not None:
+        raise RequestError("until", "as_of and until are the same bound (the cut): give one of them")
+    upper = until if until is not None else as_of
+    if since is not None and upper is not None and since >= upper:
+        raise RequestError("since", f"the window is empty: since {since} is not below until/as_of {upper}")
     base_snapshot = _uri("base_snapshot", conf.get("base_snapshot"), required=False)
+    if base_snapshot is not None and emit != "snapshot":
+        raise RequestError("base_snapshot", "applies to emit snapshot only (topics and history of a window need "
+                                            "only since)")
+    if since is not None and emit == "snapshot" and base_snapshot is None:
+        raise RequestError("since", "a snapshot of a window needs base_snapshot (the snapshot at since); without "
+                                    "it, emit topics or history for the window's changes")
+    output_format = target_format or ("parquet" if emit == "history" else "kafka")
+    if emit == "history" and output_format != "parquet":
+        raise RequestError("target_format", "emit history is written as Parquet")
+    if emit == "topics" and output_format != "kafka":
+        raise RequestError("target_format", "emit topics is written as a Kafka-record archive (kafka)")
     return ReplayRequest(
         source=source, protocol=protocol, output=output, emit=emit,
         protocol_options=_options("protocol_options", conf.get("protocol_options")),
         tables=_tables(conf.get("tables")),
-        as_of=_commit_ts("as_of", conf.get("as_of")), since=since, until=until,
+        as_of=as_of, since=since, until=until, schema=_uri("schema", conf.get("schema"), required=False),
         target_protocol=target_protocol,
         target_options=_options("target_options", conf.get("target_options")),
         target_format=target_format, target_topic=target_topic,
@@ -336,6 +357,8 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
         args += ["--until", str(request.until)]
     if request.base_snapshot:
         args += ["--base-snapshot", request.base_snapshot]
+    if request.schema:
+        args += ["--schema", request.schema]
     if request.tables:
         args += ["--tables", ",".join(request.tables)]
     if request.target_topic != "{topic}":

@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from cdc_replay_airflow.metrics import ValidationError, check_manifest, run_metrics
+from cdc_replay_airflow.metrics import Incomplete, ValidationError, check_complete, check_manifest, run_metrics
 from cdc_replay_airflow.request import (
     RequestError,
     ReplayRequest,
@@ -63,35 +63,85 @@ def check(conf: dict) -> dict:
     return request.as_dict()
 
 
-def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime) -> dict:
-    """The scheduled DAG's request for the data interval [start, end): the configured
-    request, its output below the configured output (one prefix per interval), and the
-    interval's commit ts window when the app accepts --since/--until."""
+SCHEDULE_SETTINGS = ("lateness_minutes", "require_complete")
+
+
+def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, first_start: dt.datetime | None = None,
+                  previous: tuple[dt.datetime, dt.datetime] | None = None, exists=None) -> dict:
+    """The scheduled DAG's request for the data interval [start, end).
+
+    * Objects: those archived in [start, end + lateness) (`lateness_minutes`, default one interval:
+      a change committed near the end of an interval may be archived in the next one).
+    * Changes: those committed in [start, end): `--since TSO(start)-1` (exclusive) and
+      `--until TSO(end)-1` (inclusive), so every change lands in exactly one interval although
+      objects are read by two.
+    * Output: <output>/<interval start>, replaced as a whole on a rerun.
+    * emit snapshot: each interval's snapshot is the previous interval's plus this window's
+      changes (`--base-snapshot`); the first interval (start_date) starts from nothing.
+    * `require_complete` (default true): validate fails, and retries, while the archive's
+      watermarks have not reached the interval's end."""
     if not config:
         raise Refused("refused before any work started: the Variable cdc_replay_scheduled is not set; it holds "
                       "the replay request as JSON (source, protocol, protocol_options, output, emit, ...)")
-    for field in ("since", "until"):
+    config = dict(config)
+    settings = {k: config.pop(k) for k in SCHEDULE_SETTINGS if k in config}
+    for field in ("since", "until", "as_of", "base_snapshot"):
         if config.get(field) not in (None, ""):
-            raise Refused(f"refused before any work started: {field}: is set by the data interval, remove it "
+            raise Refused(f"refused before any work started: {field}: is set from the data interval; remove it "
                           "from the Variable cdc_replay_scheduled")
     try:
         request = parse_request(config)
         check_codecs(request)
     except RequestError as e:
         raise Refused(f"refused before any work started: Variable cdc_replay_scheduled: {e}") from e
+    lateness = settings.get("lateness_minutes")
+    if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
+                      f"{lateness!r} is not a whole number of minutes >= 0")
     caps = app_capabilities()
-    window = caps.accepts("--since") and caps.accepts("--until")
-    request = request.replace(
-        output=interval_output(request.output, start),
-        since=tso_of(start) if window else None,
-        until=tso_of(end) if window else None,
-    )
-    log.info("Interval %s .. %s: archive objects of the interval -> %s; commit ts window %s", start.isoformat(),
-             end.isoformat(), request.output,
-             f"[{request.since}, {request.until})" if window else
-             "not applied (the installed replay app has no --since/--until yet: every event of the interval's "
-             "objects is replayed)")
-    return {"request": request.as_dict(), "interval": [start.isoformat(), end.isoformat()]}
+    windowed = caps.accepts("--since") and caps.accepts("--until")
+    late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
+    if not windowed:
+        late = dt.timedelta(0)  # without a commit ts window, overlapping objects would be replayed twice
+    base_output = request.output
+    since = tso_of(start) - 1 if windowed else None
+    until = tso_of(end) - 1 if windowed else None
+    base_snapshot = schema_from = chain_missing = None
+    if windowed:
+        # the previous interval's output carries what this one starts from: its snapshot (emit
+        # snapshot) or the table schemas at its end (DDL in this window needs them)
+        previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
+        chained = bool(previous_output and exists and exists(f"{previous_output}/_manifest.json"))
+        first = first_start is not None and start <= first_start
+        if chained and request.emit == "snapshot":
+            base_snapshot = previous_output
+        elif chained:
+            schema_from = previous_output
+        elif request.emit == "snapshot" and first:
+            since = None  # the first interval: its objects hold the history from the archive's start
+        elif not first and not (request.schema and request.emit != "snapshot"):
+            chain_missing = (  # refused by stage, once it knows the interval has objects at all
+                "refused before any work started: intervals are chained (each starts from the previous one's "
+                f"{'snapshot' if request.emit == 'snapshot' else 'table schemas'}), and the output of the interval "
+                f"ending at {start.isoformat()} "
+                f"({previous_output or 'no earlier successful run ends there'}) is missing: replay the intervals in "
+                "order from the DAG's start"
+                + ("" if request.emit == "snapshot" else ", or give the starting schemas in the Variable's 'schema'"))
+    request = request.replace(output=interval_output(base_output, start), since=since, until=until,
+                              base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema)
+    objects_window = [start.isoformat(), (end + late).isoformat()]
+    log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
+             objects_window[0], objects_window[1], request.output,
+             f"changes committed in the interval (--since {since} --until {until})" if windowed and since is not None
+             else (f"changes up to --until {until}" if windowed else
+                   "no commit ts window (the installed replay app has no --since/--until): every event of the "
+                   "interval's objects is replayed"),
+             f", on top of the snapshot {base_snapshot}" if base_snapshot else
+             (f", starting from the table schemas of {schema_from}" if schema_from else ""))
+    return {"request": request.as_dict(), "interval": [start.isoformat(), end.isoformat()],
+            "objects_window": objects_window, "output_base": base_output, "schema_from": schema_from,
+            "chain_missing": chain_missing,
+            "require_complete": bool(settings.get("require_complete", True)) and windowed}
 
 
 def _staging(output: str) -> str:
@@ -104,7 +154,8 @@ def _items(objects: list[ArchiveObject], source: str) -> list[dict]:
 
 
 def stage(hook, request: dict, *, dag_id: str, run_id: str,
-          interval: tuple[dt.datetime, dt.datetime] | None = None) -> dict:
+          interval: tuple[dt.datetime, dt.datetime] | None = None, schema_from: str | None = None,
+          chain_missing: str | None = None) -> dict:
     """List the objects the replay will read and write their manifest.
 
     Without an interval the app reads the source as it is (nothing is copied). With one, the
@@ -131,11 +182,13 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         start, end = interval
         chosen, how = select_window(listed, req.source, start, end)
         window = [start.isoformat(), end.isoformat()]
-        log.info("Interval [%s, %s): %d archive objects (%s) — times from path partitions %d, from LastModified "
-                 "%d; %d objects belong to other intervals", window[0], window[1], len(chosen),
+        log.info("Archived in [%s, %s): %d archive objects (%s) — times from path partitions %d, from "
+                 "LastModified %d; %d objects outside", window[0], window[1], len(chosen),
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
         if not chosen:
-            raise LookupError(f"no archive objects in the interval [{window[0]}, {window[1]}) under {req.source}")
+            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
+        if chain_missing:
+            raise Refused(chain_missing)
         direct = direct_source(chosen, listed, req.source)
         if direct is not None:
             read_from, mode = direct, "direct"
@@ -168,13 +221,23 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     log.info("Staged %d objects (%s) for the replay; their list is in %s", staged["objects"], _mb(staged["bytes"]),
              staged["manifest"])
     app_request = req.replace(source=read_from)
+    if schema_from:
+        schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
+        if schemas:
+            schema_uri = f"{staging}/schema.sql"
+            hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
+            app_request = app_request.replace(schema=schema_uri)
+            log.info("Starting schemas: %d tables as the previous interval left them (%s), in %s", len(schemas),
+                     schema_from, schema_uri)
     return {"request": app_request.as_dict(), "original": request, "staged": staged,
             "run_id": safe_run_id(dag_id, run_id)}
 
 
-def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None, None)) -> dict:
-    """Read the app's manifest and check it (metrics.check_manifest). Returns the metrics;
-    raises ValidationError (metrics attached as .metrics) when the output must not be published."""
+def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None, None),
+             require_complete: bool = False) -> dict:
+    """Read the app's manifest and check it (metrics.check_manifest; with `require_complete`,
+    metrics.check_complete too). Returns the metrics; raises ValidationError (metrics attached as
+    .metrics) when the output must not be published — Incomplete when a retry may succeed."""
     request = plan["request"]
     manifest_uri = f"{request['output'].rstrip('/')}/_manifest.json"
     if not hook.exists(manifest_uri):
@@ -190,8 +253,10 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     try:
         notes = check_manifest(manifest, run_id=plan["run_id"], staged=plan["staged"],
                                max_bad_records=plan["original"]["max_bad_records"])
+        if require_complete:
+            notes.append(check_complete(manifest, plan["request"]["until"]))
     except ValidationError as e:
-        metrics["status"] = "failed validation"
+        metrics["status"] = "incomplete" if isinstance(e, Incomplete) else "failed validation"
         metrics["error"] = str(e)
         e.metrics = metrics
         raise

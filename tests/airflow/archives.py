@@ -7,7 +7,8 @@ re-encodes byte for byte), so commit time and archive time agree. The records of
 partition up to its first moved record are archived under `.../dt=2026-01-01/hour=00/`, the rest
 under `hour=01/`, in Kafka Connect's layout `<topic>/<partition>/dt=.../hour=.../<object>`. Late
 redeliveries of early events therefore sit in hour 01 with their original commit ts, as they
-would in a real archive.
+would in a real archive. Hour 02 holds one resolved-ts watermark at 02:00:00 per partition (TiCDC
+keeps sending them while idle), plus the corrupt records asked for.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import gzip
 
-from cdc_codecs import KafkaRecord, get_codec
+from cdc_codecs import Kind, KafkaRecord, get_codec, new_event
 from cdc_codecs.archive import format_record
 
 from spark_apps import storage
 from spark_apps.generate import Generated, generate
 
 HOUR_MS = 3_600_000
+START_MS = 1767225600000  # 2026-01-01T00:00:00Z
 OPTIONS = {"enable-tidb-extension": "true"}
 
 
@@ -31,6 +33,18 @@ class TwoHourArchive:
     objects: dict  # hour -> [uri, ...]
     records: dict  # hour -> number of records
     split_ts: int  # events above it were moved one hour later
+
+    def changes(self, hour: int) -> list[tuple]:
+        """(commit ts, table, op, key values) of the row changes committed in that hour, as archived."""
+        out = []
+        for event in self.generated.events:
+            if event["kind"] != "row":
+                continue
+            ts = event["commit_ts"] + (HOUR_MS << 18 if event["commit_ts"] > self.split_ts else 0)
+            if (ts >> 18) // HOUR_MS == START_MS // HOUR_MS + hour:
+                image = event["after"] or event["before"]
+                out.append((ts, event["table"], event["op"], next(c["value"] for c in image if c["name"] == "id")))
+        return sorted(out)
 
 
 def _event_ts(event: dict) -> int | None:
@@ -50,13 +64,13 @@ def _shift(event: dict) -> dict:
 
 
 def write_two_hour_archive(prefix: str, *, transactions: int = 160, partitions: int = 2, seed: int = 11,
-                           corrupt_in_hour_1: int = 0, records_per_object: int = 60) -> TwoHourArchive:
+                           corrupt_in_hour_2: int = 0, records_per_object: int = 60) -> TwoHourArchive:
     generated = generate(transactions=transactions, partitions=partitions, seed=seed)
     codec = get_codec("canal-json", OPTIONS)
     decoded = [(record, codec.decode(record)) for record in generated.records]
     watermarks = sorted({e["watermark_ts"] for _, events in decoded for e in events if e.get("watermark_ts")})
     split = watermarks[len(watermarks) // 2]
-    by_hour: dict[int, list[KafkaRecord]] = {0: [], 1: []}
+    by_hour: dict[int, list[KafkaRecord]] = {0: [], 1: [], 2: []}
     moved_partitions: set = set()
     for record, events in decoded:
         late = any((_event_ts(e) or 0) > split for e in events)
@@ -67,10 +81,17 @@ def write_two_hour_archive(prefix: str, *, transactions: int = 160, partitions: 
                                  messages[0].key, messages[0].value, messages[0].headers)
             moved_partitions.add(record.partition)
         by_hour[1 if record.partition in moved_partitions else 0].append(record)
-    for i in range(corrupt_in_hour_1):  # values that are not canal-json, archived in hour 01
-        last = max(r.offset for r in generated.records if r.partition == 0)
-        by_hour[1].append(KafkaRecord("shop", 0, last + 1 + i, None, None, b"\x00not canal-json"))
-    objects: dict[int, list[str]] = {0: [], 1: []}
+    resolved = (START_MS + 2 * HOUR_MS) << 18
+    for partition in range(partitions):
+        last = max(r.offset for r in generated.records if r.partition == partition)
+        watermark = new_event(Kind.WATERMARK, watermark_ts=resolved, execute_ts_ms=resolved >> 18)
+        message, = codec.encode([watermark], topic="shop", partition=partition)
+        by_hour[2].append(KafkaRecord("shop", partition, last + 1, START_MS + 2 * HOUR_MS, message.key, message.value,
+                                      message.headers))
+        if partition == 0:
+            for i in range(corrupt_in_hour_2):  # values that are not canal-json
+                by_hour[2].append(KafkaRecord("shop", 0, last + 2 + i, None, None, b"\x00not canal-json"))
+    objects: dict[int, list[str]] = {0: [], 1: [], 2: []}
     for hour, records in by_hour.items():
         for partition in range(partitions):
             chunk_source = [r for r in records if r.partition == partition]

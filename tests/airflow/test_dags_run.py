@@ -57,14 +57,35 @@ def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home,
     assert storage.list_objects(bucket) == []
 
 
+def _changes(output: str) -> list[tuple]:
+    """(commit ts, table, op, id) of every row event in a topics output, decoded."""
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import is_archive_object, parse_line
+
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    out = []
+    for info in storage.list_objects(output):
+        if is_archive_object(storage.relative(info.uri, output)):
+            for line in storage.iter_lines(info.uri):
+                for e in codec.decode(parse_line(line)):
+                    if e["kind"] == "row":
+                        image = e["after"] or e["before"]
+                        out.append((e["commit_ts"], e["table"], e["op"],
+                                    next(c["value"] for c in image if c["name"] == "id")))
+    return sorted(out)
+
+
 def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint):
-    """Two hourly intervals of one archive: each run reads exactly its interval's objects and
-    writes its own output. Hour 00 is published; hour 01 has a corrupt record (limit 0), so its
-    output is committed for inspection but validate fails the run loudly and nothing is
-    published. Leftovers of an earlier run in hour 01's output are replaced (idempotent)."""
+    """Hourly intervals over an archive spread across three hours of archive time. Each interval
+    reads the objects archived in it and in the next hour (lateness), and emits exactly the changes
+    committed in it: across intervals every change appears once. Hour 00 is published (complete:
+    the watermarks in hour 01's objects pass 01:00). Hour 01's objects include a corrupt record
+    (limit 0): the output is committed for inspection but validate fails loudly and nothing is
+    published; leftovers of an earlier run in that output are replaced. An interval without
+    objects is skipped."""
     storage.ensure_bucket("s3://sched-archive")
     storage.ensure_bucket("s3://sched-lake")
-    archive = write_two_hour_archive("s3://sched-archive/tidb/shop", corrupt_in_hour_1=1)
+    archive = write_two_hour_archive("s3://sched-archive/tidb/shop", corrupt_in_hour_2=1)
     base = "s3://sched-lake/replay/shop-topics"
     config = {"source": "s3://sched-archive/tidb/shop", "protocol": "canal-json",
               "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "topics",
@@ -78,22 +99,27 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     first = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T01:00:00+00:00"], env)
     text = first.stdout + first.stderr
     assert first.returncode == 0, text[-5000:]
-    assert "Interval [2026-01-01T00:00:00+00:00, 2026-01-01T01:00:00+00:00): 6 archive objects" in text
-    assert "Staged 6 of 6 objects (100%" in text and "Spark stage" in text
-    manifest = json.loads(storage.read_bytes(f"{base}/20260101T000000Z/_manifest.json"))
-    assert manifest["source"]["objects"] == len(archive.objects[0])
-    assert manifest["counts"]["records"] == archive.records[0] and manifest["counts"]["reconciled"]
-    assert manifest["commit_ts_range"][1] <= archive.split_ts  # only hour 00's changes
-    assert not storage.list_objects(f"{base}/20260101T000000Z/_staging")  # published: staging removed
+    n0 = len(archive.objects[0]) + len(archive.objects[1])
+    assert f"Archived in [2026-01-01T00:00:00+00:00, 2026-01-01T02:00:00+00:00): {n0} archive objects" in text
+    assert f"Staged {n0} of {n0} objects (100%" in text and "Spark stage" in text
+    assert "the archive is complete for the window" in text
+    hour0 = f"{base}/20260101T000000Z"
+    manifest = json.loads(storage.read_bytes(f"{hour0}/_manifest.json"))
+    assert manifest["source"]["objects"] == n0 and manifest["counts"]["reconciled"]
+    assert manifest["counts"]["records"] == archive.records[0] + archive.records[1]
+    assert manifest["window"]["since"] == (1767225600000 << 18) - 1
+    assert manifest["window"]["until"] == (1767229200000 << 18) - 1
+    assert _changes(hour0) == archive.changes(0)  # exactly hour 00's changes, once each
+    assert not storage.list_objects(f"{hour0}/_staging")  # published: staging removed
     run_id = _run_id(text)
     assert set(_task_states(airflow_home, "cdc_replay_scheduled", run_id).values()) == {"success"}
     metrics = _xcom(airflow_home, "cdc_replay_scheduled", run_id, "publish", "cdc_replay_metrics")
     assert metrics["status"] == "published" and metrics["data_interval"][0] == "2026-01-01T00:00:00+00:00"
-    assert metrics["objects"] == 6 and metrics["staging"] == "copied"
+    assert metrics["objects"] == n0 and metrics["staging"] == "copied"
     with _db(airflow_home) as db:
         uris = {row[0] for row in db.execute(
             "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_run_id=?", (run_id,))}
-    assert uris == {base, f"{base}/20260101T000000Z"}
+    assert uris == {base, hour0}
 
     second = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T02:00:00+00:00"], env)
     text2 = second.stdout + second.stderr
@@ -102,16 +128,18 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     run_id2 = _run_id(text2)
     states = _task_states(airflow_home, "cdc_replay_scheduled", run_id2)
     assert states["replay"] == "success" and states["validate"] == "failed" and states["publish"] == "upstream_failed"
-    manifest2 = json.loads(storage.read_bytes(f"{base}/20260101T010000Z/_manifest.json"))
-    assert manifest2["source"]["objects"] == len(archive.objects[1])
-    assert manifest2["counts"]["records"] == archive.records[1] and manifest2["counts"]["quarantined"] == 1
-    left = [o.uri for o in storage.list_objects(f"{base}/20260101T010000Z")]
+    hour1 = f"{base}/20260101T010000Z"
+    manifest2 = json.loads(storage.read_bytes(f"{hour1}/_manifest.json"))
+    assert manifest2["source"]["objects"] == len(archive.objects[1]) + len(archive.objects[2])
+    assert manifest2["counts"]["quarantined"] == 1
+    assert _changes(hour1) == archive.changes(1)  # every change of the history in exactly one interval
+    left = [o.uri for o in storage.list_objects(hour1)]
     assert not any("stale" in uri or "/shop/7/" in uri for uri in left)
     failed = _xcom(airflow_home, "cdc_replay_scheduled", run_id2, "validate", "cdc_replay_metrics")
     assert failed["status"] == "failed validation" and "max_bad_records=0" in failed["error"]
 
     # an interval without archive objects is skipped
-    third = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T03:00:00+00:00"], env)
+    third = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T05:00:00+00:00"], env)
     assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
     states3 = _task_states(airflow_home, "cdc_replay_scheduled", _run_id(third.stdout + third.stderr))
     assert states3["plan"] == "success" and states3["stage"] == "skipped" and states3["replay"] == "skipped"

@@ -19,7 +19,7 @@ from cdc_replay_airflow.request import (
 
 GOOD = {"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
         "protocol_options": {"enable-tidb-extension": True}, "output": "s3://cdc-lake/replay/shop", "emit": "snapshot"}
-WITH_WINDOW = Capabilities(options=frozenset({"--since", "--until", "--base-snapshot", "--target-format"}),
+WITH_WINDOW = Capabilities(options=frozenset({"--since", "--until", "--base-snapshot", "--target-format", "--schema"}),
                            emit_modes=("snapshot", "topics", "history"), dispatchers=("index-value", "table", "ts"),
                            target_formats=("kafka", "parquet"))
 
@@ -100,13 +100,37 @@ def test_since_until_are_refused_until_the_app_accepts_them():
     with pytest.raises(RequestError) as e:
         parse_request({**GOOD, "since": 1}, without)
     assert e.value.field == "since" and "does not accept --since yet" in str(e.value)
-    request = parse_request({**GOOD, "since": "2026-01-01T00:00:00Z", "until": 1 << 60}, WITH_WINDOW)
+    request = parse_request({**GOOD, "emit": "topics", "since": "2026-01-01T00:00:00Z", "until": 1 << 60}, WITH_WINDOW)
     args = replay_arguments(request)
     assert args[args.index("--since") + 1] == str(1767225600000 << 18)
     assert args[args.index("--until") + 1] == str(1 << 60)
     with pytest.raises(RequestError) as e:
-        parse_request({**GOOD, "since": 10, "until": 10}, WITH_WINDOW)
-    assert e.value.field == "until"
+        parse_request({**GOOD, "emit": "topics", "since": 10, "until": 10}, WITH_WINDOW)
+    assert e.value.field == "since" and "the window is empty" in str(e.value)
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"as_of": 5, "until": 6}, "until", "same bound"),
+    ({"since": 5}, "since", "a snapshot of a window needs base_snapshot"),
+    ({"emit": "topics", "base_snapshot": "s3://cdc-lake/base"}, "base_snapshot", "applies to emit snapshot only"),
+    ({"emit": "history", "target_format": "kafka"}, "target_format", "written as Parquet"),
+    ({"emit": "topics", "target_format": "parquet"}, "target_format", "Kafka-record archive"),
+    ({"target_format": "csv"}, "target_format", "is not one of kafka, parquet"),
+    ({"schema": "ftp://x"}, "schema", "is not s3://"),
+])
+def test_fields_that_do_not_go_together(change, field, words):
+    with pytest.raises(RequestError) as e:
+        parse_request({**GOOD, **change}, WITH_WINDOW)
+    assert e.value.field == field and words in str(e.value)
+
+
+def test_a_window_on_a_base_snapshot_and_history_in_parquet():
+    request = parse_request({**GOOD, "base_snapshot": "s3://cdc-lake/base/", "since": 7, "until": 9,
+                             "schema": "s3://cdc-lake/schema.sql"}, WITH_WINDOW)
+    assert replay_arguments(request)[-10:] == ["--since", "7", "--until", "9", "--base-snapshot", "s3://cdc-lake/base",
+                                               "--schema", "s3://cdc-lake/schema.sql", "--max-bad-records", "0"]
+    history = parse_request({**GOOD, "emit": "history"}, WITH_WINDOW)
+    assert history.output_format == "parquet" and "--target-format" not in replay_arguments(history)
 
 
 def test_codec_options_are_checked_against_the_codec():

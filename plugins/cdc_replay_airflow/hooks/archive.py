@@ -165,10 +165,15 @@ class ArchiveHook(BaseHook):
             return json.load(f)
 
     def write_json(self, uri: str, value: Any) -> None:
-        data = json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+        self.write_bytes(uri, json.dumps(value, indent=2, sort_keys=True, default=str).encode(), "application/json")
+
+    def write_text(self, uri: str, text: str) -> None:
+        self.write_bytes(uri, text.encode(), "text/plain; charset=utf-8")
+
+    def write_bytes(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         if uri.startswith("s3://"):
             bucket, key = _split(uri)
-            self.get_conn().put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json")
+            self.get_conn().put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
             return
         os.makedirs(os.path.dirname(uri), exist_ok=True)
         with open(uri, "wb") as f:

@@ -23,10 +23,20 @@ from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps.launch import LOG4J, REPLAY_APP, build_py_files, is_local
 
 PROGRESS_CONF = "spark.ui.showConsoleProgress=true"
+SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
+
+
+def extra_spark_conf(value: str | None) -> tuple[str, ...]:
+    """Deployment-wide Spark settings for the app ("k=v k2=v2", from $CDC_REPLAY_SPARK_CONF)."""
+    items = tuple(item for item in (value or "").replace(",", " ").split() if item)
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"{SPARK_CONF_ENV}: {item!r} is not key=value")
+    return items
 
 
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
-                    py_files: str | None = None) -> dict:
+                    py_files: str | None = None, spark_conf: tuple[str, ...] = ()) -> dict:
     """Everything SparkSubmitOperator needs, as plain values: the application, its arguments
     (`--master` first, like spark_apps.launch), the Spark confs and the job name."""
     return {
@@ -39,7 +49,7 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
         },
         "py_files": py_files,
         "application_args": ["--master", master,
-                             *replay_arguments(request, run_id=run_id, spark_conf=(PROGRESS_CONF,))],
+                             *replay_arguments(request, run_id=run_id, spark_conf=(PROGRESS_CONF, *spark_conf))],
     }
 
 
@@ -92,7 +102,7 @@ class ReplayOperator(SparkSubmitOperator):
         master = ReplaySubmitHook(conn_id=self._conn_id).master
         py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
-                                   py_files=py_files)
+                                   py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)))
         self.application = settings["application"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]

@@ -37,6 +37,7 @@ border-radius:3px}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;
 margin-right:5px;border-radius:2px}
 a{color:#1565c0;text-decoration:none}a:hover{text-decoration:underline}
+.scroll{overflow-x:auto}
 .empty{color:#52606d;padding:24px;border:1px dashed #cbd2d9;border-radius:8px;text-align:center}
 """
 
@@ -98,6 +99,7 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
     left, right, top, bottom = 64, 16, 14, 46
     lo = min(_ms(t["min_commit_ts"]) for _, t in bars)
     hi = max(_ms(t["max_commit_ts"]) for _, t in bars)
+    data_lo = lo
     if hi - lo < 1000:
         lo, hi = lo - 500, hi + 500
     pad = (hi - lo) * 0.03
@@ -131,7 +133,7 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
                      f'stroke="#9aa5b1"/><text x="{x(ms):.1f}" y="{top + plot_h + 17}" text-anchor="middle" '
                      f'fill="#52606d">{label}</text>')
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle" fill="#3e4c59">commit time '
-                 f'(UTC{", " + dt.datetime.fromtimestamp(lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d") if span_days <= 1 else ""})</text>'
+                 f'(UTC{", " + dt.datetime.fromtimestamp(data_lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d") if span_days <= 1 else ""})</text>'
                  f'<text transform="translate(14,{top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
                  f'fill="#3e4c59">events read</text>')
     base: dict[str, float] = {}
@@ -212,9 +214,9 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
 <div>quarantine</div><div>{_n(m['quarantine']['records'])} records at <code>{escape(m['quarantine']['location'])}</code></div>
 <div>replay</div><div>{escape(m['replay_run_id'])}, {m['duration_s']} s</div>
 </div>
-<table><tr><th>table</th><th class="n">read</th><th class="n">emitted</th><th class="n">applied</th>
+<div class="scroll"><table><tr><th>table</th><th class="n">read</th><th class="n">emitted</th><th class="n">applied</th>
 <th class="n">deduplicated</th><th class="n">pending</th><th class="n">filtered</th><th class="n">quarantined</th>
-<th>commit time range</th><th>commit ts range</th></tr>{''.join(rows)}</table>
+<th>commit time range</th><th>commit ts range</th></tr>{''.join(rows)}</table></div>
 <table style="width:auto"><tr><th>source partition</th><th class="n">records</th><th>watermark</th>
 <th class="n">watermark lag</th></tr>{parts_rows}</table>
 </div>"""
@@ -249,9 +251,9 @@ def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run
         f"""<h2>Events per table over commit time</h2>
 <div class="legend">{legend}</div>{events_over_time_svg(with_metrics, colors)}
 <h2>Runs</h2>
-<table><tr><th>DAG</th><th>run</th><th>state</th><th class="n">events read</th><th class="n">emitted</th>
+<div class="scroll"><table><tr><th>DAG</th><th>run</th><th>state</th><th class="n">events read</th><th class="n">emitted</th>
 <th class="n">deduplicated</th><th class="n">quarantined</th><th>applied / dedup / pending / filtered / quarantined</th>
-<th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table>
+<th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table></div>
 <h2>Per run and table</h2>{''.join(_run_detail(r, colors) for r in with_metrics)}"""
         if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_backfill</b> '
                      'or unpause <b>cdc_replay_scheduled</b>.</div>')

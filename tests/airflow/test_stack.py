@@ -1,0 +1,228 @@
+"""A real Airflow deployment on this machine: `airflow api-server`, `scheduler` (LocalExecutor) and
+`dag-processor` on a fresh PostgreSQL database (127.0.0.1:5432, dropped afterwards). The backfill
+DAG is triggered through the REST API (a bad form value is refused there, naming the field), runs
+spark-submit in local mode against the loopback S3 server, and the monitoring page answers 200
+with a token (401 without one) and shows the run; headless Chromium takes its screenshot, kept
+as artifacts/airflow/monitoring-page.png."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+from spark_apps import airflow_local as al
+from spark_apps import storage
+from spark_apps.generate import generate, write_archive
+from spark_apps.local_s3 import free_port
+
+from .conftest import FAST_SPARK
+from .tools import CHROMIUM, Chromium, require_tool
+
+pytestmark = pytest.mark.airflow
+
+REPO = al.REPO
+ARTIFACTS = os.path.join(REPO, "artifacts", "airflow")
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+class Api:
+    def __init__(self, base: str):
+        self.base = base
+        self.token: str | None = None
+
+    def request(self, method: str, path: str, body=None, token: str | None = "default") -> tuple[int, object]:
+        headers = {"Content-Type": "application/json"}
+        token = self.token if token == "default" else token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                raw = r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            raw, status = e.read(), e.code
+        except urllib.error.URLError as e:  # not listening yet
+            return 0, str(e)
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def postgres_db():
+    psycopg = pytest.importorskip("psycopg")
+    name = f"cdc_replay_it_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(dbname="postgres", autocommit=True, connect_timeout=5, **PG)
+    except psycopg.OperationalError as e:
+        pytest.skip(f"no PostgreSQL server on 127.0.0.1:5432 ({e})")
+    admin.execute(f'CREATE DATABASE "{name}"')
+    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture(scope="module")
+def stack(postgres_db, s3_endpoint, aws_secrets, tmp_path_factory):
+    """api-server + scheduler + dag-processor on the fresh database; yields (Api with a token, home)."""
+    home = str(tmp_path_factory.mktemp("airflow-stack"))
+    al.write_config(home, sql_alchemy_conn=postgres_db)
+    password = secrets.token_urlsafe(12)
+    with open(os.path.join(home, "simple_auth_manager_passwords.json.generated"), "w") as f:
+        json.dump({"admin": password}, f)
+    port = free_port()
+    env = al.environment(home, aws=al.aws_connection(s3_endpoint, aws_secrets.key_id, aws_secrets.secret), extra={
+        **FAST_SPARK,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_db,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+    })
+    for key in [k for k in env if k.startswith("AWS_")]:
+        del env[key]
+    al.migrate(env)
+    processes = []
+    for component in (["api-server", "--port", str(port)], ["scheduler"], ["dag-processor"]):
+        log = open(os.path.join(home, f"{component[0]}.log"), "w")
+        processes.append((subprocess.Popen([al.AIRFLOW, *component], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True), log))
+    api = Api(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 120
+        while api.request("GET", "/api/v2/monitor/health", token=None)[0] != 200:
+            assert time.monotonic() < deadline, "the api-server did not become healthy"
+            assert all(p.poll() is None for p, _ in processes), "an Airflow component exited"
+            time.sleep(1)
+        status, body = api.request("POST", "/auth/token", {"username": "admin", "password": password}, token=None)
+        assert status in (200, 201), body
+        api.token = body["access_token"]
+        yield api, home
+    finally:
+        for process, log in processes:  # SIGTERM each component, then wait
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process, log in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+            log.close()
+
+
+def _wait(predicate, timeout: float, what: str, interval: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def triggered_run(stack, s3_endpoint):
+    """The backfill DAG triggered through the REST API and finished."""
+    api, home = stack
+    storage.ensure_bucket("s3://stack-archive")
+    storage.ensure_bucket("s3://stack-lake")
+    generated = generate(transactions=150, partitions=2, seed=3, bad_values=1)
+    write_archive(generated.records, "s3://stack-archive/tidb/shop")
+    _wait(lambda: api.request("GET", "/api/v2/dags/cdc_replay_backfill")[0] == 200, 120, "the DAG to be parsed")
+    status, body = api.request("PATCH", "/api/v2/dags/cdc_replay_backfill", {"is_paused": False})
+    assert status == 200, body
+    conf = {"source": "s3://stack-archive/tidb/shop", "protocol": "canal-json",
+            "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://stack-lake/replay/shop",
+            "emit": "snapshot", "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 1,
+            "tables": ["shop.*"]}
+    # a value the form's schema refuses never becomes a run
+    status, body = api.request("POST", "/api/v2/dags/cdc_replay_backfill/dagRuns",
+                               {"dag_run_id": "bad-form", "logical_date": None, "conf": {**conf, "emit": "all"}})
+    assert status == 400 and "emit" in json.dumps(body), body
+    status, body = api.request("POST", "/api/v2/dags/cdc_replay_backfill/dagRuns",
+                               {"dag_run_id": "it-run-1", "logical_date": None, "conf": conf})
+    assert status == 200, body
+
+    def finished():
+        run = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1")[1]
+        return run if run.get("state") in ("success", "failed") else None
+
+    run = _wait(finished, 480, "the DAG run to finish", interval=3)
+    if run["state"] != "success":
+        tis = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1/taskInstances")[1]
+        pytest.fail(f"run failed: {[(t['task_id'], t['state']) for t in tis['task_instances']]}; "
+                    f"see {home}/scheduler.log")
+    return run, generated
+
+
+def test_rest_triggered_run_succeeds_and_the_page_shows_it(stack, triggered_run, aws_secrets):
+    api, home = stack
+    run, _generated = triggered_run
+    tis = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1/taskInstances")[1]
+    assert {t["task_id"]: t["state"] for t in tis["task_instances"]} == {
+        "check": "success", "stage": "success", "replay": "success", "validate": "success", "publish": "success"}
+    manifest = json.loads(storage.read_bytes("s3://stack-lake/replay/shop/_manifest.json"))
+    assert manifest["run_id"] == "cdc_replay_backfill.it-run-1" and manifest["counts"]["quarantined"] == 1
+
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill", token=None)
+    assert status == 401, page
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill", token="not-a-token")
+    assert status in (401, 403)
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill")
+    assert status == 200
+    for text in ("it-run-1", "shop.orders", "shop.customers", "s3://stack-lake/replay/shop", "<svg", "watermark lag",
+                 "events read", "deduplicated", "quarantined", "published"):
+        assert text in page, text
+    status, runs = api.request("GET", "/cdc-replay/api/runs?run_id=it-run-1")
+    assert status == 200 and runs[0]["metrics"]["counts"]["quarantined"] == 1
+
+    status, plugins = api.request("GET", "/api/v2/plugins")
+    plugin = next(p for p in plugins["plugins"] if p["name"] == "cdc_replay")
+    assert {v["url_route"] for v in plugin["external_views"]} == {"cdc-replay", "cdc-replay-run"}
+    assert plugin["fastapi_apps"][0]["url_prefix"] == "/cdc-replay"
+
+    logs = "".join(open(os.path.join(root, f), errors="replace").read()
+                   for root, _d, files in os.walk(home) for f in files if f.endswith(".log"))
+    assert "Spark stage" in logs and "Staged 2 objects" in logs
+    assert aws_secrets.secret not in logs and aws_secrets.key_id not in logs
+
+
+def test_screenshot_of_the_monitoring_page(stack, triggered_run):
+    binary = require_tool(CHROMIUM, "chromium")
+    api, _home = stack
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    browser = Chromium(binary)
+    try:
+        path = os.path.join(ARTIFACTS, "monitoring-page.png")
+        html = browser.screenshot(f"{api.base}/cdc-replay/?dag_id=cdc_replay_backfill", path,
+                                  cookies={"_token": api.token})
+        assert "it-run-1" in html and "<svg" in html
+        png = open(path, "rb").read()
+        assert png.startswith(b"\x89PNG") and len(png) > 20_000
+        # the same page inside the Airflow UI (React app, the page in an iframe): best effort, kept for people
+        try:
+            browser.screenshot(f"{api.base}/plugin/cdc-replay", os.path.join(ARTIFACTS, "monitoring-page-in-ui.png"),
+                               cookies={"_token": api.token}, settle_s=4)
+        except Exception as e:  # noqa: BLE001 - the direct page above is what is asserted
+            print(f"screenshot inside the UI not taken: {e}")
+    finally:
+        browser.close()

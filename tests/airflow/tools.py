@@ -1,0 +1,136 @@
+"""System tools some tests need (headless Chromium, Debian's docker-compose): found on PATH, or
+installed with apt-get when the test runs as root on Debian, or the test is skipped saying why.
+And a small Chrome DevTools Protocol client to take a screenshot of an authenticated page."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _apt_install(package: str) -> str | None:
+    """Install a Debian package; None on success, else why not."""
+    if not shutil.which("apt-get"):
+        return "apt-get is not available"
+    if os.geteuid() != 0:
+        return "not running as root (apt-get install needs it)"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    command = ["apt-get", "install", "-y", "--no-install-recommends", package]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    if result.returncode != 0:  # stale package lists: refresh once
+        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    if result.returncode != 0:
+        return f"apt-get install {package} failed: {(result.stderr or result.stdout).strip()[-300:]}"
+    return None
+
+
+def require_tool(names: tuple[str, ...], package: str) -> str:
+    """The path of the first of `names` on PATH, installing `package` if none is; else skip."""
+    for name in names:
+        if shutil.which(name):
+            return shutil.which(name)
+    why = _apt_install(package)
+    for name in names:
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.skip(f"{names[0]} is not installed and could not be installed: {why or 'not found after install'}")
+
+
+class Chromium:
+    """Headless Chromium driven through the DevTools protocol (websockets, already in the venv)."""
+
+    def __init__(self, binary: str):
+        self.profile = tempfile.mkdtemp(prefix="cdc-replay-chromium-")
+        self.process = subprocess.Popen(
+            [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--no-first-run", "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None:
+            line = self.process.stderr.readline()
+            match = re.search(r"DevTools listening on (ws://\S+)", line)
+            if match:
+                url = match.group(1)
+            elif (not line and self.process.poll() is not None) or time.monotonic() > deadline:
+                raise RuntimeError("chromium did not start its DevTools endpoint")
+        from websockets.sync.client import connect
+
+        self.ws = connect(url, max_size=64 * 1024 * 1024, open_timeout=30)
+        self._ids = itertools.count(1)
+        self.events: list[dict] = []
+
+    def call(self, method: str, session: str | None = None, timeout: float = 60, **params) -> dict:
+        message_id = next(self._ids)
+        message = {"id": message_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        self.ws.send(json.dumps(message))
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = json.loads(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if reply.get("id") == message_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_for(self, method: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, event in enumerate(self.events):
+                if event.get("method") == method:
+                    return self.events.pop(i)
+            self.events.append(json.loads(self.ws.recv(timeout=max(0.1, deadline - time.monotonic()))))
+
+    def screenshot(self, url: str, path: str, *, cookies: dict[str, str], width: int = 1400,
+                   settle_s: float = 0.0, min_height: int = 600) -> bytes:
+        """Open `url` with `cookies` set for its origin, wait for load (and `settle_s`), save a
+        full-page PNG to `path`, and return the page's HTML as the browser has it."""
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Network.enable", session)
+        for name, value in cookies.items():
+            self.call("Network.setCookie", session, name=name, value=value, url=url)
+        self.call("Emulation.setDeviceMetricsOverride", session, width=width, height=min_height,
+                  deviceScaleFactor=1, mobile=False)
+        self.call("Page.enable", session)
+        self.events.clear()
+        self.call("Page.navigate", session, url=url)
+        self.wait_for("Page.loadEventFired")
+        time.sleep(settle_s)
+        size = self.call("Page.getLayoutMetrics", session)["cssContentSize"]
+        height = max(min_height, int(size["height"]) + 20)
+        self.call("Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1,
+                  mobile=False)
+        png = base64.b64decode(self.call("Page.captureScreenshot", session, format="png",
+                                         captureBeyondViewport=True)["data"])
+        with open(path, "wb") as f:
+            f.write(png)
+        html = self.call("Runtime.evaluate", session, expression="document.documentElement.outerHTML",
+                         returnByValue=True)["result"]["value"]
+        self.call("Target.closeTarget", targetId=target)
+        return html
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""The scheduled DAG's plan for a data interval: the commit ts window, the objects window with
+lateness, one output per interval, and the chain to the previous interval."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cdc_replay_airflow.tasks import Refused, plan_interval
+
+UTC = dt.timezone.utc
+CONFIG = {"source": "s3://archive/tidb/shop", "protocol": "canal-json",
+          "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://lake/shop", "emit": "topics"}
+START = dt.datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def h(hour: int) -> dt.datetime:
+    return START + dt.timedelta(hours=hour)
+
+
+def tso(moment: dt.datetime) -> int:
+    return int(moment.timestamp() * 1000) << 18
+
+
+def test_first_interval():
+    plan = plan_interval(CONFIG, h(0), h(1), first_start=START)
+    request = plan["request"]
+    assert request["output"] == "s3://lake/shop/20260101T000000Z"
+    assert request["since"] == tso(h(0)) - 1 and request["until"] == tso(h(1)) - 1
+    assert plan["objects_window"] == [h(0).isoformat(), h(2).isoformat()]  # lateness: one interval
+    assert plan["output_base"] == "s3://lake/shop" and plan["require_complete"]
+    assert plan["schema_from"] is None and plan["chain_missing"] is None
+
+
+def test_later_intervals_start_from_the_previous_output():
+    seen = []
+
+    def exists(uri):
+        seen.append(uri)
+        return True
+
+    plan = plan_interval({**CONFIG, "lateness_minutes": 15}, h(1), h(2), first_start=START,
+                         previous=(h(0), h(1)), exists=exists)
+    assert seen == ["s3://lake/shop/20260101T000000Z/_manifest.json"]
+    assert plan["schema_from"] == "s3://lake/shop/20260101T000000Z"
+    assert plan["objects_window"] == [h(1).isoformat(), (h(2) + dt.timedelta(minutes=15)).isoformat()]
+    snapshot = plan_interval({**CONFIG, "emit": "snapshot"}, h(1), h(2), first_start=START,
+                             previous=(h(0), h(1)), exists=exists)["request"]
+    assert snapshot["base_snapshot"] == "s3://lake/shop/20260101T000000Z" and snapshot["since"] == tso(h(1)) - 1
+    first_snapshot = plan_interval({**CONFIG, "emit": "snapshot"}, h(0), h(1), first_start=START)["request"]
+    assert first_snapshot["since"] is None and first_snapshot["base_snapshot"] is None
+
+
+def test_a_broken_chain_is_reported():
+    plan = plan_interval(CONFIG, h(3), h(4), first_start=START, previous=(h(0), h(1)), exists=lambda uri: True)
+    assert "the output of the interval ending at 2026-01-01T03:00:00+00:00" in plan["chain_missing"]
+    # with starting schemas given, topics need no chain
+    assert plan_interval({**CONFIG, "schema": "s3://lake/schema.sql"}, h(3), h(4), first_start=START)["chain_missing"] \
+        is None
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"since": 5}, "since: is set from the data interval"),
+    ({"lateness_minutes": -1}, "lateness_minutes: -1 is not a whole number"),
+    ({"protocol": "x"}, "Variable cdc_replay_scheduled: protocol: 'x' is not one of"),
+])
+def test_bad_configuration_is_refused(change, words):
+    with pytest.raises(Refused, match="refused before any work started") as e:
+        plan_interval({**CONFIG, **change}, h(0), h(1), first_start=START)
+    assert words in str(e.value)
+    with pytest.raises(Refused, match="Variable cdc_replay_scheduled is not set"):
+        plan_interval(None, h(0), h(1))

@@ -157,12 +157,15 @@ class ArchiveHook(BaseHook):
             done_bytes += size
             progress(i, len(pairs), done_bytes)
 
-    def read_json(self, uri: str) -> Any:
+    def read_bytes(self, uri: str) -> bytes:
         if uri.startswith("s3://"):
             bucket, key = _split(uri)
-            return json.loads(self.get_conn().get_object(Bucket=bucket, Key=key)["Body"].read())
+            return self.get_conn().get_object(Bucket=bucket, Key=key)["Body"].read()
         with open(uri, "rb") as f:
-            return json.load(f)
+            return f.read()
+
+    def read_json(self, uri: str) -> Any:
+        return json.loads(self.read_bytes(uri))
 
     def write_json(self, uri: str, value: Any) -> None:
         self.write_bytes(uri, json.dumps(value, indent=2, sort_keys=True, default=str).encode(), "application/json")

@@ -78,38 +78,65 @@ def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [lo + (hi - lo) * i / (count - 1) for i in range(count)]
 
 
+def _segments(m: dict) -> list[dict]:
+    """The chart's bars for one run: per table and commit-time bucket (the run's timeline), or,
+    without one, a bar per table spanning its commit range. Heights are events per second."""
+    out = []
+    timeline = m.get("timeline")
+    if timeline:
+        width = timeline["bucket_ms"]
+        sampled = "" if timeline["sampled"] >= 1 else f" (estimated from {100 * timeline['sampled']:.0f}% of the bytes)"
+        for table, values in timeline["tables"].items():
+            for i, value in enumerate(values):
+                if value:
+                    start = timeline["start_ms"] + i * width
+                    out.append({"key": (m["output"], start), "x0": start, "x1": start + width, "table": table,
+                                "rate": value / (width / 1000), "title": f"{table}: {value:,.0f} events read with "
+                                f"commit time {_clock(start)} .. {_clock(start + width)}{sampled}; run {m['run_id']}"})
+        return out
+    for t in m["tables"]:
+        if t["min_commit_ts"] is None or not t["read"]:
+            continue
+        x0, x1 = _ms(t["min_commit_ts"]), _ms(t["max_commit_ts"])
+        out.append({"key": (m["output"], None), "x0": x0, "x1": max(x1, x0 + 1), "table": t["table"],
+                    "rate": t["read"] / max((x1 - x0) / 1000, 0.001),
+                    "title": f'{t["table"]}: {t["read"]:,} events read ({t["emitted"]:,} emitted, {t["duplicate"]:,} '
+                             f'deduplicated, {t["quarantined"]:,} quarantined), commit time {_time(t["min_time"])} .. '
+                             f'{_time(t["max_time"])}; run {m["run_id"]}'})
+    return out
+
+
+def _clock(ms: float) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
 def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 960, height: int = 280) -> str:
-    """Events per table over commit time: for every run (latest per output) and table, a bar
-    spanning the table's commit ts range in that run, as tall as its events read, stacked by
-    table. A scheduled DAG's intervals line up into a time series."""
+    """Events per table over commit time, stacked by table: for each output (its latest run), the
+    events read per second of commit time in each bucket of the run's timeline. A scheduled DAG's
+    intervals line up into one series."""
     latest: dict[str, dict] = {}
     for run in runs:
         m = run.get("metrics")
         if m and m["output"] not in latest:
             latest[m["output"]] = m
-    bars = []
-    for m in latest.values():
-        for t in m["tables"]:
-            if t["min_commit_ts"] is not None and t["read"]:
-                bars.append((m, t))
+    bars = [b for m in latest.values() for b in _segments(m)]
     if not bars:
         return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="60" role="img" aria-label="no data">'
                 '<text x="10" y="35" fill="#52606d" font-size="13">No replayed events to plot yet.</text></svg>'
                 % width)
     left, right, top, bottom = 64, 16, 14, 46
-    lo = min(_ms(t["min_commit_ts"]) for _, t in bars)
-    hi = max(_ms(t["max_commit_ts"]) for _, t in bars)
+    lo = min(b["x0"] for b in bars)
+    hi = max(b["x1"] for b in bars)
     data_lo = lo
     if hi - lo < 1000:
         lo, hi = lo - 500, hi + 500
-    pad = (hi - lo) * 0.03
+    pad = (hi - lo) * 0.02
     lo, hi = lo - pad, hi + pad
-    # stack heights per run window
-    stacks: dict[str, float] = {}
-    ymax = 0
-    for m, t in bars:
-        stacks[m["output"]] = stacks.get(m["output"], 0) + t["read"]
-        ymax = max(ymax, stacks[m["output"]])
+    stacks: dict = {}
+    for b in sorted(bars, key=lambda b: (b["key"][0], b["x0"], b["table"])):
+        b["base"] = stacks.get(b["key"], 0.0)
+        stacks[b["key"]] = b["base"] + b["rate"]
+    ymax = max(stacks.values()) or 1.0
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def x(ms: float) -> float:
@@ -123,8 +150,9 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
              f'font-family="system-ui,sans-serif">',
              f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafbfc" stroke="#e4e7eb"/>']
     for v in _ticks(0, ymax):
+        label = f"{v:,.0f}" if ymax >= 10 else f"{v:,.1f}"
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e7eb"/>'
-                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#52606d">{int(v):,}</text>')
+                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#52606d">{label}</text>')
     span_days = (hi - lo) / 86_400_000
     for ms in _ticks(lo, hi):
         moment = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
@@ -132,23 +160,17 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
         parts.append(f'<line x1="{x(ms):.1f}" x2="{x(ms):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
                      f'stroke="#9aa5b1"/><text x="{x(ms):.1f}" y="{top + plot_h + 17}" text-anchor="middle" '
                      f'fill="#52606d">{label}</text>')
+    day = dt.datetime.fromtimestamp(data_lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle" fill="#3e4c59">commit time '
-                 f'(UTC{", " + dt.datetime.fromtimestamp(data_lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d") if span_days <= 1 else ""})</text>'
+                 f'(UTC{", " + day if span_days <= 1 else ""})</text>'
                  f'<text transform="translate(14,{top + plot_h / 2}) rotate(-90)" text-anchor="middle" '
-                 f'fill="#3e4c59">events read</text>')
-    base: dict[str, float] = {}
-    for m, t in sorted(bars, key=lambda b: (b[0]["output"], b[1]["table"])):
-        start, end = _ms(t["min_commit_ts"]), _ms(t["max_commit_ts"])
-        x0, x1 = x(start), max(x(end), x(start) + 4)
-        b = base.get(m["output"], 0)
-        y0, y1 = y(b), y(b + t["read"])
-        base[m["output"]] = b + t["read"]
-        title = (f'{t["table"]}: {t["read"]:,} events read ({t["emitted"]:,} emitted, {t["duplicate"]:,} '
-                 f'deduplicated, {t["quarantined"]:,} quarantined), commit time {_time(t["min_time"])} .. '
-                 f'{_time(t["max_time"])}; run {m["run_id"]}')
-        parts.append(f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{max(y0 - y1, 1):.1f}" '
-                     f'fill="{colors[t["table"]]}" fill-opacity="0.85" stroke="#fff" stroke-width="0.5">'
-                     f'<title>{escape(title)}</title></rect>')
+                 f'fill="#3e4c59">events read per second</text>')
+    for b in bars:
+        x0, x1 = x(b["x0"]), max(x(b["x1"]), x(b["x0"]) + 2)
+        y0, y1 = y(b["base"]), y(b["base"] + b["rate"])
+        parts.append(f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{max(y0 - y1, 0.5):.1f}" '
+                     f'fill="{colors[b["table"]]}" fill-opacity="0.9" stroke="#fff" stroke-width="0.3">'
+                     f'<title>{escape(b["title"])}</title></rect>')
     parts.append("</svg>")
     return "".join(parts)
 

@@ -68,7 +68,8 @@ class Chromium:
                 raise RuntimeError("chromium did not start its DevTools endpoint")
         from websockets.sync.client import connect
 
-        self.ws = connect(url, max_size=64 * 1024 * 1024, open_timeout=30)
+        self._connection = connect(url, max_size=64 * 1024 * 1024, open_timeout=30)
+        self.ws = self._connection.__enter__()
         self._ids = itertools.count(1)
         self.events: list[dict] = []
 
@@ -126,7 +127,7 @@ class Chromium:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._connection.__exit__(None, None, None)
         finally:
             self.process.terminate()
             try:

@@ -127,7 +127,7 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
     left, right, top, bottom = 64, 16, 14, 46
     lo = min(b["x0"] for b in bars)
     hi = max(b["x1"] for b in bars)
-    data_lo = lo
+    data_lo, data_hi = lo, hi
     if hi - lo < 1000:
         lo, hi = lo - 500, hi + 500
     pad = (hi - lo) * 0.02
@@ -154,11 +154,14 @@ def events_over_time_svg(runs: list[dict], colors: dict[str, str], width: int = 
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e4e7eb"/>'
                      f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#52606d">{label}</text>')
     span_days = (hi - lo) / 86_400_000
-    for ms in _ticks(lo, hi):
+    ticks = _ticks(data_lo, data_hi)
+    for i, ms in enumerate(ticks):
         moment = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
-        label = moment.strftime("%Y-%m-%d %H:%M" if span_days > 1 else "%H:%M:%S")
+        label = moment.strftime("%Y-%m-%d %H:%M" if span_days > 1 else "%H:%M:%S.%f")
+        label = label if span_days > 1 else label[:-3]
+        anchor = "start" if i == 0 and len(ticks) > 1 else ("end" if i == len(ticks) - 1 and len(ticks) > 1 else "middle")
         parts.append(f'<line x1="{x(ms):.1f}" x2="{x(ms):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
-                     f'stroke="#9aa5b1"/><text x="{x(ms):.1f}" y="{top + plot_h + 17}" text-anchor="middle" '
+                     f'stroke="#9aa5b1"/><text x="{x(ms):.1f}" y="{top + plot_h + 17}" text-anchor="{anchor}" '
                      f'fill="#52606d">{label}</text>')
     day = dt.datetime.fromtimestamp(data_lo / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle" fill="#3e4c59">commit time '

@@ -62,10 +62,12 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                            "(default: %(default)s)")
     what.add_argument("--target-partitions", type=int, metavar="N",
                       help="partitions per output topic (default: as many as the source topics have)")
-    what.add_argument("--dispatcher", default="index-value", choices=("index-value", "table", "ts"),
+    what.add_argument("--dispatcher", default="index-value",
+                      choices=("index-value", "table", "ts", "canal", "canal-table"),
                       help="output partition of a row: hash of its key values (default), of its table, "
-                           "or commit ts modulo partitions. DDL and watermarks go where the target "
-                           "protocol's producer puts them")
+                           "commit ts modulo partitions, Canal's placement (Java String.hashCode of database "
+                           "and key values, abs(h) %% N) or Canal's table hash. DDL and watermarks go where the "
+                           "target protocol's producer puts them")
     run = parser.add_argument_group("running")
     run.add_argument("--max-bad-records", type=int, default=0, metavar="N",
                      help="fail the run when more than N records are quarantined (default: %(default)s); "

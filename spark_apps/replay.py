@@ -220,6 +220,9 @@ def run(args: ReplayArgs, spark=None) -> dict:
         ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
         if ddl_failures:
             manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
+        conflicts = _schema_conflicts(history, tagged) if history.known else []
+        for conflict in conflicts[:5]:
+            log.warning("[replay %s] schema conflict: %s", run_id, conflict)
 
         # 5. the output
         applied = tagged.where(F.col("status") == "applied")
@@ -245,6 +248,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
             table_rows=table_rows, schemas=history.create_statements(),
             window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                     "base_cut": base["cut"]["commit_ts"] if base else None},
+            schema_conflicts=conflicts,
         )
         manifest_mod.commit(output, staging, manifest)
         log.info("[replay %s] committed %s", run_id, output)
@@ -271,6 +275,24 @@ def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, lis
                              "protocol": protocol, "error_stage": "ddl",
                              "error": f"{protocol}: DDL not applied ({e}): {row['ddl_query']}"})
     return applied, failures
+
+
+def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
+    """Distinct column sets the applied rows carry, compared with the DDL history."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.ddl import schema_conflicts
+
+    shapes = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull())
+              .select("database", "table", "timeline",
+                      F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
+                                                                          c["mysql_type"].alias("type")))).alias("columns"))
+              .groupBy("database", "table", "columns")
+              .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
+              .collect())
+    return schema_conflicts(history, [
+        {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
+         "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])
 
 
 def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
@@ -382,9 +404,9 @@ class _OutputPlan:
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             live.unpersist()
             return written, table_rows
-        live = (live.withColumn("out_topic", T.topic_name(self.args.target_topic))
-                .withColumn("out_partition", T.dispatch_partition(self.args.dispatcher, self.partitions))
-                .withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1)))
+        live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
+                                self.args.dispatcher, self.partitions)
+        live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
         out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.MEMORY_AND_DISK)
         table_rows = [r.asDict() for r in out.groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
@@ -436,8 +458,7 @@ class _OutputPlan:
         changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
             "sort_point", F.col("timeline")).withColumn(
             "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
-        rows = changes.where(F.col("kind") == Kind.ROW).withColumn(
-            "out_partition", T.dispatch_partition(self.args.dispatcher, self.partitions))
+        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
         ddl = changes.where(F.col("kind") == Kind.DDL)
         if self.target.ddl_placement == "first":
             ddl = ddl.withColumn("out_partition", F.lit(0))

@@ -57,6 +57,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--schema", metavar="URI",
                       help="SQL file (local or s3://) with CREATE TABLE statements (and USE db;) describing "
                            "tables as they were before the archive starts; DDL in the archive is applied on top")
+    what.add_argument("--require-schema", action="store_true",
+                      help="quarantine row events of tables that neither the archive's DDL, --schema nor "
+                           "--base-snapshot describes (default: read them with the schema the messages carry)")
     what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
                       help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
                            "(default: %(default)s)")
@@ -97,6 +100,7 @@ class ReplayArgs:
     since: int | None
     base_snapshot: str | None
     schema: str | None
+    require_schema: bool
     target_topic: str
     target_partitions: int | None
     dispatcher: str

@@ -216,27 +216,29 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         s["rows_without_commit_ts"] for s in partition_stats)
     tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
                           cut=cut["point"], since=args.since).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
-        F.count(F.lit(1)).alias("events"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-    ).collect()]
-    decoded.unpersist()
 
-    # 3. quarantine (records that could not be read or decoded), written next to the output
+    # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, "_quarantine")
-    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
-                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
-
-    # 4. DDL history, applied on the driver in timeline order (DDL events are few)
     initial = "\n".join([_read_text(args.schema, "--schema") if args.schema else "",
                          ";\n".join(base.get("schemas", [])) if base else ""])
     history = SchemaHistory(initial)
     ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
+    decoded.unpersist()  # `tagged` is materialised now
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
     conflicts = _schema_conflicts(history, tagged) if history.known else []
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
+    if args.require_schema:
+        tagged = _quarantine_unknown_tables(tagged, history)
+
+    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+    ).collect()]
+    # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
+    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
 
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
@@ -288,6 +290,27 @@ def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, lis
                              "protocol": protocol, "error_stage": "ddl",
                              "error": f"{protocol}: DDL not applied ({e}): {row['ddl_query']}"})
     return applied, failures
+
+
+def _quarantine_unknown_tables(tagged, history: SchemaHistory):
+    """--require-schema: row events of tables neither the archive's DDL nor --schema (nor a
+    base snapshot) describes are quarantined instead of read with their in-band schema."""
+    from pyspark.sql import functions as F
+
+    tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
+              .select("database", "table").distinct().collect())
+    unknown = [(r["database"], r["table"]) for r in tables if not history.is_known(r["database"], r["table"] or "")]
+    if not unknown:
+        return tagged
+    condition = F.lit(False)
+    for database, table in unknown:
+        condition = condition | ((F.col("database") == database) & (F.col("table") == table))
+    hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
+    reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
+                      F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
+    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
+            .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
+            .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
 
 
 def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:

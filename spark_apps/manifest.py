@@ -82,7 +82,7 @@ def _table_name(database, table) -> str:
 
 def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None, schemas=(), window=None) -> dict:
+          table_rows=None, schemas=(), window=None, schema_conflicts=()) -> dict:
     by_status = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
     ranges: dict = {}
@@ -157,7 +157,9 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "objects": quarantine_objects,
             "ddl": ddl_failures,
         },
-        "warnings": list(cut.get("warnings", [])),
+        "schema_conflicts": list(schema_conflicts),
+        "warnings": list(cut.get("warnings", [])) + [f"schema conflict: {c}" for c in list(schema_conflicts)[:5]]
+        + ([f"{len(schema_conflicts) - 5} more schema conflicts in the manifest"] if len(schema_conflicts) > 5 else []),
     }
 
 

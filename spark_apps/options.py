@@ -57,15 +57,20 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--schema", metavar="URI",
                       help="SQL file (local or s3://) with CREATE TABLE statements (and USE db;) describing "
                            "tables as they were before the archive starts; DDL in the archive is applied on top")
+    what.add_argument("--require-schema", action="store_true",
+                      help="quarantine row events of tables that neither the archive's DDL, --schema nor "
+                           "--base-snapshot describes (default: read them with the schema the messages carry)")
     what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
                       help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
                            "(default: %(default)s)")
     what.add_argument("--target-partitions", type=int, metavar="N",
                       help="partitions per output topic (default: as many as the source topics have)")
-    what.add_argument("--dispatcher", default="index-value", choices=("index-value", "table", "ts"),
+    what.add_argument("--dispatcher", default="index-value",
+                      choices=("index-value", "table", "ts", "canal", "canal-table"),
                       help="output partition of a row: hash of its key values (default), of its table, "
-                           "or commit ts modulo partitions. DDL and watermarks go where the target "
-                           "protocol's producer puts them")
+                           "commit ts modulo partitions, Canal's placement (Java String.hashCode of database "
+                           "and key values, abs(h) %% N) or Canal's table hash. DDL and watermarks go where the "
+                           "target protocol's producer puts them")
     run = parser.add_argument_group("running")
     run.add_argument("--max-bad-records", type=int, default=0, metavar="N",
                      help="fail the run when more than N records are quarantined (default: %(default)s); "
@@ -95,6 +100,7 @@ class ReplayArgs:
     since: int | None
     base_snapshot: str | None
     schema: str | None
+    require_schema: bool
     target_topic: str
     target_partitions: int | None
     dispatcher: str

@@ -155,13 +155,6 @@ def _decode(spark, objects, protocol: str, options: dict):
 
 def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from spark_apps import transforms as T
-    from spark_apps.archive_io import write_quarantine_fn
-    from spark_apps.schema import WRITTEN_STRUCT
-
     started = time.time()
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
@@ -176,82 +169,108 @@ def run(args: ReplayArgs, spark=None) -> dict:
     own_session = spark is None
     if own_session:
         spark = build_session(args.master, f"cdc-replay {run_id}", args.spark_conf)
+    from spark_apps.progress import Progress
+
     try:
-        decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
-            StorageLevel.MEMORY_AND_DISK)
-
-        # 1. per source partition: records, commit ts range, highest watermark -> the cut
-        partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
-            F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-            F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-            F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-            F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        ).orderBy("topic", "partition").collect()]
-        log.info("[replay %s] decoded %s records from %d partitions", run_id,
-                 f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
-        try:
-            cut = manifest_mod.compute_cut(partition_stats, args.upper)
-        except manifest_mod.CutError as e:
-            raise ReplayError(str(e)) from e
-        if args.since is not None and cut["kind"] != "commit_ts":
-            raise ReplayError("--since needs commit ts, and this archive carries none")
-        log.info("[replay %s] cut: %s", run_id, cut["description"])
-
-        # 2. statuses: quarantined / filtered / duplicate / pending / applied
-        needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
-            s["rows_without_commit_ts"] for s in partition_stats)
-        tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
-                              cut=cut["point"], since=args.since).persist(StorageLevel.MEMORY_AND_DISK)
-        counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
-            F.count(F.lit(1)).alias("events"),
-            F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        ).collect()]
-        decoded.unpersist()
-
-        # 3. quarantine (records that could not be read or decoded), written next to the output
-        quarantine_base = storage.join(staging, "_quarantine")
-        quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
-                              .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
-
-        # 4. DDL history, applied on the driver in timeline order (DDL events are few)
-        initial = "\n".join([_read_text(args.schema, "--schema") if args.schema else "",
-                             ";\n".join(base.get("schemas", [])) if base else ""])
-        history = SchemaHistory(initial)
-        ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
-        if ddl_failures:
-            manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
-
-        # 5. the output
-        applied = tagged.where(F.col("status") == "applied")
-        base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
-        target = codec_class(target_protocol)
-        partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
-        output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
-        if args.emit == "topics":
-            written, table_rows = output_plan.topics(applied), None
-        else:
-            rows = applied.where(F.col("kind") == Kind.ROW)
-            if base_rows is not None:
-                rows = rows.unionByName(base_rows)
-            written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
-        tagged.unpersist()
-
-        manifest = manifest_mod.build(
-            run_id=run_id, args=args, source=source, output=output, started=started,
-            objects=objects, partition_stats=partition_stats, cut=cut, counts=counts,
-            ddl_log=ddl_log, ddl_failures=ddl_failures, written=written,
-            quarantine_objects=quarantine_objects, source_options=dict(source_codec.config),
-            target_protocol=target_protocol, target_options=dict(get_codec(target_protocol, target_options).config),
-            table_rows=table_rows, schemas=history.create_statements(),
-            window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
-                    "base_cut": base["cut"]["commit_ts"] if base else None},
-        )
-        manifest_mod.commit(output, staging, manifest)
-        log.info("[replay %s] committed %s", run_id, output)
-        return manifest
+        with Progress(spark, run_id) as progress:
+            return _run(spark, args, run_id, started, source, output, staging, objects, source_codec,
+                        target_protocol, target_options, base, progress)
     finally:
         if own_session:
             spark.stop()
+
+
+def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
+         target_options, base, progress) -> dict:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+    from spark_apps.archive_io import write_quarantine_fn
+    from spark_apps.schema import WRITTEN_STRUCT
+
+    progress.phase(f"reading and decoding {len(objects)} objects")
+    decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
+        StorageLevel.MEMORY_AND_DISK)
+
+    # 1. per source partition: records, commit ts range, highest watermark -> the cut
+    partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
+        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
+        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
+    ).orderBy("topic", "partition").collect()]
+    log.info("[replay %s] decoded %s records from %d partitions", run_id,
+             f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
+    try:
+        cut = manifest_mod.compute_cut(partition_stats, args.upper)
+    except manifest_mod.CutError as e:
+        raise ReplayError(str(e)) from e
+    if args.since is not None and cut["kind"] != "commit_ts":
+        raise ReplayError("--since needs commit ts, and this archive carries none")
+    log.info("[replay %s] cut: %s", run_id, cut["description"])
+
+    # 2. statuses: quarantined / filtered / duplicate / pending / applied
+    progress.phase("deduplicating and cutting")
+    needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
+        s["rows_without_commit_ts"] for s in partition_stats)
+    tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
+                          cut=cut["point"], since=args.since).persist(StorageLevel.MEMORY_AND_DISK)
+
+    # 3. DDL history, applied on the driver in timeline order (DDL events are few)
+    quarantine_base = storage.join(staging, "_quarantine")
+    initial = "\n".join([_read_text(args.schema, "--schema") if args.schema else "",
+                         ";\n".join(base.get("schemas", [])) if base else ""])
+    history = SchemaHistory(initial)
+    ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
+    decoded.unpersist()  # `tagged` is materialised now
+    if ddl_failures:
+        manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
+    conflicts = _schema_conflicts(history, tagged) if history.known else []
+    for conflict in conflicts[:5]:
+        log.warning("[replay %s] schema conflict: %s", run_id, conflict)
+    if args.require_schema:
+        tagged = _quarantine_unknown_tables(tagged, history)
+
+    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+    ).collect()]
+    # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
+    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
+
+    # 5. the output
+    progress.phase(f"writing the {args.emit} ({args.output_format})")
+    applied = tagged.where(F.col("status") == "applied")
+    base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
+    target = codec_class(target_protocol)
+    partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
+    output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
+    if args.emit == "topics":
+        written, table_rows = output_plan.topics(applied), None
+    else:
+        rows = applied.where(F.col("kind") == Kind.ROW)
+        if base_rows is not None:
+            rows = rows.unionByName(base_rows)
+        written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    tagged.unpersist()
+
+    manifest = manifest_mod.build(
+        run_id=run_id, args=args, source=source, output=output, started=started,
+        objects=objects, partition_stats=partition_stats, cut=cut, counts=counts,
+        ddl_log=ddl_log, ddl_failures=ddl_failures, written=written,
+        quarantine_objects=quarantine_objects, source_options=dict(source_codec.config),
+        target_protocol=target_protocol, target_options=dict(get_codec(target_protocol, target_options).config),
+        table_rows=table_rows, schemas=history.create_statements(),
+        window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
+                "base_cut": base["cut"]["commit_ts"] if base else None},
+        schema_conflicts=conflicts,
+    )
+    progress.phase(f"committing {output}")
+    manifest_mod.commit(output, staging, manifest)
+    log.info("[replay %s] committed %s", run_id, output)
+    return manifest
 
 
 def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:
@@ -271,6 +290,45 @@ def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, lis
                              "protocol": protocol, "error_stage": "ddl",
                              "error": f"{protocol}: DDL not applied ({e}): {row['ddl_query']}"})
     return applied, failures
+
+
+def _quarantine_unknown_tables(tagged, history: SchemaHistory):
+    """--require-schema: row events of tables neither the archive's DDL nor --schema (nor a
+    base snapshot) describes are quarantined instead of read with their in-band schema."""
+    from pyspark.sql import functions as F
+
+    tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
+              .select("database", "table").distinct().collect())
+    unknown = [(r["database"], r["table"]) for r in tables if not history.is_known(r["database"], r["table"] or "")]
+    if not unknown:
+        return tagged
+    condition = F.lit(False)
+    for database, table in unknown:
+        condition = condition | ((F.col("database") == database) & (F.col("table") == table))
+    hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
+    reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
+                      F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
+    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
+            .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
+            .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+
+
+def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
+    """Distinct column sets the applied rows carry, compared with the DDL history."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.ddl import schema_conflicts
+
+    shapes = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull())
+              .select("database", "table", "timeline",
+                      F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
+                                                                          c["mysql_type"].alias("type")))).alias("columns"))
+              .groupBy("database", "table", "columns")
+              .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
+              .collect())
+    return schema_conflicts(history, [
+        {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
+         "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])
 
 
 def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
@@ -382,9 +440,9 @@ class _OutputPlan:
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             live.unpersist()
             return written, table_rows
-        live = (live.withColumn("out_topic", T.topic_name(self.args.target_topic))
-                .withColumn("out_partition", T.dispatch_partition(self.args.dispatcher, self.partitions))
-                .withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1)))
+        live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
+                                self.args.dispatcher, self.partitions)
+        live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
         out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.MEMORY_AND_DISK)
         table_rows = [r.asDict() for r in out.groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
@@ -436,8 +494,7 @@ class _OutputPlan:
         changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
             "sort_point", F.col("timeline")).withColumn(
             "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
-        rows = changes.where(F.col("kind") == Kind.ROW).withColumn(
-            "out_partition", T.dispatch_partition(self.args.dispatcher, self.partitions))
+        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
         ddl = changes.where(F.col("kind") == Kind.DDL)
         if self.target.ddl_placement == "first":
             ddl = ddl.withColumn("out_partition", F.lit(0))

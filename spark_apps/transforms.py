@@ -242,7 +242,31 @@ def live_rows(latest: DataFrame) -> DataFrame:
     )
 
 
-DISPATCHERS = ("index-value", "table", "ts")
+DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")
+
+
+def with_partition(df: DataFrame, dispatcher: str, partitions: int) -> DataFrame:
+    """Add `out_partition` to row events. Canal's placement (Java String.hashCode of the
+    database and key values, `abs(h) % N`; `canal-table`: of the table name) needs Python,
+    so it runs as a vectorised mapInArrow pass; the others are native expressions."""
+    if dispatcher not in ("canal", "canal-table"):
+        return df.withColumn("out_partition", dispatch_partition(dispatcher, partitions))
+    import pyarrow as pa
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from cdc_codecs.dispatch import canal_event_partition
+
+    table_hash = dispatcher == "canal-table"
+
+    def place(batches):
+        from spark_apps.archive_io import events_from_batch
+
+        for batch in batches:
+            parts = [canal_event_partition(e, partitions, table_hash=table_hash) for e in events_from_batch(batch)]
+            yield batch.append_column("out_partition", pa.array(parts, pa.int32()))
+
+    schema = StructType(df.schema.fields + [StructField("out_partition", IntegerType())])
+    return df.mapInArrow(place, schema)
 
 
 def dispatch_partition(dispatcher: str, partitions: int) -> Column:
@@ -257,6 +281,8 @@ def dispatch_partition(dispatcher: str, partitions: int) -> Column:
         return F.pmod(F.xxhash64("database", "table", key), n).cast("int")
     if dispatcher == "ts":
         return F.pmod(F.coalesce(F.col("commit_ts"), F.lit(0)), n).cast("int")
+    if dispatcher in ("canal", "canal-table"):
+        raise ValueError("canal placement needs with_partition()")
     raise ValueError(f"unknown dispatcher {dispatcher!r}; valid: {', '.join(DISPATCHERS)}")
 
 

@@ -142,3 +142,26 @@ def test_snapshot_as_typed_parquet(spark, history, tmp_path):
         assert (got["amount"] is None and row["amount"] is None) or got["amount"] == decimal.Decimal(row["amount"].decode())
         assert got["status"] == (labels[row["status"]] if row["status"] is not None else None)
     assert manifest["output"]["rows"] == sum(len(v) for v in generated.expected.values())
+
+
+def test_canal_dispatcher_places_rows_as_canal_does(spark, history, tmp_path):
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import parse_line
+    from cdc_codecs.dispatch import canal_event_partition
+
+    generated, source = history
+    output = str(tmp_path / "topics")
+    replay(spark, source, output, "--dispatcher", "canal", "--target-partitions", "4", emit="topics")
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    placed = 0
+    for info in storage.list_objects(output):
+        if info.uri.endswith(".jsonl.gz"):
+            for line in storage.iter_lines(info.uri):
+                record = parse_line(line)
+                for event in codec.decode(record):
+                    if event["kind"] == "row":
+                        assert record.partition == canal_event_partition(event, 4)
+                        placed += 1
+                    elif event["kind"] == "ddl":
+                        assert record.partition == 0
+    assert placed > 100

@@ -94,6 +94,11 @@ if CAPS.accepts("--base-snapshot"):
                                     title="Base snapshot", description="output of an earlier snapshot run: the "
                                     "window's changes are applied on top of it (since defaults to its cut)",
                                     section="What to replay")
+if CAPS.accepts("--require-schema"):
+    PARAMS["require_schema"] = Param(False, type="boolean", title="Require schemas",
+                                     description="quarantine rows of tables that no DDL, starting schema or base "
+                                                 "snapshot describes (default: read them with the schema the "
+                                                 "messages carry)", section="Source")
 if CAPS.accepts("--schema"):
     PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
                              description="SQL file (s3:// or local) with CREATE TABLE statements for tables created "

@@ -24,13 +24,14 @@ from typing import Any
 PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "oceanbase-avro", "open-protocol")
 
 FIELDS = (
-    "source", "protocol", "protocol_options", "schema", "tables", "as_of", "since", "until", "base_snapshot",
+    "source", "protocol", "protocol_options", "schema", "require_schema", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
     "dispatcher", "output", "max_bad_records",
 )
 # fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
 OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot",
-                        "target_format": "--target-format", "schema": "--schema"}
+                        "target_format": "--target-format", "schema": "--schema",
+                        "require_schema": "--require-schema"}
 
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
@@ -93,6 +94,7 @@ class ReplayRequest:
     dispatcher: str = "index-value"
     base_snapshot: str | None = None
     schema: str | None = None
+    require_schema: bool = False
     max_bad_records: int = 0
 
     @property
@@ -250,7 +252,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if unknown:
         raise RequestError(unknown[0], f"unknown field; the fields are {', '.join(FIELDS)}")
     for field, option in OPTIONAL_APP_OPTIONS.items():
-        if conf.get(field) not in (None, "") and not caps.accepts(option):
+        if conf.get(field) not in (None, "", False) and not caps.accepts(option):
             raise RequestError(field, f"the installed replay app does not accept {option} yet (it arrives with "
                                       "cdc-replay issue 5); leave this field empty")
     source = _uri("source", conf.get("source"))
@@ -296,6 +298,9 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if since is not None and emit == "snapshot" and base_snapshot is None:
         raise RequestError("since", "a snapshot of a window needs base_snapshot (the snapshot at since); without "
                                     "it, emit topics or history for the window's changes")
+    require_schema = conf.get("require_schema") or False
+    if not isinstance(require_schema, bool):
+        raise RequestError("require_schema", f"{require_schema!r} is not true or false")
     output_format = target_format or ("parquet" if emit == "history" else "kafka")
     if emit == "history" and output_format != "parquet":
         raise RequestError("target_format", "emit history is written as Parquet")
@@ -306,6 +311,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         protocol_options=_options("protocol_options", conf.get("protocol_options")),
         tables=_tables(conf.get("tables")),
         as_of=as_of, since=since, until=until, schema=_uri("schema", conf.get("schema"), required=False),
+        require_schema=require_schema,
         target_protocol=target_protocol,
         target_options=_options("target_options", conf.get("target_options")),
         target_format=target_format, target_topic=target_topic,
@@ -359,6 +365,8 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
         args += ["--base-snapshot", request.base_snapshot]
     if request.schema:
         args += ["--schema", request.schema]
+    if request.require_schema:
+        args.append("--require-schema")
     if request.tables:
         args += ["--tables", ",".join(request.tables)]
     if request.target_topic != "{topic}":

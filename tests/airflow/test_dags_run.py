@@ -101,7 +101,7 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     assert first.returncode == 0, text[-5000:]
     n0 = len(archive.objects[0]) + len(archive.objects[1])
     assert f"Archived in [2026-01-01T00:00:00+00:00, 2026-01-01T02:00:00+00:00): {n0} archive objects" in text
-    assert f"Staged {n0} of {n0} objects (100%" in text and "Spark stage" in text
+    assert f"Staged {n0} of {n0} objects (100%" in text and "reading and decoding" in text
     assert "the archive is complete for the window" in text
     hour0 = f"{base}/20260101T000000Z"
     manifest = json.loads(storage.read_bytes(f"{hour0}/_manifest.json"))

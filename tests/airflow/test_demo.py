@@ -31,7 +31,8 @@ def test_demo_runs_the_backfill_dag_and_matches_the_truth(tmp_path):
         "airflow dags test cdc_replay_backfill -c '",
         "[check] Request checked: replay s3://cdc-archive/tidb/shop [canal-json enable-tidb-extension=true]",
         "[stage] Listed 3 objects under s3://cdc-archive/tidb/shop",
-        "[replay] Spark stage",
+        "[replay] [replay cdc_replay_backfill.",  # the app's own progress: phases, stages, counts
+        "reading and decoding 3 objects",
         "[validate] Check: counts reconcile",
         "[publish] Published s3://cdc-lake/replay/shop-snapshot",
         "events read ",  # the summary

@@ -10,7 +10,12 @@ import zipfile
 import pytest
 
 from cdc_replay_airflow.hooks.replay import ReplaySubmitHook
-from cdc_replay_airflow.operators.replay import PROGRESS_CONF, ReplayOperator, submit_settings, subprocess_environment
+from cdc_replay_airflow.operators.replay import (
+    ReplayOperator,
+    extra_spark_conf,
+    submit_settings,
+    subprocess_environment,
+)
 from cdc_replay_airflow.progress import SparkProgress
 from cdc_replay_airflow.request import parse_request, replay_arguments
 from spark_apps.launch import LOG4J, REPLAY_APP, spark_submit_command
@@ -30,9 +35,12 @@ def test_submit_settings_are_exact():
         "application_args": [
             "--master", "local[2]", "--source", "s3://cdc-archive/tidb/shop", "--protocol", "canal-json",
             "--protocol-option", "enable-tidb-extension=true", "--output", "s3://cdc-lake/out", "--emit", "topics",
-            "--target-protocol", "open-protocol", "--max-bad-records", "1", "--run-id", "d.r",
-            "--spark-conf", PROGRESS_CONF],
+            "--target-protocol", "open-protocol", "--max-bad-records", "1", "--run-id", "d.r"],
     }
+    with_conf = submit_settings(REQUEST, master="local[2]", python="/p", spark_conf=extra_spark_conf("a.b=1, c=2"))
+    assert with_conf["application_args"][-4:] == ["--spark-conf", "a.b=1", "--spark-conf", "c=2"]
+    with pytest.raises(ValueError, match="CDC_REPLAY_SPARK_CONF: 'oops' is not key=value"):
+        extra_spark_conf("oops")
 
 
 def test_subprocess_environment_puts_the_venv_first():
@@ -57,6 +65,7 @@ def _parts(command: list[str]) -> tuple:
 ])
 def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connection)
+    monkeypatch.delenv("CDC_REPLAY_SPARK_CONF", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
     operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"},
                               python="/venv/bin/python")
@@ -70,7 +79,7 @@ def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
         with zipfile.ZipFile(py_files) as z:
             names = z.namelist()
         assert "cdc_codecs/__init__.py" in names and "spark_apps/replay.py" in names
-    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r", spark_conf=(PROGRESS_CONF,)),
+    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r"),
                                     master=master, python="/venv/bin/python", py_files=py_files,
                                     spark_submit="spark-submit")
     assert _parts(command) == _parts(expected)
@@ -91,7 +100,9 @@ def test_aws_credentials_go_to_the_subprocess_only(monkeypatch):
     assert hook._env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" and hook._env["AWS_REGION"] == "eu-west-1"
 
 
-def test_spark_progress_bars_become_a_line_per_ten_percent():
+def test_spark_console_progress_bars_become_a_line_per_ten_percent():
+    """For runs given --spark-conf spark.ui.showConsoleProgress=true (the app logs its own
+    progress every 10 s; the bar, if enabled, is condensed rather than flooding the log)."""
     progress = SparkProgress()
     logged = []
     for line in ["[Stage 3:>      (0 + 2) / 8]", "[Stage 3:=>     (1 + 2) / 8]", "[Stage 3:==>    (1 + 2) / 8]",

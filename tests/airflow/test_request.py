@@ -141,3 +141,12 @@ def test_codec_options_are_checked_against_the_codec():
         check_codecs(parse_request({**GOOD, "target_options": {"no-such-option": "1"}}))
     assert e.value.field == "target_options"
     check_codecs(parse_request(GOOD))
+
+
+def test_require_schema_is_a_flag():
+    caps = Capabilities(options=frozenset({"--require-schema"}), emit_modes=("snapshot",), dispatchers=("index-value",))
+    assert replay_arguments(parse_request({**GOOD, "require_schema": True}, caps))[-3:] == [
+        "--require-schema", "--max-bad-records", "0"]
+    assert "--require-schema" not in replay_arguments(parse_request({**GOOD, "require_schema": False}, caps))
+    with pytest.raises(RequestError, match="require_schema: 'yes' is not true or false"):
+        parse_request({**GOOD, "require_schema": "yes"}, caps)

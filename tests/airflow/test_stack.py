@@ -202,7 +202,7 @@ def test_rest_triggered_run_succeeds_and_the_page_shows_it(stack, triggered_run,
 
     logs = "".join(open(os.path.join(root, f), errors="replace").read()
                    for root, _d, files in os.walk(home) for f in files if f.endswith(".log"))
-    assert "Spark stage" in logs and "Staged 2 objects" in logs
+    assert "reading and decoding 2 objects" in logs and "Staged 2 objects" in logs
     assert aws_secrets.secret not in logs and aws_secrets.key_id not in logs
 
 

@@ -22,7 +22,6 @@ from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, ReplaySubmitHook
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps.launch import LOG4J, REPLAY_APP, build_py_files, is_local
 
-PROGRESS_CONF = "spark.ui.showConsoleProgress=true"
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
 
 
@@ -49,7 +48,7 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
         },
         "py_files": py_files,
         "application_args": ["--master", master,
-                             *replay_arguments(request, run_id=run_id, spark_conf=(PROGRESS_CONF, *spark_conf))],
+                             *replay_arguments(request, run_id=run_id, spark_conf=spark_conf)],
     }
 
 

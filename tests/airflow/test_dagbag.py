@@ -98,3 +98,30 @@ def test_the_form_defaults_are_valid_and_typed(dagbag):
         assert param_schema.get("title") and param_schema.get("section"), name
     assert schema["emit"]["enum"] and schema["protocol"]["enum"]
     assert "since" in schema and "until" in schema
+
+
+PLUGINS_CHECK = r"""
+import json, sys
+from airflow import plugins_manager
+plugins, errors = plugins_manager._get_plugins()
+apps, _middlewares = plugins_manager.get_fastapi_plugins()
+views, _react = plugins_manager._get_ui_plugins()
+stray = sorted(m for m in sys.modules if m in ("archive", "replay", "tasks", "request", "window", "metrics", "app",
+                                               "render", "timeline", "progress", "__init__"))
+print(json.dumps({"plugins": [p.name for p in plugins], "errors": errors, "apps": [a["url_prefix"] for a in apps],
+                  "views": sorted(v["url_route"] for v in views), "stray": stray}))
+"""
+
+
+def test_the_plugin_registers_only_the_page(tmp_path):
+    """Only cdc_replay_plugin.py is a plugin entry (.airflowignore): the hooks, operators and UI
+    modules are not imported by the plugin manager as top-level modules named after their files."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__PLUGINS_FOLDER": PLUGINS})
+    result = subprocess.run([sys.executable, "-c", PLUGINS_CHECK], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"plugins": ["cdc_replay"], "errors": {}, "apps": ["/cdc-replay"],
+                      "views": ["cdc-replay", "cdc-replay-run"], "stray": []}

@@ -287,13 +287,17 @@ def _extras(event: dict) -> dict:
 
 def flat_group_key(event: dict):
     """Rows Canal puts in one flat message: one binlog rows event = same table, operation,
-    transaction and binlog position (or, without a position, the same commit ts)."""
+    transaction and binlog position (or, without a position, the same commit ts), and the same
+    columns and types (a message has one `mysqlType`; rows from events without any time or
+    position must not be merged into another row's types)."""
     extras = _extras(event)
     position = event["position"]
+    image = event["before"] if event["op"] == Op.DELETE else event["after"]
     return (
         event["database"], event["table"], event["op"], event["commit_ts"], event["tx_id"],
         tuple(position[:2]) if position else None, event["execute_ts_ms"],
         extras.get("canal.id"), extras.get("canal.ts"), tuple(event["key_columns"] or ()),
+        tuple((c["name"], c["mysql_type"]) for c in image or ()),
     )
 
 

@@ -434,9 +434,10 @@ class CanalProtobufCodec(Codec):
 
     @staticmethod
     def _continues(prev: dict, event: dict) -> bool:
-        if prev["kind"] != Kind.ROW or not prev["position"] or not event["position"]:
+        here, before = _binlog_position(event), _binlog_position(prev)
+        if prev["kind"] != Kind.ROW or not before or not here:
             return False
-        if event["position"][:2] != prev["position"][:2] or event["position"][2] != prev["position"][2] + 1:
+        if here[:2] != before[:2] or here[2] != before[2] + 1:
             return False
         if "canal.entry" in _extras(event) or "canal.leading" in _extras(event) or "canal.trailing" in _extras(prev):
             return False
@@ -476,7 +477,7 @@ class CanalProtobufCodec(Codec):
 
     def _header(self, event: dict, event_type: int, rows: int | None):
         extras = _extras(event)
-        position = event["position"]
+        position = _binlog_position(event)
         header = pb.Header(version=1, serverenCode="UTF-8", sourceType=pb.MYSQL, eventType=event_type)
         logfile = extras.get("canal.logfileName")
         if logfile is None and position:
@@ -557,6 +558,13 @@ class CanalProtobufCodec(Codec):
                 isKey=c["name"] in keys, updated=updated, isNull=text is None, value=text or "",
                 mysqlType=c["mysql_type"] or "",
             )
+
+
+def _binlog_position(event: dict) -> list[int] | None:
+    """The event's position when it is Canal's (file number, offset, row index); another
+    protocol's position (OceanBase's one-element record id) says nothing about a binlog."""
+    position = event["position"]
+    return position if position is not None and len(position) == 3 else None
 
 
 def _varint(value: int) -> bytes:

@@ -75,6 +75,7 @@ class TableInterval:
     until: tuple | None
     final_database: str
     final_table: str
+    key_aliases: tuple = ()  # per final key column: every name it had (lower case)
 
 
 def _key(database: str | None, table: str) -> tuple[str, str]:
@@ -88,12 +89,15 @@ def _name(identifier) -> str:
 class SchemaHistory:
     """Apply DDL in order; ask for live tables, intervals and schemas at the end."""
 
-    def __init__(self, initial_schemas: Iterable[str] = (), default_database: str | None = None):
+    def __init__(self, initial_schemas: str = "", default_database: str | None = None):
+        """`initial_schemas`: SQL text (CREATE TABLE ...; USE db; ...) describing tables as
+        they were before the archive starts (the replay's --schema)."""
         self.tables: dict[tuple[str, str], TableSchema] = {}
         self.known: set[tuple[str, str]] = set()  # every table name any DDL mentioned
-        self.applied: list[dict] = []
-        for statement in initial_schemas:
-            self.apply(statement, [], default_database)
+        self._use: str | None = None
+        if initial_schemas.strip():
+            self.apply(initial_schemas, [], default_database)
+        self._use = None
 
     # ------------------------------------------------------------------ applying
     def apply(self, query: str, point: Point, database: str | None = None) -> str:
@@ -104,7 +108,13 @@ class SchemaHistory:
             raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
         if not statements:
             raise DDLError("empty DDL")
-        outcomes = [self._apply_one(s, list(point), database, query) for s in statements]
+        outcomes = []
+        for statement in statements:
+            if isinstance(statement, exp.Use):
+                self._use = _name(statement.this)
+                outcomes.append(f"use {self._use}")
+                continue
+            outcomes.append(self._apply_one(statement, list(point), self._use or database, query))
         return "; ".join(outcomes)
 
     def _table_ref(self, table: exp.Table, database: str | None) -> tuple[str, str]:
@@ -351,10 +361,16 @@ class SchemaHistory:
         result = []
         for schema in self.tables.values():
             names = schema.names or [(schema.start, schema.database, schema.name)]
+            keys = []
+            for key in schema.key_columns:
+                col = schema.column(key)
+                aliases = {key.lower()} | {alias.lower() for _, alias in (col.aliases if col else [])}
+                keys.append(tuple(sorted(aliases)))
             for i, (start, db, name) in enumerate(names):
                 after = tuple(schema.start) if i == 0 else tuple(start)
                 until = tuple(names[i + 1][0]) if i + 1 < len(names) else None
-                result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name))
+                result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name,
+                                            tuple(keys)))
         return result
 
     def is_known(self, database: str | None, table: str) -> bool:

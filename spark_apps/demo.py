@@ -23,7 +23,7 @@ OUTPUT = "s3://cdc-lake/replay/shop-snapshot"
 
 def read_snapshot(output: str, protocol: str = "canal-json", options=None) -> dict:
     """{(db, table): {key: {column: value}}} from a snapshot output (decoded, not trusted)."""
-    codec = get_codec(protocol, options or {"enable-tidb-extension": "true"})
+    codec = get_codec(protocol, {"enable-tidb-extension": "true"} if options is None else options)
     tables: dict = {}
     for info in storage.list_objects(output):
         if not is_archive_object(storage.relative(info.uri, output)):
@@ -33,7 +33,7 @@ def read_snapshot(output: str, protocol: str = "canal-json", options=None) -> di
                 if event["kind"] != "row":
                     continue
                 row = {c["name"]: c["value"] for c in event["after"]}
-                key = tuple(row[k] for k in event["key_columns"])
+                key = tuple(row[k] for k in (event["key_columns"] or list(row)))
                 tables.setdefault((event["database"], event["table"]), {})[key] = row
     return tables
 

@@ -39,6 +39,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                            "watermarks). Events above it are reported as pending")
     what.add_argument("--tables", metavar="db.table,...",
                       help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive")
+    what.add_argument("--schema", metavar="URI",
+                      help="SQL file (local or s3://) with CREATE TABLE statements (and USE db;) describing "
+                           "tables as they were before the archive starts; DDL in the archive is applied on top")
     what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
                       help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
                            "(default: %(default)s)")
@@ -72,6 +75,7 @@ class ReplayArgs:
     target_option: list
     as_of: int | None
     tables: str | None
+    schema: str | None
     target_topic: str
     target_partitions: int | None
     dispatcher: str

@@ -82,7 +82,21 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--max-bad-records must be 0 or more")
     if args.as_of is not None and args.as_of < 0:
         raise ReplayError("--as-of must be a commit ts (a non-negative TSO)")
+    if args.schema:
+        try:
+            SchemaHistory(_read_schema(args.schema))
+        except DDLError as e:
+            raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options
+
+
+def _read_schema(uri: str | None) -> str:
+    if not uri:
+        return ""
+    try:
+        return storage.read_bytes(storage.normalize(uri)).decode("utf-8")
+    except (OSError, Exception) as e:  # missing file, S3 error
+        raise ReplayError(f"--schema {uri}: cannot read it ({type(e).__name__}: {e})") from e
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -126,6 +140,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
             F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
             F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
             F.count(F.when(F.col("position").isNotNull(), 1)).alias("positioned"),
+            F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
         ).orderBy("topic", "partition").collect()]
         try:
             cut = manifest_mod.compute_cut(partition_stats, args.as_of)
@@ -134,7 +149,9 @@ def run(args: ReplayArgs, spark=None) -> dict:
         log.info("[replay %s] cut: %s", run_id, cut["description"])
 
         # 2. statuses: quarantined / filtered / duplicate / pending / applied
-        tagged = T.tag_status(decoded, tables=args.table_patterns(), cut=cut["point"]).persist(StorageLevel.MEMORY_AND_DISK)
+        needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
+            s["rows_without_commit_ts"] for s in partition_stats)
+        tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(), cut=cut["point"]).persist(StorageLevel.MEMORY_AND_DISK)
         counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
             F.count(F.lit(1)).alias("events"),
             F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
@@ -151,7 +168,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
                     .select("database", "table", "ddl_query", "commit_ts", "timeline", "object", "line",
                             "topic", "partition", "offset")
                     .orderBy("timeline", "partition", "offset").collect())
-        history = SchemaHistory()
+        history = SchemaHistory(_read_schema(args.schema))
         ddl_log, ddl_failures = [], []
         for row in ddl_rows:
             try:
@@ -247,11 +264,11 @@ def _emit_snapshot(spark, applied, history, cut, args, target, target_protocol, 
     if history.known:
         intervals = spark.createDataFrame(
             [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-              i.final_database, i.final_table) for i in history.intervals()],
+              i.final_database, i.final_table, [list(k) for k in i.key_aliases]) for i in history.intervals()],
             "database string, table string, after array<bigint>, until array<bigint>, "
-            "final_database string, final_table string")
+            "final_database string, final_table string, key_aliases array<array<string>>")
         known = spark.createDataFrame(sorted(history.known), "database string, table string")
-    effects = T.assign_tables(T.row_effects(rows), intervals, known)
+    effects = T.row_effects(T.assign_tables(rows, intervals, known))
     live = T.live_rows(T.latest_per_key(effects))
     live = (live.withColumn("out_topic", T.topic_name(args.target_topic))
             .withColumn("out_partition", T.dispatch_partition(args.dispatcher, partitions))

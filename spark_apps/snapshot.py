@@ -37,7 +37,7 @@ def projector(schemas: dict[tuple[str, str], TableSchema]):
         schema = schemas.get(((event["database"] or "").lower(), (event["table"] or "").lower()))
         if schema is not None and event["after"] is not None:
             event["after"] = project_image(event["after"], point, schema)
-            event["key_columns"] = list(schema.key_columns) or event["key_columns"]
+            event["key_columns"] = list(schema.key_columns)
         return event
 
     return prepare

@@ -29,10 +29,30 @@ from .schema import QUARANTINE_KIND
 STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied")
 
 
+def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
+    """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
+    Avro sends DELETE as a bare tombstone), the lowest commit ts it can have given what came
+    before it in its partition: the highest earlier commit ts, or one above the highest
+    earlier watermark. Its change rank stays "message order", so among equal timestamps the
+    partition offset decides. Computed only when `needed` (a window per source partition)."""
+    if not needed:
+        return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    before = Window.partitionBy("topic", "partition").orderBy("offset", "event_index").rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    floor = F.greatest(F.max("commit_ts").over(before), F.max("watermark_ts").over(before) + 1)
+    return events.withColumn(
+        "inferred_ts",
+        F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), floor),
+    )
+
+
 def with_timeline(events: DataFrame) -> DataFrame:
+    if "inferred_ts" not in events.columns:
+        events = events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
     return events.withColumn(
         "timeline",
         F.when(F.col("commit_ts").isNotNull(), F.array(F.col("commit_ts")))
+        .when(F.col("inferred_ts").isNotNull(), F.array(F.col("inferred_ts")))
         .when(F.col("position").isNotNull(), F.col("position"))
         .otherwise(F.array(F.coalesce(F.col("execute_ts_ms"), F.lit(0).cast("bigint")))),
     )
@@ -63,7 +83,7 @@ def _identity_columns() -> list[Column]:
     """What makes two decoded events the same change (a redelivery, not a new change)."""
     return [
         F.col("kind"), F.col("database"), F.col("table"), F.col("op"), F.col("commit_ts"),
-        F.col("position"),
+        F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
         F.col("before"), F.col("after"), F.col("ddl_query"),
@@ -104,22 +124,30 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None)
     return df.withColumn("status", status).drop("_first")
 
 
-def row_key(image: str) -> Column:
-    """The row's key: the values of its key columns in column order (all columns when the
-    table has no key). Values only, so a RENAME COLUMN does not change it."""
-    keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
-    key_values = F.transform(
-        F.filter(F.col(image), lambda c: F.array_contains(keys, F.lower(c["name"]))), lambda c: c["value"]
+def row_key(image: str, schema_keys: bool = False) -> Column:
+    """The row's key: the values of its key columns. The key columns are the table's at the
+    cut when the DDL history knows the table (`key_aliases`: every name each key column had,
+    so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
+    `key_columns`; a table without a key is keyed by all its values. Values only, in key order."""
+    img = F.col(image)
+    own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
+    by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
+    all_values = F.transform(img, lambda c: c["value"])
+    own = F.when(F.size(own_keys) > 0, by_own).otherwise(all_values)
+    if not schema_keys:
+        return own
+    by_schema = F.transform(
+        F.col("key_aliases"),
+        lambda names: F.element_at(F.filter(img, lambda c: F.array_contains(names, F.lower(c["name"]))), 1)["value"],
     )
-    all_values = F.transform(F.col(image), lambda c: c["value"])
-    return F.when(F.size(keys) > 0, key_values).otherwise(all_values)
+    return F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema).otherwise(all_values)
 
 
 def row_effects(rows: DataFrame) -> DataFrame:
     """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
     DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
     old key. Columns: the event's plus `row_key`, `effect`, `rank`."""
-    before_key, after_key = row_key("before"), row_key("after")
+    before_key, after_key = row_key("before", schema_keys=True), row_key("after", schema_keys=True)
     effects = F.when(
         F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
     ).when(
@@ -151,16 +179,18 @@ def order_struct() -> Column:
     )
 
 
-def assign_tables(effects: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
-    """Map each change to the live table it belongs to at the cut (`final_database`,
-    `final_table`), dropping changes of dropped or truncated incarnations.
+def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
+    """Map each row event to the live table it belongs to at the cut (`final_database`,
+    `final_table`, and that table's `key_aliases`), dropping events of dropped or truncated
+    incarnations.
 
     `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
     mentioned, lower case) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
-        return effects.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
+        return (effects.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
+                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>")))
     ev = (
-        effects.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
+        rows.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
         .withColumn("_tb", F.lower(F.coalesce("table", F.lit(""))))
         .alias("ev")
     )
@@ -171,7 +201,8 @@ def assign_tables(effects: DataFrame, intervals: DataFrame | None, known: DataFr
         & (F.col("ev.timeline") > F.col("iv.after"))
         & (F.col("iv.until").isNull() | (F.col("ev.timeline") <= F.col("iv.until"))),
         "left",
-    ).select("ev.*", F.col("iv.final_database").alias("_final_db"), F.col("iv.final_table").alias("_final_tb"))
+    ).select("ev.*", F.col("iv.final_database").alias("_final_db"), F.col("iv.final_table").alias("_final_tb"),
+             F.col("iv.key_aliases").alias("key_aliases"))
     kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
     flagged = matched.join(
         F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
@@ -187,7 +218,8 @@ def assign_tables(effects: DataFrame, intervals: DataFrame | None, known: DataFr
 def latest_per_key(effects: DataFrame) -> DataFrame:
     """The last change of every (table, key) by the replay order: distributed by key hash,
     so no table is ever held by one task and nothing reaches the driver."""
-    payload = F.struct(*[F.col(c) for c in effects.columns if c not in ("final_database", "final_table", "row_key")])
+    payload = F.struct(*[F.col(c) for c in effects.columns
+                         if c not in ("final_database", "final_table", "row_key", "key_aliases")])
     last = (
         effects.groupBy("final_database", "final_table", "row_key")
         .agg(F.max_by(payload, order_struct()).alias("last"))

@@ -521,6 +521,69 @@ OCEANBASE_LOSSES = (
 )
 
 
+# ------------------------------------------------------------------------------ craft
+
+CRAFT = "docs/protocols/craft.md"
+_CRAFT_NUMERIC = (*INTEGERS, "float", "double", "decimal")
+_CRAFT_BINARY = {"varchar": "varbinary", "char": "binary", "tinytext": "tinyblob", "text": "blob",
+                 "mediumtext": "mediumblob", "longtext": "longblob"}
+
+
+
+
+def _craft_type(column: dict, event: dict) -> dict:
+    base = parse_type(column["mysql_type"]).base
+    if column["flags"] & F.BINARY:
+        base = _CRAFT_BINARY.get(base, base)
+    if column["flags"] & F.UNSIGNED and base in _CRAFT_NUMERIC:
+        base += " unsigned"
+    return {**column, "mysql_type": base}
+
+
+def _craft_times(event):
+    if event["kind"] == Kind.WATERMARK:
+        return {**event, "execute_ts_ms": event["watermark_ts"] >> 18}
+    ts = event["commit_ts"] if event["commit_ts"] is not None else event["execute_ts_ms"] << 18
+    return {**event, "commit_ts": ts, "execute_ts_ms": ts >> 18}
+
+
+def _craft_keys(event):
+    if event["kind"] == Kind.ROW:
+        image = event["before"] or event["after"]
+        event["key_columns"] = [c["name"] for c in image if c["flags"] & F.HANDLE_KEY]
+    return event
+
+
+def _craft_integer_out_of_range(event: dict) -> bool:
+    for side in SIDES:
+        for c in event[side] or ():
+            t = parse_type(c["mysql_type"])
+            if t.base in INTEGERS and c["value"] is not None:
+                unsigned = t.unsigned or c["flags"] & F.UNSIGNED
+                lo, hi = (0, (1 << 64) - 1) if unsigned else (-(1 << 63), (1 << 63) - 1)
+                if not lo <= int(c["value"]) <= hi:
+                    return True
+    return False
+
+
+CRAFT_REFUSES = (
+    Rule(CRAFT, "an event with neither cannot be encoded", lambda e: e["kind"] != Kind.WATERMARK and (
+        e["commit_ts"] is None and e["execute_ts_ms"] is None)),
+    Rule(CRAFT, "Integers outside int64 (signed) or 0..2^64-1 (unsigned, BIT/ENUM/SET) cannot be encoded",
+         _craft_integer_out_of_range),
+)
+CRAFT_LOSSES = (
+    Rule(CRAFT, "**Type parameters**", per_column(_craft_type)),
+    Rule(CRAFT, "**ENUM / SET labels**", per_column(no_label)),
+    Rule(CRAFT, "`execute_ts_ms` is always `commit_ts >> 18`", per_event(_craft_times)),
+    Rule(CRAFT, "`key_columns` is rebuilt from handle-key flags", per_event(_craft_keys)),
+    Rule(CRAFT, "An UPDATE without a `before` image decodes as an INSERT", per_event(_open_update_as_insert)),
+    Rule(CRAFT, "`position`, `tx_id` and other protocols' `extras` are dropped", per_event(
+        lambda e: {**e, "position": None, "tx_id": None})),
+    Rule(CRAFT, "`craft.partition_id`", extras(lambda k: k.startswith("craft."))),
+)
+
+
 # ------------------------------------------------------------------------------ the matrix
 
 TIDB = {"enable-tidb-extension": "true"}
@@ -536,4 +599,5 @@ PROFILES = [
             AVRO_REFUSES, AVRO_LOSSES),
     Profile("canal-protobuf", "canal-protobuf", {}, CANAL_REFUSES, CANAL_PROTOBUF_LOSSES),
     Profile("oceanbase-avro", "oceanbase-avro", {}, OCEANBASE_REFUSES, OCEANBASE_LOSSES),
+    Profile("craft", "craft", {}, CRAFT_REFUSES, CRAFT_LOSSES),
 ]

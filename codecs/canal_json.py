@@ -21,6 +21,7 @@ Deliberate deviations from TiCDC (documented in docs/protocols/canal-json.md):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -234,15 +235,8 @@ class CanalJsonCodec(Codec):
         return events
 
     def _column(self, name: str, value, type_text: str | None, pk_set: set, where: str) -> dict:
-        mysql_type = parse_type(type_text)
-        binary = is_binary(mysql_type, type_text)
-        flags = 0
-        if binary:
-            flags |= ColumnFlag.BINARY
-        if mysql_type.unsigned:
-            flags |= ColumnFlag.UNSIGNED
-        if name in pk_set:
-            flags |= ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
+        mysql_type, binary, type_flags, lower_type = _decode_type(type_text)
+        flags = type_flags | _KEY_FLAGS if name in pk_set else type_flags
         if value is None:
             data = None
         elif isinstance(value, str):
@@ -265,8 +259,8 @@ class CanalJsonCodec(Codec):
             raise self.error(f"column {name!r} value {value!r} is not a string", field=f"{where}.{name}")
         return {
             "name": name,
-            "mysql_type": _lower_type(type_text),
-            "flags": int(flags),
+            "mysql_type": lower_type,
+            "flags": flags,
             "value": data,
             "label": enum_set_label(mysql_type, data) if mysql_type.labels else None,
         }
@@ -409,6 +403,20 @@ class _ColumnText:
             self.json_value = quote(self.raw.decode("latin-1"))
         else:
             self.json_value = quote(self.raw.decode("utf-8", "replace"))
+
+
+_KEY_FLAGS = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_type(type_text: str | None) -> tuple[MySQLType, bool, int, str | None]:
+    """What decoding derives from a `mysqlType` string, once per distinct string (columns
+    repeat in every message): the parsed type, whether it is binary, its flags (BINARY,
+    UNSIGNED) and the canonical lower-case text."""
+    mysql_type = parse_type(type_text)
+    binary = is_binary(mysql_type, type_text)
+    flags = (ColumnFlag.BINARY if binary else 0) | (ColumnFlag.UNSIGNED if mysql_type.unsigned else 0)
+    return mysql_type, binary, int(flags), _lower_type(type_text)
 
 
 _QUOTED = re.compile(r"('(?:[^'\\]|\\.|'')*')")

@@ -67,12 +67,13 @@ def is_binary(mysql_type: MySQLType, type_text: str | None) -> bool:
 class TypeInfo:
     """What Canal's rules derive from a column type string (cached: columns repeat)."""
 
-    __slots__ = ("mysql_type", "binary", "kind", "flags", "sql_null", "sql_value", "promotion")
+    __slots__ = ("mysql_type", "labels", "binary", "kind", "flags", "sql_null", "sql_value", "promotion")
 
     def __init__(self, type_text: str | None):
         t = parse_type(type_text)
         base = t.base
         self.mysql_type = t
+        self.labels = t.labels
         self.binary = is_binary(t, type_text)
         self.kind = "binary" if self.binary else base if base in ("float", "double", "timestamp") else "text"
         self.flags = int((ColumnFlag.BINARY if self.binary else 0) | (ColumnFlag.UNSIGNED if t.unsigned else 0))

@@ -377,20 +377,20 @@ class CanalProtobufCodec(Codec):
             info = type_info(type_text)
             if c.isNull:
                 value = None
+            elif info.kind == "text":  # most columns: canonical_bytes' first case, inlined
+                value = c.value.encode("utf-8")
             else:
                 try:
                     value = canonical_bytes(c.value, type_text, zone)
                 except (ValueError, OverflowError) as e:
                     raise self.error(f"column {c.name!r} ({type_text}): {e}", byte_offset=at(),
                                      field=f"{where}.{c.name}") from None
-            flags = info.flags | _KEY_FLAGS if c.isKey else info.flags
-            labels = info.mysql_type.labels
             image.append({
                 "name": c.name,
                 "mysql_type": type_text,
-                "flags": flags,
+                "flags": info.flags | _KEY_FLAGS if c.isKey else info.flags,
                 "value": value,
-                "label": enum_set_label(info.mysql_type, value) if labels else None,
+                "label": enum_set_label(info.mysql_type, value) if info.labels else None,
             })
         return image
 

@@ -99,8 +99,6 @@ def null(*fields: str):
     return per_event(lambda e: {**e, **dict.fromkeys(fields)})
 
 
-
-
 def keys_of(event: dict) -> set:
     return set(event["key_columns"] or ())
 

@@ -94,14 +94,29 @@ def bench_decode(spark, records) -> list[tuple[str, float, int]]:
     return results
 
 
-def bench_replay(spark, generated, workdir) -> tuple[float, dict]:
-    from spark_apps.generate import write_archive
+def write_history(events: int, source: str, chunk: int = 500_000) -> int:
+    """Write an archive of about `events` events in independent chunks (one topic and
+    database each), so memory stays bounded; returns the records written."""
+    from spark_apps.generate import generate, write_archive
+
+    records = 0
+    for i, start in enumerate(range(0, events, chunk)):
+        size = min(chunk, events - start)
+        generated = generate(transactions=max(1, int(size / 2.4)), partitions=4, seed=100 + i,
+                             duplicate_rate=0.02, topic=f"shop{i}", database=f"shop{i}")
+        write_archive(generated.records, source, records_per_object=50_000)
+        records += len(generated.records)
+        del generated
+    return records
+
+
+def bench_replay(spark, events, workdir) -> tuple[float, dict]:
     from spark_apps.options import ReplayArgs, parser
     from spark_apps.replay import run
 
     source = os.path.join(workdir, "archive")
     output = os.path.join(workdir, "snapshot")
-    write_archive(generated.records, source, records_per_object=50_000)
+    write_history(events, source)
     args = ReplayArgs.from_namespace(parser().parse_args([
         "--source", source, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
         "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]))
@@ -132,10 +147,9 @@ def main() -> int:
     print("\nfull replay (local archive -> snapshot archive):\n")
     print("| events | records read | seconds | events/s |\n|---:|---:|---:|---:|")
     for size in [int(s) for s in args.replay_sizes.split(",") if s]:
-        generated = generate_records(size, seed=2)
         workdir = tempfile.mkdtemp(prefix="cdc-bench-")
         try:
-            seconds, manifest = bench_replay(spark, generated, workdir)
+            seconds, manifest = bench_replay(spark, size, workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         read = manifest["counts"]["read"]

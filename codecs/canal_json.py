@@ -22,6 +22,7 @@ Deliberate deviations from TiCDC (documented in docs/protocols/canal-json.md):
 from __future__ import annotations
 
 import functools
+
 import re
 from collections.abc import Iterable, Iterator
 
@@ -235,8 +236,7 @@ class CanalJsonCodec(Codec):
         return events
 
     def _column(self, name: str, value, type_text: str | None, pk_set: set, where: str) -> dict:
-        mysql_type, binary, type_flags, lower_type = _decode_type(type_text)
-        flags = type_flags | _KEY_FLAGS if name in pk_set else type_flags
+        type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, name in pk_set)
         if value is None:
             data = None
         elif isinstance(value, str):
@@ -248,7 +248,7 @@ class CanalJsonCodec(Codec):
                         f"binary column {name!r} holds character U+{ord(value[e.start]):04X}, "
                         "outside ISO-8859-1", field=f"{where}.{name}") from None
             else:
-                if mysql_type.base in ("float", "double") and self.config["flat-message-flavor"] == "canal":
+                if java_float and self.config["flat-message-flavor"] == "canal":
                     try:  # Canal writes Java's Float/Double.toString ("1.0E10")
                         value = canal_common.canonical_float(value, mysql_type.base == "float")
                     except ValueError:
@@ -259,7 +259,7 @@ class CanalJsonCodec(Codec):
             raise self.error(f"column {name!r} value {value!r} is not a string", field=f"{where}.{name}")
         return {
             "name": name,
-            "mysql_type": lower_type,
+            "mysql_type": type_lower,
             "flags": flags,
             "value": data,
             "label": enum_set_label(mysql_type, data) if mysql_type.labels else None,
@@ -405,21 +405,23 @@ class _ColumnText:
             self.json_value = quote(self.raw.decode("utf-8", "replace"))
 
 
-_KEY_FLAGS = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
+_QUOTED = re.compile(r"('(?:[^'\\]|\\.|'')*')")
 
 
-@functools.lru_cache(maxsize=4096)
-def _decode_type(type_text: str | None) -> tuple[MySQLType, bool, int, str | None]:
-    """What decoding derives from a `mysqlType` string, once per distinct string (columns
-    repeat in every message): the parsed type, whether it is binary, its flags (BINARY,
-    UNSIGNED) and the canonical lower-case text."""
+@functools.lru_cache(maxsize=8192)
+def _column_rule(type_text: str | None, is_key: bool) -> tuple:
+    """What a column's type string implies, computed once per (type, key) pair: the hot
+    decode path then only converts the value."""
     mysql_type = parse_type(type_text)
     binary = is_binary(mysql_type, type_text)
-    flags = (ColumnFlag.BINARY if binary else 0) | (ColumnFlag.UNSIGNED if mysql_type.unsigned else 0)
-    return mysql_type, binary, int(flags), _lower_type(type_text)
-
-
-_QUOTED = re.compile(r"('(?:[^'\\]|\\.|'')*')")
+    flags = 0
+    if binary:
+        flags |= int(ColumnFlag.BINARY)
+    if mysql_type.unsigned:
+        flags |= int(ColumnFlag.UNSIGNED)
+    if is_key:
+        flags |= int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
+    return _lower_type(type_text), flags, binary, mysql_type, mysql_type.base in ("float", "double")
 
 
 def _lower_type(text: str | None) -> str | None:

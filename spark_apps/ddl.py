@@ -63,6 +63,23 @@ class TableSchema:
         lower = name.lower()
         return next((c for c in self.columns if c.name.lower() == lower), None)
 
+    def create_statement(self) -> str:
+        """The table as a CREATE TABLE statement (recorded in snapshot manifests, so a later
+        window replay starting from the snapshot knows the schemas)."""
+        parts = []
+        for col in self.columns:
+            text = f"`{col.name}` {col.mysql_type or 'text'}"
+            if not col.flags & ColumnFlag.NULLABLE:
+                text += " NOT NULL"
+            if col.default is not None:
+                default = col.default_label.encode() if col.default_label is not None else col.default
+                literal = default.decode("utf-8", "replace").replace("\\", "\\\\").replace("'", "''")
+                text += f" DEFAULT '{literal}'"
+            parts.append(text)
+        if self.key_columns:
+            parts.append("PRIMARY KEY (" + ", ".join(f"`{k}`" for k in self.key_columns) + ")")
+        return f"CREATE TABLE `{self.database}`.`{self.name}` (" + ", ".join(parts) + ")"
+
 
 @dataclasses.dataclass(frozen=True)
 class TableInterval:
@@ -94,6 +111,8 @@ class SchemaHistory:
         they were before the archive starts (the replay's --schema)."""
         self.tables: dict[tuple[str, str], TableSchema] = {}
         self.known: set[tuple[str, str]] = set()  # every table name any DDL mentioned
+        # per table name: [(point, ((column, type), ...) or None when it does not exist)]
+        self.versions: dict[tuple[str, str], list] = {}
         self._use: str | None = None
         if initial_schemas.strip():
             self.apply(initial_schemas, [], default_database)
@@ -115,7 +134,25 @@ class SchemaHistory:
                 outcomes.append(f"use {self._use}")
                 continue
             outcomes.append(self._apply_one(statement, list(point), self._use or database, query))
+        self._record_versions(list(point))
         return "; ".join(outcomes)
+
+    def _record_versions(self, point: Point) -> None:
+        for key in set(self.versions) | set(self.tables):
+            schema = self.tables.get(key)
+            signature = None if schema is None else tuple((c.name.lower(), c.mysql_type) for c in schema.columns)
+            history = self.versions.setdefault(key, [])
+            if not history or history[-1][1] != signature:
+                history.append((point, signature))
+
+    def columns_at(self, database: str | None, table: str, point: Point):
+        """((column, type), ...) of the table for an event at `point` (DDL at a point applies
+        to events after it); None when the table did not exist or is unknown."""
+        signature = None
+        for start, sig in self.versions.get(_key(database, table), ()):
+            if start < point or not start:
+                signature = sig
+        return signature
 
     def _table_ref(self, table: exp.Table, database: str | None) -> tuple[str, str]:
         db = table.db or database
@@ -373,6 +410,9 @@ class SchemaHistory:
                                             tuple(keys)))
         return result
 
+    def create_statements(self) -> list[str]:
+        return [t.create_statement() for _, t in sorted(self.tables.items())]
+
     def is_known(self, database: str | None, table: str) -> bool:
         return _key(database, table) in self.known
 
@@ -423,3 +463,49 @@ def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | No
     if base == "set":
         return b"0"
     return b""
+
+
+def schema_conflicts(history: SchemaHistory, shapes: list[dict], limit: int = 50) -> list[str]:
+    """Cross-check the columns row events carry (their in-band schema) with the DDL history.
+
+    `shapes`: one dict per distinct (database, table, columns) of after-images with `columns`
+    [(name, type)], `first`/`last` points, `events`. A conflict is reported, never resolved:
+    the replay still reads every row with the DDL schema of its time."""
+    conflicts = []
+    for shape in shapes:
+        database, table = shape["database"], shape["table"]
+        if not history.is_known(database, table):
+            continue
+        carried = {name.lower(): type_text for name, type_text in shape["columns"]}
+        for point in (shape["first"], shape["last"]):
+            expected = history.columns_at(database, table, list(point))
+            if expected is None:
+                conflicts.append(f"{database}.{table}: {shape['events']} row events near point {list(point)} "
+                                 "but the DDL history has no such table then")
+                break
+            want = dict(expected)
+            missing, extra = sorted(set(want) - set(carried)), sorted(set(carried) - set(want))
+            retyped = sorted(
+                name for name in set(want) & set(carried)
+                if carried[name] and want[name] and _type_key(carried[name]) != _type_key(want[name]))
+            if missing or extra or retyped:
+                parts = []
+                if missing:
+                    parts.append(f"missing {', '.join(missing)}")
+                if extra:
+                    parts.append(f"unexpected {', '.join(extra)}")
+                if retyped:
+                    parts.append("types differ for " + ", ".join(f"{n} ({carried[n]} vs {want[n]})" for n in retyped))
+                conflicts.append(f"{database}.{table}: {shape['events']} row events at points {list(shape['first'])}"
+                                 f"..{list(shape['last'])} carry columns that disagree with the DDL history: "
+                                 + "; ".join(parts))
+                break
+        if len(conflicts) >= limit:
+            conflicts.append("... (more conflicts not listed)")
+            break
+    return conflicts
+
+
+def _type_key(type_text: str) -> tuple:
+    parsed = parse_type(type_text)
+    return parsed.base, parsed.unsigned

@@ -82,7 +82,7 @@ def _table_name(database, table) -> str:
 
 def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None) -> dict:
+          table_rows=None, schemas=(), window=None, schema_conflicts=()) -> dict:
     by_status = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
     ranges: dict = {}
@@ -124,14 +124,20 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "source": {"uri": source, "protocol": args.protocol, "options": source_options,
                    "objects": len(objects), "bytes": sum(o.size for o in objects)},
         "output": {
-            "uri": output, "emit": args.emit, "protocol": target_protocol, "options": target_options,
+            "uri": output, "emit": args.emit, "format": args.output_format,
+            "protocol": target_protocol if args.output_format == "kafka" else None,
+            "options": target_options if args.output_format == "kafka" else {},
             "topic_template": args.target_topic, "dispatcher": args.dispatcher,
             "tables_filter": args.table_patterns(),
             "objects": data_objects,
             "records": sum(w["records"] for w in data_objects),
             "rows": sum(w["rows"] for w in data_objects),
-            "topics": sorted({w["topic"] for w in data_objects}),
+            "topics": sorted({w["topic"] for w in data_objects}) if args.output_format == "kafka" else [],
+            # Parquet: values a typed column could not hold (zero dates), written as null
+            "nulled": sum(w["events"] for w in data_objects) if args.output_format == "parquet" else 0,
         },
+        "window": window or {},
+        "schemas": list(schemas),
         "cut": {k: v for k, v in cut.items() if k != "point"},
         "partitions": partition_stats,
         "counts": {
@@ -151,7 +157,9 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "objects": quarantine_objects,
             "ddl": ddl_failures,
         },
-        "warnings": list(cut.get("warnings", [])),
+        "schema_conflicts": list(schema_conflicts),
+        "warnings": list(cut.get("warnings", [])) + [f"schema conflict: {c}" for c in list(schema_conflicts)[:5]]
+        + ([f"{len(schema_conflicts) - 5} more schema conflicts in the manifest"] if len(schema_conflicts) > 5 else []),
     }
 
 
@@ -221,9 +229,18 @@ def summary(manifest: dict) -> str:
             lines.append(
                 f"    {_table_name(t['database'], t['table']).ljust(width)}  {rows}{t['applied']:,} events applied, "
                 f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
-    lines.append(
-        f"  output           {out['records']:,} records ({out['rows']:,} rows) in {len(out['objects'])} objects, "
-        f"topics {', '.join(out['topics']) or '-'}, at {out['uri']}")
+    if out.get("format", "kafka") == "parquet":
+        nulled = f"; {out['nulled']:,} values nulled (the type could not hold them)" if out.get("nulled") else ""
+        lines.append(f"  output           {out['rows']:,} rows in {len(out['objects'])} Parquet files, one dataset per "
+                     f"table under {out['uri']}{nulled}")
+    else:
+        lines.append(
+            f"  output           {out['records']:,} records ({out['rows']:,} rows) in {len(out['objects'])} objects, "
+            f"topics {', '.join(out['topics']) or '-'}, at {out['uri']}")
+    window = manifest.get("window") or {}
+    if window.get("since") is not None:
+        base = f" on top of {window['base_snapshot']}" if window.get("base_snapshot") else ""
+        lines.append(f"  window           commit ts ({window['since']}, {cut['commit_ts']}]{base}")
     q = manifest["quarantine"]
     if q["records"]:
         lines.append(f"  quarantine       {q['records']:,} records at {q['location']}")

@@ -26,9 +26,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                          "as a whole when the run succeeds: data is staged under <output>/_staging/ and "
                          "committed last, with <output>/_manifest.json; the quarantine is <output>/_quarantine/")
     what = parser.add_argument_group("what to emit")
-    what.add_argument("--emit", required=True, choices=("snapshot", "topics"),
+    what.add_argument("--emit", required=True, choices=("snapshot", "topics", "history"),
                       help="snapshot: one INSERT per live row at the cut; topics: the ordered, "
-                           "deduplicated stream (rows and DDL) re-encoded")
+                           "deduplicated stream (rows and DDL) re-encoded; history: SCD type 2 versions "
+                           "of every row (valid-from / valid-to commit ts, operation) as Parquet")
+    what.add_argument("--target-format", choices=("kafka", "parquet"),
+                      help="kafka (default for snapshot/topics): a Kafka-record archive in --target-protocol; "
+                           "parquet (snapshot, and always for history): one Parquet dataset per table "
+                           "at <output>/<db>/<table>/ with typed columns")
     what.add_argument("--target-protocol", metavar="Q",
                       help="protocol of the output records (default: the source protocol)")
     what.add_argument("--target-option", action="append", default=[], metavar="K=V",
@@ -37,20 +42,35 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="replay up to this commit ts (TSO). Default: the cut, the highest commit ts every "
                            "source partition's watermark has passed (the archive's end when there are no "
                            "watermarks). Events above it are reported as pending")
+    what.add_argument("--until", type=int, metavar="COMMIT_TS",
+                      help="end of a window (inclusive); the same as --as-of")
+    what.add_argument("--since", type=int, metavar="COMMIT_TS",
+                      help="start of a window (exclusive): changes at or below it are outside the window "
+                           "(counted as filtered). A snapshot or history of a window needs --base-snapshot, "
+                           "the snapshot at --since; topics of a window are just the window's changes")
+    what.add_argument("--base-snapshot", metavar="URI",
+                      help="output of an earlier snapshot run (its manifest gives its cut, protocol and table "
+                           "schemas): the window's changes are applied on top of its rows, so backfills can "
+                           "be incremental. --since defaults to its cut")
     what.add_argument("--tables", metavar="db.table,...",
                       help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive")
     what.add_argument("--schema", metavar="URI",
                       help="SQL file (local or s3://) with CREATE TABLE statements (and USE db;) describing "
                            "tables as they were before the archive starts; DDL in the archive is applied on top")
+    what.add_argument("--require-schema", action="store_true",
+                      help="quarantine row events of tables that neither the archive's DDL, --schema nor "
+                           "--base-snapshot describes (default: read them with the schema the messages carry)")
     what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
                       help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
                            "(default: %(default)s)")
     what.add_argument("--target-partitions", type=int, metavar="N",
                       help="partitions per output topic (default: as many as the source topics have)")
-    what.add_argument("--dispatcher", default="index-value", choices=("index-value", "table", "ts"),
+    what.add_argument("--dispatcher", default="index-value",
+                      choices=("index-value", "table", "ts", "canal", "canal-table"),
                       help="output partition of a row: hash of its key values (default), of its table, "
-                           "or commit ts modulo partitions. DDL and watermarks go where the target "
-                           "protocol's producer puts them")
+                           "commit ts modulo partitions, Canal's placement (Java String.hashCode of database "
+                           "and key values, abs(h) %% N) or Canal's table hash. DDL and watermarks go where the "
+                           "target protocol's producer puts them")
     run = parser.add_argument_group("running")
     run.add_argument("--max-bad-records", type=int, default=0, metavar="N",
                      help="fail the run when more than N records are quarantined (default: %(default)s); "
@@ -75,7 +95,12 @@ class ReplayArgs:
     target_option: list
     as_of: int | None
     tables: str | None
+    target_format: str | None
+    until: int | None
+    since: int | None
+    base_snapshot: str | None
     schema: str | None
+    require_schema: bool
     target_topic: str
     target_partitions: int | None
     dispatcher: str
@@ -88,6 +113,15 @@ class ReplayArgs:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":
         return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+    @property
+    def upper(self) -> int | None:
+        """--as-of or --until (the same bound)."""
+        return self.as_of if self.as_of is not None else self.until
+
+    @property
+    def output_format(self) -> str:
+        return self.target_format or ("parquet" if self.emit == "history" else "kafka")
 
     def table_patterns(self) -> list[str]:
         return [p.strip() for p in (self.tables or "").split(",") if p.strip()]

@@ -1,10 +1,10 @@
 """The replay Spark app: read an archive, decode, deduplicate, order, apply DDL, and emit a
-snapshot or re-encoded topics as a new Kafka-record archive with a manifest.
+snapshot, re-encoded topics or an SCD2 history, with a manifest.
 
 Run by `cdc-replay replay ...` (which calls spark-submit on this file) or by Airflow's
-SparkSubmitOperator with the same arguments. `main()` is the thin shell: parse, build the
-session, read, transform (spark_apps.transforms), write, commit. Only small aggregates reach
-the driver: per-partition watermarks, per-table counts, the DDL statements, object lists.
+SparkSubmitOperator with the same arguments. `run()` is the thin shell: validate, list,
+read, transform (spark_apps.transforms), write, commit. Only small aggregates reach the
+driver: per-partition watermarks, per-table counts, the DDL statements, object lists.
 """
 
 from __future__ import annotations
@@ -63,8 +63,33 @@ def build_session(master: str, app_name: str, conf: list[str]):
     return builder.getOrCreate()
 
 
+def _read_text(uri: str, what: str) -> str:
+    try:
+        return storage.read_bytes(storage.normalize(uri)).decode("utf-8")
+    except Exception as e:  # missing file, S3 error
+        raise ReplayError(f"{what} {uri}: cannot read it ({type(e).__name__}: {e})") from e
+
+
+def _base_manifest(args: ReplayArgs) -> dict | None:
+    if not args.base_snapshot:
+        return None
+    try:
+        base = manifest_mod.read_manifest(args.base_snapshot)
+    except Exception as e:
+        raise ReplayError(f"--base-snapshot {args.base_snapshot}: no readable _manifest.json "
+                          f"({type(e).__name__}: {e}); it must be the output of a snapshot run") from e
+    out = base["output"]
+    if out["emit"] != "snapshot" or out.get("format", "kafka") != "kafka":
+        raise ReplayError(f"--base-snapshot {args.base_snapshot} is a {out['emit']} ({out.get('format', 'kafka')}) "
+                          "output; it must be a snapshot written as a Kafka-record archive")
+    if base["cut"]["commit_ts"] is None:
+        raise ReplayError(f"--base-snapshot {args.base_snapshot} has no commit-ts cut")
+    return base
+
+
 def validate(args: ReplayArgs) -> tuple:
-    """Check everything that can be checked before Spark starts."""
+    """Check everything that can be checked before Spark starts; returns (source codec,
+    target protocol, target options, base manifest or None)."""
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol
@@ -80,237 +105,416 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--target-partitions must be at least 1")
     if args.max_bad_records < 0:
         raise ReplayError("--max-bad-records must be 0 or more")
-    if args.as_of is not None and args.as_of < 0:
-        raise ReplayError("--as-of must be a commit ts (a non-negative TSO)")
+    for name in ("as_of", "until", "since"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ReplayError(f"--{name.replace('_', '-')} must be a commit ts (a non-negative TSO)")
+    if args.as_of is not None and args.until is not None:
+        raise ReplayError("--as-of and --until are the same bound: give one of them")
+    if args.emit == "history" and args.output_format != "parquet":
+        raise ReplayError("--emit history is written as Parquet (--target-format parquet)")
+    if args.emit == "topics" and args.output_format != "kafka":
+        raise ReplayError("--emit topics is written as a Kafka-record archive (--target-format kafka)")
+    base = _base_manifest(args)
+    if base is not None:
+        if args.emit == "topics":
+            raise ReplayError("--base-snapshot applies to --emit snapshot; topics of a window need only --since")
+        base_cut = base["cut"]["commit_ts"]
+        if args.since is not None and args.since != base_cut:
+            raise ReplayError(f"--since {args.since} differs from the base snapshot's cut {base_cut}: the window "
+                              "must start where the base snapshot ends")
+        args.since = base_cut
+    elif args.since is not None and args.emit == "snapshot":
+        raise ReplayError("a snapshot of a window needs --base-snapshot (the snapshot at --since); "
+                          "without it, use --emit topics or history for the window's changes")
+    if args.since is not None and args.upper is not None and args.upper <= args.since:
+        raise ReplayError(f"the window is empty: --since {args.since} is not below --until/--as-of {args.upper}")
     if args.schema:
         try:
-            SchemaHistory(_read_schema(args.schema))
+            SchemaHistory(_read_text(args.schema, "--schema"))
         except DDLError as e:
             raise ReplayError(f"--schema {args.schema}: {e}") from e
-    return source_codec, target_protocol, target_options
+    return source_codec, target_protocol, target_options, base
 
 
-def _read_schema(uri: str | None) -> str:
-    if not uri:
-        return ""
-    try:
-        return storage.read_bytes(storage.normalize(uri)).decode("utf-8")
-    except (OSError, Exception) as e:  # missing file, S3 error
-        raise ReplayError(f"--schema {uri}: cannot read it ({type(e).__name__}: {e})") from e
+def _archive_objects(prefix: str) -> list:
+    prefix = storage.normalize(prefix)
+    return [o for o in storage.list_objects(prefix) if is_archive_object(storage.relative(o.uri, prefix))]
+
+
+def _decode(spark, objects, protocol: str, options: dict):
+    from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.schema import DECODED_STRUCT
+
+    parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
+    # biggest objects first, spread over the slices
+    rows = [(o.uri, o.size) for o in sorted(objects, key=lambda o: -o.size)]
+    objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long")
+    return objects_df.mapInArrow(decode_objects_fn(protocol, options), DECODED_STRUCT)
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from spark_apps import transforms as T
-    from spark_apps.archive_io import decode_objects_fn, write_quarantine_fn
-    from spark_apps.schema import DECODED_STRUCT, WRITTEN_STRUCT
-
     started = time.time()
-    source_codec, target_protocol, target_options = validate(args)
-    source_options = dict(source_codec.config)
+    source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
-    source = storage.normalize(args.source)
-    output = storage.normalize(args.output)
+    source, output = storage.normalize(args.source), storage.normalize(args.output)
     staging = storage.join(output, "_staging", run_id)
-
-    objects = [o for o in storage.list_objects(source) if is_archive_object(storage.relative(o.uri, source))]
+    objects = _archive_objects(source)
     if not objects:
         raise ReplayError(f"no archive objects (*.jsonl, *.jsonl.gz) under {source}")
-    total_bytes = sum(o.size for o in objects)
     log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s", run_id, len(objects),
-                total_bytes / 1e6, source, args.protocol)
+             sum(o.size for o in objects) / 1e6, source, args.protocol)
 
     own_session = spark is None
     if own_session:
         spark = build_session(args.master, f"cdc-replay {run_id}", args.spark_conf)
+    from spark_apps.progress import Progress
+
     try:
-        parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
-        # biggest objects first, spread round-robin over the slices
-        rows = [(o.uri, o.size) for o in sorted(objects, key=lambda o: -o.size)]
-        objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long")
-        decoded = objects_df.mapInArrow(decode_objects_fn(args.protocol, parse_option_pairs(args.protocol_option)),
-                                        DECODED_STRUCT).persist(StorageLevel.MEMORY_AND_DISK)
-
-        # 1. per source partition: records, commit ts range, highest watermark -> the cut
-        partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
-            F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-            F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-            F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-            F.count(F.when(F.col("position").isNotNull(), 1)).alias("positioned"),
-            F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        ).orderBy("topic", "partition").collect()]
-        try:
-            cut = manifest_mod.compute_cut(partition_stats, args.as_of)
-        except manifest_mod.CutError as e:
-            raise ReplayError(str(e)) from e
-        log.info("[replay %s] cut: %s", run_id, cut["description"])
-
-        # 2. statuses: quarantined / filtered / duplicate / pending / applied
-        needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
-            s["rows_without_commit_ts"] for s in partition_stats)
-        tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(), cut=cut["point"]).persist(StorageLevel.MEMORY_AND_DISK)
-        counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
-            F.count(F.lit(1)).alias("events"),
-            F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        ).collect()]
-        decoded.unpersist()
-
-        # 3. quarantine (decoded records that failed), written next to the output
-        quarantine_base = storage.join(staging, "_quarantine")
-        quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
-                              .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
-
-        # 4. DDL history, applied on the driver in timeline order (DDL events are few)
-        ddl_rows = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.DDL))
-                    .select("database", "table", "ddl_query", "commit_ts", "timeline", "object", "line",
-                            "topic", "partition", "offset")
-                    .orderBy("timeline", "partition", "offset").collect())
-        history = SchemaHistory(_read_schema(args.schema))
-        ddl_log, ddl_failures = [], []
-        for row in ddl_rows:
-            try:
-                outcome = history.apply(row["ddl_query"], list(row["timeline"]), row["database"])
-                ddl_log.append({"commit_ts": row["commit_ts"], "query": row["ddl_query"], "applied": outcome})
-            except DDLError as e:
-                ddl_failures.append({**{k: row[k] for k in ("object", "line", "topic", "partition", "offset")},
-                                     "protocol": args.protocol, "error_stage": "ddl",
-                                     "error": f"{args.protocol}: DDL not applied ({e}): {row['ddl_query']}"})
-        if ddl_failures:
-            manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
-
-        # 5. the output
-        target = codec_class(target_protocol)
-        partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
-        applied = tagged.where(F.col("status") == "applied")
-        if args.emit == "snapshot":
-            written, table_rows = _emit_snapshot(spark, applied, history, cut, args, target, target_protocol, target_options,
-                                     partitions, staging)
-        else:
-            table_rows = None
-            written = _emit_topics(spark, applied, cut, args, target, target_protocol, target_options,
-                                   partitions, staging)
-        tagged.unpersist()
-
-        manifest = manifest_mod.build(
-            run_id=run_id, args=args, source=source, output=output, started=started,
-            objects=objects, partition_stats=partition_stats, cut=cut, counts=counts,
-            ddl_log=ddl_log, ddl_failures=ddl_failures, written=written,
-            quarantine_objects=quarantine_objects, source_options=source_options,
-            target_protocol=target_protocol, target_options=dict(get_codec(target_protocol, target_options).config),
-            table_rows=table_rows,
-        )
-        manifest_mod.commit(output, staging, manifest)
-        return manifest
+        with Progress(spark, run_id) as progress:
+            return _run(spark, args, run_id, started, source, output, staging, objects, source_codec,
+                        target_protocol, target_options, base, progress)
     finally:
         if own_session:
             spark.stop()
 
 
-def _write(df, target_protocol, target_options, staging, args, partitions_total: int, prepare=None):
-    from pyspark.sql import functions as F
-
-    from spark_apps.archive_io import write_topics_fn
-    from spark_apps.schema import WRITTEN_STRUCT
-
-    tasks = max(1, min(partitions_total, df.sparkSession.sparkContext.defaultParallelism * 2))
-    ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
-        "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
-    fn = write_topics_fn(target_protocol, target_options, storage.join(staging, "data"),
-                         args.max_records_per_object, prepare)
-    return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-
-
-def _event_columns(df, extra=()):
-    from cdc_codecs.events import EVENT_FIELD_NAMES
-
-    return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
-
-
-def _watermark_rows(spark, topics_df, watermarks_df, partitions: int):
-    """Watermark events for every partition of every output topic."""
-    from pyspark.sql import functions as F
-
-    from cdc_codecs.events import EVENT_FIELDS
-    from spark_apps.schema import EVENT_STRUCT
-
-    parts = spark.range(partitions).select(F.col("id").cast("int").alias("out_partition"))
-    base = topics_df.crossJoin(parts).crossJoin(watermarks_df)
-    columns = []
-    for field in EVENT_STRUCT.fields:
-        if field.name == "kind":
-            columns.append(F.lit(Kind.WATERMARK).alias("kind"))
-        elif field.name == "watermark_ts":
-            columns.append(F.col("wm").alias("watermark_ts"))
-        elif field.name == "event_index":
-            columns.append(F.lit(0).alias("event_index"))
-        else:
-            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
-    return base.select(*columns, "out_topic", "out_partition",
-                       F.array(F.col("wm")).alias("sort_point"), F.lit(3).alias("sort_rank"))
-
-
-def _emit_snapshot(spark, applied, history, cut, args, target, target_protocol, target_options, partitions, staging):
+def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
+         target_options, base, progress) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
-    from spark_apps.snapshot import projector
+    from spark_apps.archive_io import write_quarantine_fn
+    from spark_apps.schema import WRITTEN_STRUCT
 
-    rows = applied.where(F.col("kind") == Kind.ROW)
-    intervals = known = None
-    if history.known:
+    progress.phase(f"reading and decoding {len(objects)} objects")
+    decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
+        StorageLevel.MEMORY_AND_DISK)
+
+    # 1. per source partition: records, commit ts range, highest watermark -> the cut
+    partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
+        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
+        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
+    ).orderBy("topic", "partition").collect()]
+    log.info("[replay %s] decoded %s records from %d partitions", run_id,
+             f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
+    try:
+        cut = manifest_mod.compute_cut(partition_stats, args.upper)
+    except manifest_mod.CutError as e:
+        raise ReplayError(str(e)) from e
+    if args.since is not None and cut["kind"] != "commit_ts":
+        raise ReplayError("--since needs commit ts, and this archive carries none")
+    log.info("[replay %s] cut: %s", run_id, cut["description"])
+
+    # 2. statuses: quarantined / filtered / duplicate / pending / applied
+    progress.phase("deduplicating and cutting")
+    needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
+        s["rows_without_commit_ts"] for s in partition_stats)
+    tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
+                          cut=cut["point"], since=args.since).persist(StorageLevel.MEMORY_AND_DISK)
+
+    # 3. DDL history, applied on the driver in timeline order (DDL events are few)
+    quarantine_base = storage.join(staging, "_quarantine")
+    initial = "\n".join([_read_text(args.schema, "--schema") if args.schema else "",
+                         ";\n".join(base.get("schemas", [])) if base else ""])
+    history = SchemaHistory(initial)
+    ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
+    decoded.unpersist()  # `tagged` is materialised now
+    if ddl_failures:
+        manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
+    conflicts = _schema_conflicts(history, tagged) if history.known else []
+    for conflict in conflicts[:5]:
+        log.warning("[replay %s] schema conflict: %s", run_id, conflict)
+    if args.require_schema:
+        tagged = _quarantine_unknown_tables(tagged, history)
+
+    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+    ).collect()]
+    # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
+    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
+
+    # 5. the output
+    progress.phase(f"writing the {args.emit} ({args.output_format})")
+    applied = tagged.where(F.col("status") == "applied")
+    base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
+    target = codec_class(target_protocol)
+    partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
+    output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
+    if args.emit == "topics":
+        written, table_rows = output_plan.topics(applied), None
+    else:
+        rows = applied.where(F.col("kind") == Kind.ROW)
+        if base_rows is not None:
+            rows = rows.unionByName(base_rows)
+        written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    tagged.unpersist()
+
+    manifest = manifest_mod.build(
+        run_id=run_id, args=args, source=source, output=output, started=started,
+        objects=objects, partition_stats=partition_stats, cut=cut, counts=counts,
+        ddl_log=ddl_log, ddl_failures=ddl_failures, written=written,
+        quarantine_objects=quarantine_objects, source_options=dict(source_codec.config),
+        target_protocol=target_protocol, target_options=dict(get_codec(target_protocol, target_options).config),
+        table_rows=table_rows, schemas=history.create_statements(),
+        window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
+                "base_cut": base["cut"]["commit_ts"] if base else None},
+        schema_conflicts=conflicts,
+    )
+    progress.phase(f"committing {output}")
+    manifest_mod.commit(output, staging, manifest)
+    log.info("[replay %s] committed %s", run_id, output)
+    return manifest
+
+
+def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:
+    from pyspark.sql import functions as F
+
+    rows = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.DDL))
+            .select("database", "table", "ddl_query", "commit_ts", "timeline", "object", "line",
+                    "topic", "partition", "offset")
+            .orderBy("timeline", "partition", "offset").collect())
+    applied, failures = [], []
+    for row in rows:
+        try:
+            outcome = history.apply(row["ddl_query"], list(row["timeline"]), row["database"])
+            applied.append({"commit_ts": row["commit_ts"], "query": row["ddl_query"], "applied": outcome})
+        except DDLError as e:
+            failures.append({**{k: row[k] for k in ("object", "line", "topic", "partition", "offset")},
+                             "protocol": protocol, "error_stage": "ddl",
+                             "error": f"{protocol}: DDL not applied ({e}): {row['ddl_query']}"})
+    return applied, failures
+
+
+def _quarantine_unknown_tables(tagged, history: SchemaHistory):
+    """--require-schema: row events of tables neither the archive's DDL nor --schema (nor a
+    base snapshot) describes are quarantined instead of read with their in-band schema."""
+    from pyspark.sql import functions as F
+
+    tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
+              .select("database", "table").distinct().collect())
+    unknown = [(r["database"], r["table"]) for r in tables if not history.is_known(r["database"], r["table"] or "")]
+    if not unknown:
+        return tagged
+    condition = F.lit(False)
+    for database, table in unknown:
+        condition = condition | ((F.col("database") == database) & (F.col("table") == table))
+    hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
+    reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
+                      F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
+    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
+            .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
+            .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+
+
+def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
+    """Distinct column sets the applied rows carry, compared with the DDL history."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.ddl import schema_conflicts
+
+    shapes = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull())
+              .select("database", "table", "timeline",
+                      F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
+                                                                          c["mysql_type"].alias("type")))).alias("columns"))
+              .groupBy("database", "table", "columns")
+              .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
+              .collect())
+    return schema_conflicts(history, [
+        {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
+         "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])
+
+
+def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
+    """The base snapshot's rows as applied row events placed at the window's start."""
+    from pyspark.sql import functions as F
+
+    uri = storage.normalize(args.base_snapshot)
+    objects = _archive_objects(uri)
+    decoded = _decode(spark, objects, base["output"]["protocol"], {
+        k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()})
+    rows = (decoded.where(F.col("kind") == Kind.ROW)
+            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
+            .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
+            .withColumn("status", F.lit("applied")))
+    return rows.select(*columns)
+
+
+class _OutputPlan:
+    """Turns applied events into the requested output; each method returns (objects
+    written, rows per table or None)."""
+
+    def __init__(self, spark, args, history, cut, target, target_protocol, target_options, partitions, staging):
+        self.spark, self.args, self.schema_history, self.cut = spark, args, history, cut
+        self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
+        self.partitions, self.staging = partitions, staging
+
+    # ----------------------------------------------------------------- helpers
+    def _tables(self):
+        history, spark = self.schema_history, self.spark
+        if not history.known:
+            return None, None
         intervals = spark.createDataFrame(
             [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
               i.final_database, i.final_table, [list(k) for k in i.key_aliases]) for i in history.intervals()],
             "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>")
         known = spark.createDataFrame(sorted(history.known), "database string, table string")
-    effects = T.row_effects(T.assign_tables(rows, intervals, known))
-    live = T.live_rows(T.latest_per_key(effects))
-    live = (live.withColumn("out_topic", T.topic_name(args.target_topic))
-            .withColumn("out_partition", T.dispatch_partition(args.dispatcher, partitions))
-            .withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1)))
-    out = _event_columns(live, extra=("timeline",)).persist(StorageLevel.MEMORY_AND_DISK)
-    if cut["point"] is not None and cut["kind"] == "commit_ts":
-        topics = out.select("out_topic").distinct()
-        marks = spark.createDataFrame([(cut["point"][0],)], "wm bigint")
-        out = out.unionByName(_watermark_rows(spark, topics, marks, partitions).withColumn(
-            "timeline", F.col("sort_point")))
-    table_rows = [r.asDict() for r in out.where(F.col("kind") == Kind.ROW)
-                  .groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
-    schemas = {(s.database.lower(), s.name.lower()): s for s in history.tables.values()}
-    written = _write(out, target_protocol, target_options, staging, args, partitions * 4, projector(schemas))
-    out.unpersist()
-    return written, table_rows
+        return intervals, known
+
+    def _effects(self, rows):
+        from spark_apps import transforms as T
+
+        intervals, known = self._tables()
+        return T.row_effects(T.assign_tables(rows, intervals, known))
+
+    def _schemas(self):
+        return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values()}
+
+    def _write_kafka(self, df, prepare=None):
+        from spark_apps.archive_io import write_topics_fn
+        from spark_apps.schema import WRITTEN_STRUCT
+
+        tasks = max(1, min(self.partitions * 4, self.spark.sparkContext.defaultParallelism * 2))
+        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
+            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
+        fn = write_topics_fn(self.target_protocol, self.target_options, storage.join(self.staging, "data"),
+                             self.args.max_records_per_object, prepare)
+        return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
+
+    def _write_parquet(self, df, history: bool):
+        from spark_apps.parquet_out import write_parquet_fn
+        from spark_apps.schema import WRITTEN_STRUCT
+        from spark_apps.snapshot import projector
+
+        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
+        ordered = df.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
+        fn = write_parquet_fn(storage.join(self.staging, "data"), history, projector(self._schemas(), schema_types=True))
+        return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
+
+    def _event_columns(self, df, extra=()):
+        from cdc_codecs.events import EVENT_FIELD_NAMES
+
+        return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
+
+    def _watermark_rows(self, topics_df, marks_df):
+        """Watermark events for every partition of every output topic."""
+        from pyspark.sql import functions as F
+
+        from spark_apps.schema import EVENT_STRUCT
+
+        parts = self.spark.range(self.partitions).select(F.col("id").cast("int").alias("out_partition"))
+        base = topics_df.crossJoin(parts).crossJoin(marks_df)
+        columns = []
+        for field in EVENT_STRUCT.fields:
+            if field.name == "kind":
+                columns.append(F.lit(Kind.WATERMARK).alias("kind"))
+            elif field.name == "watermark_ts":
+                columns.append(F.col("wm").alias("watermark_ts"))
+            elif field.name == "event_index":
+                columns.append(F.lit(0).alias("event_index"))
+            else:
+                columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+        return base.select(*columns, "out_topic", "out_partition",
+                           F.array(F.col("wm")).alias("sort_point"), F.lit(3).alias("sort_rank"))
+
+    # ----------------------------------------------------------------- outputs
+    def snapshot(self, rows):
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from spark_apps import transforms as T
+        from spark_apps.snapshot import projector
+
+        live = T.live_rows(T.latest_per_key(self._effects(rows)))
+        if self.args.output_format == "parquet":
+            live = live.persist(StorageLevel.MEMORY_AND_DISK)
+            table_rows = [r.asDict() for r in live.groupBy("database", "table").agg(
+                F.count(F.lit(1)).alias("rows")).collect()]
+            written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
+            live.unpersist()
+            return written, table_rows
+        live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
+                                self.args.dispatcher, self.partitions)
+        live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
+        out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.MEMORY_AND_DISK)
+        table_rows = [r.asDict() for r in out.groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
+        if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
+            marks = self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint")
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks).withColumn(
+                "timeline", F.col("sort_point")))
+        written = self._write_kafka(out, projector(self._schemas()))
+        return written, table_rows
+
+    def history(self, rows):
+        """SCD type 2: one version per change of every key, valid until the key's next change."""
+        from pyspark import StorageLevel
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        from spark_apps import transforms as T
+
+        effects = self._effects(rows)
+        per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(T.order_struct())
+        valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
+        versions = (
+            effects.withColumn("_op", F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")))
+            .withColumn("_valid_from_ts", valid_from)
+            .withColumn("_valid_from_ms", F.col("execute_ts_ms"))
+            .withColumn("_valid_to_ts", F.lead(valid_from).over(per_key))
+            .withColumn("_valid_to_ms", F.lead("execute_ts_ms").over(per_key))
+            .withColumn("_next", F.lead("effect").over(per_key))
+            .withColumn("_current", F.col("_next").isNull() & (F.col("effect") == "upsert"))
+            # the image of the version: the new row, or for a deletion the row that was deleted
+            .withColumn("after", F.when(F.col("effect") == "upsert", F.col("after")))
+            .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
+            .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
+            F.count(F.lit(1)).alias("rows")).collect()]
+        written = self._write_parquet(versions.select(
+            *_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms",
+            "_current"), history=True)
+        versions.unpersist()
+        return written, table_rows
+
+    def topics(self, applied):
+        from pyspark.sql import functions as F
+
+        from spark_apps import transforms as T
+
+        changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
+        changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
+            "sort_point", F.col("timeline")).withColumn(
+            "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
+        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
+        ddl = changes.where(F.col("kind") == Kind.DDL)
+        if self.target.ddl_placement == "first":
+            ddl = ddl.withColumn("out_partition", F.lit(0))
+        else:
+            ddl = ddl.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
+        out = self._event_columns(rows).unionByName(self._event_columns(ddl))
+        if self.cut["kind"] == "commit_ts":
+            marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm"))
+            if self.args.since is not None:
+                marks = marks.where(F.col("wm") > self.args.since)
+            if self.cut["point"] is not None:
+                marks = marks.unionByName(self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint"))
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
+        return self._write_kafka(out)
 
 
-def _emit_topics(spark, applied, cut, args, target, target_protocol, target_options, partitions, staging):
-    from pyspark.sql import functions as F
+def _event_names():
+    from cdc_codecs.events import EVENT_FIELD_NAMES
 
-    from spark_apps import transforms as T
-
-    changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
-    changes = changes.withColumn("out_topic", T.topic_name(args.target_topic)).withColumn(
-        "sort_point", F.col("timeline")).withColumn(
-        "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
-    rows = changes.where(F.col("kind") == Kind.ROW).withColumn(
-        "out_partition", T.dispatch_partition(args.dispatcher, partitions))
-    ddl = changes.where(F.col("kind") == Kind.DDL)
-    if target.ddl_placement == "first":
-        ddl = ddl.withColumn("out_partition", F.lit(0))
-    else:
-        ddl = ddl.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(partitions - 1))))
-    out = _event_columns(rows).unionByName(_event_columns(ddl))
-    if cut["kind"] == "commit_ts":
-        marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm")).distinct()
-        if cut["point"] is not None:
-            marks = marks.unionByName(spark.createDataFrame([(cut["point"][0],)], "wm bigint")).distinct()
-        topics = out.select("out_topic").distinct()
-        out = out.unionByName(_watermark_rows(spark, topics, marks, partitions))
-    return _write(out, target_protocol, target_options, staging, args, partitions * 4)
+    return EVENT_FIELD_NAMES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,14 +4,16 @@ while it is written (pure Python, in the writer tasks)."""
 from __future__ import annotations
 
 from cdc_codecs.events import Kind
+from cdc_codecs.mysql_types import enum_set_label, parse_type
 
 from .ddl import TableSchema
 
 
-def project_image(image: list[dict], point, schema: TableSchema) -> list[dict]:
+def project_image(image: list[dict], point, schema: TableSchema, schema_types: bool = False) -> list[dict]:
     """The row's columns as the table has them at the cut, in table order: a column added
     after the row was written takes its default; a renamed column keeps its value; a dropped
-    column disappears. Columns the row carries keep their own type and flags."""
+    column disappears. Columns the row carries keep their own type and flags, unless
+    `schema_types` (Parquet output: one type per column across all files)."""
     by_name = {c["name"].lower(): c for c in image}
     point = list(point) if point is not None else None
     projected = []
@@ -20,23 +22,31 @@ def project_image(image: list[dict], point, schema: TableSchema) -> list[dict]:
         if point is None or point > col.added:
             source = by_name.get(col.name_at(point).lower()) if point is not None else by_name.get(col.name.lower())
         if source is not None:
-            projected.append(source if source["name"] == col.name else {**source, "name": col.name})
+            if source["label"] is None and source["value"] is not None and parse_type(col.mysql_type).labels:
+                # the DDL knows the ENUM/SET labels the message did not carry
+                source = {**source, "label": enum_set_label(parse_type(col.mysql_type), source["value"])}
+            if schema_types:
+                projected.append({**source, "name": col.name, "mysql_type": col.mysql_type})
+            else:
+                projected.append(source if source["name"] == col.name else {**source, "name": col.name})
         else:
             projected.append({"name": col.name, "mysql_type": col.mysql_type, "flags": col.flags,
                               "value": col.default, "label": col.default_label})
     return projected
 
 
-def projector(schemas: dict[tuple[str, str], TableSchema]):
-    """Writer hook: project snapshot rows of tables whose schema the DDL history knows."""
+def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = False):
+    """Writer hook: project rows (after image, or before image of a deletion) of tables
+    whose schema the DDL history knows."""
 
     def prepare(event: dict) -> dict:
         point = event.pop("timeline", None)
         if event["kind"] != Kind.ROW or not schemas:
             return event
         schema = schemas.get(((event["database"] or "").lower(), (event["table"] or "").lower()))
-        if schema is not None and event["after"] is not None:
-            event["after"] = project_image(event["after"], point, schema)
+        if schema is not None:
+            side = "after" if event["after"] is not None else "before"
+            event[side] = project_image(event[side], point, schema, schema_types)
             event["key_columns"] = list(schema.key_columns)
         return event
 

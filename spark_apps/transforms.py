@@ -94,8 +94,9 @@ def _identity_columns() -> list[Column]:
     ]
 
 
-def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None) -> DataFrame:
-    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut)."""
+def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
+    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
+    changes at or below `since` are outside the window (status `filtered`)."""
     df = with_timeline(decoded)
     first_seen = Window.partitionBy(*_identity_columns()).orderBy("partition", "offset", "event_index", "object", "line")
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
@@ -113,10 +114,13 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None)
         above_cut = F.when(F.col("kind") == Kind.WATERMARK, F.array(F.col("watermark_ts")) > cut_point).otherwise(
             F.col("timeline") > cut_point
         )
+    before_window = F.lit(False) if since is None else (
+        (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") <= point_literal([since])))
     status = (
         F.when(F.col("kind") == QUARANTINE_KIND, "quarantined")
         .when(F.col("kind") == "empty", "empty")
         .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, "filtered")
+        .when(before_window, "filtered")
         .when(~F.col("_first"), "duplicate")
         .when(above_cut, "pending")
         .otherwise("applied")
@@ -238,7 +242,31 @@ def live_rows(latest: DataFrame) -> DataFrame:
     )
 
 
-DISPATCHERS = ("index-value", "table", "ts")
+DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")
+
+
+def with_partition(df: DataFrame, dispatcher: str, partitions: int) -> DataFrame:
+    """Add `out_partition` to row events. Canal's placement (Java String.hashCode of the
+    database and key values, `abs(h) % N`; `canal-table`: of the table name) needs Python,
+    so it runs as a vectorised mapInArrow pass; the others are native expressions."""
+    if dispatcher not in ("canal", "canal-table"):
+        return df.withColumn("out_partition", dispatch_partition(dispatcher, partitions))
+    import pyarrow as pa
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from cdc_codecs.dispatch import canal_event_partition
+
+    table_hash = dispatcher == "canal-table"
+
+    def place(batches):
+        from spark_apps.archive_io import events_from_batch
+
+        for batch in batches:
+            parts = [canal_event_partition(e, partitions, table_hash=table_hash) for e in events_from_batch(batch)]
+            yield batch.append_column("out_partition", pa.array(parts, pa.int32()))
+
+    schema = StructType(df.schema.fields + [StructField("out_partition", IntegerType())])
+    return df.mapInArrow(place, schema)
 
 
 def dispatch_partition(dispatcher: str, partitions: int) -> Column:
@@ -253,6 +281,8 @@ def dispatch_partition(dispatcher: str, partitions: int) -> Column:
         return F.pmod(F.xxhash64("database", "table", key), n).cast("int")
     if dispatcher == "ts":
         return F.pmod(F.coalesce(F.col("commit_ts"), F.lit(0)), n).cast("int")
+    if dispatcher in ("canal", "canal-table"):
+        raise ValueError("canal placement needs with_partition()")
     raise ValueError(f"unknown dispatcher {dispatcher!r}; valid: {', '.join(DISPATCHERS)}")
 
 

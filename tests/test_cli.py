@@ -37,7 +37,7 @@ def test_protocols_lists_options_named_as_ticdc_parameters():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--protocol", "canal-jsn"], "unknown protocol 'canal-jsn'; valid protocols: canal-json"),
+    (["--protocol", "canal-jsn"], "unknown protocol 'canal-jsn'; valid protocols: avro, canal-json, canal-protobuf"),
     (["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=yes-ish"], "expected true or false"),
     (["--protocol", "canal-json", "--protocol-option", "nonsense"], "not of the form key=value"),
     (["--protocol", "canal-json", "--tables", "a.b.c"], "not of the form db.table"),

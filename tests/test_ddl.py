@@ -74,8 +74,8 @@ def test_truncate_drop_and_rename_shape_the_intervals():
     h.apply("RENAME TABLE d.t TO d.t2", [7])
     h.apply("DROP TABLE d.gone", [8])
     assert h.intervals() == [
-        TableInterval("d", "t", (5,), (7,), "d", "t2"),
-        TableInterval("d", "t2", (7,), None, "d", "t2"),
+        TableInterval("d", "t", (5,), (7,), "d", "t2", (("id",),)),
+        TableInterval("d", "t2", (7,), None, "d", "t2", (("id",),)),
     ]
     assert h.is_known("d", "gone") and h.is_known("D", "T")
 
@@ -112,3 +112,21 @@ def test_ddl_that_cannot_be_applied_says_why(query, reason):
     h.apply("CREATE TABLE d.t (id INT PRIMARY KEY)", [1])
     with pytest.raises(DDLError, match=reason):
         h.apply(query, [2])
+
+
+def test_in_band_columns_are_cross_checked_against_the_ddl_history():
+    from spark_apps.ddl import schema_conflicts
+
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY, a VARCHAR(10))", [1])
+    h.apply("ALTER TABLE d.t ADD COLUMN b INT UNSIGNED", [10])
+    agree = {"database": "d", "table": "t", "columns": [("id", "int"), ("a", "varchar")], "first": [2], "last": [9], "events": 3}
+    late = {"database": "d", "table": "t", "columns": [("id", "int"), ("a", "varchar")], "first": [11], "last": [12], "events": 2}
+    typed = {"database": "d", "table": "t", "columns": [("id", "int"), ("a", "varchar"), ("b", "int")],
+             "first": [11], "last": [11], "events": 1}
+    unknown = {"database": "d", "table": "other", "columns": [("x", "int")], "first": [2], "last": [2], "events": 1}
+    assert schema_conflicts(h, [agree, unknown]) == []
+    [missing] = schema_conflicts(h, [late])
+    assert "d.t: 2 row events" in missing and "missing b" in missing
+    [retyped] = schema_conflicts(h, [typed])
+    assert "types differ for b (int vs int unsigned)" in retyped

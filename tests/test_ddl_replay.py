@@ -148,3 +148,38 @@ def test_schema_option_gives_tables_created_before_the_archive(spark, tmp_path):
     [failure] = manifest["quarantine"]["ddl"]
     assert "no known schema" in failure["error"] and "--schema" in failure["error"]
     assert manifest["counts"]["quarantined"] == 1 and manifest["counts"]["reconciled"]
+
+
+def test_columns_the_ddl_history_does_not_know_are_reported(spark, tmp_path):
+    s = Scenario()
+    s.create_table("t", [("id", "int"), ("a", "int")], key=["id"])
+    s.insert("t", id=1, a=1)
+    s.tables[("d", "t")]["columns"].append(("sneaky", "int"))  # a column added without DDL in the archive
+    s.insert("t", id=2, a=2, sneaky=3)
+    archive(s, str(tmp_path / "archive"))
+    manifest = replay(spark, str(tmp_path / "archive"), str(tmp_path / "out"))
+    [conflict] = manifest["schema_conflicts"]
+    assert "d.t: 1 row events" in conflict and "unexpected sneaky" in conflict
+    assert any("schema conflict" in w for w in manifest["warnings"])
+    # the DDL schema still decides what the snapshot holds
+    assert read_snapshot(str(tmp_path / "out"), "canal-json", OPTIONS)[("d", "t")][(b"2",)] == {"id": b"2", "a": b"2"}
+
+
+def test_require_schema_quarantines_rows_of_undescribed_tables(spark, tmp_path):
+    s = Scenario()
+    s.tables[("d", "old")] = {"columns": [("id", "int")], "key": ["id"], "rows": {}}
+    s.insert("old", id=1)
+    s.create_table("new", [("id", "int")], key=["id"])
+    s.insert("new", id=1)
+    archive(s, str(tmp_path / "archive"))
+    manifest = replay(spark, str(tmp_path / "archive"), str(tmp_path / "out"), "--require-schema",
+                      "--max-bad-records", "5")
+    assert set(read_snapshot(str(tmp_path / "out"), "canal-json", OPTIONS)) == {("d", "new")}
+    assert manifest["counts"]["quarantined"] >= 1 and manifest["counts"]["reconciled"]
+    lines = []
+    import gzip
+
+    import orjson
+    for info in storage.list_objects(str(tmp_path / "out" / "_quarantine")):
+        lines += [orjson.loads(x) for x in gzip.decompress(storage.read_bytes(info.uri)).splitlines()]
+    assert lines and all("no known schema for d.old" in q["error"] for q in lines)

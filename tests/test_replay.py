@@ -60,6 +60,7 @@ def test_counts_reconcile_and_name_every_kind_of_event(history, snapshot):
     assert counts["quarantined"] == 3  # 2 values that are not canal-json, 1 line that is not a record
     assert counts["duplicate"] > 0 and counts["pending"] > 0
     assert counts["records"] == len(generated.records) + 1
+    assert manifest["schema_conflicts"] == []  # the events agree with the DDL history
     rows = sum(len(v) for v in generated.expected.values())
     assert manifest["output"]["rows"] == rows == sum(t["rows"] for t in manifest["tables"])
 
@@ -149,7 +150,7 @@ def test_snapshot_on_s3(spark, bucket):
 
 
 def test_errors_before_any_work_name_the_problem(spark, tmp_path):
-    with pytest.raises(ReplayError, match="valid protocols: canal-json"):
+    with pytest.raises(ReplayError, match="valid protocols: avro, canal-json, canal-protobuf, craft"):
         run(ReplayArgs.from_namespace(parser().parse_args(
             ["--source", str(tmp_path), "--protocol", "nope", "--output", str(tmp_path / "o"), "--emit", "snapshot"])), spark=spark)
     with pytest.raises(ReplayError, match="no archive objects"):

@@ -1,0 +1,167 @@
+"""Windows on a base snapshot, topics of a window, SCD2 history and typed Parquet output."""
+
+from __future__ import annotations
+
+import decimal
+import io
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_apps import storage
+from spark_apps.demo import read_snapshot
+from spark_apps.generate import generate, write_archive
+from spark_apps.options import ReplayArgs, parser
+from spark_apps.replay import ReplayError, run
+
+from .reference import reference_state
+
+pytestmark = pytest.mark.spark
+TIDB = ["--protocol-option", "enable-tidb-extension=true", "--target-option", "enable-tidb-extension=true"]
+
+
+def replay(spark, source, output, *extra, emit="snapshot"):
+    argv = ["--source", source, "--protocol", "canal-json", "--output", output, "--emit", emit, *TIDB, *extra]
+    return run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+
+
+def read_parquet(output: str) -> dict:
+    """{(db, table): pyarrow.Table} of a Parquet output."""
+    tables = defaultdict(list)
+    for info in storage.list_objects(output):
+        rel = storage.relative(info.uri, output)
+        if rel.endswith(".parquet"):
+            db, table, _ = rel.split("/")
+            tables[(db, table)].append(pq.read_table(io.BytesIO(storage.read_bytes(info.uri))))
+    import pyarrow as pa
+
+    return {k: pa.concat_tables(v) for k, v in tables.items()}
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    generated = generate(transactions=300, partitions=3, seed=23, ddl_rate=0.03)
+    path = str(tmp_path_factory.mktemp("archive"))
+    write_archive(generated.records, path)
+    return generated, path
+
+
+def watermark_in_the_middle(generated) -> int:
+    ts = sorted({e["commit_ts"] for e in generated.events if e["kind"] == "row" and e["commit_ts"] <= generated.cut_ts})
+    return ts[len(ts) // 2]
+
+
+def test_window_on_a_base_snapshot_equals_the_full_replay(spark, history, tmp_path):
+    generated, source = history
+    middle = watermark_in_the_middle(generated)
+    base = str(tmp_path / "base")
+    replay(spark, source, base, "--as-of", str(middle))
+    assert read_snapshot(base) == reference_state(generated.events, middle)
+    window = replay(spark, source, str(tmp_path / "window"), "--base-snapshot", base)
+    assert window["window"]["since"] == middle and window["counts"]["filtered"] > 0
+    assert read_snapshot(str(tmp_path / "window")) == {k: v for k, v in generated.expected.items() if v}
+    assert window["counts"]["reconciled"]
+
+
+def test_window_arguments_are_checked(spark, history, tmp_path):
+    generated, source = history
+    with pytest.raises(ReplayError, match="needs --base-snapshot"):
+        replay(spark, source, str(tmp_path / "o"), "--since", "5")
+    with pytest.raises(ReplayError, match="no readable _manifest.json"):
+        replay(spark, source, str(tmp_path / "o"), "--base-snapshot", str(tmp_path / "nothing"))
+    with pytest.raises(ReplayError, match="window is empty"):
+        replay(spark, source, str(tmp_path / "o"), "--since", "9", "--until", "9", emit="topics")
+
+
+def test_topics_of_a_window_hold_exactly_its_changes(spark, history, tmp_path):
+    generated, source = history
+    middle = watermark_in_the_middle(generated)
+    manifest = replay(spark, source, str(tmp_path / "topics"), "--since", str(middle), emit="topics")
+    window_changes = [e for e in generated.events if e["kind"] == "row" and middle < e["commit_ts"] <= generated.cut_ts]
+    assert manifest["output"]["rows"] == len(window_changes)
+
+
+def expected_versions(generated):
+    """Per (table, key): [(commit_ts, op)] from the generator's own events (no DDL here)."""
+    versions = defaultdict(list)
+    for e in generated.events:
+        if e["kind"] != "row" or e["commit_ts"] > generated.cut_ts:
+            continue
+        table = (e["database"], e["table"])
+        before = e["before"] and next(c["value"] for c in e["before"] if c["name"] == "id")
+        after = e["after"] and next(c["value"] for c in e["after"] if c["name"] == "id")
+        if e["op"] == "delete":
+            versions[(table, before)].append((e["commit_ts"], "delete"))
+        elif e["op"] == "update" and before != after:
+            versions[(table, before)].append((e["commit_ts"], "delete"))
+            versions[(table, after)].append((e["commit_ts"], "update"))
+        else:
+            versions[(table, after)].append((e["commit_ts"], e["op"]))
+    return versions
+
+
+def test_history_has_one_version_per_change_with_validity(spark, tmp_path):
+    generated = generate(transactions=200, partitions=3, seed=29, ddl_rate=0)
+    write_archive(generated.records, str(tmp_path / "archive"))
+    manifest = replay(spark, str(tmp_path / "archive"), str(tmp_path / "history"), emit="history")
+    assert manifest["output"]["format"] == "parquet"
+    tables = read_parquet(str(tmp_path / "history"))
+    expected = expected_versions(generated)
+    got = defaultdict(list)
+    for (db, table), data in tables.items():
+        for row in data.to_pylist():
+            got[((db, table), str(row["id"]).encode())].append(row)
+    assert set(got) == set(expected)
+    for key, rows in got.items():
+        rows.sort(key=lambda r: r["_valid_from_ts"])
+        assert [(r["_valid_from_ts"], r["_op"]) for r in rows] == expected[key]
+        assert [r["_valid_to_ts"] for r in rows] == [r["_valid_from_ts"] for r in rows[1:]] + [None]
+        assert [r["_current"] for r in rows] == [False] * (len(rows) - 1) + [rows[-1]["_op"] != "delete"]
+    current = {(k[0], k[1]) for k, rows in got.items() if rows[-1]["_current"]}
+    truth = {(t, key[0]) for t, rows in generated.expected.items() for key in rows}
+    assert current == truth
+
+
+def test_snapshot_as_typed_parquet(spark, history, tmp_path):
+    generated, source = history
+    manifest = replay(spark, source, str(tmp_path / "parquet"), "--target-format", "parquet")
+    tables = read_parquet(str(tmp_path / "parquet"))
+    orders = tables[("shop", "orders")]
+    types = {f.name: str(f.type) for f in orders.schema}
+    assert types["id"] == "int64" and types["big"] == "uint64" and types["amount"] == "decimal128(12, 2)"
+    assert types["created"] == "timestamp[us]" and types["payload"] == "binary" and types["status"] == "string"
+    truth = generated.expected[("shop", "orders")]
+    rows = {str(r["id"]).encode(): r for r in orders.to_pylist()}
+    assert set(rows) == {k[0] for k in truth}
+    labels = {b"1": "new", b"2": "paid", b"3": "shipped"}
+    for (key,), row in truth.items():
+        got = rows[key]
+        assert got["payload"] == row["payload"]
+        assert (got["big"] is None and row["big"] is None) or str(got["big"]).encode() == row["big"]
+        assert (got["amount"] is None and row["amount"] is None) or got["amount"] == decimal.Decimal(row["amount"].decode())
+        assert got["status"] == (labels[row["status"]] if row["status"] is not None else None)
+    assert manifest["output"]["rows"] == sum(len(v) for v in generated.expected.values())
+
+
+def test_canal_dispatcher_places_rows_as_canal_does(spark, history, tmp_path):
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import parse_line
+    from cdc_codecs.dispatch import canal_event_partition
+
+    generated, source = history
+    output = str(tmp_path / "topics")
+    replay(spark, source, output, "--dispatcher", "canal", "--target-partitions", "4", emit="topics")
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    placed = 0
+    for info in storage.list_objects(output):
+        if info.uri.endswith(".jsonl.gz"):
+            for line in storage.iter_lines(info.uri):
+                record = parse_line(line)
+                for event in codec.decode(record):
+                    if event["kind"] == "row":
+                        assert record.partition == canal_event_partition(event, 4)
+                        placed += 1
+                    elif event["kind"] == "ddl":
+                        assert record.partition == 0
+    assert placed > 100

@@ -40,6 +40,7 @@ def noop(df):
 
 
 RECORDS = "topic string, partition int, offset long, timestamp long, key binary, value binary"
+ARROW_RECORDS = None  # set in records_df (pyarrow is imported lazily)
 
 
 def records_df(spark, archive: str):
@@ -48,6 +49,10 @@ def records_df(spark, archive: str):
 
     from cdc_codecs.archive import is_archive_object, parse_line
     from spark_apps import storage
+
+    global ARROW_RECORDS
+    ARROW_RECORDS = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                               ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 
     uris = [o.uri for o in storage.list_objects(archive) if is_archive_object(storage.relative(o.uri, archive))]
 
@@ -58,7 +63,7 @@ def records_df(spark, archive: str):
                 yield pa.RecordBatch.from_pydict({
                     "topic": [r.topic for r in records], "partition": [r.partition for r in records],
                     "offset": [r.offset for r in records], "timestamp": [r.timestamp for r in records],
-                    "key": [r.key for r in records], "value": [r.value for r in records]})
+                    "key": [r.key for r in records], "value": [r.value for r in records]}, schema=ARROW_RECORDS)
 
     objects = spark.sparkContext.parallelize([(u,) for u in uris], max(1, len(uris))).toDF("uri string")
     df = objects.mapInArrow(read, RECORDS).repartition(spark.sparkContext.defaultParallelism * 2).cache()

@@ -67,12 +67,13 @@ def is_binary(mysql_type: MySQLType, type_text: str | None) -> bool:
 class TypeInfo:
     """What Canal's rules derive from a column type string (cached: columns repeat)."""
 
-    __slots__ = ("mysql_type", "binary", "kind", "flags", "sql_null", "sql_value", "promotion")
+    __slots__ = ("mysql_type", "labels", "binary", "kind", "flags", "sql_null", "sql_value", "promotion")
 
     def __init__(self, type_text: str | None):
         t = parse_type(type_text)
         base = t.base
         self.mysql_type = t
+        self.labels = t.labels
         self.binary = is_binary(t, type_text)
         self.kind = "binary" if self.binary else base if base in ("float", "double", "timestamp") else "text"
         self.flags = int((ColumnFlag.BINARY if self.binary else 0) | (ColumnFlag.UNSIGNED if t.unsigned else 0))
@@ -287,13 +288,17 @@ def _extras(event: dict) -> dict:
 
 def flat_group_key(event: dict):
     """Rows Canal puts in one flat message: one binlog rows event = same table, operation,
-    transaction and binlog position (or, without a position, the same commit ts)."""
+    transaction and binlog position (or, without a position, the same commit ts), and the same
+    columns and types (a message has one `mysqlType`; rows from events without any time or
+    position must not be merged into another row's types)."""
     extras = _extras(event)
     position = event["position"]
+    image = event["before"] if event["op"] == Op.DELETE else event["after"]
     return (
         event["database"], event["table"], event["op"], event["commit_ts"], event["tx_id"],
         tuple(position[:2]) if position else None, event["execute_ts_ms"],
         extras.get("canal.id"), extras.get("canal.ts"), tuple(event["key_columns"] or ()),
+        tuple((c["name"], c["mysql_type"]) for c in image or ()),
     )
 
 

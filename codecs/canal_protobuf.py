@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.message import EncodeError as ProtobufEncodeError
@@ -114,6 +115,32 @@ def _span(data: bytes, number: int, index: int = -1) -> int | None:
         return None
 
 
+class _Offsets:
+    """The byte offsets DecodeErrors name (the body, an entry, an entry's storeValue). The
+    protobuf runtime does not report positions and walking the wire format with `_spans` costs
+    about a fifth of a decode, so an offset is computed only when an error names it."""
+
+    __slots__ = ("value", "body", "_body_at", "_entries")
+
+    def __init__(self, value: bytes, body: bytes):
+        self.value, self.body = value, body
+        self._body_at: int | None = None
+        self._entries: list[tuple[int, int]] | None = None
+
+    def body_at(self) -> int:
+        if self._body_at is None:
+            self._body_at = _span(self.value, 5) or 0
+        return self._body_at
+
+    def entry_at(self, i: int) -> int:
+        if self._entries is None:
+            self._entries = (_spans(self.body) or {}).get(2, [])
+        return self.body_at() + self._entries[i][0] if i < len(self._entries) else self.body_at()
+
+    def store_at(self, i: int, raw: bytes) -> int:
+        return self.entry_at(i) + (_span(raw, 3) or 0)
+
+
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
@@ -163,13 +190,13 @@ class CanalProtobufCodec(Codec):
             raise self.error(
                 f"Packet compression {compression} is not NONE; Canal's own readers refuse it too",
                 byte_offset=0, field="Packet.compression")
-        body_at = _span(value, 5) or 0
+        offsets = _Offsets(value, packet.body)
         messages = pb.Messages()
         try:
             messages.ParseFromString(packet.body)
         except ProtobufDecodeError as e:
-            raise self.error(f"Packet body is not a Messages: {e}", byte_offset=body_at, field="Packet.body") from e
-        entry_spans = (_spans(packet.body) or {}).get(2, [])
+            raise self.error(f"Packet body is not a Messages: {e}", byte_offset=offsets.body_at(),
+                             field="Packet.body") from e
 
         packet_form = self._packet_form(packet)
         if packet_form == "raw" and not messages.batch_id and 1 not in (_spans(packet.body) or {}):
@@ -183,16 +210,16 @@ class CanalProtobufCodec(Codec):
         open_tx: list[dict] = []  # events since the last transaction boundary
         thread_id: str | None = None  # of the open transaction's TRANSACTIONBEGIN
         for i, raw in enumerate(messages.messages):
-            at = body_at + entry_spans[i][0] if i < len(entry_spans) else body_at
+            at = functools.partial(offsets.entry_at, i)
+            store_at = functools.partial(offsets.store_at, i, raw)
             where = f"messages[{i}]"
             entry = pb.Entry()
             try:
                 entry.ParseFromString(raw)
             except ProtobufDecodeError as e:
-                raise self.error(f"entry is not a Canal Entry: {e}", byte_offset=at, field=where) from e
+                raise self.error(f"entry is not a Canal Entry: {e}", byte_offset=at(), field=where) from e
             # absent, or the proto3 placeholder 0 that a proto2 reader would not know: ROWDATA
             entry_type = entry.entryType or ENTRY.ROWDATA
-            store_at = at + (_span(raw, 3) or 0)
             if entry_type == ENTRY.ROWDATA:
                 change = self._parse(pb.RowChange, entry.storeValue, store_at, where, "ROWDATA")
                 produced = self._entry_events(entry, change, store_at, where)
@@ -226,20 +253,20 @@ class CanalProtobufCodec(Codec):
             elif entry_type in (ENTRY.HEARTBEAT, ENTRY.GTIDLOG):
                 pending.append(raw)  # a heartbeat or a GTID record: no row, kept for re-encoding
             else:
-                raise self.error(f"unknown entryType {entry_type}", byte_offset=at, field=f"{where}.entryType")
+                raise self.error(f"unknown entryType {entry_type}", byte_offset=at(), field=f"{where}.entryType")
         if pending and events:
             events[-1]["extras"]["canal.trailing"] = ",".join(_b64(r) for r in pending)
         for event in events:
             event["extras"] = {**context, **event["extras"]}
         return events
 
-    def _parse(self, message_class, data: bytes, at: int, where: str, entry_type: str):
+    def _parse(self, message_class, data: bytes, at: Callable[[], int], where: str, entry_type: str):
         message = message_class()
         try:
             message.ParseFromString(data)
         except ProtobufDecodeError as e:
             raise self.error(f"{entry_type} storeValue is not a {message_class.__name__}: {e}",
-                             byte_offset=at, field=f"{where}.storeValue") from e
+                             byte_offset=at(), field=f"{where}.storeValue") from e
         return message
 
     def _reproduces(self, events: list[dict], raw: bytes) -> bool:
@@ -259,7 +286,7 @@ class CanalProtobufCodec(Codec):
             parts.append(f"compression={packet.compression}")
         return ",".join(parts) or "raw"  # Canal's raw path writes type and body only
 
-    def _entry_events(self, entry, change, at: int, where: str) -> list[dict] | None:
+    def _entry_events(self, entry, change, at: Callable[[], int], where: str) -> list[dict] | None:
         """The events of one ROWDATA entry; None for an entry that is no event (a statement
         annotation, XA COMMIT / ROLLBACK)."""
         header = entry.header
@@ -269,12 +296,12 @@ class CanalProtobufCodec(Codec):
         seq = binlog_file_number(header.logfileName) if header.logfileName else None
         if header.logfileName and (seq is None or seq >= 1 << 63):
             raise self.error(f"binlog file name {header.logfileName!r} has no numeric suffix (below 2^63) to order by",
-                             byte_offset=at, field=f"{where}.header.logfileName")
+                             byte_offset=at(), field=f"{where}.header.logfileName")
         execute_ts = header.executeTime or None
         if execute_ts is not None and execute_ts < 0:
-            raise self.error(f"executeTime {execute_ts} is negative", byte_offset=at, field=f"{where}.header.executeTime")
+            raise self.error(f"executeTime {execute_ts} is negative", byte_offset=at(), field=f"{where}.header.executeTime")
         if header.logfileOffset < 0:
-            raise self.error(f"logfileOffset {header.logfileOffset} is negative", byte_offset=at,
+            raise self.error(f"logfileOffset {header.logfileOffset} is negative", byte_offset=at(),
                              field=f"{where}.header.logfileOffset")
         tx_id = header.gtid or None
         database = header.schemaName or None
@@ -285,7 +312,7 @@ class CanalProtobufCodec(Codec):
 
         if is_ddl:
             if not change.sql:
-                raise self.error("DDL entry has no sql", byte_offset=at, field=f"{where}.sql")
+                raise self.error("DDL entry has no sql", byte_offset=at(), field=f"{where}.sql")
             ddl_type = classify(change.sql)
             canal_type = EVENT.Name(event_type) if event_type in EVENT.values() else str(event_type)
             if canal_type != canal_ddl_type(ddl_type):
@@ -303,7 +330,7 @@ class CanalProtobufCodec(Codec):
             raise self.error(
                 f"{EVENT.Name(event_type)} entry without row data: a statement-format "
                 "(binlog_format=STATEMENT/MIXED) change that cannot be replayed as rows",
-                byte_offset=at, field=f"{where}.rowDatas")
+                byte_offset=at(), field=f"{where}.rowDatas")
         if change.tableId:
             extras["canal.tableId"] = str(change.tableId)
         events = []
@@ -316,9 +343,9 @@ class CanalProtobufCodec(Codec):
             elif op == Op.DELETE:
                 after = None
             if op != Op.DELETE and not after:
-                raise self.error(f"{op} row without afterColumns", byte_offset=at, field=row_where)
+                raise self.error(f"{op} row without afterColumns", byte_offset=at(), field=row_where)
             if op != Op.INSERT and not before:
-                raise self.error(f"{op} row without beforeColumns", byte_offset=at, field=row_where)
+                raise self.error(f"{op} row without beforeColumns", byte_offset=at(), field=row_where)
             main = row.beforeColumns if op == Op.DELETE else row.afterColumns
             events.append(new_event(
                 Kind.ROW, op=op, position=position(r), execute_ts_ms=execute_ts, database=database,
@@ -340,7 +367,7 @@ class CanalProtobufCodec(Codec):
             extras[f"canal.header.{pair.key}"] = pair.value
         return extras
 
-    def _image(self, columns, at: int, where: str) -> list[dict] | None:
+    def _image(self, columns, at: Callable[[], int], where: str) -> list[dict] | None:
         if not columns:
             return None
         image = []
@@ -350,20 +377,20 @@ class CanalProtobufCodec(Codec):
             info = type_info(type_text)
             if c.isNull:
                 value = None
+            elif info.kind == "text":  # most columns: canonical_bytes' first case, inlined
+                value = c.value.encode("utf-8")
             else:
                 try:
                     value = canonical_bytes(c.value, type_text, zone)
                 except (ValueError, OverflowError) as e:
-                    raise self.error(f"column {c.name!r} ({type_text}): {e}", byte_offset=at,
+                    raise self.error(f"column {c.name!r} ({type_text}): {e}", byte_offset=at(),
                                      field=f"{where}.{c.name}") from None
-            flags = info.flags | _KEY_FLAGS if c.isKey else info.flags
-            labels = info.mysql_type.labels
             image.append({
                 "name": c.name,
                 "mysql_type": type_text,
-                "flags": flags,
+                "flags": info.flags | _KEY_FLAGS if c.isKey else info.flags,
                 "value": value,
-                "label": enum_set_label(info.mysql_type, value) if labels else None,
+                "label": enum_set_label(info.mysql_type, value) if info.labels else None,
             })
         return image
 
@@ -434,9 +461,10 @@ class CanalProtobufCodec(Codec):
 
     @staticmethod
     def _continues(prev: dict, event: dict) -> bool:
-        if prev["kind"] != Kind.ROW or not prev["position"] or not event["position"]:
+        here, before = _binlog_position(event), _binlog_position(prev)
+        if prev["kind"] != Kind.ROW or not before or not here:
             return False
-        if event["position"][:2] != prev["position"][:2] or event["position"][2] != prev["position"][2] + 1:
+        if here[:2] != before[:2] or here[2] != before[2] + 1:
             return False
         if "canal.entry" in _extras(event) or "canal.leading" in _extras(event) or "canal.trailing" in _extras(prev):
             return False
@@ -476,7 +504,7 @@ class CanalProtobufCodec(Codec):
 
     def _header(self, event: dict, event_type: int, rows: int | None):
         extras = _extras(event)
-        position = event["position"]
+        position = _binlog_position(event)
         header = pb.Header(version=1, serverenCode="UTF-8", sourceType=pb.MYSQL, eventType=event_type)
         logfile = extras.get("canal.logfileName")
         if logfile is None and position:
@@ -557,6 +585,13 @@ class CanalProtobufCodec(Codec):
                 isKey=c["name"] in keys, updated=updated, isNull=text is None, value=text or "",
                 mysqlType=c["mysql_type"] or "",
             )
+
+
+def _binlog_position(event: dict) -> list[int] | None:
+    """The event's position when it is Canal's (file number, offset, row index); another
+    protocol's position (OceanBase's one-element record id) says nothing about a binlog."""
+    position = event["position"]
+    return position if position is not None and len(position) == 3 else None
 
 
 def _varint(value: int) -> bytes:

@@ -111,6 +111,7 @@ _INTEGER = re.compile(r"-?\d+\Z")
 _PLAIN_DECIMAL = re.compile(r"-?\d+(?:\.(\d+))?\Z")
 
 
+@functools.lru_cache(maxsize=4096)
 def type_code(mysql_type: str | None, flags: int = 0) -> int:
     """The dataTypeNumber the encoder writes for a canonical column type."""
     parsed = parse_type(mysql_type)
@@ -352,16 +353,14 @@ class OceanBaseAvroCodec(Codec):
             codes.append(code)
             values = [img[i] for img in images]
             mysql_type, parsed = self._column_type(code, values, f"fields[{i}]")
-            flags = 0
-            if parsed.base in BINARY_BASES:
-                flags |= ColumnFlag.BINARY
+            flags = _BINARY_FLAG if parsed.base in BINARY_BASES else 0
             if field["name"] in keys:
-                flags |= ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
+                flags |= _KEY_FLAGS
             for img, out, side in ((after, after_cols, "afterImages"), (before, before_cols, "beforeImages")):
                 if img is None:
                     continue
                 value, label = self._render(img[i], parsed, f"{side}[{i}]")
-                out.append({"name": field["name"], "mysql_type": mysql_type, "flags": int(flags),
+                out.append({"name": field["name"], "mysql_type": mysql_type, "flags": flags,
                             "value": value, "label": label})
         return before_cols, after_cols, codes
 
@@ -371,7 +370,7 @@ class OceanBaseAvroCodec(Codec):
         if base is None:  # an OceanBase-only type: name it after its type_info when that says more
             infos = {v["type_info"] for v in values} & _OB_ONLY_INFOS
             base = infos.pop().lower() if len(infos) == 1 else None
-            return base, MySQLType(base or "")
+            return base, _mysql_type(base or "")
         if isinstance(base, tuple):
             binary = any(
                 v["type_info"] in _BINARY_INFOS or isinstance(_member(v["value"])[1], bytes) for v in values
@@ -381,6 +380,8 @@ class OceanBaseAvroCodec(Codec):
                 base = base[0] if text else base[1]
             else:  # all NULL without a telling type_info: the name MySQL gives the code
                 base = base[1] if code in (249, 250, 251, 252) else base[0]
+        if base not in _PARAM_BASES:  # no value record states parameters of this type
+            return base, _mysql_type(base)
         for v in values:
             kind, record = _member(v["value"])
             if base not in _PARAM_BASES or kind is None:
@@ -390,17 +391,16 @@ class OceanBaseAvroCodec(Codec):
                 if not 0 <= scale <= precision or precision <= 0:
                     raise self.error(f"DecimalObject precision {precision} / scale {scale} are invalid",
                                      field=where)
-                return f"decimal({precision},{scale})", MySQLType("decimal", (str(precision), str(scale)))
+                return f"decimal({precision},{scale})", _mysql_type("decimal", (str(precision), str(scale)))
             if base == "bit" and kind == "BitObject":
                 length = record["bit_length"]
                 if not 1 <= length <= 64:
                     raise self.error(f"BitObject bit_length {length} is outside 1..64", field=where)
-                return f"bit({length})", MySQLType("bit", (str(length),))
+                return f"bit({length})", _mysql_type("bit", (str(length),))
             if base in ("enum", "set") and kind == "EnumSetValue" and record["defines"] is not None:
                 labels = tuple(record["defines"])
-                text = f"{base}(" + ",".join(quote_label(label) for label in labels) + ")"
-                return text, MySQLType(base, labels)
-        return base, MySQLType(base)
+                return _enum_set_text(base, labels), _mysql_type(base, labels)
+        return base, _mysql_type(base)
 
     def _render(self, column_value: dict, mysql_type: MySQLType, where: str) -> tuple[bytes | None, str | None]:
         """(canonical value bytes, ENUM/SET label) of one ColumnValue."""
@@ -663,6 +663,21 @@ class OceanBaseAvroCodec(Codec):
 
 
 # ---------------------------------------------------------------------------- value texts
+
+_BINARY_FLAG = int(ColumnFlag.BINARY)
+_KEY_FLAGS = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _enum_set_text(base: str, labels: tuple[str, ...]) -> str:
+    return f"{base}(" + ",".join(quote_label(label) for label in labels) + ")"
+
+
+@functools.lru_cache(maxsize=4096)
+def _mysql_type(base: str, params: tuple[str, ...] = ()) -> MySQLType:
+    """MySQLType(base, params), built once per distinct type (every record repeats them)."""
+    return MySQLType(base, params)
+
 
 def _member(value) -> tuple[str | None, object]:
     """(record name without namespace, or None for a primitive member; the value). fastavro's

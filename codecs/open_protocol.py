@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import re
 from collections.abc import Iterable, Iterator
 
@@ -198,10 +199,18 @@ _UNQUOTE_SHORT = {"a": b"\a", "b": b"\b", "f": b"\f", "n": b"\n", "r": b"\r", "t
                   "v": b"\v", "\\": b"\\", '"': b'"'}
 
 
+# Text made only of literal characters and the escapes Python's bytes literals read the same
+# way (\xHH, three-digit octal up to \377, \a \b \f \n \r \t \v \\ \"): `codecs.escape_decode`
+# unquotes it in C. Anything else (\u, \U, errors) takes the regex loop below.
+_SIMPLE_QUOTED = re.compile(r'(?:[^\\"\n]|\\(?:x[0-9A-Fa-f]{2}|[0-3][0-7]{2}|[abfnrtv\\"]))*\Z')
+
+
 def go_unquote(text: str) -> bytes:
     """The bytes of Go's strconv.Unquote('"' + text + '"'); ValueError when Go would fail."""
     if "\\" not in text and '"' not in text and "\n" not in text:
         return text.encode()
+    if _SIMPLE_QUOTED.match(text):
+        return codecs.escape_decode(text.encode())[0]
     out = []
     pos = 0
     for m in _UNQUOTE.finditer(text):

@@ -86,7 +86,10 @@ def replay_command(argv: list[str]) -> list[str]:
     args = app_parser().parse_args(argv)
     py_files = None if is_local(args.master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
     app_args = [a for a in argv]
-    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files)
+    from cdc_codecs import parse_option_pairs
+
+    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
+                                conf=parse_option_pairs(args.spark_conf))
 
 
 def _strip_master(argv: list[str]) -> list[str]:

@@ -18,6 +18,9 @@ def is_local(master: str) -> bool:
     return master.startswith("local")
 
 
+LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spark's default is 1g)
+
+
 def spark_submit_command(
     app_args: list[str],
     *,
@@ -26,16 +29,21 @@ def spark_submit_command(
     py_files: str | None = None,
     spark_submit: str | None = None,
     app: str = REPLAY_APP,
+    conf: dict[str, str] | None = None,
 ) -> list[str]:
     """spark-submit <confs> <app> <app_args>. Workers use `python` (the venv's), not
-    whatever `python3` is on PATH; `py_files` ships our packages to a cluster."""
+    whatever `python3` is on PATH; `py_files` ships our packages to a cluster; `conf` (the
+    app's --spark-conf) reaches spark-submit too, because settings like spark.driver.memory
+    only work before the JVM starts."""
     binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
-    command = [
-        binary, "--master", master, "--name", "cdc-replay",
-        "--conf", f"spark.pyspark.python={python}",
-        "--conf", f"spark.pyspark.driver.python={python}",
-        "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{LOG4J}",
-    ]
+    settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}"}
+    if is_local(master):
+        settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    settings.update(conf or {})
+    command = [binary, "--master", master, "--name", "cdc-replay"]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
     if py_files:
         command += ["--py-files", py_files]
     return command + [app, "--master", master, *app_args]

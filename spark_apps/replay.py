@@ -190,8 +190,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.schema import WRITTEN_STRUCT
 
     progress.phase(f"reading and decoding {len(objects)} objects")
+    # intermediates reused by several actions are kept on local disk: their nested rows are
+    # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
-        StorageLevel.MEMORY_AND_DISK)
+        StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
@@ -215,7 +217,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
     tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
-                          cut=cut["point"], since=args.since).persist(StorageLevel.MEMORY_AND_DISK)
+                          cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, "_quarantine")
@@ -434,7 +436,7 @@ class _OutputPlan:
 
         live = T.live_rows(T.latest_per_key(self._effects(rows)))
         if self.args.output_format == "parquet":
-            live = live.persist(StorageLevel.MEMORY_AND_DISK)
+            live = live.persist(StorageLevel.DISK_ONLY)
             table_rows = [r.asDict() for r in live.groupBy("database", "table").agg(
                 F.count(F.lit(1)).alias("rows")).collect()]
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
@@ -443,7 +445,7 @@ class _OutputPlan:
         live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
                                 self.args.dispatcher, self.partitions)
         live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
-        out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.MEMORY_AND_DISK)
+        out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.DISK_ONLY)
         table_rows = [r.asDict() for r in out.groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
             marks = self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint")
@@ -475,7 +477,7 @@ class _OutputPlan:
             .withColumn("after", F.when(F.col("effect") == "upsert", F.col("after")))
             .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
             .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
-            .persist(StorageLevel.MEMORY_AND_DISK)
+            .persist(StorageLevel.DISK_ONLY)
         )
         table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
             F.count(F.lit(1)).alias("rows")).collect()]

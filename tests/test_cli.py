@@ -52,15 +52,18 @@ def test_bad_arguments_are_refused_before_spark_starts(args, message, tmp_path):
 def test_spark_submit_command_is_exact():
     python = "/opt/venv/bin/python"
     assert spark_submit_command(["--source", "s3://a/b"], master="spark://m:7077", python=python,
-                                py_files="/tmp/x.zip") == [
+                                py_files="/tmp/x.zip", conf={"spark.executor.memory": "8g"}) == [
         "/opt/venv/bin/spark-submit", "--master", "spark://m:7077", "--name", "cdc-replay",
         "--conf", "spark.pyspark.python=/opt/venv/bin/python",
         "--conf", "spark.pyspark.driver.python=/opt/venv/bin/python",
         "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{LOG4J}",
+        "--conf", "spark.executor.memory=8g",
         "--py-files", "/tmp/x.zip", REPLAY_APP, "--master", "spark://m:7077", "--source", "s3://a/b",
     ]
-    local = cli.replay_command(["--source", "x", "--protocol", "canal-json", "--output", "y", "--emit", "topics"])
+    local = cli.replay_command(["--source", "x", "--protocol", "canal-json", "--output", "y", "--emit", "topics",
+                                "--spark-conf", "spark.driver.memory=6g"])
     assert "--py-files" not in local and local[local.index("--master") + 1] == "local[*]"
+    assert "spark.driver.memory=6g" in local and "spark.driver.memory=4g" not in local
 
 
 @pytest.mark.spark

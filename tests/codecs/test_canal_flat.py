@@ -258,3 +258,21 @@ def test_fastjson_quote():
     assert fastjson_quote('a"\\/\b\f\n\r\t\x00\x1f\x7f\x9f\xa0é中\u2028<&>') == (
         '"a\\"\\\\/\\b\\f\\n\\r\\t\\u0000\\u001F\\u007F\\u009F\xa0é中\\u2028<&>"'
     )
+
+
+def test_rows_with_different_column_types_are_not_merged_into_one_message():
+    """A flat message has one `mysqlType` per column: rows without time or position (nothing
+    else tells them apart) whose types differ go to separate messages, or the later row's type
+    would overwrite the earlier one's (found by the conversion matrix: oceanbase-avro's
+    `decimal(10,4)` / `decimal` for a NULL)."""
+    def insert(mysql_type: str, value: bytes | None) -> dict:
+        return new_event(Kind.ROW, op=Op.INSERT, database="shop", table="t", key_columns=["id"], after=[
+            {"name": "id", "mysql_type": "int", "flags": 0, "value": b"1", "label": None},
+            {"name": "d", "mysql_type": mysql_type, "flags": 0, "value": value, "label": None}])
+
+    rows = [insert("decimal(10,4)", b"1.5000"), insert("decimal", None), insert("decimal", None)]
+    codec = get_codec("canal-json", CANAL)
+    messages = list(codec.encode(rows, topic="t", partition=0))
+    assert len(messages) == 2  # the two rows of one type still share a message
+    decoded = [e for offset, m in enumerate(messages) for e in decode_record(codec, record(m.value, offset))]
+    assert [e["after"][1]["mysql_type"] for e in decoded] == ["decimal(10,4)", "decimal", "decimal"]

@@ -637,3 +637,21 @@ def test_fuzz_mutated_vectors_raise_only_decode_errors():
         if events:
             list(codec.encode(events, topic="t", partition=0))
     assert outcomes["errors"] > 3000 and outcomes["events"] > 600, outcomes
+
+
+def test_a_position_that_is_not_a_binlog_position_is_not_written():
+    """OceanBase's one-element position (its record id) says nothing about a binlog: it must
+    not be read as (file, offset, row) — found by the conversion matrix (oceanbase-avro ->
+    canal-protobuf raised IndexError)."""
+    rows = [
+        new_event(Kind.ROW, op=Op.INSERT, position=[7], execute_ts_ms=1700000000000, database="shop",
+                  table="t", key_columns=["id"], after=[
+                      {"name": "id", "mysql_type": "int", "flags": 0, "value": str(i).encode(), "label": None}])
+        for i in (1, 2)
+    ]
+    codec = get_codec("canal-protobuf")
+    messages = list(codec.encode(rows, topic="t", partition=0))
+    decoded = [e for offset, m in enumerate(messages) for e in decode_record(codec, record(m.value, offset))]
+    assert [values(e["after"]) for e in decoded] == [{"id": b"1"}, {"id": b"2"}]
+    assert [e["position"] for e in decoded] == [None, None]
+    assert all("canal.logfileName" not in e["extras"] for e in decoded)

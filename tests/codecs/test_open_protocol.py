@@ -7,6 +7,7 @@ from __future__ import annotations
 import decimal
 import json
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from cdc_codecs import ConfigError, DecodeError, EncodeError, KafkaRecord, decode_record, encode_records, get_codec
 from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, new_event
+from cdc_codecs import open_protocol
 from cdc_codecs.mysql_types import parse_type
 from cdc_codecs.open_protocol import go_float, go_quote, go_unquote
 
@@ -674,3 +676,25 @@ def test_mutated_golden_messages_raise_only_decode_errors():
         except DecodeError as e:
             assert e.object == OBJECT and e.offset == i
     assert outcomes["error"] > 5000 and outcomes["decoded"] > 300, outcomes
+
+
+_ESCAPE_ALPHABET = st.sampled_from(["\\", "x", "u", "U", "0", "3", "4", "7", "8", "a", "f", "n", "v", "q", '"', "\n",
+                                    "é", "F", "\x00", "'", "😀"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.lists(_ESCAPE_ALPHABET, max_size=14).map("".join) | st.binary(max_size=24).map(go_quote))
+def test_go_unquote_fast_path_agrees_with_the_escape_by_escape_reader(text):
+    """Text made of simple escapes is unquoted by codecs.escape_decode; everything must come out
+    as the escape-by-escape reader gives it, errors included."""
+
+    def read(path: re.Pattern):
+        saved, open_protocol._SIMPLE_QUOTED = open_protocol._SIMPLE_QUOTED, path
+        try:
+            return ("bytes", go_unquote(text))
+        except ValueError:
+            return ("error",)
+        finally:
+            open_protocol._SIMPLE_QUOTED = saved
+
+    assert read(open_protocol._SIMPLE_QUOTED) == read(re.compile(r"(?!)"))

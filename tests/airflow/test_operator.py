@@ -18,7 +18,7 @@ from cdc_replay_airflow.operators.replay import (
 )
 from cdc_replay_airflow.progress import SparkProgress
 from cdc_replay_airflow.request import parse_request, replay_arguments
-from spark_apps.launch import LOG4J, REPLAY_APP, spark_submit_command
+from spark_apps.launch import LOCAL_DRIVER_MEMORY, LOG4J, REPLAY_APP, spark_submit_command
 
 REQUEST = parse_request({"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
                          "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://cdc-lake/out",
@@ -30,15 +30,19 @@ def test_submit_settings_are_exact():
         "application": REPLAY_APP,
         "name": "cdc-replay",
         "conf": {"spark.pyspark.python": "/venv/bin/python", "spark.pyspark.driver.python": "/venv/bin/python",
-                 "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}"},
+                 "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+                 "spark.driver.memory": LOCAL_DRIVER_MEMORY},
         "py_files": None,
         "application_args": [
             "--master", "local[2]", "--source", "s3://cdc-archive/tidb/shop", "--protocol", "canal-json",
             "--protocol-option", "enable-tidb-extension=true", "--output", "s3://cdc-lake/out", "--emit", "topics",
             "--target-protocol", "open-protocol", "--max-bad-records", "1", "--run-id", "d.r"],
     }
-    with_conf = submit_settings(REQUEST, master="local[2]", python="/p", spark_conf=extra_spark_conf("a.b=1, c=2"))
-    assert with_conf["application_args"][-4:] == ["--spark-conf", "a.b=1", "--spark-conf", "c=2"]
+    with_conf = submit_settings(REQUEST, master="local[2]", python="/p",
+                                spark_conf=extra_spark_conf("a.b=1, spark.driver.memory=2g"))
+    # as the CLI does: to the app, and to spark-submit (driver settings only work before the JVM starts)
+    assert with_conf["application_args"][-4:] == ["--spark-conf", "a.b=1", "--spark-conf", "spark.driver.memory=2g"]
+    assert with_conf["conf"]["a.b"] == "1" and with_conf["conf"]["spark.driver.memory"] == "2g"
     with pytest.raises(ValueError, match="CDC_REPLAY_SPARK_CONF: 'oops' is not key=value"):
         extra_spark_conf("oops")
 
@@ -79,7 +83,7 @@ def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
         with zipfile.ZipFile(py_files) as z:
             names = z.namelist()
         assert "cdc_codecs/__init__.py" in names and "spark_apps/replay.py" in names
-    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r"),
+    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r"), conf={},
                                     master=master, python="/venv/bin/python", py_files=py_files,
                                     spark_submit="spark-submit")
     assert _parts(command) == _parts(expected)

@@ -20,7 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, ReplaySubmitHook
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
-from spark_apps.launch import LOG4J, REPLAY_APP, build_py_files, is_local
+from spark_apps.launch import REPLAY_APP, build_py_files, is_local, spark_submit_command
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
 
@@ -36,20 +36,30 @@ def extra_spark_conf(value: str | None) -> tuple[str, ...]:
 
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
                     py_files: str | None = None, spark_conf: tuple[str, ...] = ()) -> dict:
-    """Everything SparkSubmitOperator needs, as plain values: the application, its arguments
-    (`--master` first, like spark_apps.launch), the Spark confs and the job name."""
-    return {
-        "application": REPLAY_APP,
-        "name": "cdc-replay",
-        "conf": {
-            "spark.pyspark.python": python,
-            "spark.pyspark.driver.python": python,
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
-        },
-        "py_files": py_files,
-        "application_args": ["--master", master,
-                             *replay_arguments(request, run_id=run_id, spark_conf=spark_conf)],
-    }
+    """Everything SparkSubmitOperator needs, as plain values, taken apart from the command
+    `cdc-replay replay` would run (spark_apps.launch.spark_submit_command), so the two cannot
+    drift: the application, its arguments (`--master` first), the Spark confs, the job name."""
+    app_args = replay_arguments(request, run_id=run_id, spark_conf=spark_conf)
+    conf = dict(item.split("=", 1) for item in spark_conf)
+    command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
+                                   spark_submit="spark-submit", conf=conf)
+    settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}
+    i = 1
+    while command[i].startswith("--"):
+        option, value = command[i], command[i + 1]
+        if option == "--conf":
+            key, _, val = value.partition("=")
+            settings["conf"][key] = val
+        elif option == "--name":
+            settings["name"] = value
+        elif option == "--py-files":
+            settings["py_files"] = value
+        elif option != "--master":  # the master comes from the Spark connection
+            raise ValueError(f"spark_submit_command gave an option the operator does not pass on: {option}")
+        i += 2
+    settings["application"] = command[i]
+    settings["application_args"] = command[i + 1:]
+    return settings
 
 
 def subprocess_environment(python: str, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -103,6 +113,7 @@ class ReplayOperator(SparkSubmitOperator):
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
                                    py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)))
         self.application = settings["application"]
+        self.name = settings["name"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]
         self.application_args = settings["application_args"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 from cdc_codecs import get_codec
 from cdc_codecs.archive import ArchiveLineError, format_record, object_name, parse_line
 from cdc_codecs.base import KafkaRecord, decode_record
-from cdc_codecs.errors import DecodeError
+from cdc_codecs.errors import DecodeError, EncodeError
 
 from . import storage
 from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
@@ -206,14 +206,24 @@ def write_topics_fn(
         for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
             writer = _ObjectWriter(base, topic, partition, max_records)
 
+            last = {}
+
             def fed(group=group, writer=writer):
                 for _, event in group:
                     writer.fed_events += 1
                     writer.fed_rows += event["kind"] == "row"
+                    last["event"] = event
                     yield event
 
-            for message in codec.encode(fed(), topic=topic, partition=partition):
-                writer.add(message.key, message.value, message.headers)
+            try:
+                for message in codec.encode(fed(), topic=topic, partition=partition):
+                    writer.add(message.key, message.value, message.headers)
+            except EncodeError as e:
+                event = last.get("event") or {}
+                raise EncodeError(
+                    f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
+                    f"{event.get('database')}.{event.get('table')} read at {event.get('topic')}/{event.get('partition')} "
+                    f"offset {event.get('offset')} (object {event.get('object')}): {e}") from e
             writer.flush()
             written.extend(writer.written)
             log.info("wrote %s/%d: %d records", topic, partition, writer.offset)

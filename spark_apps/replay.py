@@ -201,6 +201,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
+        F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
     ).orderBy("topic", "partition").collect()]
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
@@ -249,13 +250,23 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     target = codec_class(target_protocol)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
     output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
-    if args.emit == "topics":
-        written, table_rows = output_plan.topics(applied), None
-    else:
-        rows = applied.where(F.col("kind") == Kind.ROW)
-        if base_rows is not None:
-            rows = rows.unionByName(base_rows)
-        written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    # old values some protocols leave out (Avro), taken from the key's previous change
+    output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
+    try:
+        if args.emit == "topics":
+            written, table_rows = output_plan.topics(applied), None
+        else:
+            rows = applied.where(F.col("kind") == Kind.ROW)
+            if base_rows is not None:
+                rows = rows.unionByName(base_rows)
+            written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
+        text = str(e)
+        if "UNENCODABLE " not in text:
+            raise
+        reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
+        raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
+                          "(docs/protocols/README.md)") from None
     tagged.unpersist()
 
     manifest = manifest_mod.build(
@@ -356,6 +367,7 @@ class _OutputPlan:
         self.spark, self.args, self.schema_history, self.cut = spark, args, history, cut
         self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
         self.partitions, self.staging = partitions, staging
+        self.fill_images = False
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
@@ -493,6 +505,9 @@ class _OutputPlan:
         from spark_apps import transforms as T
 
         changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
+        if self.fill_images:
+            changes = T.fill_previous_images(changes.where(F.col("kind") == Kind.ROW)).unionByName(
+                changes.where(F.col("kind") == Kind.DDL))
         changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
             "sort_point", F.col("timeline")).withColumn(
             "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))

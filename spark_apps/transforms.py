@@ -183,6 +183,23 @@ def order_struct() -> Column:
     )
 
 
+def fill_previous_images(rows: DataFrame) -> DataFrame:
+    """Give UPDATEs without old values, and DELETEs that carry only the key (TiCDC Avro), the
+    row as it was: the previous change's new image of the same key. The first change of a key
+    in the archive has no previous image and keeps what it had."""
+    key = F.when(F.col("after").isNotNull(), row_key("after")).otherwise(row_key("before"))
+    per_key = Window.partitionBy("database", "table", "_key").orderBy(
+        "timeline", change_rank(F.col("op") == Op.DELETE), "partition", "offset", "event_index")
+    previous = F.lag("after").over(per_key)
+    filled = (
+        F.when((F.col("op") == Op.UPDATE) & F.col("before").isNull(), previous)
+        .when((F.col("op") == Op.DELETE) & previous.isNotNull()
+              & (F.size(F.coalesce("before", F.array())) < F.size(previous)), previous)
+        .otherwise(F.col("before"))
+    )
+    return rows.withColumn("_key", key).withColumn("before", filled).drop("_key")
+
+
 def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
     """Map each row event to the live table it belongs to at the cut (`final_database`,
     `final_table`, and that table's `key_aliases`), dropping events of dropped or truncated

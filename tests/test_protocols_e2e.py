@@ -47,3 +47,60 @@ def test_snapshot_and_topics_closure(spark, protocol, tmp_path):
     replay(spark, protocol, options, source, topics, emit="topics")
     replay(spark, protocol, options, topics, str(tmp_path / "again"))
     assert read_snapshot(str(tmp_path / "again"), protocol, options) == truth
+
+
+def test_avro_stream_converted_to_canal_json_gets_old_values_from_history(spark, tmp_path):
+    """Avro UPDATEs carry no old values and DELETEs only the key; canal-json needs both:
+    they come from each key's previous change."""
+    import orjson
+
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import parse_line
+    from spark_apps import storage
+
+    options = options_for("avro", tmp_path)
+    generated = generate(transactions=80, partitions=2, seed=41, protocol="avro", options=options)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source)
+    argv = ["--source", source, "--protocol", "avro", "--output", str(tmp_path / "topics"), "--emit", "topics",
+            "--target-protocol", "canal-json", "--target-option", "enable-tidb-extension=true"]
+    for key, value in options.items():
+        argv += ["--protocol-option", f"{key}={value}"]
+    manifest = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+    assert manifest["output"]["rows"] > 0
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    deletes = 0
+    for info in storage.list_objects(str(tmp_path / "topics")):
+        if info.uri.endswith(".jsonl.gz"):
+            for line in storage.iter_lines(info.uri):
+                for event in codec.decode(parse_line(line)):
+                    if event["op"] == "delete":
+                        deletes += 1
+                        assert len(event["before"]) > 1  # the whole row, not just the key
+    assert deletes > 0
+    again = str(tmp_path / "again")
+    run(ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", str(tmp_path / "topics"), "--protocol", "canal-json", "--protocol-option",
+         "enable-tidb-extension=true", "--output", again, "--emit", "snapshot",
+         "--target-option", "enable-tidb-extension=true"])), spark=spark)
+    assert read_snapshot(again) == {k: v for k, v in generated.expected.items() if v}
+
+
+def test_an_event_the_target_cannot_carry_fails_the_run_and_names_it(spark, tmp_path):
+    from spark_apps.replay import ReplayError
+
+    from .scenario import Scenario
+    from cdc_codecs import encode_records, get_codec
+
+    options = options_for("avro", tmp_path)
+    s = Scenario()
+    s.tables[("d", "t")] = {"columns": [("id", "int"), ("v", "int")], "key": ["id"], "rows": {(b"1",): {"id": b"1", "v": b"1"}}}
+    s.update("t", (1,), v=2)  # the row's insert is older than the archive: no old values anywhere
+    records = encode_records(get_codec("avro", options), s.events, topic="t", partitions=1)
+    write_archive(records, str(tmp_path / "archive"))
+    argv = ["--source", str(tmp_path / "archive"), "--protocol", "avro", "--output", str(tmp_path / "out"),
+            "--emit", "topics", "--target-protocol", "canal-json"]
+    for key, value in options.items():
+        argv += ["--protocol-option", f"{key}={value}"]
+    with pytest.raises(ReplayError, match=r"canal-json cannot encode the (update|insert) event of d\.t read at t/0 offset 0"):
+        run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)

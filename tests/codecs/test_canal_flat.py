@@ -3,7 +3,6 @@ the partition hash (codecs/dispatch.py), Java's float text and Canal's sqlType c
 
 from __future__ import annotations
 
-import decimal
 import json
 
 import numpy as np
@@ -27,14 +26,6 @@ from .. import strategies
 
 CANAL = {"flat-message-flavor": "canal"}
 
-
-@pytest.fixture(autouse=True)
-def wide_decimal_context():
-    """tests/strategies.py quantizes DECIMAL(40, x) values, beyond the default 28-digit
-    context (decimal.InvalidOperation while drawing): widen it for these tests only."""
-    with decimal.localcontext() as context:
-        context.prec = 80
-        yield
 
 
 def record(value: bytes, offset: int = 3) -> KafkaRecord:

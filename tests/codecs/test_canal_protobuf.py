@@ -5,7 +5,6 @@ round trips and a mutation fuzz test."""
 from __future__ import annotations
 
 import base64
-import decimal
 import random
 
 import pytest
@@ -87,14 +86,6 @@ def raw_packet(batch_id: int, entries: list[bytes]) -> bytes:
 
 KEEP = {"keep-original-entries": "true"}
 
-
-@pytest.fixture(autouse=True)
-def wide_decimal_context():
-    """tests/strategies.py quantizes DECIMAL(40, x) values, beyond the default 28-digit
-    context (decimal.InvalidOperation while drawing): widen it for these tests only."""
-    with decimal.localcontext() as context:
-        context.prec = 80
-        yield
 
 
 def record(value: bytes, offset: int = 11) -> KafkaRecord:

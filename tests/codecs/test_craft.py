@@ -3,7 +3,6 @@ malformed input, a mutation fuzz test, and hypothesis round trips."""
 
 from __future__ import annotations
 
-import decimal
 import random
 import struct
 
@@ -558,14 +557,6 @@ def test_non_finite_floats_use_gos_spelling_and_round_trip():
 
 
 # ----------------------------------------------------------------------------- round trips
-
-@pytest.fixture(autouse=True)
-def wide_decimal_context():
-    """tests/strategies.py quantizes DECIMAL values of up to 40 digits in the default 28-digit
-    context, which raises InvalidOperation for rare draws; widen it while drawing."""
-    with decimal.localcontext() as ctx:
-        ctx.prec = 80
-        yield
 
 
 def craft_type(mysql_type: str | None) -> str:

@@ -12,8 +12,11 @@ Each interval writes its own output, `<output>/<interval start, e.g. 20260101T00
 as a whole when the interval runs again: catchup and `airflow backfill create` replay history
 interval by interval, and re-running an interval is idempotent. `emit: topics` (or `history`) gives
 the interval's changes; `emit: snapshot` chains the intervals — each snapshot is the previous
-interval's plus this window's changes (`--base-snapshot`). An interval without archive objects is
-skipped; an interval the archive's watermarks have not passed yet fails validation (clear it later).
+interval's plus this window's changes (`--base-snapshot`). An interval without archive objects
+carries the previous interval's output forward without Spark (its snapshot, or its table schemas
+and no records), so the next interval still has what it starts from; an interval the archive's
+watermarks have not passed yet fails validation (clear it later) — an empty interval too, unless
+`require_complete` is false, since no watermark was read for it.
 
 **Configuration** — the Variable `cdc_replay_scheduled`, a JSON object with the backfill form's
 fields (`source`, `protocol`, `protocol_options`, `output` — the base of the interval outputs —,
@@ -21,7 +24,8 @@ fields (`source`, `protocol`, `protocol_options`, `output` — the base of the i
 `lateness_minutes` (default: one interval) and `require_complete` (default true); checked field by
 field by the first task. The schedule (default `@hourly`) and the first interval (default
 2026-01-01T00:00Z) come from `CDC_REPLAY_SCHEDULE` and `CDC_REPLAY_START` in the DAG processor's
-environment.
+environment; `CDC_REPLAY_CATCHUP=false` turns catchup off (history is then replayed only by
+`airflow backfill create`).
 
 Tasks: `plan` (the interval's request; refuses bad configuration), `wait_for_archive` (until
 end + lateness has passed), `stage` (select the objects with boto3, stage them, write the
@@ -43,6 +47,7 @@ ALIAS = "cdc_replay_outputs"
 VARIABLE = "cdc_replay_scheduled"
 SCHEDULE = os.environ.get("CDC_REPLAY_SCHEDULE", "@hourly")
 START = dt.datetime.fromisoformat(os.environ.get("CDC_REPLAY_START", "2026-01-01T00:00:00+00:00").replace("Z", "+00:00"))
+CATCHUP = os.environ.get("CDC_REPLAY_CATCHUP", "true").strip().lower() not in ("false", "0", "no", "off")
 
 
 @dag(
@@ -51,7 +56,7 @@ START = dt.datetime.fromisoformat(os.environ.get("CDC_REPLAY_START", "2026-01-01
     # whose runs have no interval to select objects by
     schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
     start_date=START,
-    catchup=True,
+    catchup=CATCHUP,
     max_active_runs=1,
     doc_md=__doc__,
     tags=["cdc-replay", "scheduled", "spark"],

@@ -43,6 +43,13 @@ def check_complete(manifest: dict, until: int | None) -> str:
     complete = cut.get("complete_commit_ts")
     if until is None:
         return "no window end to check"
+    if manifest.get("carried_from", False) is not False and (complete is None or complete < until):
+        raise Incomplete(
+            f"no archive object was archived in this interval's objects window, so no watermark shows that every "
+            f"change committed before its end ({until}, {ts_time(until)}) is in the archive (what is known: up to "
+            f"{complete}, {ts_time(complete)}): the carried-forward output is committed but not published. An archive "
+            "that sends watermarks has a gap here; for one that does not, where quiet intervals happen, set "
+            "require_complete to false in the Variable")
     if cut["kind"] != "commit_ts" or complete is None or complete < until:
         raise Incomplete(
             f"the archive is not complete for this window yet: its watermarks reach commit ts {complete} "

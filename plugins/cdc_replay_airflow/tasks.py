@@ -17,7 +17,14 @@ import datetime as dt
 import logging
 from typing import Any
 
-from cdc_replay_airflow.metrics import Incomplete, ValidationError, check_complete, check_manifest, run_metrics
+from cdc_replay_airflow.metrics import (
+    Incomplete,
+    ValidationError,
+    check_complete,
+    check_manifest,
+    run_metrics,
+    ts_time,
+)
 from cdc_replay_airflow.request import (
     RequestError,
     ReplayRequest,
@@ -162,7 +169,12 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     interval's objects are selected by archive time; if one folder holds exactly them the app
     reads it directly, else they are copied (server-side) below <output>/_staging/airflow/.
     Returns the plan for the replay: the app's request, its run id, and what was staged.
-    Raises LookupError when the interval has no archive object."""
+
+    An interval without archive objects still gets an output, so the chain goes on: the plan
+    then says `carry` (the previous interval's output, or None for the first interval) and the
+    replay task writes it with carry_forward() instead of running Spark. Raises LookupError
+    when there is no archive object and no commit ts window (an installed app without
+    --since/--until: nothing to carry)."""
     req = ReplayRequest.from_dict(request)
     staging = _staging(req.output)
     log.info("Listing %s (%s)", req.source, hook.describe())
@@ -185,12 +197,19 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         log.info("Archived in [%s, %s): %d archive objects (%s) — times from path partitions %d, from "
                  "LastModified %d; %d objects outside", window[0], window[1], len(chosen),
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
-        if not chosen:
-            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
         if chain_missing:
             raise Refused(chain_missing)
+        if not chosen and req.until is None:  # no commit ts window: nothing an interval could carry forward
+            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
+        carry_from = req.base_snapshot or schema_from
         direct = direct_source(chosen, listed, req.source)
-        if direct is not None:
+        if not chosen:
+            mode = "carried"
+            log.info("No archive object was archived in [%s, %s): the replay task carries %s forward (no Spark "
+                     "job), so the next interval has what it starts from", window[0], window[1],
+                     f"the snapshot of {carry_from}" if req.base_snapshot else
+                     (f"the table schemas of {carry_from}" if carry_from else "an empty output"))
+        elif direct is not None:
             read_from, mode = direct, "direct"
             log.info("The interval's objects are exactly those under %s: the replay reads them there", direct)
         else:
@@ -221,6 +240,9 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     log.info("Staged %d objects (%s) for the replay; their list is in %s", staged["objects"], _mb(staged["bytes"]),
              staged["manifest"])
     app_request = req.replace(source=read_from)
+    if mode == "carried":
+        return {"request": app_request.as_dict(), "original": request, "staged": staged,
+                "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
     if schema_from:
         schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
         if schemas:
@@ -231,6 +253,117 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                      schema_from, schema_uri)
     return {"request": app_request.as_dict(), "original": request, "staged": staged,
             "run_id": safe_run_id(dag_id, run_id)}
+
+
+def _schema_statements(hook, uri: str | None) -> list[str]:
+    """The CREATE TABLE statements a --schema file describes (as the app reads it)."""
+    if not uri:
+        return []
+    from spark_apps.ddl import SchemaHistory
+
+    return SchemaHistory(hook.read_bytes(uri).decode("utf-8")).create_statements()
+
+
+def carry_forward(hook, plan: dict) -> dict:
+    """The output of an interval without archive objects (stage's plan has `carry`), written
+    without Spark so that the next interval finds what it starts from:
+
+    * emit snapshot: the previous interval's snapshot, copied (server-side) — no change was
+      archived in the window, so the snapshot at its end is the one at its start;
+    * topics / history: no records, with the table schemas the previous interval left.
+
+    Its manifest has the app's shape: no object read, counts of 0 that reconcile, the cut at the
+    window's end (`--until`) so the next interval's `--since` matches it, the schemas, and
+    `carried_from`. What the archive is known complete up to stays the previous interval's:
+    no watermark was read, so with `require_complete` validate refuses to publish it (see
+    metrics.check_complete). The first interval carries an empty output. Like the app's
+    commit, the output prefix is replaced as a whole and the manifest is written last."""
+    import time
+
+    request = ReplayRequest.from_dict(plan["request"])
+    output = request.output.rstrip("/")
+    previous = plan["carry"].get("from")
+    window = plan["carry"].get("objects_window") or [None, None]
+    started = time.time()
+    prev = hook.read_json(f"{previous}/_manifest.json") if previous else None
+    if prev is not None and prev["output"]["emit"] != request.emit:
+        raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
+                      "intervals of one series must have one emit mode")
+    hook.delete(f"{output}/_manifest.json")  # an output without its manifest is incomplete
+    copied = []
+    if request.emit == "snapshot" and prev is not None:
+        pairs = []
+        for entry in prev["output"]["objects"]:
+            target = f"{output}/{relative(entry['uri'], previous)}"
+            pairs.append((entry["uri"], target, entry.get("bytes") or 0))
+            copied.append({**entry, "uri": target})
+        log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
+        hook.copy_all(pairs, lambda done, total, done_bytes: None)
+    keep = {entry["uri"] for entry in copied}
+    staging_root = f"{output}/_staging/"
+    stale = [o for o in hook.list_objects(output)
+             if o.uri not in keep and not o.uri.startswith(staging_root)]
+    for obj in stale:
+        hook.delete(obj.uri)
+    if stale:
+        log.info("Removed %d objects of an earlier run of this interval from %s", len(stale), output)
+
+    kafka = request.output_format == "kafka"
+    if prev is not None:
+        out = {**prev["output"], "uri": output}
+        schemas = list(prev.get("schemas") or [])
+        source_options = prev["source"]["options"]
+        complete = prev["cut"].get("complete_commit_ts")
+    else:
+        out = {"uri": output, "emit": request.emit, "format": request.output_format,
+               "protocol": (request.target_protocol or request.protocol) if kafka else None,
+               "options": dict(request.target_options) if kafka else {},
+               "topic_template": request.target_topic, "dispatcher": request.dispatcher,
+               "tables_filter": list(request.tables)}
+        schemas = _schema_statements(hook, request.schema)
+        source_options = dict(request.protocol_options)
+        complete = None
+    if request.emit == "snapshot" and prev is not None:
+        out.update(objects=copied, records=sum(e["records"] for e in copied), rows=sum(e["rows"] for e in copied))
+        tables = [{**t, **{s: 0 for s in ("applied", "duplicate", "pending", "filtered", "quarantined")},
+                   "min_commit_ts": None, "max_commit_ts": None} for t in prev["tables"]]
+    else:
+        out.update(objects=[], records=0, rows=0, topics=[], nulled=0)
+        tables = []
+    note = (f"no archive object was archived in [{window[0]}, {window[1]}): "
+            + (f"carried forward from {previous}" if previous else "an empty output"))
+    until = request.until
+    finished = time.time()
+    manifest = {
+        "run_id": plan["run_id"],
+        "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
+        "duration_s": round(finished - started, 1),
+        "source": {"uri": request.source, "protocol": request.protocol, "options": source_options,
+                   "objects": 0, "bytes": 0},
+        "output": out,
+        "window": {"since": request.since, "until": until,
+                   "base_snapshot": previous if request.emit == "snapshot" else None,
+                   "base_cut": prev["cut"]["commit_ts"] if prev is not None and request.emit == "snapshot" else None},
+        "schemas": schemas,
+        "cut": {"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
+                "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}",
+                "warnings": [note]},
+        "partitions": [],
+        "counts": {"records": 0, "read": 0, "applied": 0, "duplicate": 0, "pending": 0, "filtered": 0,
+                   "quarantined": 0, "reconciled": True},
+        "commit_ts_range": [None, None],
+        "tables": tables,
+        "ddl": [],
+        "quarantine": {"location": f"{output}/_quarantine", "records": 0, "objects": [], "ddl": []},
+        "schema_conflicts": [],
+        "warnings": [note],
+        "carried_from": previous,
+    }
+    hook.write_json(f"{output}/_manifest.json", manifest)
+    log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,
+             f"{out['records']:,}", f"{out['rows']:,}", len(schemas), ts_time(until), note)
+    return manifest
 
 
 def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None, None),

@@ -192,6 +192,14 @@ class ArchiveHook(BaseHook):
                 return False
         return os.path.exists(uri)
 
+    def delete(self, uri: str) -> None:
+        """Delete one object (nothing happens when it does not exist)."""
+        if uri.startswith("s3://"):
+            bucket, key = _split(uri)
+            self.get_conn().delete_object(Bucket=bucket, Key=key)
+        elif os.path.isfile(uri):
+            os.remove(uri)
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object below `prefix`; returns how many."""
         prefix = prefix.rstrip("/")

@@ -124,6 +124,13 @@ class ReplayOperator(SparkSubmitOperator):
         return request, self._hook
 
     def execute(self, context: Any) -> dict:
+        if self.plan.get("carry") is not None:  # no archive object in the interval: no Spark job
+            from cdc_replay_airflow.hooks.archive import ArchiveHook
+            from cdc_replay_airflow.tasks import carry_forward
+
+            manifest = carry_forward(ArchiveHook(self.aws_conn_id), self.plan)
+            return {"run_id": self.plan["run_id"], "output": manifest["output"]["uri"], "master": None,
+                    "quarantine_over_limit": False, "carried_from": manifest["carried_from"]}
         request, hook = self.prepare()
         run_id = self.plan["run_id"]
         self.log.info("Replaying %s [%s] -> %s (%s) on Spark master %s; S3 through %s", request.source,

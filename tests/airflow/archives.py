@@ -136,6 +136,23 @@ def write_hourly_archive(prefix: str, *, hours: tuple = (0, 1), tail_hour: int |
                          {h: len(r) for h, r in by_hour.items()}, splits, tuple(hours))
 
 
+def topic_changes(output: str) -> list[tuple]:
+    """(commit ts, table, op, id) of every row event in a topics output, decoded (sorted, repeats kept)."""
+    from cdc_codecs.archive import is_archive_object, parse_line
+
+    codec = get_codec("canal-json", OPTIONS)
+    out = []
+    for info in storage.list_objects(output):
+        if is_archive_object(storage.relative(info.uri, output)):
+            for line in storage.iter_lines(info.uri):
+                for e in codec.decode(parse_line(line)):
+                    if e["kind"] == "row":
+                        image = e["after"] or e["before"]
+                        out.append((e["commit_ts"], e["table"], e["op"],
+                                    next(c["value"] for c in image if c["name"] == "id")))
+    return sorted(out)
+
+
 def write_two_hour_archive(prefix: str, *, transactions: int = 160, partitions: int = 2, seed: int = 11,
                            corrupt_in_hour_2: int = 0, records_per_object: int = 60) -> HourlyArchive:
     return write_hourly_archive(prefix, hours=(0, 1), tail_hour=2, transactions=transactions, partitions=partitions,

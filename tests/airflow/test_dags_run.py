@@ -11,8 +11,9 @@ import pytest
 
 from spark_apps import storage
 
+from .archives import topic_changes as _changes
 from .archives import write_two_hour_archive
-from .conftest import run_airflow, task_logs
+from .conftest import FAST_SPARK, run_airflow, task_logs
 
 pytestmark = pytest.mark.airflow
 
@@ -55,24 +56,6 @@ def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home,
     states = _task_states(airflow_home, "cdc_replay_backfill", run_id)
     assert states["check"] == "failed" and states["stage"] == "upstream_failed" and states["replay"] == "upstream_failed"
     assert storage.list_objects(bucket) == []
-
-
-def _changes(output: str) -> list[tuple]:
-    """(commit ts, table, op, id) of every row event in a topics output, decoded."""
-    from cdc_codecs import get_codec
-    from cdc_codecs.archive import is_archive_object, parse_line
-
-    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
-    out = []
-    for info in storage.list_objects(output):
-        if is_archive_object(storage.relative(info.uri, output)):
-            for line in storage.iter_lines(info.uri):
-                for e in codec.decode(parse_line(line)):
-                    if e["kind"] == "row":
-                        image = e["after"] or e["before"]
-                        out.append((e["commit_ts"], e["table"], e["op"],
-                                    next(c["value"] for c in image if c["name"] == "id")))
-    return sorted(out)
 
 
 def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint):
@@ -146,3 +129,79 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
 
     everything = text + text2 + third.stdout + third.stderr + task_logs(airflow_home)
     assert aws_secrets.secret not in everything and aws_secrets.key_id not in everything
+
+
+@pytest.fixture
+def own_airflow_home(tmp_path_factory, s3_endpoint, aws_secrets):
+    """A migrated AIRFLOW_HOME (SQLite) of its own: the scheduled DAG's runs of other tests (same
+    logical dates) must not be its previous runs."""
+    from spark_apps import airflow_local as al
+
+    home = str(tmp_path_factory.mktemp("airflow-home-chain"))
+    al.write_config(home)
+    al.migrate(al.environment(home))
+
+    def make(**extra) -> dict:
+        env = al.environment(home, aws=al.aws_connection(s3_endpoint, aws_secrets.key_id, aws_secrets.secret),
+                             extra={**FAST_SPARK, **extra})
+        for key in [k for k in env if k.startswith("AWS_")]:
+            del env[key]
+        return env
+
+    return home, make
+
+
+def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
+    """emit snapshot, hourly, lateness 0, over an archive with changes archived in hours 00 and 02
+    and nothing in hour 01. [00:00, 01:00) is the first interval (the history from the archive's
+    start); [01:00, 02:00) has no object and carries that snapshot forward without Spark, its cut
+    moved to its end; [02:00, 03:00) is the app run with `--base-snapshot` = the carried output
+    and `--since` = its cut. Each snapshot equals the state at its interval's end, the last one
+    the generator's own final state."""
+    from spark_apps.demo import read_snapshot
+
+    from ..reference import reference_state
+    from .archives import hour_tso, write_hourly_archive
+
+    home, make_env = own_airflow_home
+    storage.ensure_bucket("s3://chain-archive")
+    storage.ensure_bucket("s3://chain-lake")
+    archive = write_hourly_archive("s3://chain-archive/tidb/shop", hours=(0, 2), tail_hour=None)
+    assert archive.objects[1] == [] and archive.objects[0] and archive.objects[2]
+    base = "s3://chain-lake/replay/shop-snapshot"
+    config = {"source": "s3://chain-archive/tidb/shop", "protocol": "canal-json",
+              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "snapshot",
+              "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 0,
+              # no watermark is read for an empty interval: completeness cannot be shown for it
+              "lateness_minutes": 0, "require_complete": False}
+    env = make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+    outputs = {hour: f"{base}/20260101T0{hour}0000Z" for hour in (0, 1, 2)}
+    texts = {}
+    for hour in (0, 1, 2):  # a manual run at the interval's end replays the interval before it
+        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env)
+        texts[hour] = result.stdout + result.stderr
+        assert result.returncode == 0, texts[hour][-5000:]
+        states = _task_states(home, "cdc_replay_scheduled", _run_id(texts[hour]))
+        assert set(states.values()) == {"success"}, states
+    manifests = {hour: json.loads(storage.read_bytes(f"{outputs[hour]}/_manifest.json")) for hour in (0, 1, 2)}
+
+    state_at = {hour: reference_state(archive.shifted(), hour_tso(hour + 1) - 1) for hour in (0, 1, 2)}
+    assert state_at[0] and state_at[0] != state_at[2]
+    # hour 00: the first interval, no base
+    assert manifests[0]["window"]["since"] is None and manifests[0]["window"]["base_snapshot"] is None
+    assert manifests[0]["cut"]["commit_ts"] == hour_tso(1) - 1
+    assert read_snapshot(outputs[0]) == state_at[0]
+    # hour 01: nothing archived; the snapshot carried forward, no Spark job
+    assert "reading and decoding" not in texts[1] and "carries the snapshot of" in texts[1]
+    assert manifests[1]["carried_from"] == outputs[0] and manifests[1]["source"]["objects"] == 0
+    assert manifests[1]["cut"]["commit_ts"] == hour_tso(2) - 1
+    assert read_snapshot(outputs[1]) == state_at[0] == state_at[1]
+    # hour 02: the app on top of the carried snapshot
+    assert "reading and decoding" in texts[2]
+    assert manifests[2]["window"]["base_snapshot"] == outputs[1]
+    assert manifests[2]["window"]["since"] == manifests[2]["window"]["base_cut"] == hour_tso(2) - 1
+    assert manifests[2]["cut"]["commit_ts"] == hour_tso(3) - 1
+    assert manifests[2]["counts"]["reconciled"] and manifests[2]["counts"]["quarantined"] == 0
+    last = read_snapshot(outputs[2])
+    assert last == state_at[2]
+    assert last == {k: v for k, v in archive.generated.final.items() if v}  # the generator's own state

@@ -76,7 +76,8 @@ def postgres_db():
 
 @pytest.fixture(scope="module")
 def stack(postgres_db, s3_endpoint, aws_secrets, tmp_path_factory):
-    """api-server + scheduler + dag-processor on the fresh database; yields (Api with a token, home)."""
+    """api-server + scheduler + dag-processor on the fresh database; yields (Api with a token, home,
+    the environment of `airflow` commands on it)."""
     home = str(tmp_path_factory.mktemp("airflow-stack"))
     al.write_config(home, sql_alchemy_conn=postgres_db)
     password = secrets.token_urlsafe(12)
@@ -96,6 +97,8 @@ def stack(postgres_db, s3_endpoint, aws_secrets, tmp_path_factory):
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        # history is replayed by `airflow backfill create` here: no catchup runs from 2026-01-01 on
+        "CDC_REPLAY_CATCHUP": "false",
     })
     for key in [k for k in env if k.startswith("AWS_")]:
         del env[key]
@@ -115,7 +118,7 @@ def stack(postgres_db, s3_endpoint, aws_secrets, tmp_path_factory):
         status, body = api.request("POST", "/auth/token", {"username": "admin", "password": password}, token=None)
         assert status in (200, 201), body
         api.token = body["access_token"]
-        yield api, home
+        yield api, home, env
     finally:
         for process, log in processes:  # SIGTERM each component, then wait
             if process.poll() is None:
@@ -142,7 +145,7 @@ def _wait(predicate, timeout: float, what: str, interval: float = 2.0):
 @pytest.fixture(scope="module")
 def triggered_run(stack, s3_endpoint):
     """The backfill DAG triggered through the REST API and finished."""
-    api, home = stack
+    api, home, _env = stack
     storage.ensure_bucket("s3://stack-archive")
     storage.ensure_bucket("s3://stack-lake")
     generated = generate(transactions=150, partitions=2, seed=3, bad_values=1)
@@ -175,7 +178,7 @@ def triggered_run(stack, s3_endpoint):
 
 
 def test_rest_triggered_run_succeeds_and_the_page_shows_it(stack, triggered_run, aws_secrets):
-    api, home = stack
+    api, home, _env = stack
     run, _generated = triggered_run
     tis = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1/taskInstances")[1]
     assert {t["task_id"]: t["state"] for t in tis["task_instances"]} == {
@@ -208,7 +211,7 @@ def test_rest_triggered_run_succeeds_and_the_page_shows_it(stack, triggered_run,
 
 def test_screenshot_of_the_monitoring_page(stack, triggered_run):
     binary = require_tool(CHROMIUM, "chromium")
-    api, _home = stack
+    api, _home, _env = stack
     os.makedirs(ARTIFACTS, exist_ok=True)
     browser = Chromium(binary)
     try:
@@ -226,3 +229,111 @@ def test_screenshot_of_the_monitoring_page(stack, triggered_run):
             print(f"screenshot inside the UI not taken: {e}")
     finally:
         browser.close()
+
+
+def _backfill_runs(api) -> dict:
+    """The scheduled DAG's backfill runs by data interval start."""
+    status, body = api.request("GET", "/api/v2/dags/cdc_replay_scheduled/dagRuns?limit=100")
+    assert status == 200, body
+    return {r["data_interval_start"][:19]: r for r in body["dag_runs"] if r["run_type"] == "backfill"}
+
+
+def _wait_for_backfill(api, home, backfill_id: int, hours: list[str], after: str | None = None,
+                       complete: bool = True) -> dict:
+    """Every run of the backfill finished (all must succeed), and (`complete`) the backfill marked
+    complete: only one backfill of a DAG may be active at a time."""
+    def finished():
+        runs = _backfill_runs(api)
+        if set(runs) >= set(hours) and all(runs[h]["state"] in ("success", "failed") and runs[h]["end_date"]
+                                           and (after is None or runs[h]["end_date"] > after) for h in hours):
+            return runs
+        if any(runs.get(h, {}).get("state") == "failed" for h in hours):
+            return runs
+        return None
+
+    runs = _wait(finished, 420, "the backfill's runs to finish", interval=3)
+    failed = {h: r["dag_run_id"] for h, r in runs.items() if h in hours and r["state"] != "success"}
+    if failed:
+        detail = {h: {t["task_id"]: t["state"] for t in api.request(
+            "GET", f"/api/v2/dags/cdc_replay_scheduled/dagRuns/{run_id}/taskInstances")[1]["task_instances"]}
+            for h, run_id in failed.items()}
+        pytest.fail(f"backfill runs failed: {detail}; see {home}/scheduler.log and {home}/logs")
+    if complete:
+        _wait(lambda: api.request("GET", f"/api/v2/backfills/{backfill_id}")[1].get("completed_at"), 60,
+              "the scheduler to mark the backfill complete")
+    return runs
+
+
+def test_airflow_backfill_replays_history_interval_by_interval(stack, s3_endpoint):
+    """`airflow backfill create` (the CLI, max active runs 1) over three hourly intervals of an
+    archive whose changes were archived in hours 00 and 02 and nothing in hour 01 (lateness 0): the
+    scheduler runs the scheduled DAG once per interval, one after the other. [01:00, 02:00) has no
+    object and carries the table schemas forward without Spark; [02:00, 03:00) starts from them.
+    Across the interval outputs every change of the history appears exactly once. A second
+    backfill over the same range through the REST API (POST /api/v2/backfills, reprocess
+    completed) runs the same runs again and replaces each output as a whole: same changes, once,
+    no object added."""
+    from cdc_replay_airflow.request import safe_run_id
+
+    from .archives import topic_changes, write_hourly_archive
+
+    api, home, env = stack
+    storage.ensure_bucket("s3://backfill-archive")
+    storage.ensure_bucket("s3://backfill-lake")
+    archive = write_hourly_archive("s3://backfill-archive/tidb/shop", hours=(0, 2), tail_hour=None)
+    assert archive.objects[0] and not archive.objects[1] and archive.objects[2]
+    base = "s3://backfill-lake/replay/shop-topics"
+    config = {"source": "s3://backfill-archive/tidb/shop", "protocol": "canal-json",
+              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "topics",
+              "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 0,
+              # an empty interval reads no watermark: it is published only without require_complete
+              "lateness_minutes": 0, "require_complete": False}
+    status, body = api.request("POST", "/api/v2/variables", {"key": "cdc_replay_scheduled", "value": json.dumps(config)})
+    assert status in (200, 201), body
+    _wait(lambda: api.request("GET", "/api/v2/dags/cdc_replay_scheduled")[0] == 200, 120, "the DAG to be parsed")
+    status, body = api.request("PATCH", "/api/v2/dags/cdc_replay_scheduled", {"is_paused": False})
+    assert status == 200, body
+
+    hours = ["2026-01-01T00:00:00", "2026-01-01T01:00:00", "2026-01-01T02:00:00"]
+    created = subprocess.run([al.AIRFLOW, "backfill", "create", "--dag-id", "cdc_replay_scheduled",
+                              "--from-date", "2026-01-01T00:00:00+00:00", "--to-date", "2026-01-01T02:00:00+00:00",
+                              "--max-active-runs", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+    status, body = api.request("GET", "/api/v2/backfills?dag_id=cdc_replay_scheduled")
+    assert status == 200 and len(body["backfills"]) == 1, body
+    first = body["backfills"][0]
+    assert first["max_active_runs"] == 1
+    runs = _wait_for_backfill(api, home, first["id"], hours)
+    for earlier, later in zip(hours, hours[1:]):  # one at a time, in order
+        assert runs[earlier]["end_date"] <= runs[later]["start_date"]
+
+    outputs = [f"{base}/{h.replace('-', '').replace(':', '')}Z" for h in hours]
+    manifests = [json.loads(storage.read_bytes(f"{output}/_manifest.json")) for output in outputs]
+    changes = [topic_changes(output) for output in outputs]
+    for i, h in enumerate(hours):
+        assert manifests[i]["run_id"] == safe_run_id("cdc_replay_scheduled", runs[h]["dag_run_id"])
+        assert changes[i] == archive.changes(i)
+    assert changes[1] == [] and manifests[1]["carried_from"] == outputs[0]
+    assert manifests[1]["schemas"] == manifests[0]["schemas"] and manifests[0]["schemas"]
+    everything = sorted(c for i in range(3) for c in changes[i])
+    assert len(everything) == archive.generated.stats["row_events"]  # every change of the history ...
+    assert everything == sorted(c for i in range(3) for c in archive.changes(i))  # ... exactly once
+    logs = "".join(open(os.path.join(root, f), errors="replace").read()
+                   for root, _d, files in os.walk(os.path.join(home, "logs")) for f in files)
+    # the interval after the empty one started from the schemas it carried forward
+    assert f"as the previous interval left them ({outputs[1]})" in logs
+    objects_before = [sorted(o.uri for o in storage.list_objects(output)) for output in outputs]
+
+    # the same backfill again, through the REST API: every interval replayed and replaced
+    status, body = api.request("POST", "/api/v2/backfills", {
+        "dag_id": "cdc_replay_scheduled", "from_date": "2026-01-01T00:00:00Z", "to_date": "2026-01-01T02:00:00Z",
+        "max_active_runs": 1, "reprocess_behavior": "completed"})
+    assert status in (200, 201) and body["reprocess_behavior"] == "completed", body
+    last_end = max(r["end_date"] for r in runs.values())
+    rerun = _wait_for_backfill(api, home, body["id"], hours, after=last_end, complete=False)
+    for i, h in enumerate(hours):
+        assert rerun[h]["dag_run_id"] == runs[h]["dag_run_id"]  # the same runs, cleared and run again
+        again = json.loads(storage.read_bytes(f"{outputs[i]}/_manifest.json"))
+        assert again["finished_at"] > manifests[i]["finished_at"]  # a new output ...
+        assert topic_changes(outputs[i]) == changes[i]  # ... with the same changes, once
+        assert sorted(o.uri for o in storage.list_objects(outputs[i])) == objects_before[i]

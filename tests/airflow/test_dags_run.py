@@ -65,7 +65,7 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     the watermarks in hour 01's objects pass 01:00). Hour 01's objects include a corrupt record
     (limit 0): the output is committed for inspection but validate fails loudly and nothing is
     published; leftovers of an earlier run in that output are replaced. An interval without
-    objects is skipped."""
+    objects after it has nothing to carry forward (hour 01 was not published): refused."""
     storage.ensure_bucket("s3://sched-archive")
     storage.ensure_bucket("s3://sched-lake")
     archive = write_two_hour_archive("s3://sched-archive/tidb/shop", corrupt_in_hour_2=1)
@@ -121,11 +121,15 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     failed = _xcom(airflow_home, "cdc_replay_scheduled", run_id2, "validate", "cdc_replay_metrics")
     assert failed["status"] == "failed validation" and "max_bad_records=0" in failed["error"]
 
-    # an interval without archive objects is skipped
+    # an interval without archive objects whose previous interval has no published output has
+    # nothing to carry forward: refused, naming the missing output (tests/airflow/test_carry.py and
+    # test_scheduled_snapshots_chain_across_an_empty_interval carry one forward)
     third = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T05:00:00+00:00"], env)
-    assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
-    states3 = _task_states(airflow_home, "cdc_replay_scheduled", _run_id(third.stdout + third.stderr))
-    assert states3["plan"] == "success" and states3["stage"] == "skipped" and states3["replay"] == "skipped"
+    text3 = third.stdout + third.stderr
+    assert third.returncode != 0
+    assert "the output of the interval ending at 2026-01-01T04:00:00+00:00" in text3
+    states3 = _task_states(airflow_home, "cdc_replay_scheduled", _run_id(text3))
+    assert states3["plan"] == "success" and states3["stage"] == "failed" and states3["replay"] == "upstream_failed"
 
     everything = text + text2 + third.stdout + third.stderr + task_logs(airflow_home)
     assert aws_secrets.secret not in everything and aws_secrets.key_id not in everything

@@ -3,7 +3,9 @@
 DAG is triggered through the REST API (a bad form value is refused there, naming the field), runs
 spark-submit in local mode against the loopback S3 server, and the monitoring page answers 200
 with a token (401 without one) and shows the run; headless Chromium takes its screenshot, kept
-as artifacts/airflow/monitoring-page.png."""
+as artifacts/airflow/monitoring-page.png. On the same servers, `airflow backfill create` replays
+the scheduled DAG's history interval by interval, and a second backfill (REST API, reprocess
+completed) replaces the outputs."""
 
 from __future__ import annotations
 

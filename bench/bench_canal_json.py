@@ -7,7 +7,11 @@ Decode, on a cached DataFrame of the same N Kafka record values (so storage is n
     without canonical values, binary recovery, DDL or watermark handling;
   * baseline: a row-at-a-time Python UDF (orjson.loads per row returning a struct).
 Full replay: `spark_apps.replay.run` on an archive of N events (read, decode, dedupe, order,
-DDL, snapshot, write) from a local directory, events/s = events read / wall time.
+DDL, snapshot, write) from a local directory, events/s = events read / wall time; beside it,
+on the same archive, a plain Spark SQL "last row per key" job (Spark's JSON reader and
+`from_json`, then the same with a row-at-a-time Python UDF parser) — floors without the cut,
+DDL history, typed values or quarantine. Sizes grow one archive (the 4M archive contains the
+1M one), so the rows of the table are comparable.
 
     .venv/bin/python bench/bench_canal_json.py --events 200000 [--replay-sizes 1000000,4000000]
 
@@ -17,6 +21,7 @@ Prints a Markdown table; RESULTS.md records the figures with machine and date.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shutil
@@ -114,29 +119,35 @@ def bench_decode(spark, archive: str) -> list[tuple[str, float, int]]:
     return results
 
 
-def write_history(events: int, source: str, chunk: int = 100_000) -> int:
-    """Write an archive of about `events` events in independent chunks (one topic and
-    database each), so memory stays bounded; returns the records written."""
+def _write_chunk(job: tuple[int, int, str]) -> int:
     from spark_apps.generate import generate, write_archive
 
-    records = 0
-    for i, start in enumerate(range(0, events, chunk)):
-        size = min(chunk, events - start)
-        generated = generate(transactions=max(1, int(size / 2.4)), partitions=4, seed=100 + i,
-                             duplicate_rate=0.02, topic=f"shop{i}", database=f"shop{i}")
-        write_archive(generated.records, source, records_per_object=50_000)
-        records += len(generated.records)
-        del generated
-    return records
+    i, size, source = job
+    generated = generate(transactions=max(1, int(size / 2.4)), partitions=4, seed=100 + i,
+                         duplicate_rate=0.02, topic=f"shop{i}", database=f"shop{i}")
+    write_archive(generated.records, source, records_per_object=50_000)
+    return len(generated.records)
 
 
-def bench_replay(spark, events, workdir) -> tuple[float, dict]:
+def write_history(events: int, source: str, chunk: int = 100_000, *, first_event: int = 0) -> int:
+    """Write events `first_event`..`events` of a deterministic archive in independent chunks
+    (one topic and database each, generated in parallel processes so memory stays bounded);
+    a larger size extends a smaller one. Returns the records written."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(i, min(chunk, events - start), source)
+            for i, start in enumerate(range(0, events, chunk)) if start >= first_event]
+    # spawned, not forked: the parent holds a running Spark JVM gateway
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return sum(pool.map(_write_chunk, jobs))
+
+
+def bench_replay(spark, source, workdir) -> tuple[float, dict]:
     from spark_apps.options import ReplayArgs, parser
     from spark_apps.replay import run
 
-    source = os.path.join(workdir, "archive")
     output = os.path.join(workdir, "snapshot")
-    write_history(events, source)
     import gc
 
     gc.collect()
@@ -145,13 +156,63 @@ def bench_replay(spark, events, workdir) -> tuple[float, dict]:
         "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]))
     started = time.perf_counter()
     manifest = run(args, spark=spark)
-    return time.perf_counter() - started, manifest
+    seconds = time.perf_counter() - started
+    shutil.rmtree(output, ignore_errors=True)
+    return seconds, manifest
+
+
+def bench_naive_replay(spark, source, workdir, parser_kind: str) -> float:
+    """Baseline full replay in plain Spark SQL over the same archive: Spark's JSON reader for
+    the archive lines, the values parsed by `from_json` (native) or a row-at-a-time Python UDF,
+    rows exploded, the last image per key by (commitTs, partition, offset, row), deletes
+    dropped, one Parquet write. It has no watermark cut, DDL history, typed values, binary
+    recovery, quarantine or manifest: a floor for what a replay of these records costs."""
+    import orjson
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    message = T.StructType([
+        T.StructField("database", T.StringType()), T.StructField("table", T.StringType()),
+        T.StructField("pkNames", T.ArrayType(T.StringType())), T.StructField("isDdl", T.BooleanType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("data", T.ArrayType(T.MapType(T.StringType(), T.StringType()))),
+        T.StructField("_tidb", T.StructType([T.StructField("commitTs", T.LongType())])),
+    ])
+    lines = (spark.read.schema("topic string, partition int, offset long, value string")
+             .option("recursiveFileLookup", "true").option("pathGlobFilter", "*.jsonl.gz").json(source))
+    raw = F.unbase64("value")
+    if parser_kind == "native":
+        parsed = F.from_json(raw.cast("string"), message)
+    else:
+        @F.udf(message)
+        def parse(value):
+            doc = orjson.loads(value)
+            return {k: doc.get(k) for k in ("database", "table", "pkNames", "isDdl", "type", "data", "_tidb")}
+
+        parsed = parse(raw)
+    rows = (lines.select("topic", "partition", "offset", parsed.alias("m"))
+            .where(F.col("m.type").isin("INSERT", "UPDATE", "DELETE") & ~F.col("m.isDdl"))
+            .select("topic", "partition", "offset", "m.*", F.posexplode("m.data").alias("row", "image"))
+            .withColumn("key", F.to_json(F.transform("pkNames", lambda k: F.col("image")[k]))))
+    latest = Window.partitionBy("database", "table", "key").orderBy(
+        F.col("_tidb.commitTs").desc(), F.col("partition").desc(), F.col("offset").desc(), F.col("row").desc())
+    live = (rows.withColumn("n", F.row_number().over(latest)).where((F.col("n") == 1) & (F.col("type") != "DELETE"))
+            .select("database", "table", "key", F.to_json("image").alias("row")))
+    output = os.path.join(workdir, f"naive-{parser_kind}")
+    started = time.perf_counter()
+    live.write.mode("overwrite").parquet(output)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(output, ignore_errors=True)
+    return seconds
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=200_000, help="events for the decode comparison")
     ap.add_argument("--replay-sizes", default="200000", help="comma-separated event counts for full replays")
+    ap.add_argument("--baselines", default="native,udf", help="full-replay baselines to run: native,udf")
+    ap.add_argument("--skip-decode", action="store_true", help="only the full replays")
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
 
@@ -161,26 +222,41 @@ def main() -> int:
                                                              "spark.sql.shuffle.partitions=16"])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"Spark {spark.version}, master {args.master}; {time.strftime('%Y-%m-%d')}")
-    workdir = tempfile.mkdtemp(prefix="cdc-bench-decode-")
-    try:
-        write_history(args.events, workdir)
-        print("\ndecode of the same canal-json records, cached in Spark (no storage I/O):\n")
-        print("| decoder | seconds | events/s |\n|---|---:|---:|")
-        for label, seconds, n in bench_decode(spark, workdir):
-            print(f"| {label} | {seconds:.1f} | {n / seconds:,.0f} |", flush=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    print("\nfull replay (local archive -> snapshot archive):\n")
-    print("| events | records read | seconds | events/s |\n|---:|---:|---:|---:|")
-    for size in [int(s) for s in args.replay_sizes.split(",") if s]:
-        workdir = tempfile.mkdtemp(prefix="cdc-bench-")
+    if not args.skip_decode:
+        workdir = tempfile.mkdtemp(prefix="cdc-bench-decode-")
         try:
-            seconds, manifest = bench_replay(spark, size, workdir)
+            write_history(args.events, workdir)
+            print("\ndecode of the same canal-json records, cached in Spark (no storage I/O):\n")
+            print("| decoder | seconds | events/s |\n|---|---:|---:|")
+            for label, seconds, n in bench_decode(spark, workdir):
+                print(f"| {label} | {seconds:.1f} | {n / seconds:,.0f} |", flush=True)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        read = manifest["counts"]["read"]
-        print(f"| {size:,} | {manifest['counts']['records']:,} | {seconds:.1f} | {read / seconds:,.0f} |")
+
+    print("\nfull replay (local archive -> snapshot), each size beside plain-Spark baselines on the same archive:\n")
+    print("| events | records read | replay | seconds | events/s |\n|---:|---:|---|---:|---:|")
+    workdir = tempfile.mkdtemp(prefix="cdc-bench-")
+    source = os.path.join(workdir, "archive")
+    written = 0
+    sizes = sorted(int(s) for s in args.replay_sizes.split(",") if s)
+    chunk = min(100_000, math.gcd(*sizes))  # every size a whole number of chunks: larger archives extend smaller
+    try:
+        for size in sizes:
+            started = time.perf_counter()
+            write_history(size, source, chunk, first_event=written)
+            print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->", flush=True)
+            written = size
+            seconds, manifest = bench_replay(spark, source, workdir)
+            read, records = manifest["counts"]["read"], manifest["counts"]["records"]
+            print(f"| {size:,} | {records:,} | cdc-replay (`replay.run`, snapshot) | {seconds:.1f} | "
+                  f"{read / seconds:,.0f} |", flush=True)
+            for kind, label in (("native", "baseline: plain Spark SQL, `from_json`, last row per key"),
+                                ("udf", "baseline: the same with a row-at-a-time Python UDF parser")):
+                if kind in args.baselines.split(","):
+                    seconds = bench_naive_replay(spark, source, workdir, kind)
+                    print(f"| {size:,} | {records:,} | {label} | {seconds:.1f} | {read / seconds:,.0f} |", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     spark.stop()
     return 0
 

@@ -101,8 +101,9 @@ if CAPS.accepts("--require-schema"):
                                                  "messages carry)", section="Source")
 if CAPS.accepts("--schema"):
     PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
-                             description="SQL file (s3:// or local) with CREATE TABLE statements for tables created "
-                                         "before the archive starts", section="Source")
+                             description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
+                                         "created before the archive starts, a TiCDC storage-sink schema file, or "
+                                         "a prefix holding both (e.g. the storage sink's root)", section="Source")
 
 
 @dag(

@@ -483,19 +483,8 @@ def schema_conflicts(history: SchemaHistory, shapes: list[dict], limit: int = 50
                 conflicts.append(f"{database}.{table}: {shape['events']} row events near point {list(point)} "
                                  "but the DDL history has no such table then")
                 break
-            want = dict(expected)
-            missing, extra = sorted(set(want) - set(carried)), sorted(set(carried) - set(want))
-            retyped = sorted(
-                name for name in set(want) & set(carried)
-                if carried[name] and want[name] and _type_key(carried[name]) != _type_key(want[name]))
-            if missing or extra or retyped:
-                parts = []
-                if missing:
-                    parts.append(f"missing {', '.join(missing)}")
-                if extra:
-                    parts.append(f"unexpected {', '.join(extra)}")
-                if retyped:
-                    parts.append("types differ for " + ", ".join(f"{n} ({carried[n]} vs {want[n]})" for n in retyped))
+            parts = column_differences(dict(expected), carried)
+            if parts:
                 conflicts.append(f"{database}.{table}: {shape['events']} row events at points {list(shape['first'])}"
                                  f"..{list(shape['last'])} carry columns that disagree with the DDL history: "
                                  + "; ".join(parts))
@@ -504,6 +493,22 @@ def schema_conflicts(history: SchemaHistory, shapes: list[dict], limit: int = 50
             conflicts.append("... (more conflicts not listed)")
             break
     return conflicts
+
+
+def column_differences(want: dict[str, str], carried: dict[str, str]) -> list[str]:
+    """What a carried column set (lower-case name -> type text) lacks, adds or types
+    differently (base type and signedness) compared with the DDL history's; empty if it agrees."""
+    missing, extra = sorted(set(want) - set(carried)), sorted(set(carried) - set(want))
+    retyped = sorted(name for name in set(want) & set(carried)
+                     if carried[name] and want[name] and _type_key(carried[name]) != _type_key(want[name]))
+    parts = []
+    if missing:
+        parts.append(f"missing {', '.join(missing)}")
+    if extra:
+        parts.append(f"unexpected {', '.join(extra)}")
+    if retyped:
+        parts.append("types differ for " + ", ".join(f"{n} ({carried[n]} vs {want[n]})" for n in retyped))
+    return parts
 
 
 def _type_key(type_text: str) -> tuple:

@@ -55,8 +55,13 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--tables", metavar="db.table,...",
                       help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive")
     what.add_argument("--schema", metavar="URI",
-                      help="SQL file (local or s3://) with CREATE TABLE statements (and USE db;) describing "
-                           "tables as they were before the archive starts; DDL in the archive is applied on top")
+                      help="starting schemas, local or s3://: a SQL file of CREATE TABLE statements (USE db; "
+                           "allowed), a TiCDC storage-sink table schema file (schema_<version>_<crc>.json), or a "
+                           "prefix holding any number of both (e.g. a storage sink's root: *.sql and "
+                           "meta/schema_*.json are read, other objects ignored). They describe tables as they were "
+                           "before the archive starts (a table's earliest schema file); DDL in the archive is "
+                           "applied on top, and every schema file version is cross-checked with the DDL history "
+                           "(disagreements listed in the manifest's schema_conflicts)")
     what.add_argument("--require-schema", action="store_true",
                       help="quarantine row events of tables that neither the archive's DDL, --schema nor "
                            "--base-snapshot describes (default: read them with the schema the messages carry)")

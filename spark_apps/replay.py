@@ -24,7 +24,7 @@ from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import storage  # noqa: E402
+from spark_apps import schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -63,11 +63,11 @@ def build_session(master: str, app_name: str, conf: list[str]):
     return builder.getOrCreate()
 
 
-def _read_text(uri: str, what: str) -> str:
+def _starting_schemas(uri: str) -> schema_files.StartingSchemas:
     try:
-        return storage.read_bytes(storage.normalize(uri)).decode("utf-8")
-    except Exception as e:  # missing file, S3 error
-        raise ReplayError(f"{what} {uri}: cannot read it ({type(e).__name__}: {e})") from e
+        return schema_files.load(uri)
+    except schema_files.SchemaFileError as e:
+        raise ReplayError(f"--schema {e}") from e
 
 
 def _base_manifest(args: ReplayArgs) -> dict | None:
@@ -130,8 +130,9 @@ def validate(args: ReplayArgs) -> tuple:
     if args.since is not None and args.upper is not None and args.upper <= args.since:
         raise ReplayError(f"the window is empty: --since {args.since} is not below --until/--as-of {args.upper}")
     if args.schema:
+        starting = _starting_schemas(args.schema)
         try:
-            SchemaHistory(_read_text(args.schema, "--schema"))
+            SchemaHistory(starting.initial_sql())
         except DDLError as e:
             raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options, base
@@ -222,7 +223,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, "_quarantine")
-    initial = "\n".join([_read_text(args.schema, "--schema") if args.schema else "",
+    starting = _starting_schemas(args.schema) if args.schema else None
+    initial = "\n".join([starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else ""])
     history = SchemaHistory(initial)
     ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
@@ -230,6 +232,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
     conflicts = _schema_conflicts(history, tagged) if history.known else []
+    if starting and starting.versions:
+        log.info("[replay %s] --schema: %d objects, %d TiCDC storage-sink table versions cross-checked",
+                 run_id, starting.sources, len(starting.versions))
+        conflicts += schema_files.version_conflicts(history, starting.versions)
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     if args.require_schema:

@@ -31,6 +31,17 @@ def test_help_documents_every_replay_option():
         assert command in top
 
 
+def test_every_replay_option_has_a_row_in_the_docs():
+    import pathlib
+
+    from spark_apps.options import parser
+
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "replay.md").read_text()
+    table = doc[doc.index("## 10. Options"):]
+    options = {o for action in parser()._actions for o in action.option_strings if o.startswith("--")} - {"--help"}
+    assert options and not {o for o in options if f"`{o}" not in table}
+
+
 def test_protocols_lists_options_named_as_ticdc_parameters():
     out = run_cli("protocols").stdout
     assert "canal-json:" in out and "enable-tidb-extension=bool (default False)" in out

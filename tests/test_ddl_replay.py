@@ -183,3 +183,47 @@ def test_require_schema_quarantines_rows_of_undescribed_tables(spark, tmp_path):
     for info in storage.list_objects(str(tmp_path / "out" / "_quarantine")):
         lines += [orjson.loads(x) for x in gzip.decompress(storage.read_bytes(info.uri)).splitlines()]
     assert lines and all("no known schema for d.old" in q["error"] for q in lines)
+
+
+def test_storage_sink_schema_files_start_tables_and_are_cross_checked(spark, tmp_path):
+    import orjson
+
+    def schema_file(version, columns):
+        cols = [{"ColumnName": name, "ColumnType": kind.upper(), "ColumnIsPk": str(name == "id").lower()}
+                for name, kind in columns]
+        name = f"d/old/meta/schema_{version}_{version % 10**10:010d}.json"
+        storage.write_bytes(str(tmp_path / "sink" / name), orjson.dumps(
+            {"Table": "old", "Schema": "d", "Version": 1, "TableVersion": version, "Query": "", "Type": 5,
+             "TableColumns": cols, "TableColumnsTotal": len(cols)}))
+
+    s = Scenario()
+    s.tables[("d", "old")] = {"columns": [("id", "int"), ("v", "int")], "key": ["id"], "rows": {}}
+    s.insert("old", id=1, v=1)
+    altered = s.add_column("old", "w", "int", default="3")
+    s.insert("old", id=2, v=2, w=4)
+    schema_file(altered - (10 << 18), [("id", "int"), ("v", "int")])  # the table before the archive
+    schema_file(altered, [("id", "int"), ("v", "int"), ("w", "int")])  # what the ALTER made
+    manifest = check(spark, s, tmp_path, "--schema", str(tmp_path / "sink"), "--require-schema")
+    assert manifest["schema_conflicts"] == []
+    # a schema file the archive's DDL does not explain is reported, not applied
+    schema_file(altered + 1, [("id", "int"), ("v", "bigint"), ("w", "int"), ("z", "int")])
+    manifest = replay(spark, str(tmp_path / "archive"), str(tmp_path / "out2"), "--schema", str(tmp_path / "sink"))
+    [conflict] = manifest["schema_conflicts"]
+    assert f"d.old at table version {altered + 1}" in conflict and "unexpected z" in conflict
+    assert "types differ for v (bigint vs int)" in conflict
+    assert read_snapshot(str(tmp_path / "out2"), "canal-json", OPTIONS) == s.state()
+
+
+def test_schema_option_errors_name_the_source(tmp_path):
+    from spark_apps.replay import ReplayError, validate
+
+    (tmp_path / "sink" / "d").mkdir(parents=True)
+    (tmp_path / "sink" / "d" / "readme.txt").write_text("no schemas")
+    argv = ["--source", str(tmp_path), "--protocol", "canal-json", "--output", str(tmp_path / "o"),
+            "--emit", "snapshot", "--schema"]
+    with pytest.raises(ReplayError, match="--schema .*sink: no \\*.sql or TiCDC schema_\\*.json files below it"):
+        validate(ReplayArgs.from_namespace(parser().parse_args([*argv, str(tmp_path / "sink")])))
+    (tmp_path / "sink" / "d" / "meta").mkdir()
+    (tmp_path / "sink" / "d" / "meta" / "schema_1_0000000001.json").write_text('{"Table": "t"}')
+    with pytest.raises(ReplayError, match="schema_1_0000000001.json: not a TiCDC storage-sink table schema file"):
+        validate(ReplayArgs.from_namespace(parser().parse_args([*argv, str(tmp_path / "sink")])))

@@ -256,12 +256,13 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
 
 
 def _schema_statements(hook, uri: str | None) -> list[str]:
-    """The CREATE TABLE statements a --schema file describes (as the app reads it)."""
+    """The CREATE TABLE statements a --schema source describes (as the app reads it)."""
     if not uri:
         return []
+    from spark_apps import schema_files
     from spark_apps.ddl import SchemaHistory
 
-    return SchemaHistory(hook.read_bytes(uri).decode("utf-8")).create_statements()
+    return SchemaHistory(schema_files.load(uri, hook.list_objects, hook.read_bytes).initial_sql()).create_statements()
 
 
 def carry_forward(hook, plan: dict) -> dict:

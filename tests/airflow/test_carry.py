@@ -173,9 +173,18 @@ def test_an_empty_topics_interval_carries_the_table_schemas(tmp_path):
     assert open(plan["request"]["schema"]).read() == SCHEMAS[0] + ";\n"
 
 
-def test_an_empty_first_interval_writes_an_empty_output_with_the_starting_schemas(tmp_path):
-    schema = tmp_path / "schema.sql"
-    schema.write_text("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(8));\n")
+@pytest.mark.parametrize("source", ["sql", "storage-sink"])
+def test_an_empty_first_interval_writes_an_empty_output_with_the_starting_schemas(tmp_path, source):
+    if source == "sql":
+        schema = tmp_path / "schema.sql"
+        schema.write_text("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(8));\n")
+    else:  # a TiCDC storage sink's root: its table schema files
+        schema = tmp_path / "sink"
+        (schema / "shop" / "t" / "meta").mkdir(parents=True)
+        (schema / "shop" / "t" / "meta" / "schema_5_0000000005.json").write_text(json.dumps(
+            {"Table": "t", "Schema": "shop", "Version": 1, "TableVersion": 5, "TableColumns": [
+                {"ColumnName": "id", "ColumnType": "INT", "ColumnIsPk": "true"},
+                {"ColumnName": "v", "ColumnType": "VARCHAR", "ColumnLength": "8"}]}))
     # the DAG starts at 01:00 here, and [01:00, 02:00) has no object
     hook = ArchiveHook(aws_conn_id=None)
     planned = plan_interval(config(tmp_path, "snapshot", schema=str(schema)), h(1), h(2), first_start=h(1))

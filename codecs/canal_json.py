@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 
 import orjson
 
-from . import canal_common, compression
+from . import canal_common, claim_check, compression
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
 from .ddl_types import classify
 from .errors import ConfigError, DecodeError, EncodeError
@@ -134,6 +134,7 @@ class CanalJsonCodec(Codec):
         Option("only-output-updated-columns", False, "UPDATE `old` holds only the columns that changed", bool),
         Option("large-message-handle-compression", "none", "every value is compressed this way (no marker in the message)", str, compression.NAMES),
         Option("flat-message-flavor", "ticdc", "ticdc: TiCDC's Canal-JSON; canal: the flat message Alibaba Canal writes (canal.mq.flatMessage=true)", str, ("ticdc", "canal")),
+        *claim_check.OPTIONS,
     )
     ddl_placement = "first"
     watermark_placement = "all"
@@ -144,6 +145,21 @@ class CanalJsonCodec(Codec):
                               "extension: drop enable-tidb-extension")
 
     # ---------------------------------------------------------------- decode
+    _claiming = False  # decoding a claim-check object (which must not point further)
+
+    def _claimed(self, record: KafkaRecord, location) -> list[dict]:
+        """The events of the full message a claim-check message points at."""
+        where = "_tidb.claimCheckLocation"
+        if self._claiming:
+            raise self.error(f"a claim-check object is itself a claim-check message (pointing at {location!r})",
+                             field=where)
+        key, value = claim_check.claimed_message(self, location, field=where)
+        self._claiming = True
+        try:
+            return self.decode(KafkaRecord(record.topic, record.partition, record.offset, record.timestamp, key, value))
+        finally:
+            self._claiming = False
+
     def decode(self, record: KafkaRecord) -> list[dict]:
         if record.value is None:
             raise self.error("record has no value (a tombstone); canal-json always has one")
@@ -163,9 +179,7 @@ class CanalJsonCodec(Codec):
                 "message carries only the handle-key columns (TiCDC large-message-handle-option="
                 "handle-key-only); the full row is not in the archive", field="_tidb.onlyHandleKey")
         if tidb.get("claimCheckLocation"):
-            raise self.error(
-                f"claim-check message: the full row is stored at {tidb['claimCheckLocation']}, "
-                "outside the archive", field="_tidb.claimCheckLocation")
+            return self._claimed(record, tidb["claimCheckLocation"])
         kind_type = msg.get("type")
         extras = {}
         if msg.get("ts") is not None:

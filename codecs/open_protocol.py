@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import orjson
 
-from . import compression
+from . import claim_check, compression
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
 from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, DecodeError, EncodeError
@@ -320,6 +320,7 @@ class OpenProtocolCodec(Codec):
         Option("only-output-updated-columns", False, "encode: UPDATE `p` holds only the columns that changed (decoding always fills the rest from `u`)", bool),
         Option("delete-only-output-handle-key-columns", False, "encode: DELETE `d` holds only the handle-key columns", bool),
         Option("large-message-handle-compression", "none", "every event value is compressed this way (no marker in the message)", str, compression.NAMES),
+        *claim_check.OPTIONS,
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition except for canal / canal-json
     watermark_placement = "all"  # resolved events go to every partition
@@ -424,6 +425,25 @@ class OpenProtocolCodec(Codec):
                 raise self.error(f"{name} is {text!r}, not a string", byte_offset=start, field=f"{where}.{name}")
         return schema or None, table or None
 
+    _claiming = False  # decoding a claim-check object (which must not point further)
+
+    def _claimed(self, location, kstart: int, where: str) -> dict:
+        """The row event of the one-event message a claim-check key points at."""
+        if self._claiming:
+            raise self.error(f"a claim-check object is itself a claim-check message (pointing at {location!r})",
+                             byte_offset=kstart, field=where)
+        key, value = claim_check.claimed_message(self, location, byte_offset=kstart, field=where)
+        self._claiming = True
+        try:
+            events = self.decode(KafkaRecord("", 0, 0, None, key, value))
+        finally:
+            self._claiming = False
+        rows = [e for e in events if e["kind"] == Kind.ROW]
+        if len(rows) != 1 or len(events) != 1:
+            raise self.error(f"the claim-check object for {location!r} holds {len(events)} events, not one row",
+                             byte_offset=kstart, field=where)
+        return rows[0]
+
     def _row(self, msg_key: dict, ts: int, data, kstart: int, vstart: int, index: int) -> dict:
         kwhere = f"key[{index}]"
         where = f"value[{index}]"
@@ -432,9 +452,7 @@ class OpenProtocolCodec(Codec):
                 "message carries only the handle-key columns (TiCDC large-message-handle-option="
                 "handle-key-only); the full row is not in the archive", byte_offset=kstart, field=kwhere + ".ohk")
         if msg_key.get("ccl"):
-            raise self.error(
-                f"claim-check message: the full row is stored at {msg_key['ccl']!r}, outside the archive",
-                byte_offset=kstart, field=kwhere + ".ccl")
+            return self._claimed(msg_key["ccl"], kstart, kwhere + ".ccl")
         schema, table = self._names(msg_key, kstart, kwhere)
         extras = None
         for name in ("rid", "ptn"):

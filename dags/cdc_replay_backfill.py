@@ -71,8 +71,9 @@ PARAMS = {
                             title="Target protocol options", description="codec options of the target protocol",
                             section="Output"),
     "dispatcher": Param("index-value", type="string", enum=list(CAPS.dispatchers), title="Partition dispatcher",
-                        description="output partition of a row: hash of its key (index-value), of its table, or "
-                                    "commit ts modulo partitions", section="Output"),
+                        description="output partition of a row, as the producer places it: TiCDC's hash of its "
+                                    "key (index-value), of its table, commit ts modulo partitions (ts), or Canal's "
+                                    "key / table hash (canal, canal-table)", section="Output"),
     "target_partitions": Param(None, type=["null", "integer"], minimum=1, title="Partitions per output topic",
                                description="empty = as many as the source topics have", section="Output"),
     "target_topic": Param("{topic}", type="string", pattern=r"^[A-Za-z0-9._\-{}]+$", title="Output topic name",

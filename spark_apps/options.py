@@ -72,10 +72,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="partitions per output topic (default: as many as the source topics have)")
     what.add_argument("--dispatcher", default="index-value",
                       choices=("index-value", "table", "ts", "canal", "canal-table"),
-                      help="output partition of a row: hash of its key values (default), of its table, "
-                           "commit ts modulo partitions, Canal's placement (Java String.hashCode of database "
-                           "and key values, abs(h) %% N) or Canal's table hash. DDL and watermarks go where the "
-                           "target protocol's producer puts them")
+                      help="output partition of a row, placed exactly as the producer does: TiCDC's "
+                           "index-value (default: crc32 of database+table XOR crc32 of each handle-key column's "
+                           "name+value, %% N), table (crc32 of database+table), ts (commit ts %% N); Canal's "
+                           "placement (Java String.hashCode of database and key values, abs(h) %% N) or Canal's "
+                           "table hash. DDL and watermarks go where the target protocol's producer puts them")
     run = parser.add_argument_group("running")
     run.add_argument("--max-bad-records", type=int, default=0, metavar="N",
                      help="fail the run when more than N records are quarantined (default: %(default)s); "

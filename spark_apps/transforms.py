@@ -22,7 +22,7 @@ import re
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_codecs.events import Kind, Op
+from cdc_codecs.events import ColumnFlag, Kind, Op
 
 from .schema import QUARANTINE_KIND
 
@@ -293,15 +293,30 @@ def with_partition(df: DataFrame, dispatcher: str, partitions: int) -> DataFrame
 
 
 def dispatch_partition(dispatcher: str, partitions: int) -> Column:
-    """Output partition of a row event. `index-value`: hash of database, table and key
-    values (TiCDC's name; our own hash, so placement differs from TiCDC's); `table`: hash of
-    database and table; `ts`: commit ts modulo partitions."""
+    """Output partition of a row event, as TiCDC's MQ sinks place it:
+
+    * `table`: crc32(database + table) % N;
+    * `index-value`: crc32(database + table), XOR crc32(name + value) of every handle-key
+      column of the row (its new image, or the old one for a DELETE), % N. A value is its
+      canonical text, which is what TiCDC hashes (Go's ColumnValueString: decimal integers,
+      ENUM index, SET/BIT numbers, shortest floats without exponent, raw bytes, `null`);
+      XOR makes the column order irrelevant. Handle-key columns are those flagged so, else the
+      event's key columns; a table without either hashes by table alone, as in TiCDC;
+    * `ts`: commit ts % N."""
     n = F.lit(partitions)
+    table_hash = F.crc32(F.concat(F.encode(F.coalesce(F.col("database"), F.lit("")), "UTF-8"),
+                                  F.encode(F.coalesce(F.col("table"), F.lit("")), "UTF-8")))
     if dispatcher == "table":
-        return F.pmod(F.xxhash64("database", "table"), n).cast("int")
+        return F.pmod(table_hash, n).cast("int")
     if dispatcher == "index-value":
-        key = F.when(F.col("after").isNotNull(), row_key("after")).otherwise(row_key("before"))
-        return F.pmod(F.xxhash64("database", "table", key), n).cast("int")
+        image = F.when(F.size(F.coalesce(F.col("after"), F.array())) > 0, F.col("after")).otherwise(F.col("before"))
+        flagged = F.filter(image, lambda c: (c["flags"].bitwiseAND(int(ColumnFlag.HANDLE_KEY))) != 0)
+        named = F.filter(image, lambda c: F.array_contains(F.coalesce(F.col("key_columns"), F.array()), c["name"]))
+        handle = F.when(F.size(flagged) > 0, flagged).otherwise(named)
+        null_text = F.lit(bytearray(b"null"))
+        key_hash = F.aggregate(handle, F.lit(0).cast("bigint"), lambda acc, c: acc.bitwiseXOR(
+            F.crc32(F.concat(F.encode(c["name"], "UTF-8"), F.coalesce(c["value"], null_text)))))
+        return F.pmod(table_hash.bitwiseXOR(F.coalesce(key_hash, F.lit(0).cast("bigint"))), n).cast("int")
     if dispatcher == "ts":
         return F.pmod(F.coalesce(F.col("commit_ts"), F.lit(0)), n).cast("int")
     if dispatcher in ("canal", "canal-table"):

@@ -165,3 +165,33 @@ def test_canal_dispatcher_places_rows_as_canal_does(spark, history, tmp_path):
                     elif event["kind"] == "ddl":
                         assert record.partition == 0
     assert placed > 100
+
+
+def test_ticdc_dispatchers_place_rows_as_tiflow_does(spark):
+    """tiflow's own dispatcher tests (index_value_test.go, table_test.go, 16 partitions) give
+    these partitions; handle-key flags or, without them, the key columns select the columns."""
+    from spark_apps.transforms import dispatch_partition
+
+    def image(*pairs, flags=2):
+        return [{"name": n, "value": v.encode() if v is not None else None, "flags": flags if k else 0}
+                for n, v, k in pairs]
+
+    rows = [  # (database, table, key_columns, after, before, expected index-value, expected table)
+        ("test", "t1", ["a"], image(("a", "11", True), ("b", "22", False)), None, 2, 15),
+        ("test", "t1", ["a"], image(("a", "22", True), ("b", "22", False)), None, 11, 15),
+        ("test", "t1", ["a"], image(("a", "11", True), ("b", "33", False)), None, 2, 15),
+        ("test", "t2", ["a", "b"], image(("a", "11", True), ("b", "22", True)), None, 5, 5),
+        ("test", "t2", ["a", "b"], image(("b", "22", True), ("a", "11", True)), None, 5, 5),
+        ("test", "t2", ["a", "b"], image(("a", "11", True), ("b", "0", True)), None, 14, 5),
+        ("test", "t2", ["a", "b"], image(("a", "11", True), ("b", "33", True)), None, 2, 5),
+        # a DELETE hashes its old image; no flags: the key columns are the handle key
+        ("test", "t1", ["a"], None, image(("a", "11", True), ("b", "1", False), flags=0), 2, 15),
+        ("test", "t3", [], image(("x", "1", False)), None, 3, 3),  # no key: the table alone
+    ]
+    column = "array<struct<name:string,value:binary,flags:int>>"
+    df = spark.createDataFrame(
+        [(d, t, k, a, b, 7) for d, t, k, a, b, _, _ in rows],
+        f"database string, table string, key_columns array<string>, after {column}, before {column}, commit_ts bigint")
+    got = df.select(dispatch_partition("index-value", 16).alias("iv"), dispatch_partition("table", 16).alias("tb"),
+                    dispatch_partition("ts", 4).alias("ts")).collect()
+    assert [(r["iv"], r["tb"], r["ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]

@@ -145,21 +145,6 @@ class CanalJsonCodec(Codec):
                               "extension: drop enable-tidb-extension")
 
     # ---------------------------------------------------------------- decode
-    _claiming = False  # decoding a claim-check object (which must not point further)
-
-    def _claimed(self, record: KafkaRecord, location) -> list[dict]:
-        """The events of the full message a claim-check message points at."""
-        where = "_tidb.claimCheckLocation"
-        if self._claiming:
-            raise self.error(f"a claim-check object is itself a claim-check message (pointing at {location!r})",
-                             field=where)
-        key, value = claim_check.claimed_message(self, location, field=where)
-        self._claiming = True
-        try:
-            return self.decode(KafkaRecord(record.topic, record.partition, record.offset, record.timestamp, key, value))
-        finally:
-            self._claiming = False
-
     def decode(self, record: KafkaRecord) -> list[dict]:
         if record.value is None:
             raise self.error("record has no value (a tombstone); canal-json always has one")
@@ -179,7 +164,7 @@ class CanalJsonCodec(Codec):
                 "message carries only the handle-key columns (TiCDC large-message-handle-option="
                 "handle-key-only); the full row is not in the archive", field="_tidb.onlyHandleKey")
         if tidb.get("claimCheckLocation"):
-            return self._claimed(record, tidb["claimCheckLocation"])
+            return claim_check.decode_claimed(self, record, tidb["claimCheckLocation"], field="_tidb.claimCheckLocation")
         kind_type = msg.get("type")
         extras = {}
         if msg.get("ts") is not None:

@@ -20,7 +20,7 @@ import binascii
 
 import orjson
 
-from .base import Option
+from .base import KafkaRecord, Option
 
 OPTIONS = (
     Option("claim-check-storage-uri", "", "decode: where TiCDC stored claim-check messages (local directory or "
@@ -54,3 +54,19 @@ def claimed_message(codec, location: str, **where) -> tuple[bytes | None, bytes]
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, binascii.Error) as e:
         raise codec.error(f"claim-check object {uri} is not {{\"key\": base64, \"value\": base64}} "
                           f"({type(e).__name__}: {e}); for raw values set claim-check-raw-value=true", **where) from None
+
+
+def decode_claimed(codec, record: KafkaRecord | None, location: str, **where) -> list[dict]:
+    """The events of the message stored at `location`, decoded by `codec` in place of the
+    location message `record` (whose source fields they keep). A stored message that is
+    itself a claim-check message is an error, not followed."""
+    if getattr(codec, "_claiming", False):
+        raise codec.error(f"a claim-check object is itself a claim-check message (pointing at {location!r})", **where)
+    key, value = claimed_message(codec, location, **where)
+    codec._claiming = True
+    try:
+        if record is None:
+            return codec.decode(KafkaRecord("", 0, 0, None, key, value))
+        return codec.decode(KafkaRecord(record.topic, record.partition, record.offset, record.timestamp, key, value))
+    finally:
+        codec._claiming = False

@@ -425,24 +425,13 @@ class OpenProtocolCodec(Codec):
                 raise self.error(f"{name} is {text!r}, not a string", byte_offset=start, field=f"{where}.{name}")
         return schema or None, table or None
 
-    _claiming = False  # decoding a claim-check object (which must not point further)
-
     def _claimed(self, location, kstart: int, where: str) -> dict:
         """The row event of the one-event message a claim-check key points at."""
-        if self._claiming:
-            raise self.error(f"a claim-check object is itself a claim-check message (pointing at {location!r})",
-                             byte_offset=kstart, field=where)
-        key, value = claim_check.claimed_message(self, location, byte_offset=kstart, field=where)
-        self._claiming = True
-        try:
-            events = self.decode(KafkaRecord("", 0, 0, None, key, value))
-        finally:
-            self._claiming = False
-        rows = [e for e in events if e["kind"] == Kind.ROW]
-        if len(rows) != 1 or len(events) != 1:
+        events = claim_check.decode_claimed(self, None, location, byte_offset=kstart, field=where)
+        if len(events) != 1 or events[0]["kind"] != Kind.ROW:
             raise self.error(f"the claim-check object for {location!r} holds {len(events)} events, not one row",
                              byte_offset=kstart, field=where)
-        return rows[0]
+        return events[0]
 
     def _row(self, msg_key: dict, ts: int, data, kstart: int, vstart: int, index: int) -> dict:
         kwhere = f"key[{index}]"

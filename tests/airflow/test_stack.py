@@ -64,12 +64,12 @@ class Api:
 
 @pytest.fixture(scope="module")
 def postgres_db():
-    psycopg = pytest.importorskip("psycopg")
+    import psycopg
     name = f"cdc_replay_it_{uuid.uuid4().hex[:10]}"
     try:
         admin = psycopg.connect(dbname="postgres", autocommit=True, connect_timeout=5, **PG)
     except psycopg.OperationalError as e:
-        pytest.skip(f"no PostgreSQL server on 127.0.0.1:5432 ({e})")
+        pytest.fail(f"this test needs the PostgreSQL server on 127.0.0.1:5432 and cannot reach it ({e})")
     admin.execute(f'CREATE DATABASE "{name}"')
     yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

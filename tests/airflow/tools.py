@@ -37,7 +37,8 @@ def _apt_install(package: str) -> str | None:
 
 
 def require_tool(names: tuple[str, ...], package: str) -> str:
-    """The path of the first of `names` on PATH, installing `package` if none is; else skip."""
+    """The path of the first of `names` on PATH, installing `package` if none is; else the
+    test fails saying why (a skip would let a missing part pass unnoticed)."""
     for name in names:
         if shutil.which(name):
             return shutil.which(name)
@@ -45,7 +46,7 @@ def require_tool(names: tuple[str, ...], package: str) -> str:
     for name in names:
         if shutil.which(name):
             return shutil.which(name)
-    pytest.skip(f"{names[0]} is not installed and could not be installed: {why or 'not found after install'}")
+    pytest.fail(f"{names[0]} is not installed and could not be installed: {why or 'not found after install'}")
 
 
 class Chromium:

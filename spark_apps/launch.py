@@ -59,7 +59,7 @@ def build_py_files(directory: str) -> str:
                 if "__pycache__" in root:
                     continue
                 for name in files:
-                    if name.endswith((".py", ".proto", ".avsc", ".json", ".properties")):
+                    if name.endswith((".py", ".proto", ".avsc", ".json", ".properties", ".xml")):
                         full = os.path.join(root, name)
                         archive.write(full, os.path.join(package, os.path.relpath(full, folder)))
     return path

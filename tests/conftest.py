@@ -12,6 +12,14 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+def pytest_report_header(config):
+    """Say at the start which system parts (beyond the venv) this run has: scripts/test
+    installs the missing ones first (tests/support/system_parts.py)."""
+    from tests.support.system_parts import describe
+
+    return [f"system: {line}" for line in describe(install=False)]
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """moto's S3 server on 127.0.0.1; AWS_* point at it for this process and every Spark

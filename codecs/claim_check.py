@@ -9,8 +9,8 @@ under that URI; the object is `{"key": base64, "value": base64}` (Go's JSON of t
 key and value bytes) or, with `claim-check-raw-value=true`, the raw value. Without the option
 the message is a DecodeError naming the location (quarantined, never silently dropped).
 
-Storage is reached through the archive's storage layer (spark_apps.storage: local paths and
-S3 through boto3 with AWS_ENDPOINT_URL), imported on first use so codecs stay importable alone.
+Storage is reached through the codec's `read_object` (given by the app: local paths and S3 through
+boto3); the codecs import nothing of the app.
 """
 
 from __future__ import annotations
@@ -39,10 +39,8 @@ def claimed_message(codec, location: str, **where) -> tuple[bytes | None, bytes]
                           "give the codec option claim-check-storage-uri to read it", **where)
     name = str(location).rstrip("/").rsplit("/", 1)[-1]
     uri = base.rstrip("/") + "/" + name
-    from spark_apps import storage
-
     try:
-        data = storage.read_bytes(storage.normalize(uri))
+        data = codec.read_object(uri)
     except Exception as e:  # missing object, S3 error
         raise codec.error(f"claim-check message: cannot read {uri} ({type(e).__name__}: {e})", **where) from None
     if codec.config["claim-check-raw-value"]:

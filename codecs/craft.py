@@ -501,8 +501,8 @@ class CraftCodec(Codec):
     ddl_placement = "all"
     watermark_placement = "all"
 
-    def __init__(self, options=None):
-        super().__init__(options)
+    def __init__(self, options=None, **kwargs):
+        super().__init__(options, **kwargs)
         self._dictionaries: dict[bytes, _Dictionary] = {}
 
     def validate(self) -> None:

@@ -86,11 +86,16 @@ def _batches(rows: Iterable[dict], schema: pa.Schema, size: int = BATCH_ROWS) ->
         yield pa.RecordBatch.from_pylist(chunk, schema=schema)
 
 
+def read_object(uri: str) -> bytes:
+    """How codecs read objects their messages point to (claim-check): our storage layer."""
+    return storage.read_bytes(storage.normalize(uri))
+
+
 def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
     """mapInArrow function: batches of (uri, size) -> batches of DECODED_ARROW_SCHEMA."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        codec = get_codec(protocol, options)
+        codec = get_codec(protocol, options, read_object=read_object)
         for batch in batches:
             for uri in batch.column("uri").to_pylist():
                 started = time.monotonic()
@@ -113,7 +118,7 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
     timestamp, key, value[, object, line]) -> batches of DECODED_ARROW_SCHEMA."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        codec = get_codec(protocol, options)
+        codec = get_codec(protocol, options, read_object=read_object)
         for batch in batches:
             columns = batch.to_pydict()
             n = batch.num_rows

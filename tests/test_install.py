@@ -36,3 +36,19 @@ def test_python_udfs_run_on_the_venv_python(spark):
             yield pa.RecordBatch.from_arrays([pa.compute.multiply(batch.column(0), 2)], ["id"])
 
     assert [r.id for r in spark.range(3).mapInArrow(double, "id long").collect()] == [0, 2, 4]
+
+
+def test_codecs_import_nothing_of_the_app():
+    """cdc_codecs depends on nothing of ours (nor on Spark or Airflow): importing every module
+    of it, in a fresh interpreter, loads none of them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import pkgutil, importlib, sys, cdc_codecs\n"
+        "for m in pkgutil.walk_packages(cdc_codecs.__path__, 'cdc_codecs.'): importlib.import_module(m.name)\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'spark_apps', 'cdc_replay_airflow', 'pyspark', 'airflow'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -247,7 +247,7 @@ def _wait_for_backfill(api, home, backfill_id: int, hours: list[str], after: str
             return runs
         return None
 
-    runs = _wait(finished, 420, "the backfill's runs to finish", interval=3)
+    runs = _wait(finished, 900, "the backfill's runs to finish", interval=3)
     failed = {h: r["dag_run_id"] for h, r in runs.items() if h in hours and r["state"] != "success"}
     if failed:
         detail = {h: {t["task_id"]: t["state"] for t in api.request(

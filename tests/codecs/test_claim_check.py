@@ -65,7 +65,9 @@ def test_canal_json_claim_check_reads_the_stored_message(tmp_path, compression, 
 
 
 def test_open_protocol_claim_check_on_the_s3_server(bucket):
-    codec = get_codec("open-protocol", {"claim-check-storage-uri": f"{bucket}/claims"})
+    from spark_apps.archive_io import read_object
+
+    codec = get_codec("open-protocol", {"claim-check-storage-uri": f"{bucket}/claims"}, read_object=read_object)
     [full] = codec.encode([EVENT], topic="cdc", partition=0)
     location = store(f"{bucket}/claims", full.key, full.value)
     key = orjson.dumps({"ts": COMMIT_TS, "scm": "shop", "tbl": "orders", "t": 1, "ccl": location})
@@ -95,3 +97,14 @@ def test_without_the_option_or_the_object_the_error_says_what_to_do(tmp_path):
         {"key": None, "value": base64.b64encode(canal_location_message(location)).decode()}))
     with pytest.raises(DecodeError, match="itself a claim-check message"):
         decode_record(codec, message)
+
+
+def test_an_s3_location_without_a_storage_reader_is_a_clear_error(bucket):
+    """Codecs import nothing of the app: without the app's reader, S3 is out of their reach,
+    and the message says so (quarantined, never dropped)."""
+    codec = get_codec("open-protocol", {"claim-check-storage-uri": f"{bucket}/claims"})
+    key = orjson.dumps({"ts": COMMIT_TS, "scm": "shop", "tbl": "orders", "t": 1, "ccl": "s3://x/claims/a.json"})
+    framed_key = (1).to_bytes(8, "big") + len(key).to_bytes(8, "big") + key
+    value = orjson.dumps({"u": {"id": {"t": 8, "h": True, "f": 11, "v": 7}}})
+    with pytest.raises(DecodeError, match="need a storage reader"):
+        decode_record(codec, record(framed_key, len(value).to_bytes(8, "big") + value))

@@ -24,7 +24,7 @@ from cdc_codecs.errors import DecodeError, EncodeError
 
 from . import layouts, storage
 from .layouts.base import quarantine_row
-from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
+from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 

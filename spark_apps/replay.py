@@ -95,6 +95,9 @@ def validate(args: ReplayArgs) -> tuple:
         target_protocol = args.target_protocol or args.protocol
         target_options = parse_option_pairs(args.target_option)
         get_codec(target_protocol, target_options)
+        if not codec_class(target_protocol).writable:
+            raise ReplayError(f"{target_protocol} is read, not written: give --target-protocol (e.g. canal-json "
+                              "with --target-option enable-tidb-extension=true)")
     except CodecError as e:
         raise ReplayError(str(e)) from e
     try:
@@ -148,7 +151,8 @@ def _plan_layout(args: ReplayArgs, source: str):
     from spark_apps import layouts
 
     try:
-        return layouts.plan(source, args.layout, parse_option_pairs(args.layout_option), args.protocol)
+        return layouts.plan(source, args.layout, parse_option_pairs(args.layout_option), args.protocol,
+                            parse_option_pairs(args.protocol_option))
     except (layouts.LayoutError, CodecError) as e:
         raise ReplayError(str(e)) from e
 

@@ -232,3 +232,34 @@ def test_auto_says_what_it_looked_for_when_nothing_matches(tmp_path):
     put(tmp_path, "notes/readme.txt", b"hello")
     with pytest.raises(layouts.LayoutError, match="no archive objects found"):
         layouts.plan(str(tmp_path), "auto")
+
+
+def test_storage_sink_csv_rows_get_their_table_schema_and_keep_quoted_line_breaks(tmp_path):
+    """csv files with include-commit-ts: the columns come from the schema file of the data
+    directory's table version (or the latest before it); a quoted value holds a line break."""
+    schema_v1 = {"Table": "t", "Schema": "shop", "Version": 1, "TableVersion": 100, "Query": "", "Type": 3,
+                 "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
+                                  {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "20"}],
+                 "TableColumnsTotal": 2}
+    schema_v2 = dict(schema_v1, TableVersion=200, Query="ALTER TABLE `t` ADD COLUMN `b` BLOB",
+                     TableColumns=[*schema_v1["TableColumns"], {"ColumnName": "b", "ColumnType": "BLOB"}],
+                     TableColumnsTotal=3)
+    put(tmp_path, "metadata", b'{"checkpoint-ts":900}')
+    put(tmp_path, "shop/t/meta/schema_100_0000000001.json", orjson.dumps(schema_v1))
+    put(tmp_path, "shop/t/meta/schema_200_0000000002.json", orjson.dumps(schema_v2))
+    put(tmp_path, "shop/t/100/CDC000001.csv", b'"I","t","shop",150,1,"two\r\nlines"\r\n"D","t","shop",160,1,\\N\r\n')
+    put(tmp_path, "shop/t/100/meta/CDC.index", b"CDC000001.csv\n")
+    # a move between nodes: a new version directory, no new schema file, the same columns as 200
+    put(tmp_path, "shop/t/300/CDC000001.csv", b'"U","t","shop",310,2,"x","AAE="\r\n')
+    put(tmp_path, "shop/t/300/meta/CDC.index", b"CDC000001.csv\n")
+    with pytest.raises(layouts.LayoutError, match="--protocol csv"):
+        layouts.plan(str(tmp_path), "auto", protocol="canal-json")
+    plan = layouts.plan(str(tmp_path), "auto", protocol="csv")
+    codec = get_codec("csv", {"include-commit-ts": "true"})
+    events = [e for it in plan.items for entry in layouts.read(it.uri, it.params) if not isinstance(entry, dict)
+              for e in codec.decode(entry[0])]
+    got = sorted((e["commit_ts"], e["op"], {c["name"]: c["value"] for c in (e["after"] or e["before"])})
+                 for e in events)
+    assert got == [(150, "insert", {"id": b"1", "name": b"two\r\nlines"}),
+                   (160, "delete", {"id": b"1", "name": None}),
+                   (310, "update", {"id": b"2", "name": b"x", "b": b"\x00\x01"})]

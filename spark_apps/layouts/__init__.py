@@ -53,8 +53,10 @@ def detect(relatives: list[str]) -> tuple[str, str]:
     return best, f"{scores[best]} objects look like {best}" + (f" (also {others})" if others else "")
 
 
-def plan(source: str, layout: str, options: dict[str, str] | None = None, protocol: str | None = None) -> Plan:
-    """List `source` and plan its reading with `layout` (`auto`: detect it)."""
+def plan(source: str, layout: str, options: dict[str, str] | None = None, protocol: str | None = None,
+         protocol_options: dict[str, str] | None = None) -> Plan:
+    """List `source` and plan its reading with `layout` (`auto`: detect it) for `protocol`
+    (checked against what the layout holds; its options can matter for splitting records)."""
     source = storage.normalize(source)
     objects = storage.list_objects(source)
     relatives = []
@@ -67,7 +69,8 @@ def plan(source: str, layout: str, options: dict[str, str] | None = None, protoc
         reason = f"--layout auto: {reason}"
     elif layout not in MODULES:
         raise LayoutError(f"unknown layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
-    result = MODULES[layout].plan(source, list(zip(objects, relatives)), dict(options or {}), protocol)
+    result = MODULES[layout].plan(source, list(zip(objects, relatives)), dict(options or {}), protocol,
+                                  dict(protocol_options or {}))
     result = dataclasses.replace(result, layout=layout, found=f"{reason}; {result.found}")
     log.info("layout %s", result.found)
     return result

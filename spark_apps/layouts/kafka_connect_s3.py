@@ -71,7 +71,8 @@ def _separator(options: dict) -> str:
     return raw.encode("utf-8").decode("unicode_escape")  # accept "\r\n" written with backslashes
 
 
-def plan(source: str, objects: list, options: dict, protocol: str | None = None) -> Plan:
+def plan(source: str, objects: list, options: dict, protocol: str | None = None,
+         protocol_options: dict | None = None) -> Plan:
     unknown = set(options) - set(OPTIONS)
     if unknown:
         raise LayoutError(f"unknown --layout-option {', '.join(sorted(unknown))} for {NAME}; valid: {', '.join(OPTIONS)}")

@@ -17,7 +17,8 @@ def matches(relatives: list[str]) -> int:
     return sum(1 for rel in relatives if is_archive_object(rel))
 
 
-def plan(source: str, objects: list, options: dict, protocol: str | None = None) -> Plan:
+def plan(source: str, objects: list, options: dict, protocol: str | None = None,
+         protocol_options: dict | None = None) -> Plan:
     if options:
         raise LayoutError(f"--layout-option is not used by {NAME}: {', '.join(options)}")
     items = tuple(item(o.uri, o.size, NAME) for o, rel in objects if is_archive_object(rel))

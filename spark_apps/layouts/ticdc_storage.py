@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from cdc_codecs.base import KafkaRecord
+from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
 from .base import LayoutError, Plan, item, watermark_row
@@ -112,10 +113,60 @@ def _read_all(uris: list[str]) -> dict[str, bytes]:
         return dict(zip(uris, pool.map(storage.read_bytes, uris)))
 
 
-def plan(source: str, objects: list, options: dict, protocol: str | None = None) -> Plan:
+def _schemas(uris: list[str]) -> dict:
+    """(database, table) lower case -> its storage-sink schema versions, oldest first."""
+    from ..schema_files import SchemaFileError, parse_schema_file
+
+    versions: dict = defaultdict(list)
+    for uri, data in _read_all(uris).items():
+        try:
+            version = parse_schema_file(data, uri)
+        except SchemaFileError as e:
+            raise LayoutError(str(e)) from e
+        if version is not None:
+            versions[(version.database.lower(), version.table.lower())].append(version)
+    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}
+
+
+def _columns_at(versions: list, table_version: int) -> list | None:
+    """[[name, type, is_pk], ...] of the schema file for a data directory's table version:
+    that version's file, else the latest before it (TiCDC reuses an unchanged schema's file)."""
+    if not versions:
+        return None
+    chosen = versions[0]
+    for v in versions:
+        if v.version <= table_version:
+            chosen = v
+    keys = set(chosen.keys)
+    return [[name, type_text, name in keys] for name, type_text in chosen.columns]
+
+
+def split_csv_records(data: bytes, quote: str) -> Iterator[bytes]:
+    """CSV rows of a file: a quoted value may hold a line break (TiCDC quotes, never escapes,
+    when a quote character is set), so rows end at a line break outside quotes."""
+    if not quote:
+        yield from data.splitlines()
+        return
+    q = quote.encode()
+    start, in_quote, i, n = 0, False, 0, len(data)
+    while i < n:
+        if data.startswith(q, i):
+            in_quote = not in_quote
+            i += len(q)
+            continue
+        if data[i] == 0x0A and not in_quote:
+            yield data[start:i].rstrip(b"\r")
+            start = i + 1
+        i += 1
+    if start < n:
+        yield data[start:].rstrip(b"\r\n")
+
+
+def plan(source: str, objects: list, options: dict, protocol: str | None = None,
+         protocol_options: dict | None = None) -> Plan:
     if options:
         raise LayoutError(f"--layout-option is not used by {NAME}: {', '.join(options)}")
-    data, indexes, table_schemas, db_schemas, metadata = [], {}, 0, 0, None
+    data, indexes, table_schemas, db_schemas, metadata = [], {}, [], 0, None
     for o, rel in objects:
         if rel == METADATA:
             metadata = o
@@ -124,7 +175,7 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None)
         elif m := _INDEX.match(rel):
             indexes[(m["dir"], m["dispatcher"])] = o.uri
         elif _TABLE_SCHEMA.match(rel):
-            table_schemas += 1
+            table_schemas.append(o.uri)
         elif _DB_SCHEMA.match(rel):
             db_schemas += 1
     if not data:
@@ -146,6 +197,8 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None)
         except (ValueError, KeyError, TypeError) as e:
             raise LayoutError(f"{metadata.uri}: not a storage-sink metadata file ({type(e).__name__}: {e})") from e
 
+    schemas = _schemas(table_schemas) if expected == "csv" else {}
+    quote = (protocol_options or {}).get("quote", '"')
     items, not_visible, topics = [], [], set()
     by_group = defaultdict(int)
     for o, d in data:
@@ -156,18 +209,22 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None)
         topic = f"{d['schema']}.{d['table']}"
         topics.add(topic)
         by_group[(d["dir"], d["dispatcher"])] += 1
-        items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"]))
+        extra = {}
+        if expected == "csv":
+            extra = {"csv_quote": quote,
+                     "columns": _columns_at(schemas.get((d["schema"].lower(), d["table"].lower()), []), d["version"])}
+        items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"], **extra))
     if checkpoint is not None and topics:
         items.append(item(metadata.uri, metadata.size, NAME, checkpoint=checkpoint, topics=sorted(topics)))
     found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {len(items) - (checkpoint is not None)} data "
              f"files in {len(by_group)} directories of {len(topics)} tables; {len(not_visible)} files not yet "
-             f"visible (beyond their index file); {table_schemas} table and {db_schemas} database schema files; "
+             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files; "
              + (f"checkpoint-ts {checkpoint}" if checkpoint is not None else
                 "no root metadata file (no checkpoint: the cut is the archive's end)"))
     return Plan(NAME, tuple(items), found, tuple(not_visible),
                 schema_uri=source if table_schemas else None,
                 info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
-                      "table_schema_files": table_schemas, "database_schema_files": db_schemas})
+                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas})
 
 
 def read(uri: str, params: dict) -> Iterator:
@@ -176,7 +233,16 @@ def read(uri: str, params: dict) -> Iterator:
             yield watermark_row(uri, topic, 0, params["checkpoint"])
         return
     topic, days, index = params["topic"], params["days"], params["index"]
-    for line_no, line in enumerate(storage.iter_lines(uri), 1):
+    if "columns" in params:  # csv: the table's columns travel with each row (csv has no types)
+        headers = () if params["columns"] is None else ((COLUMNS_HEADER, orjson.dumps(params["columns"])),)
+        stream = storage.open_stream(uri)
+        try:
+            lines = split_csv_records(stream.read(), params["csv_quote"])
+        finally:
+            stream.close()
+    else:
+        headers, lines = (), storage.iter_lines(uri)
+    for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, (), uri), line_no
+        yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, headers, uri), line_no

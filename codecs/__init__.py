@@ -25,6 +25,7 @@ from . import avro  # noqa: E402,F401  (registers the protocol)
 from . import canal_protobuf  # noqa: E402,F401  (registers the protocol)
 from . import oceanbase_avro  # noqa: E402,F401  (registers the protocol)
 from . import craft  # noqa: E402,F401  (registers the protocol)
+from . import ticdc_csv  # noqa: E402,F401  (registers the protocol)
 
 __all__ = [
     "Codec", "EncodedMessage", "KafkaRecord", "Option", "codec_class", "decode_record",

@@ -3,7 +3,8 @@
     {"topic": str, "partition": int, "offset": int, "timestamp": int|null,
      "key": base64|null, "value": base64|null, "headers": [[name, base64], ...]}
 
-Objects end in `.jsonl` or `.jsonl.gz`; writers name them
+Objects end in `.jsonl`, optionally compressed by extension (`.jsonl.gz`, `.jsonl.zst`,
+`.jsonl.lz4`, `.jsonl.snappy`); writers name them
 `<topic>/<partition>/<topic>+<partition>+<first offset, 20 digits>.jsonl.gz`. Readers rely on
 the record fields, never on object names, and skip paths with a segment starting with `_` or
 `.` (manifests, quarantine, staging), so an output prefix can itself be replayed.
@@ -18,7 +19,7 @@ import orjson
 
 from .base import KafkaRecord
 
-SUFFIXES = (".jsonl", ".jsonl.gz")
+SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.lz4", ".jsonl.snappy", ".jsonl.sz")
 
 
 class ArchiveLineError(ValueError):

@@ -90,6 +90,7 @@ class Codec(abc.ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     ddl_placement: ClassVar[str] = "first"
     watermark_placement: ClassVar[str] = "all"
+    writable: ClassVar[bool] = True  # False: decode only (TiCDC csv needs schemas from outside the message)
 
     def __init__(self, options: Mapping[str, Any] | None = None, *,
                  read_object: Callable[[str], bytes] | None = None):

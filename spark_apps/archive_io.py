@@ -18,27 +18,20 @@ import orjson
 import pyarrow as pa
 
 from cdc_codecs import get_codec
-from cdc_codecs.archive import ArchiveLineError, format_record, object_name, parse_line
+from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
 
-from . import storage
-from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
+from . import layouts, storage
+from .layouts.base import quarantine_row
+from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 
 BATCH_ROWS = 4096
 
 
-def _quarantine_row(uri, line_no, stage, reason, record: KafkaRecord | None = None, raw_line=None) -> dict:
-    row = {
-        "kind": QUARANTINE_KIND, "object": uri, "line": line_no, "event_index": 0,
-        "error": reason, "error_stage": stage, "raw_line": raw_line,
-    }
-    if record is not None:
-        row.update(topic=record.topic, partition=record.partition, offset=record.offset,
-                   record_timestamp=record.timestamp, raw_key=record.key, raw_value=record.value)
-    return row
+_quarantine_row = quarantine_row
 
 
 def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
@@ -56,23 +49,25 @@ def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
     return events
 
 
-def decode_object(codec, uri: str) -> Iterator[dict]:
-    """Rows of DECODED_ARROW_SCHEMA for one archive object: its events, and a quarantine row
-    for every line that is not a record or whose value is not the protocol."""
+def decode_object(codec, uri: str, params: str | None = None) -> Iterator[dict]:
+    """Rows of DECODED_ARROW_SCHEMA for one planned archive object (`params`: its layout
+    plan item, default a Kafka-record object): its events, and a quarantine row for every
+    record the layout could not read or whose value is not the protocol."""
     line_no = 0
     try:
-        for line_no, line in enumerate(storage.iter_lines(uri), 1):
-            if not line.strip():
+        for entry in layouts.read(uri, params or _KAFKA_RECORDS):
+            if isinstance(entry, dict):  # a row the layout made itself (quarantine, watermark)
+                line_no = entry.get("line") or line_no
+                yield entry
                 continue
-            try:
-                record = parse_line(line, uri)
-            except ArchiveLineError as e:
-                yield _quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line)
-                continue
+            record, line_no = entry
             yield from decode_one(codec, record, line_no)
-    except (OSError, EOFError, ValueError) as e:  # corrupt gzip, truncated object
+    except Exception as e:  # corrupt compression, truncated object, a malformed container
         yield _quarantine_row(uri, line_no + 1, "archive",
                               f"object unreadable after line {line_no}: {type(e).__name__}: {e}")
+
+
+_KAFKA_RECORDS = '{"layout":"kafka-records"}'
 
 
 def _batches(rows: Iterable[dict], schema: pa.Schema, size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
@@ -92,12 +87,15 @@ def read_object(uri: str) -> bytes:
 
 
 def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
-    """mapInArrow function: batches of (uri, size) -> batches of DECODED_ARROW_SCHEMA."""
+    """mapInArrow function: batches of (uri, size[, params]) -> batches of DECODED_ARROW_SCHEMA
+    (`params`: the layout plan item's JSON; without it, Kafka-record objects)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options, read_object=read_object)
         for batch in batches:
-            for uri in batch.column("uri").to_pylist():
+            uris = batch.column("uri").to_pylist()
+            params = batch.column("params").to_pylist() if "params" in batch.schema.names else [None] * len(uris)
+            for uri, item_params in zip(uris, params):
                 started = time.monotonic()
                 count = 0
 
@@ -107,7 +105,7 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
                         count += 1
                         yield row
 
-                yield from _batches(counted(decode_object(codec, uri)), DECODED_ARROW_SCHEMA)
+                yield from _batches(counted(decode_object(codec, uri, item_params)), DECODED_ARROW_SCHEMA)
                 log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
 
     return run

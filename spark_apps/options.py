@@ -13,9 +13,19 @@ import re
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     io = parser.add_argument_group("input and output")
     io.add_argument("--source", required=True, metavar="URI",
-                    help="archive to replay: a local directory or s3://bucket/prefix; every *.jsonl and "
-                         "*.jsonl.gz object below it (recursively, skipping _* and .* paths) holds one "
-                         "Kafka record per line")
+                    help="archive to replay: a local directory or s3://bucket/prefix, read as --layout says "
+                         "(kafka-records: every *.jsonl object below it, recursively, skipping _* and .* paths, "
+                         "holds one Kafka record per line; .gz, .zst, .lz4 and .snappy objects are decompressed)")
+    io.add_argument("--layout", default="auto",
+                    choices=("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3"),
+                    help="how the source holds the records (docs/layouts.md): kafka-records (our JSON lines), "
+                         "ticdc-storage (TiCDC's cloud storage sink: data files, index files, schema files and "
+                         "the root metadata checkpoint), kafka-connect-s3 (the Kafka Connect S3 sink's Avro, "
+                         "JSON or ByteArray objects with optional .keys/.headers files); auto (default) detects "
+                         "it from the object names and logs what it found")
+    io.add_argument("--layout-option", action="append", default=[], metavar="K=V",
+                    help="layout option (repeatable), named as the producer's setting, e.g. "
+                         "format.bytearray.separator=\\r\\n for kafka-connect-s3 ByteArrayFormat objects")
     io.add_argument("--protocol", required=True, metavar="P",
                     help="protocol of the archived values (see `cdc-replay protocols`)")
     io.add_argument("--protocol-option", action="append", default=[], metavar="K=V",
@@ -115,6 +125,8 @@ class ReplayArgs:
     master: str
     spark_conf: list
     run_id: str | None
+    layout: str = "auto"
+    layout_option: list = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

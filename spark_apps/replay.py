@@ -95,6 +95,9 @@ def validate(args: ReplayArgs) -> tuple:
         target_protocol = args.target_protocol or args.protocol
         target_options = parse_option_pairs(args.target_option)
         get_codec(target_protocol, target_options)
+        if not codec_class(target_protocol).writable:
+            raise ReplayError(f"{target_protocol} is read, not written: give --target-protocol (e.g. canal-json "
+                              "with --target-option enable-tidb-extension=true)")
     except CodecError as e:
         raise ReplayError(str(e)) from e
     try:
@@ -143,14 +146,27 @@ def _archive_objects(prefix: str) -> list:
     return [o for o in storage.list_objects(prefix) if is_archive_object(storage.relative(o.uri, prefix))]
 
 
+def _plan_layout(args: ReplayArgs, source: str):
+    """The source's layout plan (spark_apps.layouts): what is read, how, and what was found."""
+    from spark_apps import layouts
+
+    try:
+        return layouts.plan(source, args.layout, parse_option_pairs(args.layout_option), args.protocol,
+                            parse_option_pairs(args.protocol_option))
+    except (layouts.LayoutError, CodecError) as e:
+        raise ReplayError(str(e)) from e
+
+
 def _decode(spark, objects, protocol: str, options: dict):
+    """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
+    decoded rows, each object read and decoded in a Spark task."""
     from spark_apps.archive_io import decode_objects_fn
     from spark_apps.schema import DECODED_STRUCT
 
     parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
     # biggest objects first, spread over the slices
-    rows = [(o.uri, o.size) for o in sorted(objects, key=lambda o: -o.size)]
-    objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long")
+    rows = [(o.uri, o.size, getattr(o, "params", None)) for o in sorted(objects, key=lambda o: -o.size)]
+    objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long, params string")
     return objects_df.mapInArrow(decode_objects_fn(protocol, options), DECODED_STRUCT)
 
 
@@ -161,11 +177,14 @@ def run(args: ReplayArgs, spark=None) -> dict:
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source, output = storage.normalize(args.source), storage.normalize(args.output)
     staging = storage.join(output, "_staging", run_id)
-    objects = _archive_objects(source)
+    layout_plan = _plan_layout(args, source)
+    objects = list(layout_plan.items)
     if not objects:
-        raise ReplayError(f"no archive objects (*.jsonl, *.jsonl.gz) under {source}")
-    log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s", run_id, len(objects),
-             sum(o.size for o in objects) / 1e6, source, args.protocol)
+        raise ReplayError(f"no archive objects to read under {source} ({layout_plan.found})")
+    if not args.schema and layout_plan.schema_uri:  # the layout carries table schemas (storage sink)
+        args.schema = layout_plan.schema_uri
+    log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),
+             sum(o.size for o in objects) / 1e6, source, args.protocol, layout_plan.found)
 
     own_session = spark is None
     if own_session:
@@ -175,14 +194,14 @@ def run(args: ReplayArgs, spark=None) -> dict:
     try:
         with Progress(spark, run_id) as progress:
             return _run(spark, args, run_id, started, source, output, staging, objects, source_codec,
-                        target_protocol, target_options, base, progress)
+                        target_protocol, target_options, base, progress, layout_plan=layout_plan)
     finally:
         if own_session:
             spark.stop()
 
 
 def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
-         target_options, base, progress) -> dict:
+         target_options, base, progress, layout_plan=None) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -286,6 +305,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                 "base_cut": base["cut"]["commit_ts"] if base else None},
         schema_conflicts=conflicts,
     )
+    if layout_plan is not None:
+        manifest["layout"] = layout_plan.manifest()
     progress.phase(f"committing {output}")
     manifest_mod.commit(output, staging, manifest)
     log.info("[replay %s] committed %s", run_id, output)

@@ -107,8 +107,55 @@ def read_bytes(uri: str) -> bytes:
         return f.read()
 
 
-def iter_lines(uri: str) -> Iterator[bytes]:
-    """The object's lines (gunzipped for `.gz`), streamed, without line terminators."""
+# object compression chosen by the name's last extension (kept libraries: gzip, zstandard,
+# lz4 frames, python-snappy's framing format)
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".lz4", ".snappy", ".sz")
+
+
+def compression_of(uri: str) -> str | None:
+    """gzip | zstd | lz4 | snappy for a compressed object name, else None."""
+    for suffix, name in ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd"), (".lz4", "lz4"),
+                         (".snappy", "snappy"), (".sz", "snappy")):
+        if uri.endswith(suffix):
+            return name
+    return None
+
+
+def strip_compression(name: str) -> str:
+    """The name without its compression extension."""
+    for suffix in COMPRESSED_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _decompressing(stream, uri: str):
+    method = compression_of(uri)
+    if method == "gzip":
+        return io.BufferedReader(gzip.GzipFile(fileobj=stream, mode="rb"), buffer_size=1 << 20)
+    if method == "zstd":
+        import zstandard
+
+        # read_across_frames: files concatenated from several frames read as one
+        reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
+        return io.BufferedReader(reader, buffer_size=1 << 20)
+    if method == "lz4":
+        import lz4.frame
+
+        return io.BufferedReader(lz4.frame.LZ4FrameFile(stream, mode="rb"), buffer_size=1 << 20)
+    if method == "snappy":
+        import snappy
+
+        # the framing format (`.sz`, `snappy -c`) is streamable; python-snappy has no reader
+        # object for it, so decompress the whole object (snappy objects are chunk-sized)
+        data = stream.read()
+        stream.close()
+        return io.BytesIO(snappy.StreamDecompressor().decompress(data))
+    return stream
+
+
+def open_stream(uri: str):
+    """A binary file object over the object's decompressed bytes (by extension)."""
     if is_s3(uri):
         bucket, key = _split_s3(uri)
         body = s3_client().get_object(Bucket=bucket, Key=key)["Body"]
@@ -116,9 +163,17 @@ def iter_lines(uri: str) -> Iterator[bytes]:
     else:
         stream = open(uri, "rb", buffering=1 << 20)
     try:
-        if uri.endswith(".gz"):
-            stream = gzip.GzipFile(fileobj=stream, mode="rb")
-            stream = io.BufferedReader(stream, buffer_size=1 << 20)
+        return _decompressing(stream, uri)
+    except Exception:
+        stream.close()
+        raise
+
+
+def iter_lines(uri: str) -> Iterator[bytes]:
+    """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
+    without line terminators."""
+    stream = open_stream(uri)
+    try:
         for line in stream:
             yield line.rstrip(b"\r\n")
     finally:

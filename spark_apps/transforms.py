@@ -214,7 +214,7 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
     `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
     mentioned, lower case) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
-        return (effects.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
+        return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
                 .withColumn("key_aliases", F.lit(None).cast("array<array<string>>")))
     ev = (
         rows.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))

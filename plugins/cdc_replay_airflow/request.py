@@ -21,7 +21,7 @@ from typing import Any
 
 # The registered protocols (cdc_codecs.protocols()). Written out because importing the codecs
 # takes ~1.5 s (sqlglot), too slow for DAG parsing; tests/airflow/test_request.py checks it.
-PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "oceanbase-avro", "open-protocol")
+PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "csv", "oceanbase-avro", "open-protocol")
 
 FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "tables", "as_of", "since", "until", "base_snapshot",

@@ -15,7 +15,7 @@ import datetime as dt
 import posixpath
 import re
 
-ARCHIVE_SUFFIXES = (".jsonl", ".jsonl.gz")
+ARCHIVE_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".jsonl.lz4", ".jsonl.snappy", ".jsonl.sz")
 _PART = re.compile(r"^(year|month|day|hour|hr|minute|dt|date)=([0-9][0-9\-:T]*)$")
 
 

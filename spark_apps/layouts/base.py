@@ -1,0 +1,68 @@
+"""What every layout shares: the plan it makes on the driver and the rows it may yield itself."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+
+from cdc_codecs.events import Kind, new_event
+
+from ..schema import QUARANTINE_KIND
+
+
+class LayoutError(ValueError):
+    """The source cannot be read with the layout; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One unit of work for a Spark task: an object and how to read it (JSON parameters,
+    always with "layout")."""
+
+    uri: str
+    size: int
+    params: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    layout: str
+    items: tuple[Item, ...]
+    found: str  # what was found, one line for the log
+    not_visible: tuple[str, ...] = ()  # objects deliberately not read (e.g. beyond an index file)
+    schema_uri: str | None = None  # starting schemas the layout carries (used when --schema is not given)
+    info: dict = dataclasses.field(default_factory=dict)  # the manifest's `layout` section
+
+    @property
+    def objects(self) -> int:
+        return len(self.items)
+
+    def manifest(self) -> dict:
+        return {"layout": self.layout, "found": self.found, "objects": len(self.items),
+                "not_visible": len(self.not_visible), "not_visible_objects": list(self.not_visible[:100]),
+                **self.info}
+
+
+def item(uri: str, size: int, layout: str, **params) -> Item:
+    return Item(uri, size, orjson.dumps({"layout": layout, **params}).decode())
+
+
+def quarantine_row(uri, line_no, stage, reason, record=None, raw_line=None) -> dict:
+    """A DECODED_ARROW_SCHEMA row for something that could not be read or decoded."""
+    row = {
+        "kind": QUARANTINE_KIND, "object": uri, "line": line_no, "event_index": 0,
+        "error": reason, "error_stage": stage, "raw_line": raw_line,
+    }
+    if record is not None:
+        row.update(topic=record.topic, partition=record.partition, offset=record.offset,
+                   record_timestamp=record.timestamp, raw_key=record.key, raw_value=record.value)
+    return row
+
+
+def watermark_row(uri: str, topic: str, partition: int, watermark_ts: int) -> dict:
+    """A watermark the layout itself carries (not a message): everything of `topic`/`partition`
+    at or below `watermark_ts` is in the archive."""
+    row = new_event(Kind.WATERMARK, watermark_ts=watermark_ts)
+    row.update(topic=topic, partition=partition, offset=-1, object=uri, line=0, event_index=0)
+    return row

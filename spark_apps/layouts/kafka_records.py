@@ -1,0 +1,37 @@
+"""`kafka-records`: our own archive, one Kafka record per JSON line (cdc_codecs.archive), in
+objects `*.jsonl`, compressed by extension (.gz, .zst, .lz4, .snappy)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from cdc_codecs.archive import ArchiveLineError, is_archive_object, parse_line
+
+from .. import storage
+from .base import LayoutError, Plan, item, quarantine_row
+
+NAME = "kafka-records"
+
+
+def matches(relatives: list[str]) -> int:
+    return sum(1 for rel in relatives if is_archive_object(rel))
+
+
+def plan(source: str, objects: list, options: dict, protocol: str | None = None,
+         protocol_options: dict | None = None) -> Plan:
+    if options:
+        raise LayoutError(f"--layout-option is not used by {NAME}: {', '.join(options)}")
+    items = tuple(item(o.uri, o.size, NAME) for o, rel in objects if is_archive_object(rel))
+    return Plan(NAME, items, f"{len(items)} Kafka-record objects")
+
+
+def read(uri: str, params: dict) -> Iterator:
+    for line_no, line in enumerate(storage.iter_lines(uri), 1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_line(line, uri)
+        except ArchiveLineError as e:
+            yield quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line)
+            continue
+        yield record, line_no

@@ -1,0 +1,248 @@
+"""`ticdc-storage`: what TiCDC's cloud storage sink writes (tiflow pkg/sink/cloudstorage,
+ticdc cmd/storage-consumer), read as the storage consumer reads it.
+
+    metadata                                          {"checkpoint-ts":N}: the cut
+    {schema}/meta/schema_{version}_{crc32:010d}.json  database schema files
+    {schema}/{table}/meta/schema_{version}_{crc32:010d}.json   table schema files
+    {schema}/{table}/{version}/schema.json            the older place of table schema files
+    {schema}/{table}/{version}/[{partition id}/][{date}/]CDC{index}.{json|csv}
+    {schema}/{table}/{version}/[{partition id}/][{date}/]CDC_{dispatcher}_{index}.{json|csv}
+    .../meta/CDC.index, .../meta/CDC_{dispatcher}.index   the last data file's name + "\\n"
+
+A data file is visible once the index file of its directory (and dispatcher) names it or a
+later one: files beyond the index are still being written and are left unread (reported).
+The date directory (date-separator year/month/day) comes from the TiCDC node's clock and the
+file index restarts in each one; file-index-width only pads the index.
+
+Records: one per line (`\\r\\n` or `\\n` terminated); topic `{schema}.{table}`, partition 0 and
+offset `days(date) × 2^47 + file index × 2^24 + line`, where days(date) is the date
+directory's first day counted from 1970-01-01 (0 without a date directory): a stable
+coordinate that grows with the sink's own order inside a table. Changes are ordered by their
+commit ts; the coordinate only breaks ties and names where a record was read. A new
+table-version directory is not a schema change (TiCDC also starts one when a table moves
+between nodes): schemas come from the schema files.
+
+The root `metadata` checkpoint-ts becomes a watermark of every table read: everything at or
+below it is complete, and changes above it are pending.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+
+from cdc_codecs.base import KafkaRecord
+from cdc_codecs.ticdc_csv import COLUMNS_HEADER
+
+from .. import storage
+from .base import LayoutError, Plan, item, watermark_row
+
+NAME = "ticdc-storage"
+METADATA = "metadata"
+FORMATS = {"json": "canal-json", "csv": "csv"}  # file extension -> protocol
+
+_COMPRESSION = r"(?:\.(?:gz|zst|zstd|lz4|snappy|sz))?"
+_DATA = re.compile(
+    r"^(?P<schema>[^/]+)/(?P<table>[^/]+)/(?P<version>\d+)/(?:(?P<extra>[^/]+(?:/[^/]+)?)/)?"
+    r"CDC(?:_(?P<dispatcher>[^/]+)_)?(?P<index>\d+)\.(?P<ext>json|csv)" + _COMPRESSION + "$")
+_INDEX = re.compile(r"^(?P<dir>.+)/meta/CDC(?:_(?P<dispatcher>[^/]+))?\.index$")
+_TABLE_SCHEMA = re.compile(r"^[^/]+/[^/]+/meta/schema_\d+_\d{10}\.json$|^[^/]+/[^/]+/\d+/schema\.json$")
+_DB_SCHEMA = re.compile(r"^[^/]+/meta/schema_\d+_\d{10}\.json$")
+_DATE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
+
+INDEX_BITS, LINE_BITS = 23, 24
+MAX_LINE = (1 << LINE_BITS) - 1
+
+
+def _date_days(segment: str) -> int | None:
+    """Days since 1970-01-01 of a date directory (year, year-month or day), else None."""
+    m = _DATE.match(segment)
+    if not m:
+        return None
+    year, month, day = int(m[1]), int(m[2] or 1), int(m[3] or 1)
+    if m[2] is None and not 1970 <= year <= 2200:  # a bare number: a partition id, not a year
+        return None
+    try:
+        return (dt.date(year, month, day) - dt.date(1970, 1, 1)).days
+    except ValueError:
+        return None
+
+
+def parse_data_path(rel: str) -> dict | None:
+    """The parts of a data file's relative path, or None if it is not one."""
+    m = _DATA.match(rel)
+    if not m:
+        return None
+    extra = m["extra"].split("/") if m["extra"] else []
+    days = 0
+    if extra and (last_days := _date_days(extra[-1])) is not None:  # [partition id/]date
+        days, extra = last_days, extra[:-1]
+    if len(extra) > 1 or any(not part.isdigit() for part in extra):
+        return None
+    directory = rel.rsplit("/", 1)[0]
+    return {"schema": m["schema"], "table": m["table"], "version": int(m["version"]),
+            "partition_id": int(extra[0]) if extra else None, "days": days,
+            "dispatcher": m["dispatcher"], "index": int(m["index"]), "ext": m["ext"], "dir": directory}
+
+
+def offset(days: int, index: int, line: int) -> int:
+    return (days << (INDEX_BITS + LINE_BITS)) | (min(index, (1 << INDEX_BITS) - 1) << LINE_BITS) | min(line, MAX_LINE)
+
+
+def matches(relatives: list[str]) -> int:
+    return sum(1 for rel in relatives if rel == METADATA or _DATA.match(rel) or _INDEX.match(rel))
+
+
+def _index_number(text: bytes, uri: str) -> int:
+    name = text.decode("utf-8", "replace").strip()
+    m = re.match(r"^CDC(?:_.+_)?(\d+)\.\w+", name)
+    if not m:
+        raise LayoutError(f"{uri}: not a TiCDC index file (it holds {name[:80]!r})")
+    return int(m[1])
+
+
+def _read_all(uris: list[str]) -> dict[str, bytes]:
+    if not uris:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(uris))) as pool:
+        return dict(zip(uris, pool.map(storage.read_bytes, uris)))
+
+
+def _schemas(uris: list[str]) -> dict:
+    """(database, table) lower case -> its storage-sink schema versions, oldest first."""
+    from ..schema_files import SchemaFileError, parse_schema_file
+
+    versions: dict = defaultdict(list)
+    for uri, data in _read_all(uris).items():
+        try:
+            version = parse_schema_file(data, uri)
+        except SchemaFileError as e:
+            raise LayoutError(str(e)) from e
+        if version is not None:
+            versions[(version.database.lower(), version.table.lower())].append(version)
+    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}
+
+
+def _columns_at(versions: list, table_version: int) -> list | None:
+    """[[name, type, is_pk], ...] of the schema file for a data directory's table version:
+    that version's file, else the latest before it (TiCDC reuses an unchanged schema's file)."""
+    if not versions:
+        return None
+    chosen = versions[0]
+    for v in versions:
+        if v.version <= table_version:
+            chosen = v
+    keys = set(chosen.keys)
+    return [[name, type_text, name in keys] for name, type_text in chosen.columns]
+
+
+def split_csv_records(data: bytes, quote: str) -> Iterator[bytes]:
+    """CSV rows of a file: a quoted value may hold a line break (TiCDC quotes, never escapes,
+    when a quote character is set), so rows end at a line break outside quotes."""
+    if not quote:
+        yield from data.splitlines()
+        return
+    q = quote.encode()
+    start, in_quote, i, n = 0, False, 0, len(data)
+    while i < n:
+        if data.startswith(q, i):
+            in_quote = not in_quote
+            i += len(q)
+            continue
+        if data[i] == 0x0A and not in_quote:
+            yield data[start:i].rstrip(b"\r")
+            start = i + 1
+        i += 1
+    if start < n:
+        yield data[start:].rstrip(b"\r\n")
+
+
+def plan(source: str, objects: list, options: dict, protocol: str | None = None,
+         protocol_options: dict | None = None) -> Plan:
+    if options:
+        raise LayoutError(f"--layout-option is not used by {NAME}: {', '.join(options)}")
+    data, indexes, table_schemas, db_schemas, metadata = [], {}, [], 0, None
+    for o, rel in objects:
+        if rel == METADATA:
+            metadata = o
+        elif (parsed := parse_data_path(rel)) is not None:
+            data.append((o, parsed))
+        elif m := _INDEX.match(rel):
+            indexes[(m["dir"], m["dispatcher"])] = o.uri
+        elif _TABLE_SCHEMA.match(rel):
+            table_schemas.append(o.uri)
+        elif _DB_SCHEMA.match(rel):
+            db_schemas += 1
+    if not data:
+        raise LayoutError(f"{source}: no TiCDC storage-sink data files (<schema>/<table>/<version>/.../CDC*.json|csv)")
+    formats = sorted({d["ext"] for _, d in data})
+    if len(formats) > 1:
+        raise LayoutError(f"{source}: holds both .json and .csv data files; replay one changefeed's output at a time")
+    expected = FORMATS[formats[0]]
+    if protocol is not None and protocol != expected:
+        raise LayoutError(f"{source}: the storage sink wrote .{formats[0]} files, which are the {expected} "
+                          f"protocol; run with --protocol {expected}")
+
+    contents = _read_all(sorted(set(indexes.values())) + ([metadata.uri] if metadata else []))
+    visible_up_to = {key: _index_number(contents[uri], uri) for key, uri in indexes.items()}
+    checkpoint = None
+    if metadata is not None:
+        try:
+            checkpoint = int(orjson.loads(contents[metadata.uri])["checkpoint-ts"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise LayoutError(f"{metadata.uri}: not a storage-sink metadata file ({type(e).__name__}: {e})") from e
+
+    schemas = _schemas(table_schemas) if expected == "csv" else {}
+    quote = (protocol_options or {}).get("quote", '"')
+    items, not_visible, topics = [], [], set()
+    by_group = defaultdict(int)
+    for o, d in data:
+        last = visible_up_to.get((d["dir"], d["dispatcher"]))
+        if last is None or d["index"] > last:
+            not_visible.append(o.uri)
+            continue
+        topic = f"{d['schema']}.{d['table']}"
+        topics.add(topic)
+        by_group[(d["dir"], d["dispatcher"])] += 1
+        extra = {}
+        if expected == "csv":
+            extra = {"csv_quote": quote,
+                     "columns": _columns_at(schemas.get((d["schema"].lower(), d["table"].lower()), []), d["version"])}
+        items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"], **extra))
+    if checkpoint is not None and topics:
+        items.append(item(metadata.uri, metadata.size, NAME, checkpoint=checkpoint, topics=sorted(topics)))
+    found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {len(items) - (checkpoint is not None)} data "
+             f"files in {len(by_group)} directories of {len(topics)} tables; {len(not_visible)} files not yet "
+             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files; "
+             + (f"checkpoint-ts {checkpoint}" if checkpoint is not None else
+                "no root metadata file (no checkpoint: the cut is the archive's end)"))
+    return Plan(NAME, tuple(items), found, tuple(not_visible),
+                schema_uri=source if table_schemas else None,
+                info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
+                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas})
+
+
+def read(uri: str, params: dict) -> Iterator:
+    if "checkpoint" in params:
+        for topic in params["topics"]:
+            yield watermark_row(uri, topic, 0, params["checkpoint"])
+        return
+    topic, days, index = params["topic"], params["days"], params["index"]
+    if "columns" in params:  # csv: the table's columns travel with each row (csv has no types)
+        headers = () if params["columns"] is None else ((COLUMNS_HEADER, orjson.dumps(params["columns"])),)
+        stream = storage.open_stream(uri)
+        try:
+            lines = split_csv_records(stream.read(), params["csv_quote"])
+        finally:
+            stream.close()
+    else:
+        headers, lines = (), storage.iter_lines(uri)
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, headers, uri), line_no

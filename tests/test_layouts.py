@@ -1,0 +1,265 @@
+"""Archive layouts (docs/layouts.md): the objects TiCDC's cloud storage sink and the Kafka
+Connect S3 sink write, built here by hand from the producers' rules (tiflow/ticdc
+pkg/sink/cloudstorage path.go, cmd/storage-consumer; kafka-connect-storage-cloud
+RecordViews, Avro/Json/ByteArray record writer providers) - never with our own writers - then
+planned, read, and replayed end to end against the same changes in a Kafka-record archive."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import os
+
+import fastavro
+import lz4.frame
+import orjson
+import pytest
+import snappy
+import zstandard
+
+from cdc_codecs import KafkaRecord, get_codec
+from cdc_codecs.archive import format_record
+from cdc_codecs.events import Kind
+from spark_apps import layouts, storage
+from spark_apps.layouts import kafka_connect_s3, ticdc_storage
+
+
+def put(root, rel: str, data: bytes) -> None:
+    storage.write_bytes(storage.join(str(root), rel), data)
+
+
+def canal_line(database, table, ts, id_, name) -> bytes:
+    """One canal-json INSERT with the TiDB extension, keys in TiCDC's order."""
+    doc = {"id": 0, "database": database, "table": table, "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+           "es": ts >> 18, "ts": 1767225600000, "sql": "", "sqlType": {"id": 4, "name": 12},
+           "mysqlType": {"id": "int", "name": "varchar"}, "old": None,
+           "data": [{"id": str(id_), "name": name}], "_tidb": {"commitTs": ts}}
+    return orjson.dumps(doc)
+
+
+TS = [(1_000 << 18) + i for i in range(10)]
+
+
+# ----------------------------------------------------------------------- ticdc-storage
+
+
+def storage_sink_fixture(root) -> None:
+    """A storage-sink tree written as TiCDC writes it: canal-json lines ending in \\r\\n, the
+    index file holding the last data file's name and "\\n", schema files in both places, a
+    database schema file, day date directories, a partitioned table, a dispatcher-suffixed
+    table, file-index-width 10 for one table, and the root metadata without spaces."""
+    crlf = b"\r\n"
+    put(root, "metadata", b'{"checkpoint-ts":%d}' % TS[7])
+    put(root, "shop/meta/schema_262144000_0123456789.json", b'{"Table":"","Schema":"shop","Version":1,'
+        b'"TableVersion":262144000,"Query":"CREATE DATABASE `shop`","Type":1}')
+    put(root, "shop/t/meta/schema_262144000_3954207718.json", orjson.dumps({
+        "Table": "t", "Schema": "shop", "Version": 1, "TableVersion": 262144000,
+        "Query": "CREATE TABLE `t` (`id` INT PRIMARY KEY,`name` VARCHAR(20))", "Type": 3,
+        "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
+                         {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "20"}],
+        "TableColumnsTotal": 2}, option=orjson.OPT_INDENT_2))
+    put(root, "shop/old/262144000/schema.json", orjson.dumps({
+        "Table": "old", "Schema": "shop", "Version": 1, "TableVersion": 262144000,
+        "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnIsPk": "true"},
+                         {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "20"}]}))
+    # table t, two table versions (a move between nodes, same schema), day directories
+    d1 = "shop/t/262144000/2026-01-01"
+    put(root, f"{d1}/CDC000001.json", canal_line("shop", "t", TS[0], 1, "a") + crlf + canal_line("shop", "t", TS[1], 2, "b") + crlf)
+    put(root, f"{d1}/CDC000002.json", canal_line("shop", "t", TS[2], 3, "c") + crlf)
+    put(root, f"{d1}/meta/CDC.index", b"CDC000002.json\n")
+    d2 = "shop/t/262144999/2026-01-02"
+    put(root, f"{d2}/CDC000001.json", canal_line("shop", "t", TS[3], 4, "d") + crlf)
+    put(root, f"{d2}/CDC000002.json", canal_line("shop", "t", TS[4], 5, "e") + crlf)  # beyond the index
+    put(root, f"{d2}/meta/CDC.index", b"CDC000001.json\n")
+    # a partitioned table with partition separator, file-index-width 10, no date
+    p = "shop/p/262144000/88"
+    put(root, f"{p}/CDC0000000001.json", canal_line("shop", "p", TS[5], 6, "f") + crlf)
+    put(root, f"{p}/meta/CDC.index", b"CDC0000000001.json\n")
+    # table across nodes: dispatcher-suffixed data and index files, month directory
+    q = "shop/q/262144000/2026-01"
+    put(root, f"{q}/CDC_6a8f3e2b9c1d4e5f_000001.json", canal_line("shop", "q", TS[6], 7, "g") + crlf
+        + canal_line("shop", "q", TS[9], 8, "above the checkpoint") + crlf)
+    put(root, f"{q}/meta/CDC_6a8f3e2b9c1d4e5f.index", b"CDC_6a8f3e2b9c1d4e5f_000001.json\n")
+    # a data directory with no index file yet: nothing in it is visible
+    put(root, "shop/r/262144000/CDC000001.json", canal_line("shop", "r", TS[1], 9, "h") + crlf)
+
+
+def test_storage_sink_paths_are_parsed_as_ticdc_writes_them():
+    parse = ticdc_storage.parse_data_path
+    assert parse("db/t/437/CDC000001.json")["days"] == 0
+    got = parse("db/t/437/2026-01-02/CDC000012.csv")
+    assert (got["days"], got["index"], got["ext"], got["partition_id"]) == (20455, 12, "csv", None)
+    got = parse("db/t/437/102/2026/CDC_abc_def_000003.json")
+    assert (got["partition_id"], got["dispatcher"], got["index"], got["days"]) == (102, "abc_def", 3, 20454)
+    assert parse("db/t/437/102/CDC000003.json")["partition_id"] == 102
+    assert parse("db/t/437/2026-01/CDC0000000007.json.gz")["index"] == 7
+    assert parse("db/t/meta/schema_1_0000000001.json") is None
+    assert parse("db/t/437/x/y/z/CDC000001.json") is None
+    # the coordinate grows with date, then file index, then line
+    assert ticdc_storage.offset(1, 1, 1) > ticdc_storage.offset(0, 99, 5) > ticdc_storage.offset(0, 2, 1)
+
+
+def test_storage_sink_plan_reads_visible_files_and_the_checkpoint(tmp_path):
+    storage_sink_fixture(tmp_path)
+    plan = layouts.plan(str(tmp_path), "auto", protocol="canal-json")
+    assert plan.layout == "ticdc-storage" and "ticdc-storage" in plan.found
+    assert plan.info["checkpoint_ts"] == TS[7]
+    assert plan.info["table_schema_files"] == 2 and plan.info["database_schema_files"] == 1
+    assert plan.schema_uri == str(tmp_path)
+    assert sorted(os.path.relpath(u, tmp_path) for u in plan.not_visible) == [
+        "shop/r/262144000/CDC000001.json", "shop/t/262144999/2026-01-02/CDC000002.json"]
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    records, watermarks = [], []
+    for it in plan.items:
+        for entry in layouts.read(it.uri, it.params):
+            if isinstance(entry, dict):
+                watermarks.append((entry["topic"], entry["watermark_ts"], entry["kind"]))
+            else:
+                records.append(entry)
+    assert sorted(watermarks) == [(t, TS[7], Kind.WATERMARK) for t in ("shop.p", "shop.q", "shop.t")]
+    ids = sorted(int(codec.decode(r)[0]["after"][0]["value"]) for r, _ in records)
+    assert ids == [1, 2, 3, 4, 6, 7, 8]
+    first = next(r for r, line in records if r.object.endswith("2026-01-01/CDC000001.json") and line == 2)
+    assert (first.topic, first.partition, first.value) == ("shop.t", 0, canal_line("shop", "t", TS[1], 2, "b"))
+    assert first.offset == ticdc_storage.offset(20454, 1, 2)
+    with pytest.raises(layouts.LayoutError, match="--protocol canal-json"):
+        layouts.plan(str(tmp_path), "ticdc-storage", protocol="open-protocol")
+
+
+# -------------------------------------------------------------------- kafka-connect-s3
+
+VALUE_SCHEMA = ["null", "bytes"]  # ByteArrayConverter: Connect's optional bytes, as AvroData writes it
+HEADER_SCHEMA = {"type": "array", "items": {"type": "record", "name": "ConnectDefault",
+                                            "namespace": "io.confluent.connect.avro",
+                                            "fields": [{"name": "key", "type": "string"},
+                                                       {"name": "value", "type": "string"}]}}
+
+
+def avro_file(schema, values) -> bytes:
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema), values, codec="null")
+    return out.getvalue()
+
+
+def connect_files(records, flush_size, directory, fmt, keys=False, headers=False, pad=10,
+                  separator=b"\n", compress=None):
+    """{relative path: bytes} as the S3 sink writes `records` of one topic partition: a file
+    per `flush_size` records named by its first record's offset."""
+    files = {}
+    for start in range(0, len(records), flush_size):
+        chunk = records[start:start + flush_size]
+        r0 = chunk[0]
+        stem = f"{directory}/{r0.topic}+{r0.partition}+{r0.offset:0{pad}d}"
+        if fmt == "avro":
+            files[f"{stem}.avro"] = avro_file(VALUE_SCHEMA, [r.value for r in chunk])
+            if keys:
+                files[f"{stem}.keys.avro"] = avro_file(VALUE_SCHEMA, [r.key for r in chunk])
+            if headers:
+                files[f"{stem}.headers.avro"] = avro_file(
+                    HEADER_SCHEMA, [[{"key": k, "value": v.decode()} for k, v in r.headers] for r in chunk])
+        else:
+            if fmt == "json":  # Jackson writes byte[] as a base64 string
+                data = b"".join(orjson.dumps(base64.b64encode(r.value).decode()) + b"\n" for r in chunk)
+                name = f"{stem}.json"
+            else:
+                data = b"".join(r.value + separator for r in chunk)
+                name = f"{stem}.bin"
+            if compress == "gzip":
+                data, name = gzip.compress(data), name + ".gz"
+            files[name] = data
+    return files
+
+
+def sample_records(n=7, partition=3, first_offset=40):
+    return [KafkaRecord("cdc.shop", partition, first_offset + i, None, b"k%d\x00" % i,
+                        canal_line("shop", "t", TS[i % len(TS)], i, f"n{i}"), (("origin", b"tidb-%d" % i),))
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("fmt,directory,compress", [
+    ("avro", "topics/cdc.shop/partition=3", None),
+    ("json", "topics/cdc.shop/year=2026/month=01/day=02/hour=05", "gzip"),
+    ("bytearray", "archive/cdc.shop/region=eu", None),
+    ("bytearray", "topics/cdc.shop/partition=3", "gzip"),
+])
+def test_connect_s3_objects_give_back_the_records_with_their_offsets(tmp_path, fmt, directory, compress):
+    records = sample_records()
+    for rel, data in connect_files(records, 3, directory, fmt, keys=True, headers=True, compress=compress).items():
+        put(tmp_path, rel, data)
+    plan = layouts.plan(str(tmp_path), "auto", protocol="canal-json")
+    assert plan.layout == "kafka-connect-s3" and len(plan.items) == 3
+    got = sorted((r for it in plan.items for r, _ in layouts.read(it.uri, it.params)), key=lambda r: r.offset)
+    assert [(r.topic, r.partition, r.offset, r.value) for r in got] == [
+        (r.topic, r.partition, r.offset, r.value) for r in records]
+    if fmt == "avro":  # companions only exist for the Avro files here
+        assert [(r.key, r.headers) for r in got] == [(r.key, r.headers) for r in records]
+
+
+def test_connect_s3_bytearray_separator_option_and_binary_protocol_refused(tmp_path):
+    records = sample_records(4)
+    for rel, data in connect_files(records, 4, "topics/cdc.shop/partition=3", "bytearray", separator=b"\r\n").items():
+        put(tmp_path, rel, data)
+    plan = layouts.plan(str(tmp_path), "kafka-connect-s3", {"format.bytearray.separator": "\\r\\n"}, "canal-json")
+    got = [r for it in plan.items for r, _ in layouts.read(it.uri, it.params)]
+    assert [r.value for r in got] == [r.value for r in records]
+    with pytest.raises(layouts.LayoutError, match="AvroFormat"):
+        layouts.plan(str(tmp_path), "kafka-connect-s3", {}, "canal-protobuf")
+    with pytest.raises(layouts.LayoutError, match="unknown --layout-option"):
+        layouts.plan(str(tmp_path), "kafka-connect-s3", {"nope": "1"}, "canal-json")
+
+
+# ------------------------------------------------------------------------ compression
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    (".gz", gzip.compress),
+    (".zst", lambda d: zstandard.ZstdCompressor().compress(d)),
+    (".lz4", lz4.frame.compress),
+    (".snappy", lambda d: snappy.StreamCompressor().compress(d)),
+])
+def test_objects_are_decompressed_by_extension(tmp_path, suffix, compress):
+    records = sample_records(5)
+    put(tmp_path, f"cdc.shop/3/part.jsonl{suffix}", compress(b"".join(format_record(r) + b"\n" for r in records)))
+    plan = layouts.plan(str(tmp_path), "auto")
+    assert plan.layout == "kafka-records"
+    got = [r for it in plan.items for r, _ in layouts.read(it.uri, it.params)]
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+        (r.offset, r.key, r.value, r.headers) for r in records]
+
+
+def test_auto_says_what_it_looked_for_when_nothing_matches(tmp_path):
+    put(tmp_path, "notes/readme.txt", b"hello")
+    with pytest.raises(layouts.LayoutError, match="no archive objects found"):
+        layouts.plan(str(tmp_path), "auto")
+
+
+def test_storage_sink_csv_rows_get_their_table_schema_and_keep_quoted_line_breaks(tmp_path):
+    """csv files with include-commit-ts: the columns come from the schema file of the data
+    directory's table version (or the latest before it); a quoted value holds a line break."""
+    schema_v1 = {"Table": "t", "Schema": "shop", "Version": 1, "TableVersion": 100, "Query": "", "Type": 3,
+                 "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
+                                  {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "20"}],
+                 "TableColumnsTotal": 2}
+    schema_v2 = dict(schema_v1, TableVersion=200, Query="ALTER TABLE `t` ADD COLUMN `b` BLOB",
+                     TableColumns=[*schema_v1["TableColumns"], {"ColumnName": "b", "ColumnType": "BLOB"}],
+                     TableColumnsTotal=3)
+    put(tmp_path, "metadata", b'{"checkpoint-ts":900}')
+    put(tmp_path, "shop/t/meta/schema_100_0000000001.json", orjson.dumps(schema_v1))
+    put(tmp_path, "shop/t/meta/schema_200_0000000002.json", orjson.dumps(schema_v2))
+    put(tmp_path, "shop/t/100/CDC000001.csv", b'"I","t","shop",150,1,"two\r\nlines"\r\n"D","t","shop",160,1,\\N\r\n')
+    put(tmp_path, "shop/t/100/meta/CDC.index", b"CDC000001.csv\n")
+    # a move between nodes: a new version directory, no new schema file, the same columns as 200
+    put(tmp_path, "shop/t/300/CDC000001.csv", b'"U","t","shop",310,2,"x","AAE="\r\n')
+    put(tmp_path, "shop/t/300/meta/CDC.index", b"CDC000001.csv\n")
+    with pytest.raises(layouts.LayoutError, match="--protocol csv"):
+        layouts.plan(str(tmp_path), "auto", protocol="canal-json")
+    plan = layouts.plan(str(tmp_path), "auto", protocol="csv")
+    codec = get_codec("csv", {"include-commit-ts": "true"})
+    events = [e for it in plan.items for entry in layouts.read(it.uri, it.params) if not isinstance(entry, dict)
+              for e in codec.decode(entry[0])]
+    got = sorted((e["commit_ts"], e["op"], {c["name"]: c["value"] for c in (e["after"] or e["before"])})
+                 for e in events)
+    assert got == [(150, "insert", {"id": b"1", "name": b"two\r\nlines"}),
+                   (160, "delete", {"id": b"1", "name": None}),
+                   (310, "update", {"id": b"2", "name": b"x", "b": b"\x00\x01"})]

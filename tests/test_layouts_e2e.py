@@ -1,0 +1,122 @@
+"""End to end per layout: a generated history archived as TiCDC's storage sink and as the
+Kafka Connect S3 sink would archive it (files built here from the producers' rules) replays
+to the same snapshot as the same changes read from a Kafka-record archive, and to the truth."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections import defaultdict
+
+import fastavro
+import orjson
+import pytest
+
+from cdc_codecs import get_codec
+from cdc_codecs.events import Kind
+from spark_apps import storage
+from spark_apps.demo import read_snapshot
+from spark_apps.generate import generate, write_archive
+from spark_apps.options import ReplayArgs, parser
+from spark_apps.replay import run
+
+pytestmark = pytest.mark.spark
+
+CANAL = {"enable-tidb-extension": "true"}
+
+
+def replay(spark, source, output, protocol, options, layout):
+    argv = ["--source", source, "--protocol", protocol, "--output", output, "--emit", "snapshot",
+            "--layout", layout]
+    for key, value in options.items():
+        argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
+    return run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+
+
+def write_storage_sink(root: str, events: list[dict], checkpoint: int, rows_per_file: int = 9) -> int:
+    """The row events as TiCDC's storage sink writes them with canal-json
+    (enable-tidb-extension, \\r\\n terminators): per table, files of a few rows in day
+    directories whose file index restarts at 1, an index file naming each directory's last
+    file, a file beyond the index (still being written: a copy of rows, never read), a file
+    repeating the previous file's last row (at-least-once), and the root metadata. Returns
+    the number of data files not yet visible."""
+    codec = get_codec("canal-json", CANAL)
+    by_table = defaultdict(list)
+    for event in events:
+        if event["kind"] == Kind.ROW:
+            by_table[(event["database"], event["table"])].append(event)
+    hidden = 0
+    for (database, table), rows in by_table.items():
+        lines = [b"".join(m.value for m in codec.encode([e], topic="t", partition=0)) for e in rows]
+        files = [lines[i:i + rows_per_file] for i in range(0, len(lines), rows_per_file)]
+        for n in range(1, len(files)):
+            files[n] = [files[n - 1][-1], *files[n]]  # redelivered after a retry
+        half = (len(files) + 1) // 2
+        for day, chunk in (("2026-01-01", files[:half]), ("2026-01-02", files[half:])):
+            directory = f"{database}/{table}/449999999999999999/{day}"
+            for index, content in enumerate(chunk, 1):
+                storage.write_bytes(storage.join(root, directory, f"CDC{index:06d}.json"),
+                                    b"".join(line + b"\r\n" for line in content))
+            if chunk:
+                storage.write_bytes(storage.join(root, directory, "meta/CDC.index"), f"CDC{len(chunk):06d}.json\n".encode())
+                storage.write_bytes(storage.join(root, directory, f"CDC{len(chunk) + 1:06d}.json"),
+                                    b"".join(line + b"\r\n" for line in chunk[0]))
+                hidden += 1
+    storage.write_bytes(storage.join(root, "metadata"), b'{"checkpoint-ts":%d}' % checkpoint)
+    return hidden
+
+
+def test_storage_sink_archive_replays_like_the_kafka_archive(spark, tmp_path):
+    generated = generate(transactions=50, partitions=2, seed=23, protocol="canal-json", options=CANAL, ddl_rate=0.0)
+    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
+    write_archive(generated.records, kafka)
+    hidden = write_storage_sink(sink, generated.events, generated.cut_ts)
+
+    replay(spark, kafka, str(tmp_path / "from-kafka"), "canal-json", CANAL, "kafka-records")
+    manifest = replay(spark, sink, str(tmp_path / "from-sink"), "canal-json", CANAL, "auto")
+    truth = {k: v for k, v in generated.expected.items() if v}
+    assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == truth
+    assert read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == truth
+    assert manifest["layout"]["layout"] == "ticdc-storage" and manifest["layout"]["not_visible"] == hidden > 0
+    assert manifest["cut"]["commit_ts"] == generated.cut_ts
+    counts = manifest["counts"]
+    assert counts["reconciled"] and counts["duplicate"] > 0 and counts["pending"] > 0
+
+
+def test_connect_s3_avro_archive_on_s3_replays_like_the_kafka_archive(spark, bucket, tmp_path):
+    generated = generate(transactions=40, partitions=2, seed=29, protocol="open-protocol", options={})
+    records = [dataclasses.replace(r, headers=(("origin", b"tidb"),)) for r in generated.records]
+    kafka, connect = str(tmp_path / "kafka"), f"{bucket}/connect"
+    write_archive(records, kafka)
+    by_partition = defaultdict(list)
+    for r in records:
+        by_partition[r.partition].append(r)
+    bytes_schema = fastavro.parse_schema(["null", "bytes"])
+    header_schema = fastavro.parse_schema({"type": "array", "items": {
+        "type": "record", "name": "ConnectDefault", "namespace": "io.confluent.connect.avro",
+        "fields": [{"name": "key", "type": "string"}, {"name": "value", "type": "string"}]}})
+
+    def avro(schema, values):
+        out = io.BytesIO()
+        fastavro.writer(out, schema, values, codec="deflate")  # avro.codec=deflate
+        return out.getvalue()
+
+    for p, recs in by_partition.items():
+        for start in range(0, len(recs), 30):  # flush.size=30
+            chunk = recs[start:start + 30]
+            stem = f"{connect}/topics/shop/partition={p}/shop+{p}+{chunk[0].offset:010d}"
+            storage.write_bytes(f"{stem}.avro", avro(bytes_schema, [r.value for r in chunk]))
+            storage.write_bytes(f"{stem}.keys.avro", avro(bytes_schema, [r.key for r in chunk]))
+            storage.write_bytes(f"{stem}.headers.avro", avro(
+                header_schema, [[{"key": k, "value": v.decode()} for k, v in r.headers] for r in chunk]))
+
+    replay(spark, kafka, str(tmp_path / "from-kafka"), "open-protocol", {}, "kafka-records")
+    manifest = replay(spark, connect, str(tmp_path / "from-connect"), "open-protocol", {}, "auto")
+    truth = {k: v for k, v in generated.expected.items() if v}
+    assert read_snapshot(str(tmp_path / "from-connect"), "open-protocol", {}) == truth
+    assert read_snapshot(str(tmp_path / "from-kafka"), "open-protocol", {}) == truth
+    assert manifest["layout"]["layout"] == "kafka-connect-s3"
+    # offsets as the connector assigned them: the same partitions, records and watermarks as Kafka's
+    assert [(s["topic"], s["partition"], s["records"], s["watermark"]) for s in manifest["partitions"]] == [
+        (s["topic"], s["partition"], s["records"], s["watermark"])
+        for s in orjson.loads(storage.read_bytes(str(tmp_path / "from-kafka" / "_manifest.json")))["partitions"]]

@@ -32,18 +32,35 @@ STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied
 
 def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
-    Avro sends DELETE as a bare tombstone), the lowest commit ts it can have given what came
-    before it in its partition: the highest earlier commit ts, or one above the highest
-    earlier watermark. Its change rank stays "message order", so among equal timestamps the
-    partition offset decides. Computed only when `needed` (a window per source partition)."""
+    Avro sends DELETE as a bare tombstone), a commit ts it can have given its partition, whose
+    events TiCDC writes in commit-ts order:
+
+    * the lower bound, when anything precedes it in its partition: the highest earlier row
+      commit ts, one above the highest earlier DDL commit ts or watermark;
+    * else (the first event of its partition, e.g. of a renamed table's new topic) the upper
+      bound: the lowest later commit ts or watermark in the partition. Every change of its key
+      on other partitions/topics before the partition began (the old name's, before the
+      RENAME) is then still before it, and it falls in the table's interval under its new name;
+    * else (alone in its partition) none: it is ordered by event time (0), i.e. first.
+
+    Its change rank stays "message order", so among equal timestamps the partition offset
+    decides. Computed only when `needed` (windows per source partition)."""
     if not needed:
         return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
-    before = Window.partitionBy("topic", "partition").orderBy("offset", "event_index").rowsBetween(
-        Window.unboundedPreceding, Window.currentRow)
-    floor = F.greatest(F.max("commit_ts").over(before), F.max("watermark_ts").over(before) + 1)
+    order = Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
+    after = order.rowsBetween(1, Window.unboundedFollowing)
+    is_row, is_ddl = F.col("kind") == Kind.ROW, F.col("kind") == Kind.DDL
+    lower = F.greatest(
+        F.max(F.when(is_row, F.col("commit_ts"))).over(before),
+        F.max(F.when(is_ddl, F.col("commit_ts") + 1)).over(before),
+        F.max("watermark_ts").over(before) + 1,
+    )
+    upper = F.least(F.min(F.when(is_row | is_ddl, F.col("commit_ts"))).over(after),
+                    F.min("watermark_ts").over(after))
     return events.withColumn(
         "inferred_ts",
-        F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), floor),
+        F.when(is_row & F.col("commit_ts").isNull(), F.coalesce(lower, upper)),
     )
 
 
@@ -155,7 +172,7 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
         lambda names: F.element_at(F.filter(img, lambda c: F.array_contains(names, F.lower(c["name"]))), 1)["value"],
     )
     def column_value(col):
-        found = F.element_at(F.filter(img, lambda c: F.array_contains(col["names"], F.lower(c["name"]))), 1)
+        found = F.try_element_at(F.filter(img, lambda c: F.array_contains(col["names"], F.lower(c["name"]))), F.lit(1))
         return F.when(found.isNull(), col["default"]).otherwise(found["value"])
 
     by_columns = F.transform(F.col("row_columns"), column_value)

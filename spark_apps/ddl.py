@@ -26,6 +26,7 @@ from cdc_codecs.events import ColumnFlag
 from cdc_codecs.mysql_types import INTEGER_BASES, enum_set_label, enum_set_value, parse_type
 
 Point = list  # list[int]
+UNKNOWN_COLUMNS = ("?",)  # the columns of a table renamed/truncated but never described
 
 
 class DDLError(ValueError):
@@ -58,6 +59,23 @@ class TableSchema:
     key_columns: list[str]
     start: Point  # the CREATE or TRUNCATE that began the current incarnation ([] = unknown)
     names: list  # [(from_point, database, name)]: the table's names through time
+    # UNIQUE indexes in creation order: [(index name, [column names])]
+    unique_keys: list = dataclasses.field(default_factory=list)
+    # False for a table the archive renamed or truncated without ever describing it: rows
+    # keep the columns and key their messages carry
+    columns_known: bool = True
+
+    def identity_columns(self) -> list[str]:
+        """What identifies a row, as TiDB's handle (and InnoDB's clustered index) has it: the
+        primary key, else the first UNIQUE index whose columns are all NOT NULL, else nothing
+        (the row is identified by all its values)."""
+        if self.key_columns:
+            return list(self.key_columns)
+        for _, columns in self.unique_keys:
+            cols = [self.column(c) for c in columns]
+            if cols and all(c is not None and not c.flags & ColumnFlag.NULLABLE for c in cols):
+                return [c.name for c in cols]
+        return []
 
     def column(self, name: str) -> ColumnDef | None:
         lower = name.lower()
@@ -78,6 +96,8 @@ class TableSchema:
             parts.append(text)
         if self.key_columns:
             parts.append("PRIMARY KEY (" + ", ".join(f"`{k}`" for k in self.key_columns) + ")")
+        for index, columns in self.unique_keys:
+            parts.append(f"UNIQUE KEY `{index}` (" + ", ".join(f"`{c}`" for c in columns) + ")")
         return f"CREATE TABLE `{self.database}`.`{self.name}` (" + ", ".join(parts) + ")"
 
 
@@ -92,7 +112,10 @@ class TableInterval:
     until: tuple | None
     final_database: str
     final_table: str
-    key_aliases: tuple = ()  # per final key column: every name it had (lower case)
+    key_aliases: tuple | None = ()  # per final key column: every name it had (lower case); None: unknown
+    # a table with no key: per final column, (every name it had, lower case; its default), so
+    # images written before an ADD/DROP COLUMN still identify the same row
+    row_columns: tuple | None = None
 
 
 def _key(database: str | None, table: str) -> tuple[str, str]:
@@ -140,7 +163,8 @@ class SchemaHistory:
     def _record_versions(self, point: Point) -> None:
         for key in set(self.versions) | set(self.tables):
             schema = self.tables.get(key)
-            signature = None if schema is None else tuple((c.name.lower(), c.mysql_type) for c in schema.columns)
+            signature = None if schema is None else tuple((c.name.lower(), c.mysql_type) for c in schema.columns) \
+                if schema.columns_known else UNKNOWN_COLUMNS
             history = self.versions.setdefault(key, [])
             if not history or history[-1][1] != signature:
                 history.append((point, signature))
@@ -167,6 +191,8 @@ class SchemaHistory:
                 return "create database"
             if kind == "TABLE":
                 return self._create_table(stmt, point, database)
+            if kind == "INDEX" and stmt.args.get("unique") and isinstance(stmt.this, exp.Index):
+                return self._create_unique_index(stmt.this, database)
             return f"ignored create {kind.lower()}"
         if isinstance(stmt, exp.Drop):
             kind = (stmt.args.get("kind") or "").upper()
@@ -182,6 +208,14 @@ class SchemaHistory:
                     self.known.add(_key(db, name))
                     self.tables.pop(_key(db, name), None)
                 return "drop table"
+            if kind == "INDEX" and isinstance(stmt.args.get("cluster"), exp.OnProperty):
+                db, name = self._table_ref(stmt.args["cluster"].this, database)
+                schema = self.tables.get(_key(db, name))
+                if schema is not None:
+                    index = _name((stmt.args.get("tables") or [stmt.this])[0]).lower()
+                    schema.unique_keys = [(i, cols) for i, cols in schema.unique_keys if i.lower() != index]
+                    self._mark_keys(schema)
+                return "drop index"
             return f"ignored drop {kind.lower()}"
         if isinstance(stmt, exp.TruncateTable):
             for table in stmt.expressions:
@@ -194,7 +228,8 @@ class SchemaHistory:
                     for col in schema.columns:
                         col.added, col.aliases = list(point), []
                 else:
-                    self.tables[_key(db, name)] = TableSchema(db, name, [], [], point, [(point, db, name)])
+                    self.tables[_key(db, name)] = TableSchema(db, name, [], [], point, [(point, db, name)],
+                                                              columns_known=False)
             return "truncate table"
         if isinstance(stmt, exp.Alter):
             return self._alter(stmt, point, database)
@@ -203,6 +238,16 @@ class SchemaHistory:
         if isinstance(stmt, exp.Command):
             raise DDLError(f"unsupported DDL statement: {query[:120]}")
         return f"ignored {type(stmt).__name__.lower()}"
+
+    def _create_unique_index(self, index: exp.Index, database: str | None) -> str:
+        db, name = self._table_ref(index.args["table"], database)
+        schema = self.tables.get(_key(db, name))
+        if schema is None or not schema.columns_known:
+            return "create unique index (table without known schema)"
+        columns = [_name(o.this) for o in index.args["params"].args.get("columns") or []]
+        _add_unique(schema.unique_keys, _name(index.this) if index.this else None, columns)
+        self._mark_keys(schema)
+        return "create unique index"
 
     def _create_table(self, stmt: exp.Create, point: Point, database: str | None) -> str:
         target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
@@ -222,30 +267,42 @@ class SchemaHistory:
                 raise DDLError(f"CREATE TABLE {name} LIKE {src_name}: {src_name} has no known schema")
             columns = [dataclasses.replace(c, added=list(point), aliases=[]) for c in source.columns]
             keys = list(source.key_columns)
+            uniques = [(i, list(c)) for i, c in source.unique_keys]
         elif isinstance(stmt.this, exp.Schema):
-            columns, keys = [], []
+            columns, keys, uniques = [], [], []
             for item in stmt.this.expressions:
                 if isinstance(item, exp.ColumnDef):
                     col = self._column_def(item, point)
                     columns.append(col)
                     if any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in item.constraints):
                         keys.append(col.name)
+                    if any(isinstance(c.kind, exp.UniqueColumnConstraint) for c in item.constraints):
+                        _add_unique(uniques, None, [col.name])
                 elif isinstance(item, exp.PrimaryKey):
                     keys = [_name(e) for e in item.expressions]
+                else:
+                    _add_unique_constraint(uniques, item)
         else:
             raise DDLError(f"CREATE TABLE {name} without columns (CREATE ... SELECT is not supported)")
-        schema = TableSchema(db, name, columns, keys, point, [(point, db, name)])
+        schema = TableSchema(db, name, columns, keys, point, [(point, db, name)], uniques)
         self._mark_keys(schema)
         self.tables[key] = schema
         return "create table"
 
     def _mark_keys(self, schema: TableSchema) -> None:
         keys = {k.lower() for k in schema.key_columns}
+        unique = {c.lower() for _, cols in schema.unique_keys for c in cols}
         for col in schema.columns:
-            flag = ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
+            flag = ColumnFlag.PRIMARY_KEY
             col.flags = (col.flags | flag) if col.name.lower() in keys else (col.flags & ~flag)
             if col.name.lower() in keys:
                 col.flags &= ~ColumnFlag.NULLABLE
+            col.flags = (col.flags | ColumnFlag.UNIQUE_KEY) if col.name.lower() in unique else (
+                col.flags & ~ColumnFlag.UNIQUE_KEY)
+        handle = {k.lower() for k in schema.identity_columns()}
+        for col in schema.columns:
+            col.flags = (col.flags | ColumnFlag.HANDLE_KEY) if col.name.lower() in handle else (
+                col.flags & ~ColumnFlag.HANDLE_KEY)
 
     def _column_def(self, item: exp.ColumnDef, point: Point) -> ColumnDef:
         name = item.name
@@ -277,10 +334,22 @@ class SchemaHistory:
             return "ignored alter"
         db, name = self._table_ref(stmt.this, database)
         key = _key(db, name)
-        self.known.add(key)
         schema = self.tables.get(key)
-        if schema is None:
+        actions = stmt.args.get("actions") or []
+        if actions and all(isinstance(a, exp.AlterRename) for a in actions) and (
+                schema is None or not schema.columns_known):
+            # a table from before the archive renamed: its rows move to the new name
+            if schema is None:
+                schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
+                self.tables[key] = schema
+            self.known.add(key)
+            new_db, new_name = self._table_ref(actions[-1].this, db)
+            self._rename_table(schema, new_db, new_name, point)
+            return f"rename table to {new_name}"
+        if schema is None or not schema.columns_known:
+            # not marked known: its rows keep the columns their messages carry
             raise DDLError(f"ALTER TABLE {db}.{name}: the table has no known schema (give it with --schema)")
+        self.known.add(key)
         done = []
         for action in stmt.args.get("actions") or []:
             if isinstance(action, exp.ColumnDef):
@@ -301,6 +370,10 @@ class SchemaHistory:
                         raise DDLError(f"DROP COLUMN {col_name}: {db}.{name} has no such column")
                     schema.columns.remove(col)
                     schema.key_columns = [k for k in schema.key_columns if k.lower() != col_name.lower()]
+                    # MySQL drops the column from its indexes, and an index left with none
+                    schema.unique_keys = [(i, [c for c in cols if c.lower() != col_name.lower()])
+                                          for i, cols in schema.unique_keys]
+                    schema.unique_keys = [(i, cols) for i, cols in schema.unique_keys if cols]
                     done.append(f"drop column {col_name}")
             elif isinstance(action, exp.ModifyColumn):
                 new_def = action.this
@@ -330,6 +403,13 @@ class SchemaHistory:
                     if isinstance(constraint, exp.PrimaryKey):
                         schema.key_columns = [_name(e) for e in constraint.expressions]
                         done.append("add primary key")
+                    elif _add_unique_constraint(schema.unique_keys, constraint):
+                        done.append("add unique key")
+            elif isinstance(action, exp.Drop) and (action.args.get("kind") or "").upper() in ("INDEX", "KEY"):
+                for target in action.args.get("tables") or [action.this]:
+                    index = _name(target).lower()
+                    schema.unique_keys = [(i, cols) for i, cols in schema.unique_keys if i.lower() != index]
+                done.append("drop index")
             elif isinstance(action, exp.DropPrimaryKey):
                 schema.key_columns = []
                 done.append("drop primary key")
@@ -359,6 +439,8 @@ class SchemaHistory:
             col.aliases = [([], col.name)]
         col.aliases.append((list(point), new_name))
         schema.key_columns = [new_name if k.lower() == col.name.lower() else k for k in schema.key_columns]
+        schema.unique_keys = [(i, [new_name if c.lower() == col.name.lower() else c for c in cols])
+                              for i, cols in schema.unique_keys]
         col.name = new_name
 
     def _rename_table(self, schema: TableSchema, new_db: str, new_name: str, point: Point) -> None:
@@ -388,7 +470,10 @@ class SchemaHistory:
             schema = self.tables.get(_key(old_db, old_name))
             self.known.update({_key(old_db, old_name), _key(new_db, new_name)})
             if schema is None:
-                raise DDLError(f"RENAME TABLE {old_db}.{old_name}: the table has no known schema")
+                # a table from before the archive: its rows move to the new name, with the
+                # columns and key their messages carry
+                schema = TableSchema(old_db, old_name, [], [], [], [([], old_db, old_name)], columns_known=False)
+                self.tables[_key(old_db, old_name)] = schema
             self._rename_table(schema, new_db, new_name, point)
         return "rename table"
 
@@ -398,23 +483,52 @@ class SchemaHistory:
         result = []
         for schema in self.tables.values():
             names = schema.names or [(schema.start, schema.database, schema.name)]
-            keys = []
-            for key in schema.key_columns:
+            keys, row_columns = [], None
+            for key in schema.identity_columns():
                 col = schema.column(key)
                 aliases = {key.lower()} | {alias.lower() for _, alias in (col.aliases if col else [])}
                 keys.append(tuple(sorted(aliases)))
+            if not schema.columns_known:
+                keys = None
+            elif not keys:
+                row_columns = tuple((tuple(sorted({c.name.lower()} | {a.lower() for _, a in c.aliases})), c.default)
+                                    for c in schema.columns)
             for i, (start, db, name) in enumerate(names):
                 after = tuple(schema.start) if i == 0 else tuple(start)
                 until = tuple(names[i + 1][0]) if i + 1 < len(names) else None
                 result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name,
-                                            tuple(keys)))
+                                            None if keys is None else tuple(keys), row_columns))
         return result
 
     def create_statements(self) -> list[str]:
-        return [t.create_statement() for _, t in sorted(self.tables.items())]
+        return [t.create_statement() for _, t in sorted(self.tables.items()) if t.columns_known]
 
     def is_known(self, database: str | None, table: str) -> bool:
         return _key(database, table) in self.known
+
+
+def _add_unique(uniques: list, name: str | None, columns: list[str]) -> None:
+    """Add a UNIQUE index; an unnamed one is named after its first column, as MySQL does."""
+    if not name:
+        name, n = columns[0], 2
+        while any(i.lower() == name.lower() for i, _ in uniques):
+            name, n = f"{columns[0]}_{n}", n + 1
+    uniques.append((name, list(columns)))
+
+
+def _add_unique_constraint(uniques: list, item) -> bool:
+    """A table-level UNIQUE [KEY|INDEX] [name] (cols) or CONSTRAINT name UNIQUE (cols)."""
+    name = None
+    if isinstance(item, exp.Constraint):
+        name = _name(item.this)
+        item = next((e for e in item.expressions if isinstance(e, exp.UniqueColumnConstraint)), None)
+    if not isinstance(item, exp.UniqueColumnConstraint) or not isinstance(item.this, exp.Schema):
+        return False
+    schema = item.this
+    if schema.this is not None:
+        name = _name(schema.this)
+    _add_unique(uniques, name, [_name(e) for e in schema.expressions])
+    return True
 
 
 def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | None:
@@ -479,6 +593,8 @@ def schema_conflicts(history: SchemaHistory, shapes: list[dict], limit: int = 50
         carried = {name.lower(): type_text for name, type_text in shape["columns"]}
         for point in (shape["first"], shape["last"]):
             expected = history.columns_at(database, table, list(point))
+            if expected == UNKNOWN_COLUMNS:
+                continue
             if expected is None:
                 conflicts.append(f"{database}.{table}: {shape['events']} row events near point {list(point)} "
                                  "but the DDL history has no such table then")

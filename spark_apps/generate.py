@@ -61,6 +61,8 @@ class Generated:
     cut_ts: int
     events: list[dict]  # every change in commit order, including pending ones
     stats: dict
+    # CREATE TABLE statements of the tables as they were before the archive (for --schema)
+    schema_sql: str = ""
 
 
 def tso(ms: int, logical: int = 0) -> int:
@@ -79,6 +81,19 @@ class _Simulator:
         self.deleted: dict[str, list] = defaultdict(list)
         self.ms = EPOCH_MS
         self.extra_columns = 0
+
+    def seed_rows(self, count: int) -> None:
+        """Rows that existed before the archive starts (no event for them): a mid-stream
+        archive's first change of such a key is an UPDATE or a DELETE."""
+        for table in TABLES:
+            for _ in range(count):
+                row_id = self.next_id[table]
+                self.next_id[table] += 1
+                self.rows[table][(str(row_id).encode(),)] = {
+                    n: self.value(table, n, t, row_id) for n, t, _ in self.columns[table]}
+
+    def create_sql(self) -> str:
+        return "".join(self.create_query(t, cols) + ";\n" for t, cols in TABLES.items())
 
     def commit_ts(self) -> int:
         self.ms += self.rng.randint(1, 40)
@@ -133,10 +148,13 @@ class _Simulator:
     def create_statements(self, ts) -> list[dict]:
         events = [self.ddl_event(f"CREATE DATABASE IF NOT EXISTS `{self.db}`", None, ts)]
         for table, cols in TABLES.items():
-            defs = ", ".join(f"`{n}` {t.upper()}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}" for n, t, f in cols)
             ts = self.commit_ts()
-            events.append(self.ddl_event(f"CREATE TABLE `{self.db}`.`{table}` ({defs}, PRIMARY KEY (`id`))", table, ts))
+            events.append(self.ddl_event(self.create_query(table, cols), table, ts))
         return events
+
+    def create_query(self, table: str, cols: list) -> str:
+        defs = ", ".join(f"`{n}` {t.upper()}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}" for n, t, f in cols)
+        return f"CREATE TABLE `{self.db}`.`{table}` ({defs}, PRIMARY KEY (`id`))"
 
     def transaction(self) -> list[dict]:
         """One transaction: 1-4 row changes, or a DDL now and then."""
@@ -236,15 +254,24 @@ def generate(
     bad_values: int = 0,
     ddl_rate: float = 0.02,
     split_key_updates: bool | None = None,
+    mid_stream: bool = False,
 ) -> Generated:
     """A history and its archive. `split_key_updates`: send a primary-key-changing UPDATE as
     DELETE + INSERT at one commit ts, as TiCDC's MQ sinks do by default (default: only for
-    avro, whose UPDATE has no old values; the others keep the UPDATE to exercise row moves)."""
+    avro, whose UPDATE has no old values; the others keep the UPDATE to exercise row moves).
+
+    `mid_stream`: the archive starts after the tables exist, as most real ones do: no DDL at
+    all, rows that predate the archive (their first change in it is an UPDATE or a DELETE),
+    and partitions whose first offset is arbitrary. `expected`/`final` then hold only the
+    keys the archive changed (all a replay without a base snapshot can know)."""
     options = {"enable-tidb-extension": "true"} if options is None else options
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
-    sim = _Simulator(seed, database, ddl_rate, split_key_updates)
+    sim = _Simulator(seed, database, 0.0 if mid_stream else ddl_rate, split_key_updates)
+    schema_sql = sim.create_sql()
+    if mid_stream:
+        sim.seed_rows(12)
     streams: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
     all_events = []
 
@@ -273,7 +300,8 @@ def generate(
                         # at-least-once: the same message again, a little later
                         streams[p].append((message.key, message.value))
 
-    send(sim.create_statements(sim.commit_ts()))
+    if not mid_stream:
+        send(sim.create_statements(sim.commit_ts()))
     cut_ts = 0
     for i in range(transactions):
         events = sim.transaction()
@@ -288,6 +316,7 @@ def generate(
                     if watermark_messages[p]:
                         streams[p].append(sim.rng.choice(watermark_messages[p][:-1] or watermark_messages[p]))
     expected = sim.state()
+    applied_events = len(all_events)
     sim.ms += 1
     for _ in range(pending_transactions):
         events = sim.transaction()
@@ -299,15 +328,29 @@ def generate(
         streams[p].insert(sim.rng.randrange(len(streams[p]) + 1), (None, b"\x00not a " + protocol.encode()))
     records = []
     for p in range(partitions):
-        for offset, (key, value) in enumerate(streams[p]):
-            records.append(KafkaRecord(topic, p, offset, EPOCH_MS + offset, key, value))
+        first = sim.rng.randrange(1, 10**9) if mid_stream else 0
+        for i, (key, value) in enumerate(streams[p]):
+            records.append(KafkaRecord(topic, p, first + i, EPOCH_MS + i, key, value))
+    final = sim.state()
+    if mid_stream:
+        expected = _changed_only(expected, all_events[:applied_events])
+        final = _changed_only(final, all_events)
     stats = {
         "transactions": transactions + pending_transactions,
         "records": len(records),
         "row_events": sum(e["kind"] == Kind.ROW for e in all_events),
         "bad_values": bad_values,
     }
-    return Generated(records, expected, sim.state(), cut_ts, all_events, stats)
+    return Generated(records, expected, final, cut_ts, all_events, stats, schema_sql)
+
+
+def _changed_only(state: dict, events: list[dict]) -> dict:
+    """The rows of `state` whose key some row event of `events` wrote."""
+    written = set()
+    for e in events:
+        if e["kind"] == Kind.ROW and e["after"] is not None:
+            written.add((e["database"], e["table"], next(c["value"] for c in e["after"] if c["name"] == "id")))
+    return {(db, t): {k: v for k, v in rows.items() if (db, t, k[0]) in written} for (db, t), rows in state.items()}
 
 
 def write_archive(records: list[KafkaRecord], prefix: str, *, records_per_object: int = 500,

@@ -82,7 +82,7 @@ def _table_name(database, table) -> str:
 
 def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None, schemas=(), window=None, schema_conflicts=()) -> dict:
+          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None) -> dict:
     by_status = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
     ranges: dict = {}
@@ -103,6 +103,8 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
     data_objects = [w for w in written]
     rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
+    first_touch = {(r["database"], r["table"]): {k: r[k] for k in ("keys_first_updated", "keys_first_deleted") if k in r}
+                   for r in (table_rows or [])}
     table_list = []
     for key in sorted(set(tables) | set(rows_by_table), key=lambda k: (k[0] or "", k[1] or "")):
         entry = tables.get(key, {})
@@ -112,6 +114,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             **{p: entry.get(p, 0) for p in parts},
             "min_commit_ts": lo_hi[0], "max_commit_ts": lo_hi[1],
             "rows": rows_by_table.get(key),
+            **first_touch.get(key, {}),
         })
     all_min = [t["min_commit_ts"] for t in table_list if t["min_commit_ts"] is not None]
     all_max = [t["max_commit_ts"] for t in table_list if t["max_commit_ts"] is not None]
@@ -158,7 +161,12 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "ddl": ddl_failures,
         },
         "schema_conflicts": list(schema_conflicts),
-        "warnings": list(cut.get("warnings", [])) + [f"schema conflict: {c}" for c in list(schema_conflicts)[:5]]
+        # snapshot/history: tables whose rows the archive did not all carry (it began after them)
+        "coverage": coverage,
+        "warnings": list(cut.get("warnings", [])) + ([
+            "the output holds only the rows the archive changed for " + ", ".join(coverage["changed_rows_only"])
+            + " (created before the archive began; give --base-snapshot for every row)"]
+            if coverage and coverage["changed_rows_only"] else []) + [f"schema conflict: {c}" for c in list(schema_conflicts)[:5]]
         + ([f"{len(schema_conflicts) - 5} more schema conflicts in the manifest"] if len(schema_conflicts) > 5 else []),
     }
 

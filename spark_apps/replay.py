@@ -19,7 +19,7 @@ import uuid
 if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cdc_codecs import Kind, codec_class, get_codec, parse_option_pairs  # noqa: E402
+from cdc_codecs import Kind, Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
@@ -303,7 +303,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         table_rows=table_rows, schemas=history.create_statements(),
         window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                 "base_cut": base["cut"]["commit_ts"] if base else None},
-        schema_conflicts=conflicts,
+        schema_conflicts=conflicts, coverage=_coverage(args, history, table_rows, base),
     )
     if layout_plan is not None:
         manifest["layout"] = layout_plan.manifest()
@@ -311,6 +311,21 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     manifest_mod.commit(output, staging, manifest)
     log.info("[replay %s] committed %s", run_id, output)
     return manifest
+
+
+def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
+    """Whether a snapshot/history holds every row of its tables, or only the rows the archive
+    changed: a table whose CREATE (or TRUNCATE) is not in the archive existed before it, and
+    its rows the archive never touched are not known (unless a base snapshot holds them)."""
+    if table_rows is None:
+        return None
+    partial = []
+    if base is None:
+        for r in table_rows:
+            schema = history.tables.get(((r["database"] or "").lower(), (r["table"] or "").lower()))
+            if schema is None or not schema.start:
+                partial.append(f"{r['database']}.{r['table']}")
+    return {"complete": not partial, "changed_rows_only": sorted(partial)}
 
 
 def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:
@@ -403,9 +418,12 @@ class _OutputPlan:
             return None, None
         intervals = spark.createDataFrame(
             [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-              i.final_database, i.final_table, [list(k) for k in i.key_aliases]) for i in history.intervals()],
+              i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
+              None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+             for i in history.intervals()],
             "database string, table string, after array<bigint>, until array<bigint>, "
-            "final_database string, final_table string, key_aliases array<array<string>>")
+            "final_database string, final_table string, key_aliases array<array<string>>, "
+            "row_columns array<struct<names: array<string>, default: binary>>")
         known = spark.createDataFrame(sorted(history.known), "database string, table string")
         return intervals, known
 
@@ -416,7 +434,7 @@ class _OutputPlan:
         return T.row_effects(T.assign_tables(rows, intervals, known))
 
     def _schemas(self):
-        return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values()}
+        return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values() if s.columns_known}
 
     def _write_kafka(self, df, prepare=None):
         from spark_apps.archive_io import write_topics_fn
@@ -473,24 +491,28 @@ class _OutputPlan:
         from spark_apps import transforms as T
         from spark_apps.snapshot import projector
 
-        live = T.live_rows(T.latest_per_key(self._effects(rows)))
+        latest = T.latest_per_key(self._effects(rows)).persist(StorageLevel.DISK_ONLY)
+        # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
+        table_rows = [r.asDict() for r in latest.groupBy(
+            F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
+            F.count(F.when(F.col("effect") == "upsert", 1)).alias("rows"),
+            F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
+            F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
+        live = T.live_rows(latest)
         if self.args.output_format == "parquet":
-            live = live.persist(StorageLevel.DISK_ONLY)
-            table_rows = [r.asDict() for r in live.groupBy("database", "table").agg(
-                F.count(F.lit(1)).alias("rows")).collect()]
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
-            live.unpersist()
+            latest.unpersist()
             return written, table_rows
         live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
                                 self.args.dispatcher, self.partitions)
         live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
-        out = self._event_columns(live, extra=("timeline",)).persist(StorageLevel.DISK_ONLY)
-        table_rows = [r.asDict() for r in out.groupBy("database", "table").agg(F.count(F.lit(1)).alias("rows")).collect()]
+        out = self._event_columns(live, extra=("timeline",))
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
             marks = self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint")
             out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks).withColumn(
                 "timeline", F.col("sort_point")))
         written = self._write_kafka(out, projector(self._schemas()))
+        latest.unpersist()
         return written, table_rows
 
     def history(self, rows):

@@ -47,7 +47,7 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         if schema is not None:
             side = "after" if event["after"] is not None else "before"
             event[side] = project_image(event[side], point, schema, schema_types)
-            event["key_columns"] = list(schema.key_columns)
+            event["key_columns"] = schema.identity_columns()
         return event
 
     return prepare

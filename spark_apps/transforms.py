@@ -26,23 +26,41 @@ from cdc_codecs.events import ColumnFlag, Kind, Op
 
 from .schema import QUARANTINE_KIND
 
+ROW_COLUMNS_TYPE = "array<struct<names: array<string>, default: binary>>"
 STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied")
 
 
 def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
-    Avro sends DELETE as a bare tombstone), the lowest commit ts it can have given what came
-    before it in its partition: the highest earlier commit ts, or one above the highest
-    earlier watermark. Its change rank stays "message order", so among equal timestamps the
-    partition offset decides. Computed only when `needed` (a window per source partition)."""
+    Avro sends DELETE as a bare tombstone), a commit ts it can have given its partition, whose
+    events TiCDC writes in commit-ts order:
+
+    * the lower bound, when anything precedes it in its partition: the highest earlier row
+      commit ts, one above the highest earlier DDL commit ts or watermark;
+    * else (the first event of its partition, e.g. of a renamed table's new topic) the upper
+      bound: the lowest later commit ts or watermark in the partition. Every change of its key
+      on other partitions/topics before the partition began (the old name's, before the
+      RENAME) is then still before it, and it falls in the table's interval under its new name;
+    * else (alone in its partition) none: it is ordered by event time (0), i.e. first.
+
+    Its change rank stays "message order", so among equal timestamps the partition offset
+    decides. Computed only when `needed` (windows per source partition)."""
     if not needed:
         return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
-    before = Window.partitionBy("topic", "partition").orderBy("offset", "event_index").rowsBetween(
-        Window.unboundedPreceding, Window.currentRow)
-    floor = F.greatest(F.max("commit_ts").over(before), F.max("watermark_ts").over(before) + 1)
+    order = Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
+    after = order.rowsBetween(1, Window.unboundedFollowing)
+    is_row, is_ddl = F.col("kind") == Kind.ROW, F.col("kind") == Kind.DDL
+    lower = F.greatest(
+        F.max(F.when(is_row, F.col("commit_ts"))).over(before),
+        F.max(F.when(is_ddl, F.col("commit_ts") + 1)).over(before),
+        F.max("watermark_ts").over(before) + 1,
+    )
+    upper = F.least(F.min(F.when(is_row | is_ddl, F.col("commit_ts"))).over(after),
+                    F.min("watermark_ts").over(after))
     return events.withColumn(
         "inferred_ts",
-        F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), floor),
+        F.when(is_row & F.col("commit_ts").isNull(), F.coalesce(lower, upper)),
     )
 
 
@@ -138,7 +156,10 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
     """The row's key: the values of its key columns. The key columns are the table's at the
     cut when the DDL history knows the table (`key_aliases`: every name each key column had,
     so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
-    `key_columns`; a table without a key is keyed by all its values. Values only, in key order."""
+    `key_columns`; a table without a key is keyed by all its values: for a table the DDL history
+    knows, by its columns at the cut (`row_columns`: names each had, default), a column the
+    image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
+    the same row. Values only, in key order."""
     img = F.col(image)
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
@@ -150,7 +171,13 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
         F.col("key_aliases"),
         lambda names: F.element_at(F.filter(img, lambda c: F.array_contains(names, F.lower(c["name"]))), 1)["value"],
     )
-    return F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema).otherwise(all_values)
+    def column_value(col):
+        found = F.try_element_at(F.filter(img, lambda c: F.array_contains(col["names"], F.lower(c["name"]))), F.lit(1))
+        return F.when(found.isNull(), col["default"]).otherwise(found["value"])
+
+    by_columns = F.transform(F.col("row_columns"), column_value)
+    return (F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema)
+            .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
 
 
 def row_effects(rows: DataFrame) -> DataFrame:
@@ -215,7 +242,8 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
     mentioned, lower case) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
         return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
-                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>")))
+                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
+                .withColumn("row_columns", F.lit(None).cast(ROW_COLUMNS_TYPE)))
     ev = (
         rows.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
         .withColumn("_tb", F.lower(F.coalesce("table", F.lit(""))))
@@ -229,7 +257,7 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
         & (F.col("iv.until").isNull() | (F.col("ev.timeline") <= F.col("iv.until"))),
         "left",
     ).select("ev.*", F.col("iv.final_database").alias("_final_db"), F.col("iv.final_table").alias("_final_tb"),
-             F.col("iv.key_aliases").alias("key_aliases"))
+             F.col("iv.key_aliases").alias("key_aliases"), F.col("iv.row_columns").alias("row_columns"))
     kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
     flagged = matched.join(
         F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
@@ -246,12 +274,15 @@ def latest_per_key(effects: DataFrame) -> DataFrame:
     """The last change of every (table, key) by the replay order: distributed by key hash,
     so no table is ever held by one task and nothing reaches the driver."""
     payload = F.struct(*[F.col(c) for c in effects.columns
-                         if c not in ("final_database", "final_table", "row_key", "key_aliases")])
+                         if c not in ("final_database", "final_table", "row_key", "key_aliases", "row_columns")])
+    # `first_change`: how the archive first touched the key ("update"/"delete": a row that
+    # predates the archive, whose insert it never saw), so those keys are counted
+    first = F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op"))
     last = (
         effects.groupBy("final_database", "final_table", "row_key")
-        .agg(F.max_by(payload, order_struct()).alias("last"))
+        .agg(F.max_by(payload, order_struct()).alias("last"), F.min_by(first, order_struct()).alias("first_change"))
     )
-    return last.select("final_database", "final_table", "row_key", "last.*")
+    return last.select("final_database", "final_table", "row_key", "last.*", "first_change")
 
 
 def live_rows(latest: DataFrame) -> DataFrame:

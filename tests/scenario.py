@@ -46,7 +46,7 @@ class Scenario:
         return image
 
     def _key(self, t: dict, values: dict) -> tuple:
-        names = t["key"] or [n for n, _ in t["columns"]]
+        names = t["key"] or t.get("unique") or [n for n, _ in t["columns"]]
         return tuple(values.get(n) for n in names)
 
     def ddl(self, query: str, table: str | None = None, db: str | None = None) -> int:
@@ -97,11 +97,16 @@ class Scenario:
             del self.tables[key]
         return self.ddl(f"DROP DATABASE `{db}`", None, db)
 
-    def create_table(self, table: str, columns: list[tuple[str, str]], key: list[str], db: str | None = None) -> int:
+    def create_table(self, table: str, columns: list[tuple[str, str]], key: list[str], db: str | None = None,
+                     unique: list[str] | None = None) -> int:
+        """`unique`: without `key`, a NOT NULL UNIQUE key (the table's row identity; its events
+        name no key columns, so only the DDL says what identifies a row)."""
         db = db or self.db
-        self.tables[(db, table)] = {"columns": list(columns), "key": list(key), "rows": {}}
-        defs = ", ".join(f"`{n}` {t}" for n, t in columns)
+        self.tables[(db, table)] = {"columns": list(columns), "key": list(key), "rows": {}, "unique": list(unique or [])}
+        defs = ", ".join(f"`{n}` {t}{' NOT NULL' if n in (unique or ()) else ''}" for n, t in columns)
         pk = f", PRIMARY KEY ({', '.join(f'`{k}`' for k in key)})" if key else ""
+        if unique:
+            pk += f", UNIQUE KEY `uk` ({', '.join(f'`{k}`' for k in unique)})"
         return self.ddl(f"CREATE TABLE `{db}`.`{table}` ({defs}{pk})", table, db)
 
     def create_table_like(self, table: str, source: str) -> int:
@@ -128,6 +133,7 @@ class Scenario:
         t["columns"].append((name, type_text))
         for row in t["rows"].values():
             row[name] = _b(default)
+        t["rows"] = {self._key(t, row): row for row in t["rows"].values()}
         suffix = f" DEFAULT '{default}'" if default is not None else ""
         return self.ddl(f"ALTER TABLE `{self.db}`.`{table}` ADD COLUMN `{name}` {type_text}{suffix}", table)
 
@@ -136,6 +142,7 @@ class Scenario:
         t["columns"] = [c for c in t["columns"] if c[0] != name]
         for row in t["rows"].values():
             row.pop(name, None)
+        t["rows"] = {self._key(t, row): row for row in t["rows"].values()}
         return self.ddl(f"ALTER TABLE `{self.db}`.`{table}` DROP COLUMN `{name}`", table)
 
     def _rename_column(self, t: dict, old: str, new: str, type_text: str | None) -> None:

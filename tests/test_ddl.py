@@ -130,3 +130,56 @@ def test_in_band_columns_are_cross_checked_against_the_ddl_history():
     assert "d.t: 2 row events" in missing and "missing b" in missing
     [retyped] = schema_conflicts(h, [typed])
     assert "types differ for b (int vs int unsigned)" in retyped
+
+
+def test_a_not_null_unique_key_identifies_rows_when_there_is_no_primary_key():
+    """TiDB's handle (InnoDB's clustered index): the primary key, else the first UNIQUE index
+    whose columns are all NOT NULL; a nullable unique key does not identify a row."""
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (a INT, b INT NOT NULL, c VARCHAR(8) NOT NULL, UNIQUE KEY ua (a), "
+            "UNIQUE KEY ubc (b, c))", [1])
+    t = h.tables[("d", "t")]
+    assert t.identity_columns() == ["b", "c"]
+    assert [i.key_aliases for i in h.intervals()] == [(("b",), ("c",))]
+    assert {c.name for c in t.columns if c.flags & 2} == {"b", "c"}  # handle-key flag
+    assert "UNIQUE KEY `ubc` (`b`, `c`)" in t.create_statement()
+    h.apply("ALTER TABLE d.t CHANGE b bb INT NOT NULL", [2])
+    assert h.intervals()[0].key_aliases == (("b", "bb"), ("c",))
+    h.apply("ALTER TABLE d.t DROP INDEX ubc", [3])
+    assert t.identity_columns() == [] and h.intervals()[0].row_columns is not None
+    h.apply("CREATE UNIQUE INDEX uc ON d.t (c)", [4])
+    assert t.identity_columns() == ["c"]
+    h.apply("DROP INDEX uc ON d.t", [5])
+    h.apply("ALTER TABLE d.t ADD CONSTRAINT u2 UNIQUE (c)", [6])
+    assert t.identity_columns() == ["c"]
+    h.apply("ALTER TABLE d.t ADD PRIMARY KEY (bb)", [7])
+    assert t.identity_columns() == ["bb"]
+
+
+def test_column_level_unique_and_a_table_with_no_key_at_all():
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT NOT NULL UNIQUE, v INT)", [1])
+    assert h.tables[("d", "t")].identity_columns() == ["id"]
+    h.apply("CREATE TABLE d.n (a INT, b INT DEFAULT 3)", [1])
+    h.apply("ALTER TABLE d.n ADD COLUMN c INT DEFAULT 9", [2])
+    interval = next(i for i in h.intervals() if i.table == "n")
+    assert interval.key_aliases == ()
+    assert interval.row_columns == ((("a",), None), (("b",), b"3"), (("c",), b"9"))
+
+
+def test_tables_from_before_the_archive_can_be_renamed_and_truncated():
+    """A mid-stream archive: RENAME/TRUNCATE of a table no DDL described moves/clears its rows,
+    which keep the columns and key their messages carry; an ALTER of it is refused without
+    hiding the table's rows (the table is not marked known)."""
+    h = SchemaHistory()
+    with pytest.raises(DDLError, match="no known schema"):
+        h.apply("ALTER TABLE d.x ADD COLUMN c INT", [1])
+    assert not h.is_known("d", "x")
+    h.apply("RENAME TABLE d.a TO d.b", [5])
+    h.apply("ALTER TABLE d.c RENAME TO d.e", [6])
+    h.apply("TRUNCATE TABLE d.f", [7])
+    got = {(i.database, i.table): (i.after, i.until, i.final_table, i.key_aliases) for i in h.intervals()}
+    assert got[("d", "a")] == ((), (5,), "b", None) and got[("d", "b")] == ((5,), None, "b", None)
+    assert got[("d", "c")] == ((), (6,), "e", None)
+    assert got[("d", "f")] == ((7,), None, "f", None)
+    assert h.create_statements() == []

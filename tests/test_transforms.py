@@ -1,0 +1,92 @@
+"""Direct tests of spark_apps.transforms on tiny DataFrames: the branches that real archives
+reach but generated histories rarely do (no DDL at all, keys first touched by an UPDATE or a
+DELETE, whole-row keys across column changes, Avro tombstones without a lower bound)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_codecs.events import Kind, Op, new_event
+from spark_apps import transforms as T
+from spark_apps.schema import DECODED_FIELD_NAMES, DECODED_STRUCT
+
+pytestmark = pytest.mark.spark
+
+
+def col(name, value):
+    return {"name": name, "mysql_type": "int", "flags": 0, "value": None if value is None else str(value).encode(),
+            "label": None}
+
+
+def frame(spark, events):
+    rows = []
+    for e in events:
+        full = dict.fromkeys(DECODED_FIELD_NAMES)
+        full.update({"topic": "t", "partition": 0, "event_index": 0, **e})
+        rows.append(tuple(full[n] for n in DECODED_FIELD_NAMES))
+    return spark.createDataFrame(rows, DECODED_STRUCT)
+
+
+def row(op, offset, ts=None, before=None, after=None, partition=0, table="t", keys=("id",)):
+    return new_event(Kind.ROW, op=op, commit_ts=ts, database="d", table=table, key_columns=list(keys),
+                     before=before, after=after, partition=partition, offset=offset, topic="t")
+
+
+def test_assign_tables_without_any_ddl_keeps_every_row_under_its_own_name(spark):
+    events = frame(spark, [row(Op.UPDATE, 0, 10, [col("id", 1), col("v", 1)], [col("id", 1), col("v", 2)]),
+                           row(Op.DELETE, 1, 11, [col("id", 2), col("v", 1)])])
+    got = T.assign_tables(T.with_timeline(events), None, None)
+    assert [(r.final_database, r.final_table, r.key_aliases, r.row_columns) for r in got.collect()] == [
+        ("d", "t", None, None)] * 2
+
+
+def test_keys_first_touched_by_an_update_or_a_delete(spark):
+    """An UPDATE of a row the archive never inserted is its latest image; a DELETE of one
+    leaves nothing; both are told apart by `first_change` so they can be counted."""
+    events = frame(spark, [
+        row(Op.UPDATE, 0, 10, [col("id", 1), col("v", 1)], [col("id", 1), col("v", 2)]),
+        row(Op.DELETE, 1, 11, [col("id", 2), col("v", 1)]),
+        row(Op.INSERT, 2, 12, None, [col("id", 3), col("v", 3)]),
+        row(Op.UPDATE, 3, 13, [col("id", 3), col("v", 3)], [col("id", 3), col("v", 4)]),
+    ])
+    effects = T.row_effects(T.assign_tables(T.with_timeline(events), None, None))
+    latest = {tuple(r.row_key): (r.effect, r.first_change, r.after and r.after[1].value)
+              for r in T.latest_per_key(effects).collect()}
+    assert latest == {(b"1",): ("upsert", "update", b"2"), (b"2",): ("delete", "delete", None),
+                      (b"3",): ("upsert", "insert", b"4")}
+    live = T.live_rows(T.latest_per_key(effects))
+    assert sorted(tuple(r.row_key) for r in live.collect()) == [(b"1",), (b"3",)]
+
+
+def test_a_keyless_table_is_keyed_by_its_columns_at_the_cut(spark):
+    """`row_columns` (a table with no key the DDL history knows): a column the image lacks
+    takes its default, one the table no longer has is ignored, renamed columns match by any
+    name they had."""
+    events = frame(spark, [row(Op.INSERT, 0, 10, None, [col("a", 1), col("old", 5), col("gone", 7)], keys=())])
+    events = T.with_timeline(events).withColumn("key_aliases", T.F.array().cast("array<array<string>>")).withColumn(
+        "row_columns", T.F.array(
+            T.F.struct(T.F.array(T.F.lit("a")).alias("names"), T.F.lit(None).cast("binary").alias("default")),
+            T.F.struct(T.F.array(T.F.lit("new"), T.F.lit("old")).alias("names"),
+                       T.F.lit(None).cast("binary").alias("default")),
+            T.F.struct(T.F.array(T.F.lit("c")).alias("names"), T.F.lit(b"9").alias("default"))))
+    assert [tuple(r.k) for r in events.select(T.row_key("after", schema_keys=True).alias("k")).collect()] == [
+        (b"1", b"5", b"9")]
+
+
+def test_tombstones_are_placed_between_their_partition_neighbours(spark):
+    """TiCDC Avro DELETEs have no commit ts: after an earlier event the lower bound, as the
+    first of the partition the upper bound (the next commit ts or watermark), alone none."""
+    wm = new_event(Kind.WATERMARK, watermark_ts=150, topic="t", partition=0, offset=2)
+    ddl = new_event(Kind.DDL, commit_ts=200, ddl_query="x", topic="t", partition=0, offset=4)
+    events = frame(spark, [
+        row(Op.DELETE, 0, None, [col("id", 1)]),             # first: upper bound 100
+        row(Op.INSERT, 1, 100, None, [col("id", 2)]),
+        wm,
+        row(Op.DELETE, 3, None, [col("id", 2)]),             # after watermark 150: 151
+        ddl,
+        row(Op.DELETE, 5, None, [col("id", 3)]),             # after the DDL at 200: 201
+        row(Op.DELETE, 0, None, [col("id", 4)], partition=1),  # alone: none
+    ])
+    got = {(r.partition, r.offset): r.inferred_ts
+           for r in T.infer_commit_ts(events, True).where("kind = 'row'").collect()}
+    assert got == {(0, 0): 100, (0, 1): None, (0, 3): 151, (0, 5): 201, (1, 0): None}

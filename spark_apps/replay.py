@@ -531,7 +531,9 @@ class _OutputPlan:
             if self.cut["point"] is not None:
                 marks = marks.unionByName(self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint"))
             out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
-        return self._write_kafka(out)
+        from spark_apps.snapshot import precision_from_history
+
+        return self._write_kafka(out, precision_from_history(self.schema_history))
 
 
 def _event_names():

@@ -23,6 +23,7 @@ from cdc_codecs import Kind, codec_class, get_codec, parse_option_pairs  # noqa:
 from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
+from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
@@ -203,6 +204,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
+        *gaps_mod.offset_columns(),
     ).orderBy("topic", "partition").collect()]
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
@@ -213,6 +215,14 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if args.since is not None and cut["kind"] != "commit_ts":
         raise ReplayError("--since needs commit ts, and this archive carries none")
     log.info("[replay %s] cut: %s", run_id, cut["description"])
+    offset_gaps, gap_count = gaps_mod.gaps(decoded, partition_stats)
+    if gap_count:
+        shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
+        log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)
+        if args.require_contiguous:
+            decoded.unpersist()
+            raise ReplayError(f"--require-contiguous: the archive misses offsets ({gap_count} holes: {shown}"
+                              + (" ..." if gap_count > 5 else "") + "); a missing or truncated archive object?")
 
     # 2. statuses: quarantined / filtered / duplicate / pending / applied
     progress.phase("deduplicating and cutting")
@@ -284,7 +294,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         table_rows=table_rows, schemas=history.create_statements(),
         window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                 "base_cut": base["cut"]["commit_ts"] if base else None},
-        schema_conflicts=conflicts,
+        schema_conflicts=conflicts, gaps=(offset_gaps, gap_count),
     )
     progress.phase(f"committing {output}")
     manifest_mod.commit(output, staging, manifest)

@@ -48,7 +48,7 @@ _UNSIGNED_PROMOTION = {
     "tinyint": (127, 5), "smallint": (32767, 4), "mediumint": (8388607, 4),
     "int": (2147483647, -5), "bigint": (9223372036854775807, 3),
 }
-_SPATIAL = frozenset({
+SPATIAL = frozenset({
     "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
     "multipolygon", "geometrycollection", "geomcollection",
 })
@@ -57,8 +57,9 @@ BLOB, CLOB = 2004, 2005
 
 def is_binary(mysql_type: MySQLType, type_text: str | None) -> bool:
     """Canal's rule (as TiCDC's): the type is binary-charset when it contains "binary" or
-    "blob"; such values travel as one ISO-8859-1 character per byte."""
-    if mysql_type.base in BINARY_BASES:
+    "blob"; such values travel as one ISO-8859-1 character per byte. Canal reads spatial
+    columns as java.sql.Types.BINARY and writes them the same way."""
+    if mysql_type.base in BINARY_BASES or mysql_type.base in SPATIAL:
         return True
     text = (type_text or "").lower()
     return "blob" in text or "binary" in text
@@ -82,7 +83,7 @@ class TypeInfo:
             self.sql_null = -3  # VARBINARY (a BLOB of pack length 1 in the binlog)
         elif base in ("blob", "mediumblob", "longblob", "text", "mediumtext", "longtext"):
             self.sql_null = -4  # LONGVARBINARY
-        elif base == "binary" or base in _SPATIAL or base == "set":
+        elif base == "binary" or base in SPATIAL or base == "set":
             self.sql_null = -2  # BINARY
         elif base == "json":
             self.sql_null = 1111  # OTHER
@@ -90,7 +91,7 @@ class TypeInfo:
             self.sql_null = _SQL_TYPES.get(base, 12)
         if base in TEXT_BASES:
             self.sql_value = CLOB
-        elif self.binary or base in _SPATIAL:
+        elif self.binary or base in SPATIAL:
             self.sql_value = BLOB
         else:
             self.sql_value = _SQL_TYPES.get(base, 12)

@@ -107,8 +107,9 @@ def java_sql_type(mysql_type: MySQLType, flags: int, value: bytes | None) -> int
 
 
 def is_binary(mysql_type: MySQLType, type_text: str | None, flags: int = 0) -> bool:
-    # TiCDC's rule: the type string contains "blob" or "binary".
-    if mysql_type.base in BINARY_BASES:
+    # TiCDC's rule: the type string contains "blob" or "binary"; Canal's adds the spatial
+    # types (their canonical value is the raw SRID + WKB bytes), as canal_common.is_binary.
+    if mysql_type.base in BINARY_BASES or mysql_type.base in canal_common.SPATIAL:
         return True
     text = (type_text or "").lower()
     return "blob" in text or "binary" in text or bool(flags & ColumnFlag.BINARY and mysql_type.base in ("char", "varchar"))

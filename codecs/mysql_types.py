@@ -170,3 +170,40 @@ def enum_set_value(mysql_type: MySQLType, label: str) -> bytes | None:
         except ValueError:
             return None
     return str(mask).encode()
+
+
+FRACTIONAL_BASES = frozenset({"datetime", "timestamp", "time"})
+
+
+def declared_fsp(mysql_type: MySQLType) -> int | None:
+    """The fractional-seconds precision a DATETIME / TIMESTAMP / TIME type declares (0 when
+    it states none, as in MySQL), or None for other types and unreadable parameters."""
+    if mysql_type.base not in FRACTIONAL_BASES:
+        return None
+    if not mysql_type.params:
+        return 0
+    try:
+        fsp = int(mysql_type.params[0])
+    except ValueError:
+        return None
+    return fsp if 0 <= fsp <= 6 else None
+
+
+def with_fsp(value: bytes, fsp: int) -> bytes:
+    """A DATETIME / TIMESTAMP / TIME text with exactly `fsp` fractional digits, as TiCDC and
+    Canal render a column of that precision (`…27.735` for fsp 3, `…27` for 0, `…27.000` for
+    `…27` at fsp 3). Protocols that do not carry the precision (OceanBase's DateTimeObject)
+    give 0, 6 or 9 digits whatever the column says. Digits beyond `fsp` are dropped only when
+    they are zeros: a non-zero digit is never lost (the value is kept as it is)."""
+    head, dot, fraction = value.partition(b".")
+    if not dot:
+        if fsp == 0 or not value[-1:].isdigit():
+            return value
+        return value + b"." + b"0" * fsp
+    if not fraction.isdigit():
+        return value
+    if len(fraction) < fsp:
+        return value + b"0" * (fsp - len(fraction))
+    if fraction[fsp:].strip(b"0"):
+        return value
+    return head + (b"." + fraction[:fsp] if fsp else b"")

@@ -95,6 +95,9 @@ TYPE_INFOS: dict[str, str] = {
 }
 _TEXT_INFOS = {"STRING"}
 _BINARY_INFOS = {"BINARY", "RAW"}
+# character types -> the binary-charset type holding the same values as bytes
+_BINARY_OF = {"char": "binary", "varchar": "varbinary", "tinytext": "tinyblob", "text": "blob",
+              "mediumtext": "mediumblob", "longtext": "longblob"}
 _PARAM_BASES = ("decimal", "bit", "enum", "set")  # types whose parameters a value record carries
 _OB_ONLY_INFOS = {"ARRAY", "VECTOR", "SPARSE_VECTOR", "ROARINGBITMAP", "MAP", "RAW"}
 _PRIMITIVES = ("boolean", "int", "long", "float", "double", "bytes", "string")
@@ -372,14 +375,16 @@ class OceanBaseAvroCodec(Codec):
             base = infos.pop().lower() if len(infos) == 1 else None
             return base, _mysql_type(base or "")
         if isinstance(base, tuple):
-            binary = any(
-                v["type_info"] in _BINARY_INFOS or isinstance(_member(v["value"])[1], bytes) for v in values
-            )
-            text = any(v["type_info"] in _TEXT_INFOS for v in values)
+            binary = any(map(_says_binary, values))
+            text = any(v["type_info"] in _TEXT_INFOS for v in values) and not binary
             if text or binary:
                 base = base[0] if text else base[1]
             else:  # all NULL without a telling type_info: the name MySQL gives the code
                 base = base[1] if code in (249, 250, 251, 252) else base[0]
+        elif base in _BINARY_OF and any(_says_binary(v) for v in values):
+            # a character code (OMS's VARCHAR 15, CLOB 211) whose values are binary: the column
+            # is the binary type, or every later conversion would read its bytes as UTF-8 text
+            base = _BINARY_OF[base]
         if base not in _PARAM_BASES:  # no value record states parameters of this type
             return base, _mysql_type(base)
         for v in values:
@@ -677,6 +682,18 @@ def _enum_set_text(base: str, labels: tuple[str, ...]) -> str:
 def _mysql_type(base: str, params: tuple[str, ...] = ()) -> MySQLType:
     """MySQLType(base, params), built once per distinct type (every record repeats them)."""
     return MySQLType(base, params)
+
+
+def _says_binary(column_value: dict) -> bool:
+    """A ColumnValue that states binary data: type_info BINARY / RAW, a StringObject in the
+    binary charset, or Avro `bytes` under any type_info but STRING (OMS writes text in a
+    charset other than UTF-8 as STRING bytes: that stays text)."""
+    kind, value = _member(column_value["value"])
+    if column_value["type_info"] in _BINARY_INFOS:
+        return True
+    if kind == "StringObject":
+        return value["charsetName"].lower() == "binary"
+    return isinstance(value, bytes) and column_value["type_info"] not in _TEXT_INFOS
 
 
 def _member(value) -> tuple[str | None, object]:

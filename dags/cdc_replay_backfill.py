@@ -100,6 +100,11 @@ if CAPS.accepts("--require-schema"):
                                      description="quarantine rows of tables that no DDL, starting schema or base "
                                                  "snapshot describes (default: read them with the schema the "
                                                  "messages carry)", section="Source")
+if CAPS.accepts("--require-contiguous"):
+    PARAMS["require_contiguous"] = Param(False, type="boolean", title="Require contiguous offsets",
+                                         description="fail the run when a source partition's Kafka offsets have "
+                                                     "holes (a missing or truncated archive object); without it "
+                                                     "the holes are only reported", section="Source")
 if CAPS.accepts("--schema"):
     PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
                              description="s3:// or local: a SQL file with CREATE TABLE statements for tables "

@@ -82,7 +82,7 @@ def _table_name(database, table) -> str:
 
 def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None) -> dict:
+          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None, gaps=((), 0)) -> dict:
     by_status = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
     ranges: dict = {}
@@ -119,6 +119,11 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     all_min = [t["min_commit_ts"] for t in table_list if t["min_commit_ts"] is not None]
     all_max = [t["max_commit_ts"] for t in table_list if t["max_commit_ts"] is not None]
     finished = time.time()
+    gap_list, gap_count = gaps
+    gap_warnings = [] if not gap_count else [
+        f"{gap_count} holes in the source offsets ({sum(_missing(p) for p in partition_stats):,} offsets missing), "
+        "first " + ", ".join(f"{g['topic']}/{g['partition']} {g['from']}..{g['to']}" for g in list(gap_list)[:3])
+        + ": a missing or truncated archive object? (gaps in the manifest)"]
     return {
         "run_id": run_id,
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -150,6 +155,15 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "read": read,
             **{p: by_status.get(p, 0) for p in parts},
             "reconciled": read == sum(by_status.get(p, 0) for p in parts),
+            # distinct (topic, partition, offset): a record read twice (overlapping archive
+            # objects) is one offset; its second copy's events are counted as duplicate
+            "offsets": sum(p.get("offsets") or 0 for p in partition_stats),
+        },
+        "gaps": {
+            "count": gap_count,
+            "missing_offsets": sum(_missing(p) for p in partition_stats),
+            "listed": [{"topic": g["topic"], "partition": g["partition"], "from": g["from"], "to": g["to"]}
+                       for g in gap_list],
         },
         "commit_ts_range": [min(all_min) if all_min else None, max(all_max) if all_max else None],
         "tables": table_list,
@@ -163,12 +177,19 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "schema_conflicts": list(schema_conflicts),
         # snapshot/history: tables whose rows the archive did not all carry (it began after them)
         "coverage": coverage,
-        "warnings": list(cut.get("warnings", [])) + ([
+        "warnings": list(cut.get("warnings", [])) + gap_warnings + ([
             "the output holds only the rows the archive changed for " + ", ".join(coverage["changed_rows_only"])
             + " (created before the archive began; give --base-snapshot for every row)"]
             if coverage and coverage["changed_rows_only"] else []) + [f"schema conflict: {c}" for c in list(schema_conflicts)[:5]]
         + ([f"{len(schema_conflicts) - 5} more schema conflicts in the manifest"] if len(schema_conflicts) > 5 else []),
     }
+
+
+def _missing(stats: dict) -> int:
+    """Offsets between a partition's lowest and highest that no record holds."""
+    if stats.get("min_offset") is None:
+        return 0
+    return stats["max_offset"] - stats["min_offset"] + 1 - stats["offsets"]
 
 
 def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
@@ -220,7 +241,9 @@ def summary(manifest: dict) -> str:
     lines = [
         f"cdc-replay run {manifest['run_id']} ({manifest['duration_s']} s): {out['emit']} of {src['uri']} "
         f"[{src['protocol']}] -> {out['uri']} [{out['protocol']}]",
-        f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records",
+        f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records"
+        + (f" ({c['records'] - c['offsets']:,} of them read twice from overlapping objects)"
+           if c.get("offsets") and c["records"] > c["offsets"] else ""),
         f"  events read      {c['read']:,} = applied {c['applied']:,} + deduplicated {c['duplicate']:,} "
         f"+ pending {c['pending']:,} + filtered {c['filtered']:,} + quarantined {c['quarantined']:,}"
         f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
@@ -249,6 +272,15 @@ def summary(manifest: dict) -> str:
     if window.get("since") is not None:
         base = f" on top of {window['base_snapshot']}" if window.get("base_snapshot") else ""
         lines.append(f"  window           commit ts ({window['since']}, {cut['commit_ts']}]{base}")
+    gaps = manifest.get("gaps") or {}
+    if gaps.get("count"):
+        listed = gaps["listed"]
+        lines.append(f"  offset gaps      {gaps['count']:,} holes, {gaps['missing_offsets']:,} offsets missing"
+                     + ("" if len(listed) == gaps["count"] else f" (first {len(listed):,} listed in the manifest)"))
+        for g in listed[:10]:
+            lines.append(f"    {g['topic']}/{g['partition']}  offsets {g['from']:,} .. {g['to']:,}")
+        if len(listed) > 10:
+            lines.append(f"    ... {gaps['count'] - 10:,} more")
     q = manifest["quarantine"]
     if q["records"]:
         lines.append(f"  quarantine       {q['records']:,} records at {q['location']}")

@@ -75,6 +75,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--require-schema", action="store_true",
                       help="quarantine row events of tables that neither the archive's DDL, --schema nor "
                            "--base-snapshot describes (default: read them with the schema the messages carry)")
+    what.add_argument("--require-contiguous", action="store_true",
+                      help="fail the run (exit 2, nothing written) when a source partition's Kafka offsets have "
+                           "holes between the lowest and highest offset the archive holds (a missing or truncated "
+                           "archive object). Without it the holes are listed in the manifest (gaps) and the summary. "
+                           "Transactional producers and compacted topics leave holes too")
     what.add_argument("--target-topic", default="{topic}", metavar="TEMPLATE",
                       help="output topic name; {topic} (source topic), {schema} and {table} are replaced "
                            "(default: %(default)s)")
@@ -117,6 +122,7 @@ class ReplayArgs:
     base_snapshot: str | None
     schema: str | None
     require_schema: bool
+    require_contiguous: bool
     target_topic: str
     target_partitions: int | None
     dispatcher: str

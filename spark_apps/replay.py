@@ -23,6 +23,7 @@ from cdc_codecs import Kind, Op, codec_class, get_codec, parse_option_pairs  # n
 from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
+from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
@@ -222,6 +223,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
+        *gaps_mod.offset_columns(),
     ).orderBy("topic", "partition").collect()]
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
@@ -232,6 +234,14 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if args.since is not None and cut["kind"] != "commit_ts":
         raise ReplayError("--since needs commit ts, and this archive carries none")
     log.info("[replay %s] cut: %s", run_id, cut["description"])
+    offset_gaps, gap_count = gaps_mod.gaps(decoded, partition_stats)
+    if gap_count:
+        shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
+        log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)
+        if args.require_contiguous:
+            decoded.unpersist()
+            raise ReplayError(f"--require-contiguous: the archive misses offsets ({gap_count} holes: {shown}"
+                              + (" ..." if gap_count > 5 else "") + "); a missing or truncated archive object?")
 
     # 2. statuses: quarantined / filtered / duplicate / pending / applied
     progress.phase("deduplicating and cutting")
@@ -304,6 +314,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                 "base_cut": base["cut"]["commit_ts"] if base else None},
         schema_conflicts=conflicts, coverage=_coverage(args, history, table_rows, base),
+        gaps=(offset_gaps, gap_count),
     )
     if layout_plan is not None:
         manifest["layout"] = layout_plan.manifest()
@@ -574,7 +585,9 @@ class _OutputPlan:
             if self.cut["point"] is not None:
                 marks = marks.unionByName(self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint"))
             out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
-        return self._write_kafka(out)
+        from spark_apps.snapshot import precision_from_history
+
+        return self._write_kafka(out, precision_from_history(self.schema_history))
 
 
 def _event_names():

@@ -4,7 +4,7 @@ while it is written (pure Python, in the writer tasks)."""
 from __future__ import annotations
 
 from cdc_codecs.events import Kind
-from cdc_codecs.mysql_types import enum_set_label, parse_type
+from cdc_codecs.mysql_types import declared_fsp, enum_set_label, parse_type, with_fsp
 
 from .ddl import TableSchema
 
@@ -25,6 +25,7 @@ def project_image(image: list[dict], point, schema: TableSchema, schema_types: b
             if source["label"] is None and source["value"] is not None and parse_type(col.mysql_type).labels:
                 # the DDL knows the ENUM/SET labels the message did not carry
                 source = {**source, "label": enum_set_label(parse_type(col.mysql_type), source["value"])}
+            source = declared_precision(source, col.mysql_type)
             if schema_types:
                 projected.append({**source, "name": col.name, "mysql_type": col.mysql_type})
             else:
@@ -33,6 +34,41 @@ def project_image(image: list[dict], point, schema: TableSchema, schema_types: b
             projected.append({"name": col.name, "mysql_type": col.mysql_type, "flags": col.flags,
                               "value": col.default, "label": col.default_label})
     return projected
+
+
+def declared_precision(column: dict, schema_type: str | None) -> dict:
+    """The column with its DATETIME / TIMESTAMP / TIME value rendered at the fractional
+    precision the schema declares, when the column's own type does not state it (OceanBase
+    records carry no fsp: DATETIME(3) `…27.735` arrives as `…27.735000`). A source that
+    rendered the value at the column's precision (TiCDC, Canal) is left as it is."""
+    value = column["value"]
+    if value is None or parse_type(column["mysql_type"]).params:
+        return column
+    fsp = declared_fsp(parse_type(schema_type))
+    if fsp is None:
+        return column
+    rendered = with_fsp(value, fsp)
+    return column if rendered == value else {**column, "value": rendered}
+
+
+def precision_from_history(history):
+    """Writer hook for re-encoded topics: every row image's temporal values at the precision
+    its table declares at the event's point (the schema history's `columns_at`)."""
+
+    def prepare(event: dict) -> dict:
+        if event["kind"] != Kind.ROW or not history.versions:
+            return event
+        point = event.get("sort_point")
+        signature = history.columns_at(event["database"], event["table"] or "", list(point or []))
+        if not signature:
+            return event
+        types = dict(signature)
+        for side in ("before", "after"):
+            if event[side]:
+                event[side] = [declared_precision(c, types.get(c["name"].lower())) for c in event[side]]
+        return event
+
+    return prepare
 
 
 def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = False):

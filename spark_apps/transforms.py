@@ -115,6 +115,8 @@ def _identity_columns() -> list[Column]:
         F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),
         F.when(F.col("kind") == Kind.WATERMARK, F.col("partition")),
         F.col("watermark_ts"),
+        # a record that cannot be decoded is itself twice when overlapping archive objects hold it
+        F.when(F.col("kind") == QUARANTINE_KIND, F.struct("topic", "partition", "offset", "raw_value")),
     ]
 
 
@@ -125,10 +127,12 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
     first_seen = Window.partitionBy("_identity").orderBy("partition", "offset", "event_index", "object", "line")
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
     in_scope = table_filter(tables) if tables else F.lit(True)
-    # the duplicate check only ranks events that are in scope
+    # the duplicate check only ranks events that are in scope, and records that could not be
+    # decoded but have Kafka coordinates (the same offset read from two objects)
+    redelivered_bad = (F.col("kind") == QUARANTINE_KIND) & F.col("offset").isNotNull()
     df = df.withColumn(
         "_first",
-        F.when(is_event & (in_scope | (F.col("kind") == Kind.WATERMARK)),
+        F.when((is_event & (in_scope | (F.col("kind") == Kind.WATERMARK))) | redelivered_bad,
                F.row_number().over(first_seen) == 1),
     )
     if cut is None:
@@ -141,7 +145,8 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
     before_window = F.lit(False) if since is None else (
         (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") <= point_literal([since])))
     status = (
-        F.when(F.col("kind") == QUARANTINE_KIND, "quarantined")
+        F.when(redelivered_bad & ~F.col("_first"), "duplicate")
+        .when(F.col("kind") == QUARANTINE_KIND, "quarantined")
         .when(F.col("kind") == "empty", "empty")
         .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, "filtered")
         .when(before_window, "filtered")

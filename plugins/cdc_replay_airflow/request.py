@@ -24,14 +24,14 @@ from typing import Any
 PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "csv", "oceanbase-avro", "open-protocol")
 
 FIELDS = (
-    "source", "protocol", "protocol_options", "schema", "require_schema", "tables", "as_of", "since", "until", "base_snapshot",
+    "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
     "dispatcher", "output", "max_bad_records",
 )
 # fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
 OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot",
                         "target_format": "--target-format", "schema": "--schema",
-                        "require_schema": "--require-schema"}
+                        "require_schema": "--require-schema", "require_contiguous": "--require-contiguous"}
 
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
@@ -95,6 +95,7 @@ class ReplayRequest:
     base_snapshot: str | None = None
     schema: str | None = None
     require_schema: bool = False
+    require_contiguous: bool = False
     max_bad_records: int = 0
 
     @property
@@ -301,6 +302,9 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     require_schema = conf.get("require_schema") or False
     if not isinstance(require_schema, bool):
         raise RequestError("require_schema", f"{require_schema!r} is not true or false")
+    require_contiguous = conf.get("require_contiguous") or False
+    if not isinstance(require_contiguous, bool):
+        raise RequestError("require_contiguous", f"{require_contiguous!r} is not true or false")
     output_format = target_format or ("parquet" if emit == "history" else "kafka")
     if emit == "history" and output_format != "parquet":
         raise RequestError("target_format", "emit history is written as Parquet")
@@ -311,7 +315,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         protocol_options=_options("protocol_options", conf.get("protocol_options")),
         tables=_tables(conf.get("tables")),
         as_of=as_of, since=since, until=until, schema=_uri("schema", conf.get("schema"), required=False),
-        require_schema=require_schema,
+        require_schema=require_schema, require_contiguous=require_contiguous,
         target_protocol=target_protocol,
         target_options=_options("target_options", conf.get("target_options")),
         target_format=target_format, target_topic=target_topic,
@@ -367,6 +371,8 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
         args += ["--schema", request.schema]
     if request.require_schema:
         args.append("--require-schema")
+    if request.require_contiguous:
+        args.append("--require-contiguous")
     if request.tables:
         args += ["--tables", ",".join(request.tables)]
     if request.target_topic != "{topic}":

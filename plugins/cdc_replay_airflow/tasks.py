@@ -399,6 +399,13 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
         log.info("Check: %s", note)
     for warning in metrics["warnings"]:
         log.warning("Replay warning: %s", warning)
+    gaps = metrics["gaps"]
+    if gaps["count"]:
+        log.warning("The archive misses %s offsets in %s holes (a missing or truncated archive object?):",
+                    f"{gaps['missing_offsets']:,}", f"{gaps['count']:,}")
+        for gap in gaps["listed"][:20]:
+            log.warning("  %s/%s offsets %s .. %s", gap["topic"], gap["partition"], f"{gap['from']:,}",
+                        f"{gap['to']:,}")
     if metrics["watermark_lag_s"] is not None:
         log.info("Cut at %s; the newest commit ts read is %s later (watermark lag); %s events pending",
                  metrics["cut"]["time"], f"{metrics['watermark_lag_s']:.3f} s", f"{c['pending']:,}")

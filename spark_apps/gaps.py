@@ -1,0 +1,70 @@
+"""Holes in the Kafka offsets of each source partition (a missing archive object, a truncated
+upload): Kafka gives every record of a partition the next offset, so between the lowest and
+the highest offset the archive holds, every offset should be there.
+
+Two small Spark steps, nothing per offset reaches the driver:
+
+* per partition, the lowest and highest offset and the number of distinct offsets (added to the
+  partition statistics the replay already computes: `offset_columns`); a partition whose
+  distinct count is `max - min + 1` has no hole, and one read twice (overlapping objects) is
+  not counted twice;
+* only for partitions with holes, a window over their distinct offsets gives each hole's
+  `from` / `to` (`gaps`), at most `limit` of them (the total is counted all the same).
+
+A producer that writes transactions or a compacted topic also leaves offsets without records
+(transaction markers, compacted-away keys): such holes are reported the same way, which is why
+they fail the run only with `--require-contiguous`.
+"""
+
+from __future__ import annotations
+
+GAPS_LISTED = 1000  # holes listed in the manifest; more are counted, not listed
+
+
+def offset_columns():
+    """Aggregates for the per-partition statistics: over the rows that are records
+    (event_index 0 of a record read from the archive, with a Kafka offset)."""
+    from pyspark.sql import functions as F
+
+    is_record = (F.col("event_index") == 0) & F.col("offset").isNotNull()
+    offset = F.when(is_record, F.col("offset"))
+    return [
+        F.min(offset).alias("min_offset"),
+        F.max(offset).alias("max_offset"),
+        F.countDistinct(offset).alias("offsets"),
+    ]
+
+
+def missing_offsets(stats: dict) -> int:
+    """Offsets between the partition's lowest and highest that no record holds."""
+    if stats.get("min_offset") is None:
+        return 0
+    return stats["max_offset"] - stats["min_offset"] + 1 - stats["offsets"]
+
+
+def gaps(decoded, partition_stats: list[dict], limit: int = GAPS_LISTED) -> tuple[list[dict], int]:
+    """([{topic, partition, from, to, missing}], number of holes) for the partitions whose
+    statistics show missing offsets; ([], 0) without touching the data when none do."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    holed = [(s["topic"], s["partition"]) for s in partition_stats if missing_offsets(s) > 0]
+    if not holed:
+        return [], 0
+    condition = F.lit(False)
+    for topic, partition in holed:
+        condition = condition | ((F.col("topic") == topic) & (F.col("partition") == partition))
+    offsets = (decoded.where(condition & (F.col("event_index") == 0) & F.col("offset").isNotNull())
+               .select("topic", "partition", "offset").distinct())
+    previous = F.lag("offset").over(Window.partitionBy("topic", "partition").orderBy("offset"))
+    holes = (offsets.withColumn("_previous", previous)
+             .where(F.col("offset") - F.col("_previous") > 1)
+             .select("topic", "partition", (F.col("_previous") + 1).alias("from"), (F.col("offset") - 1).alias("to"))
+             .withColumn("missing", F.col("to") - F.col("from") + 1)
+             .persist())
+    try:
+        total = holes.count()
+        listed = [r.asDict() for r in holes.orderBy("topic", "partition", "from").limit(limit).collect()]
+    finally:
+        holes.unpersist()
+    return listed, total

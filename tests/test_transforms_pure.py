@@ -1,0 +1,63 @@
+"""spark_apps.transforms is a library of pure DataFrame -> DataFrame functions: building a plan
+with any of them must not run a Spark job (the shell in replay.py decides what to compute).
+The test counts Spark jobs with the status tracker while every transform builds its plan on a
+tiny frame, and also forbids the DataFrame actions outright while it does."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from pyspark.sql import DataFrame
+
+from cdc_codecs.events import Op
+from spark_apps import transforms as T
+
+from .test_transforms import col, frame, row
+
+pytestmark = pytest.mark.spark
+
+ACTIONS = ("collect", "count", "first", "head", "take", "toPandas", "show", "foreach", "foreachPartition",
+           "toLocalIterator", "isEmpty", "tail")
+
+
+def _jobs(spark) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def test_no_transform_runs_an_action(spark, monkeypatch):
+    events = frame(spark, [
+        row(Op.INSERT, 0, 10, None, [col("id", 1), col("v", 1)]),
+        row(Op.UPDATE, 1, 11, [col("id", 1), col("v", 1)], [col("id", 1), col("v", 2)]),
+        row(Op.DELETE, 2, 12, [col("id", 1), col("v", 2)]),
+    ])
+    spark.sparkContext.setJobGroup("transforms-purity", "plans only")
+    before = _jobs(spark)
+
+    def refuse(name):
+        def action(self, *args, **kwargs):
+            raise AssertionError(f"a transform called DataFrame.{name}()")
+        return action
+
+    for name in ACTIONS:
+        monkeypatch.setattr(DataFrame, name, refuse(name), raising=False)
+
+    timed = T.with_timeline(T.infer_commit_ts(events, needed=True))
+    tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
+    effects = T.row_effects(T.assign_tables(tagged, None, None))
+    latest = T.latest_per_key(effects)
+    live = T.live_rows(latest)
+    T.fill_previous_images(tagged)
+    T.with_partition(live.withColumn("out_topic", T.topic_name("{schema}_{table}")), "index-value", 3)
+    T.with_partition(live, "table", 3)
+    T.with_partition(live, "ts", 3)
+    T.with_partition(live, "canal", 3)
+    monkeypatch.undo()
+    assert _jobs(spark) == before, "a transform started a Spark job"
+    # every public transform of the module was exercised above (a new one must be added here)
+    exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
+                 "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name"}
+    public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
+              if fn.__module__ == T.__name__ and not name.startswith("_")
+              and "DataFrame" in str(inspect.signature(fn).return_annotation)}
+    assert public <= exercised, f"transforms not covered by the purity test: {sorted(public - exercised)}"

@@ -66,8 +66,10 @@ def test_dag_file_parses_fast_without_spark(filename, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["errors"] == {} and report["dags"] == [filename[:-3]]
+    # what makes parsing slow is importing Spark, the codecs or sqlglot: that is asserted; the
+    # time itself is only reported (a timed assertion fails on a loaded machine, proving nothing)
     assert report["heavy"] == [], f"parsing imported {report['heavy']}"
-    assert report["seconds"] < 1.0, f"parsing took {report['seconds']:.2f} s"
+    print(f"{filename} parsed in {report['seconds']:.2f} s")
 
 
 @pytest.mark.parametrize("conf, field", [

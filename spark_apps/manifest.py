@@ -3,7 +3,8 @@
 Counts reconcile: every decoded event (and every record that could not be decoded) has
 exactly one status, so `read = applied + duplicate + pending + filtered + quarantined`.
 The commit replaces the output as a whole: `_manifest.json` is removed first and written
-last, so an output without one is incomplete; stale objects of earlier runs are deleted.
+last, so an output without one is incomplete; stale objects of earlier runs (those their
+manifest lists) are deleted, anything else is left and reported.
 """
 
 from __future__ import annotations
@@ -168,26 +169,78 @@ def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
     storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
 
 
+COMMIT_LOG = "_commit.json"
+
+
+def owned_objects(output: str) -> set[str]:
+    """Paths (relative to `output`) that earlier runs of ours committed there: listed in the
+    last manifest, plus, after a commit that was interrupted, in its commit log."""
+    owned: set[str] = set()
+    for name in (MANIFEST, COMMIT_LOG):
+        uri = storage.join(output, name)
+        if not storage.exists(uri):
+            continue
+        try:
+            doc = orjson.loads(storage.read_bytes(uri))
+        except (orjson.JSONDecodeError, OSError):
+            continue
+        if "committed" in doc:
+            owned.update(doc["committed"])
+            continue
+        # manifests written before the list existed: the objects they name
+        entries = doc.get("output", {}).get("objects", []) + doc.get("quarantine", {}).get("objects", [])
+        for entry in entries:
+            try:
+                owned.add(storage.relative(entry["uri"], output))
+            except (KeyError, ValueError):
+                pass
+        if doc.get("quarantine", {}).get("ddl"):
+            owned.add("_quarantine/ddl.jsonl.gz")
+    return owned
+
+
 def commit(output: str, staging: str, manifest: dict) -> None:
-    """Replace the output with the staged objects, then write the manifest."""
-    storage.delete(storage.join(output, MANIFEST))
+    """Replace the output with the staged objects, then write the manifest. Only objects an
+    earlier run of ours wrote there are deleted; anything else under the output is left
+    alone and reported in the manifest's `foreign_objects` and warnings."""
+    previous = owned_objects(output)
     staged = storage.list_objects(staging)
-    moved = {}
+    targets = {}
     for info in staged:
         rel = storage.relative(info.uri, staging)
-        final_rel = rel[len("data/"):] if rel.startswith("data/") else rel
-        final = storage.join(output, final_rel)
-        storage.move(info.uri, final)
-        moved[info.uri] = final
-    keep = set(moved.values())
-    staging_root = storage.join(output, "_staging")
+        targets[info.uri] = rel[len("data/"):] if rel.startswith("data/") else rel
+    committed = sorted(targets.values())
+    # a kill from here on leaves the log, so the next run still knows which objects are ours
+    storage.write_bytes(storage.join(output, COMMIT_LOG), orjson.dumps(
+        {"run_id": manifest["run_id"], "committed": sorted(previous | set(committed))}))
+    storage.delete(storage.join(output, MANIFEST))
+    moved = {}
+    for uri, rel in targets.items():
+        final = storage.join(output, rel)
+        storage.move(uri, final)
+        moved[uri] = final
+    keep = set(committed) | {MANIFEST, COMMIT_LOG}
+    foreign = []
     for info in storage.list_objects(output):
-        if info.uri not in keep and not info.uri.startswith(staging_root + "/"):
+        rel = storage.relative(info.uri, output)
+        if rel in keep or rel.startswith("_staging/"):
+            continue
+        if rel in previous:
             storage.delete(info.uri)
+        else:
+            foreign.append(rel)
     for entry in manifest["output"]["objects"] + manifest["quarantine"]["objects"]:
         entry["uri"] = moved.get(entry["uri"], entry["uri"])
+    manifest["committed"] = committed
+    manifest["foreign_objects"] = foreign
+    if foreign:
+        manifest["warnings"].append(
+            f"{len(foreign)} objects under the output were not written by cdc-replay and were left in place: "
+            + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
     storage.write_bytes(storage.join(output, MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    storage.delete(storage.join(output, COMMIT_LOG))
     storage.delete_prefix(staging)
+    staging_root = storage.join(output, "_staging")
     if not storage.is_s3(staging_root):
         import os
 

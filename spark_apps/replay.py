@@ -87,9 +87,19 @@ def _base_manifest(args: ReplayArgs) -> dict | None:
     return base
 
 
+def _refuse_overlaps(args: ReplayArgs) -> None:
+    """The output is replaced as a whole: it must not be, contain or lie inside anything the
+    run reads (the archive, a base snapshot, starting schemas)."""
+    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
+        if uri and storage.overlaps(args.output, uri):
+            raise ReplayError(f"--output {args.output} overlaps {option} {uri}: the output (with its _quarantine/ and "
+                              f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
+
+
 def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
+    _refuse_overlaps(args)
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol

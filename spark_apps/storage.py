@@ -46,6 +46,17 @@ def normalize(uri: str) -> str:
     return os.path.abspath(uri)
 
 
+def overlaps(a: str, b: str) -> bool:
+    """True when one location is the other or lies inside it (symlinks resolved locally),
+    so writing or replacing one would touch the other."""
+    if is_s3(a) != is_s3(b):
+        return False
+    if not is_s3(a):
+        a, b = os.path.realpath(normalize(a)), os.path.realpath(normalize(b))
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
 def _split_s3(uri: str) -> tuple[str, str]:
     parsed = urlparse(uri)
     if not parsed.netloc:

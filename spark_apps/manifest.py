@@ -102,7 +102,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     by_status["quarantined"] += len(ddl_failures)
     read = sum(by_status.values())
     parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
-    data_objects = [w for w in written]
+    data_objects = sorted(written, key=lambda w: w["uri"])  # collected in task order: sorted for reruns
     rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
     table_list = []
     for key in sorted(set(tables) | set(rows_by_table), key=lambda k: (k[0] or "", k[1] or "")):
@@ -155,7 +155,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "quarantine": {
             "location": storage.join(output, "_quarantine"),
             "records": by_status.get("quarantined", 0),
-            "objects": quarantine_objects,
+            "objects": sorted(quarantine_objects, key=lambda w: w["uri"]),
             "ddl": ddl_failures,
         },
         "schema_conflicts": list(schema_conflicts),
@@ -165,7 +165,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
 
 
 def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
-    data = gzip.compress(b"".join(orjson.dumps(f) + b"\n" for f in failures))
+    data = gzip.compress(b"".join(orjson.dumps(f) + b"\n" for f in failures), mtime=0)
     storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
 
 

@@ -100,6 +100,13 @@ def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
     _refuse_overlaps(args)
+    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
+                        ("--schema", args.schema)):
+        if uri:
+            try:
+                storage.check_bucket(storage.normalize(uri), option)
+            except storage.AccessError as e:
+                raise ReplayError(str(e)) from None
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol
@@ -256,7 +263,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
     ).collect()]
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
+    # laid out by object and line, so a rerun writes byte-identical quarantine objects
     quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+                          .repartition(spark.sparkContext.defaultParallelism, "object")
+                          .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
 
     # 5. the output
@@ -355,6 +365,7 @@ def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
               .groupBy("database", "table", "columns")
               .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
               .collect())
+    shapes = sorted(shapes, key=lambda r: (r["database"] or "", r["table"] or "", list(r["first"] or []), str(r["columns"])))
     return schema_conflicts(history, [
         {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
          "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])

@@ -136,3 +136,314 @@ def test_a_commit_killed_midway_still_lets_the_next_run_clean_its_objects(tmp_pa
     third = _manifest("r3")
     manifest_mod.commit(output, storage.join(output, "_staging", "r3"), third)
     assert _rel(output) == ["_manifest.json", "t/0/a.jsonl.gz"] and third["foreign_objects"] == []
+
+
+# ------------------------------------------------------------------ 4. nonsense is quarantined, never fatal
+
+import json  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from cdc_codecs.base import KafkaRecord  # noqa: E402
+from cdc_codecs.archive import format_record  # noqa: E402
+
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False),
+                 st.text(max_size=8), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
+                                                                                            st.integers(), max_size=2))
+
+
+def _sample_records():
+    from spark_apps.generate import generate
+
+    generated = generate(transactions=12, partitions=1, seed=3)
+    return [r for r in generated.records if r.value]
+
+
+SAMPLES = _sample_records()
+
+
+@st.composite
+def mutated_records(draw):
+    """A valid archived canal-json record with one field of its message replaced by junk,
+    removed, or the value's bytes damaged."""
+    record = draw(st.sampled_from(SAMPLES))
+    doc = orjson.loads(record.value)
+    how = draw(st.sampled_from(["replace", "delete", "column", "bytes"]))
+    if how == "bytes":
+        value = bytearray(record.value)
+        position = draw(st.integers(0, len(value) - 1))
+        value[position] = draw(st.integers(0, 255))
+        return _with_value(record, bytes(value))
+    if how == "column" and isinstance(doc.get("data"), list) and doc["data"] and doc["data"][0]:
+        row = doc["data"][0]
+        name = draw(st.sampled_from(sorted(row)))
+        if draw(st.booleans()):
+            row[name] = draw(JUNK)
+        else:
+            del row[name]
+    else:
+        name = draw(st.sampled_from(sorted(doc)))
+        if how == "delete":
+            del doc[name]
+        else:
+            doc[name] = draw(JUNK)
+    return _with_value(record, json.dumps(doc, ensure_ascii=False).encode())  # json: integers beyond 64 bits too
+
+
+def _with_value(record, value):
+    return KafkaRecord(record.topic, record.partition, record.offset, record.timestamp, record.key, value,
+                       record.headers, record.object)
+
+
+def _decode_file(path):
+    import pyarrow as pa
+
+    from spark_apps.archive_io import decode_objects_fn
+
+    batch = pa.RecordBatch.from_pylist([{"uri": path, "size": os.path.getsize(path)}])
+    rows = []
+    for out in decode_objects_fn("canal-json", {"enable-tidb-extension": "true"})(iter([batch])):
+        rows += out.to_pylist()
+    return rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=mutated_records())
+def test_a_mutated_message_is_decoded_or_quarantined_naming_it(tmp_path_factory, record):
+    """Every mutation either decodes to events that fit the schema and make sense, or becomes
+    exactly one quarantine row with object, line, offset and the reason."""
+    from spark_apps.archive_io import event_problem
+
+    path = str(tmp_path_factory.mktemp("m") / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(format_record(record) + b"\n")
+    rows = _decode_file(path)
+    quarantined = [r for r in rows if r["kind"] == "quarantine"]
+    if quarantined:
+        assert len(rows) == 1
+        q = rows[0]
+        assert q["object"] == path and q["line"] == 1 and q["offset"] == record.offset
+        assert q["topic"] == record.topic and q["partition"] == record.partition
+        assert q["raw_value"] == record.value and q["error"] and "canal-json" in q["error"]
+    else:
+        assert rows and all(r["kind"] == "empty" or event_problem(r) is None for r in rows)
+        assert all(r["offset"] == record.offset and r["line"] == 1 for r in rows)
+
+
+# ------------------------------------------------------------------ the matrix archive: one Spark run, every bad input
+
+import base64  # noqa: E402
+import gzip  # noqa: E402
+import zlib  # noqa: E402
+
+from cdc_codecs.archive import object_name  # noqa: E402
+
+
+def _mutate(record, change):
+    doc = orjson.loads(record.value)
+    change(doc)
+    return _with_value(record, orjson.dumps(doc))
+
+
+def _row_records(records, table):
+    return [i for i, r in enumerate(records) if r.value and b'"isDdl":false' in r.value and f'"table":"{table}"'.encode() in r.value
+            and b'"type":"INSERT"' in r.value]
+
+
+def build_matrix_archive(root):
+    """A canal-json archive of two partitions holding one case of every bad input. Returns
+    {case: what identifies it} for the assertions."""
+    from spark_apps.generate import generate
+
+    records = list(generate(transactions=60, partitions=2, seed=21, pending_transactions=2).records)
+    rows = [i for i in _row_records(records, "orders") if records[i].partition == 0]
+    ddl = [i for i, r in enumerate(records) if r.value and b'"isDdl":true' in r.value and r.partition == 0]
+    cases = {
+        "database missing": (rows[1], lambda d: d.pop("database")),
+        "database not a string": (rows[2], lambda d: d.__setitem__("database", 5)),
+        "table not a string": (rows[3], lambda d: d.__setitem__("table", ["orders"])),
+        "pkNames naming a column not in the row": (rows[4], lambda d: d.__setitem__("pkNames", ["nope"])),
+        "empty row object": (rows[5], lambda d: d.__setitem__("data", [{}])),
+        "value type does not match": (rows[6], lambda d: d["data"][0].__setitem__("amount", {"x": 1})),
+        "DDL that cannot be parsed": (ddl[-1], lambda d: d.__setitem__("sql", "ALTER TABLE orders ADD COLUMN")),
+    }
+    identified = {}
+    for case, (index, change) in cases.items():
+        records[index] = _mutate(records[index], change)
+        identified[case] = (records[index].partition, records[index].offset)
+    by_partition = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append(r)
+    lines = {p: [format_record(r) for r in rs] for p, rs in by_partition.items()}
+    # line-level damage in partition 0: bytes that are not UTF-8, a value that is not base64
+    bad_utf8 = b'{"topic": "shop", "partition": 0, "offset": \xff\xfe}'
+    bad_b64 = orjson.loads(lines[0][10])
+    bad_b64["value"] = "!!not base64!!"
+    identified["line not UTF-8"] = bad_utf8
+    identified["value not base64"] = (0, bad_b64["offset"])
+    lines[0][10] = orjson.dumps(bad_b64)
+    lines[0].insert(20, bad_utf8)
+    objects = {}
+    half = {p: len(ls) // 2 for p, ls in lines.items()}
+    for p, ls in lines.items():
+        for part, chunk in ((0, ls[:half[p]]), (1, ls[half[p]:])):
+            first = orjson.loads(chunk[0]).get("offset") if part else 0
+            uri = storage.join(root, object_name("shop", p, first if isinstance(first, int) else part))
+            objects[(p, part)] = (uri, b"\n".join(chunk) + b"\n")
+    # partition 1's second object is truncated in the middle of its compressed bytes
+    for key, (uri, data) in objects.items():
+        packed = gzip.compress(data, mtime=0)
+        if key == (1, 1):
+            packed = packed[: len(packed) * 2 // 3]
+            readable = zlib.decompressobj(31).decompress(packed)  # what survives, computed by zlib alone
+            complete = readable[: readable.rfind(b"\n") + 1].splitlines()
+            identified["truncated gzip"] = {"uri": uri, "bytes": len(packed), "complete": len(complete),
+                                            "last_good": orjson.loads(complete[-1])["offset"],
+                                            "records_of_partition_1": half[1] + len(complete)}
+        storage.write_bytes(uri, packed)
+    empty = storage.join(root, "shop/0/empty.jsonl.gz")
+    storage.write_bytes(empty, b"")
+    identified["zero-byte gzip"] = empty
+    return identified
+
+
+def _quarantine_lines(output):
+    found = []
+    for info in storage.list_objects(storage.join(output, "_quarantine")):
+        found += [orjson.loads(line) for line in gzip.decompress(storage.read_bytes(info.uri)).splitlines()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def matrix_run(spark, tmp_path_factory):
+    from spark_apps.replay import run
+
+    root = tmp_path_factory.mktemp("matrix")
+    identified = build_matrix_archive(str(root / "archive"))
+    outputs = []
+    manifests = []
+    for n in (1, 2):  # the same replay twice: reruns must be byte-identical
+        outputs.append(str(root / f"out{n}"))
+        manifests.append(run(args_of(str(root / "archive"), outputs[-1], "--max-bad-records", "100",
+                                     "--target-option", "enable-tidb-extension=true"), spark=spark))
+    return identified, outputs, manifests
+
+
+def test_matrix_run_completes_and_counts_reconcile(matrix_run):
+    identified, outputs, manifests = matrix_run
+    counts = manifests[0]["counts"]
+    assert counts["reconciled"]
+    assert counts["read"] == sum(counts[k] for k in ("applied", "duplicate", "pending", "filtered", "quarantined"))
+    assert counts["quarantined"] == len(_quarantine_lines(outputs[0]))
+
+
+@pytest.mark.parametrize("case", ["database missing", "database not a string", "table not a string",
+                                  "pkNames naming a column not in the row", "empty row object",
+                                  "value type does not match", "value not base64"])
+def test_matrix_bad_message_is_quarantined_with_its_coordinates(matrix_run, case):
+    identified, outputs, _ = matrix_run
+    partition, offset = identified[case]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["partition"] == partition and q["offset"] == offset]
+    assert len(hits) == 1, case
+    q = hits[0]
+    assert q["topic"] == "shop" and q["protocol"] == "canal-json" and q["line"] >= 1 and q["error"]
+    assert q["object"].endswith(".jsonl.gz") and q["error_stage"] in ("archive", "decode")
+
+
+def test_matrix_unparseable_ddl_is_quarantined(matrix_run):
+    identified, outputs, manifests = matrix_run
+    partition, offset = identified["DDL that cannot be parsed"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["offset"] == offset and q["error_stage"] == "ddl"]
+    assert len(hits) == 1 and "DDL not applied" in hits[0]["error"] and hits[0]["protocol"] == "canal-json"
+
+
+def test_matrix_quarantine_keeps_raw_bytes_exactly(matrix_run):
+    identified, outputs, _ = matrix_run
+    raw = identified["line not UTF-8"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q.get("raw_line_base64")]
+    assert [base64.b64decode(q["raw_line_base64"]) for q in hits] == [raw]
+    assert hits[0]["line"] == 21 and "raw_line" not in hits[0]  # no U+FFFD look-alike
+
+
+def test_matrix_truncated_gzip_keeps_every_complete_line(matrix_run):
+    identified, outputs, manifests = matrix_run
+    cut = identified["truncated gzip"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["object"] == cut["uri"] and q["error_stage"] == "archive"]
+    assert len(hits) == 1
+    q = hits[0]
+    assert q["byte_offset"] == cut["bytes"] and q["last_good_offset"] == cut["last_good"]
+    assert q["line"] == cut["complete"] + 1 and q["partition"] == 1 and "truncated" in q["error"]
+    partition_1 = [p for p in manifests[0]["partitions"] if p["partition"] == 1][0]
+    assert partition_1["records"] == cut["records_of_partition_1"]
+
+
+def test_matrix_zero_byte_gzip_is_reported(matrix_run):
+    identified, outputs, _ = matrix_run
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["object"] == identified["zero-byte gzip"]]
+    assert len(hits) == 1 and "zero bytes" in hits[0]["error"]
+
+
+# ------------------------------------------------------------------ 7. reruns are byte-identical
+
+def test_matrix_rerun_is_byte_identical(matrix_run):
+    _, outputs, manifests = matrix_run
+    first, second = (_rel(o) for o in outputs)
+    assert first == second
+    for rel in first:
+        if rel != "_manifest.json":
+            assert storage.read_bytes(storage.join(outputs[0], rel)) == storage.read_bytes(storage.join(outputs[1], rel)), rel
+
+    def scrub(manifest, output):
+        text = orjson.dumps(manifest).decode().replace(output, "<output>")
+        doc = orjson.loads(text)
+        for key in ("run_id", "started_at", "finished_at", "duration_s"):
+            doc.pop(key)
+        return doc
+
+    assert scrub(manifests[0], outputs[0]) == scrub(manifests[1], outputs[1])
+
+
+# ------------------------------------------------------------------ 6. errors a user can act on: one line, exit 2
+
+def _cli(*args, env=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "spark_apps.cli", "replay", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def _s3_case(bucket, case):
+    from spark_apps.local_s3 import free_port
+
+    env = dict(os.environ)
+    source, output = f"{bucket}/archive", f"{bucket}/out"
+    storage.write_bytes(f"{source}/shop/0/a.jsonl", b"{}\n")
+    if case == "missing source bucket":
+        source = "s3://no-such-archive/tidb"
+    elif case == "missing output bucket":
+        output = "s3://no-such-lake/out"
+    elif case == "missing credentials":
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            env.pop(name, None)
+        env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent",
+                   AWS_EC2_METADATA_DISABLED="true")
+    elif case == "unreachable endpoint":
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    return source, output, env
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing source bucket", "--source s3://no-such-archive/tidb: bucket 'no-such-archive' does not exist"),
+    ("missing output bucket", "--output s3://no-such-lake/out: bucket 'no-such-lake' does not exist"),
+    ("missing credentials", "no AWS credentials found"),
+    ("unreachable endpoint", "cannot reach the S3 endpoint http://127.0.0.1:"),
+])
+def test_s3_problems_are_one_line_with_exit_2_before_spark(bucket, case, words):
+    source, output, env = _s3_case(bucket, case)
+    result = _cli("--source", source, "--protocol", "canal-json", "--output", output, "--emit", "snapshot", env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cdc-replay: error: ") and words in lines[0], lines
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()

@@ -24,7 +24,7 @@ from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import schema_files, storage  # noqa: E402
+from spark_apps import schema_files, secrets, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -377,8 +377,16 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
 
     uri = storage.normalize(args.base_snapshot)
     objects = _archive_objects(uri)
-    decoded = _decode(spark, objects, base["output"]["protocol"], {
-        k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()})
+    options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()}
+    # credentials are masked in the manifest: this run's options of the same name supply them
+    given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}
+    for name, value in options.items():
+        if secrets.MASK in value:
+            if name not in given:
+                raise ReplayError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
+                                  f"(masked in its manifest); give it again as --target-option {name}=...")
+            options[name] = given[name]
+    decoded = _decode(spark, objects, base["output"]["protocol"], options)
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
@@ -565,7 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    args = ReplayArgs.from_namespace(parser().parse_args(argv))
+    from spark_apps import secrets
+
+    argv = sys.argv[1:] if argv is None else argv
+    args = ReplayArgs.from_namespace(parser().parse_args(secrets.argv_from_environment(argv)))
     try:
         manifest = run(args)
     except ReplayError as e:

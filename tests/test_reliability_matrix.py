@@ -447,3 +447,74 @@ def test_s3_problems_are_one_line_with_exit_2_before_spark(bucket, case, words):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cdc-replay: error: ") and words in lines[0], lines
     assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+
+
+# ------------------------------------------------------------------ 5. secrets are masked and never in argv
+
+SECRET_ARGV = ["--source", "s3://a/b", "--protocol", "avro", "--protocol-option",
+               "schema-registry=https://alice:s3cr3t@registry:8081", "--protocol-option", "enable-tidb-extension=true",
+               "--output", "s3://c/d", "--emit", "topics", "--target-option=claim-check-storage-uri=s3://x/y?"
+               "access-key=AKIA1&secret-access-key=hunter2", "--target-option", "basic-auth-password=pw9"]
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("https://alice:s3cr3t@registry:8081/x", "https://alice:***@registry:8081/x"),
+    ("s3://bucket/p?access-key=AKIA1&secret-access-key=hunter2&region=us", "s3://bucket/p?access-key=***&secret-access-key=***&region=us"),
+    ("http://registry:8081", "http://registry:8081"),
+    ("file:///tmp/registry", "file:///tmp/registry"),
+])
+def test_credentials_in_values_are_masked(text, masked):
+    from spark_apps import secrets
+
+    assert secrets.mask_text(text) == masked
+    assert secrets.mask_option("basic-auth-password", "pw") == "***"
+    assert secrets.mask_option("enable-tidb-extension", "true") == "true"
+
+
+def test_credentials_reach_spark_submit_through_the_environment_only():
+    from spark_apps import cli, secrets
+
+    kept, secret = secrets.split_argv(SECRET_ARGV)
+    command = " ".join(cli.replay_command(kept))
+    for word in ("s3cr3t", "hunter2", "pw9", "AKIA1"):
+        assert word not in command
+    assert "enable-tidb-extension=true" in command
+    env = secrets.environment(secret)
+    restored = secrets.argv_from_environment(kept, env)
+    original = parser().parse_args(SECRET_ARGV)
+    again = parser().parse_args(restored)
+    assert sorted(again.protocol_option) == sorted(original.protocol_option)
+    assert sorted(again.target_option) == sorted(original.target_option)
+
+
+def test_the_airflow_operator_passes_credentials_in_the_environment():
+    import sys
+
+    plugins = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+    if plugins not in sys.path:  # imported by name, as Airflow does (tests/airflow/conftest.py)
+        sys.path.insert(0, plugins)
+    from cdc_replay_airflow.operators.replay import submit_settings
+    from cdc_replay_airflow.request import parse_request
+
+    from spark_apps import secrets
+
+    request = parse_request({"source": "s3://cdc-archive/x", "protocol": "avro", "output": "s3://lake/y",
+                             "emit": "topics", "protocol_options": {"schema-registry": "http://bob:pa55@reg:8081"}})
+    settings = submit_settings(request, master="local[1]", python="/usr/bin/python3")
+    kept, secret = secrets.split_argv(settings["application_args"])
+    assert "pa55" not in " ".join(kept) and "pa55" in secrets.environment(secret)[secrets.ENV]
+
+
+def test_the_manifest_masks_credentials():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(protocol="avro", emit="topics", output_format="kafka", target_topic="{topic}",
+                           dispatcher="index-value", table_patterns=lambda: [])
+    manifest = manifest_mod.build(
+        run_id="r", args=args, source="s3://a", output="s3://b", started=0, objects=[], partition_stats=[],
+        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
+        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[],
+        source_options={"schema-registry": "https://alice:s3cr3t@registry:8081"}, target_protocol="avro",
+        target_options={"schema-registry": "https://alice:s3cr3t@registry:8081", "basic-auth-password": "pw9"})
+    text = orjson.dumps(manifest).decode() + manifest_mod.summary(manifest)
+    assert "s3cr3t" not in text and "pw9" not in text and "alice:***@registry" in text

@@ -214,7 +214,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
-    partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
+    # lines that are not records (stage "archive") may still name their place: counted apart
+    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+    partition_stats = [r.asDict() for r in records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),

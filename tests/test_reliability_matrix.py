@@ -518,3 +518,19 @@ def test_the_manifest_masks_credentials():
         target_options={"schema-registry": "https://alice:s3cr3t@registry:8081", "basic-auth-password": "pw9"})
     text = orjson.dumps(manifest).decode() + manifest_mod.summary(manifest)
     assert "s3cr3t" not in text and "pw9" not in text and "alice:***@registry" in text
+
+
+def test_corrupt_gzip_yields_the_lines_before_and_names_the_exact_byte(tmp_path):
+    """Three gzip members (as appended uploads write); the third's header is damaged: the two
+    first members' lines all come out, and the damage is placed at that very byte."""
+    members = [gzip.compress(b"".join(b"%d-%d\n" % (m, i) for i in range(1000)), mtime=0) for m in range(3)]
+    damaged = bytearray(members[2])
+    damaged[3] = 0xE0  # reserved FLG bits: not a gzip header any more
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(members[0] + members[1] + bytes(damaged))
+    got = []
+    with pytest.raises(storage.DamagedObject) as e:
+        for line in storage.iter_lines(str(path)):
+            got.append(line)
+    assert got == [b"%d-%d" % (m, i) for m in range(2) for i in range(1000)]
+    assert e.value.byte_offset == len(members[0]) + len(members[1]) + 3

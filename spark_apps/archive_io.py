@@ -21,6 +21,7 @@ from cdc_codecs import get_codec
 from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
+from cdc_codecs.events import Kind, Op
 
 from . import layouts, storage
 from .layouts.base import quarantine_row
@@ -34,6 +35,50 @@ BATCH_ROWS = 4096
 _quarantine_row = quarantine_row
 
 
+def _is_name(value) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def event_problem(event: dict) -> str | None:
+    """Why a decoded event cannot be replayed (it decodes, but makes no sense), or None.
+    Checked per record in the executor, so one such message is quarantined instead of
+    failing a later stage of the whole run."""
+    kind = event.get("kind")
+    for name in ("database", "table", "ddl_query", "op"):
+        if event.get(name) is not None and not isinstance(event[name], str):
+            return f"{name} is not a string ({type(event[name]).__name__})"
+    if kind == Kind.ROW:
+        if not _is_name(event.get("database")) or not _is_name(event.get("table")):
+            return "a row change without its database and table names"
+        op = event.get("op")
+        if op not in (Op.INSERT, Op.UPDATE, Op.DELETE):
+            return f"unknown row operation {op!r}"
+        image_name = "before" if op == Op.DELETE else "after"
+        image = event.get(image_name)
+        if not image:
+            return f"{op} without the row ({image_name} image is empty)"
+        try:  # one pass over the image that carries the key (events are many: keep this cheap)
+            names = {c["name"].lower() for c in image}
+        except (TypeError, AttributeError, KeyError):
+            return f"{image_name} image has a column without a name"
+        keys = event.get("key_columns")
+        if keys is not None:
+            if not isinstance(keys, list | tuple) or not all(_is_name(k) for k in keys):
+                return "key column names are not strings"
+            missing = [k for k in keys if k.lower() not in names]
+            if missing:
+                return f"key column {missing[0]!r} is not in the row (columns: {', '.join(sorted(names))})"
+    elif kind == Kind.DDL:
+        if not _is_name(event.get("ddl_query")) or not event["ddl_query"].strip():
+            return "a DDL event without its statement"
+    elif kind == Kind.WATERMARK:
+        if not isinstance(event.get("watermark_ts"), int):
+            return "a watermark without its commit ts"
+    else:
+        return f"unknown event kind {kind!r}"
+    return None
+
+
 def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
     """Rows for one record: its events, a quarantine row, or an `empty` marker for a record
     that carries no change (e.g. a heartbeat), so records are always counted."""
@@ -41,44 +86,88 @@ def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
         events = decode_record(codec, record)
     except DecodeError as e:
         return [_quarantine_row(record.object, line_no, "decode", str(e), record)]
+    except Exception as e:  # noqa: BLE001 - never fatal: the record is quarantined, named
+        return [_quarantine_row(record.object, line_no, "decode", f"{codec.name}: {type(e).__name__}: {e}", record)]
     if not events:
         return [{"kind": "empty", "object": record.object, "line": line_no, "event_index": 0,
                  "topic": record.topic, "partition": record.partition, "offset": record.offset}]
     for event in events:
+        problem = event_problem(event)
+        if problem is not None:
+            return [_quarantine_row(record.object, line_no, "decode", f"{codec.name}: {problem} at object "
+                                    f"{record.object}, topic {record.topic}, partition {record.partition}, "
+                                    f"offset {record.offset}", record)]
         event["line"] = line_no
     return events
 
 
-def decode_object(codec, uri: str, params: str | None = None) -> Iterator[dict]:
-    """Rows of DECODED_ARROW_SCHEMA for one planned archive object (`params`: its layout
-    plan item, default a Kafka-record object): its events, and a quarantine row for every
-    record the layout could not read or whose value is not the protocol."""
+def decode_object(codec, uri: str, params: str | None = None) -> Iterator[tuple[KafkaRecord | None, list[dict]]]:
+    """(record, rows of DECODED_ARROW_SCHEMA) for one planned archive object (`params`: its
+    layout plan item, default a Kafka-record object): its events, a quarantine row for every
+    record the layout could not read or whose value is not the protocol, and for damage (a
+    corrupt or truncated object: every complete record before it is kept)."""
     line_no = 0
+    last = None
     try:
         for entry in layouts.read(uri, params or _KAFKA_RECORDS):
             if isinstance(entry, dict):  # a row the layout made itself (quarantine, watermark)
                 line_no = entry.get("line") or line_no
-                yield entry
+                yield None, [entry]
                 continue
             record, line_no = entry
-            yield from decode_one(codec, record, line_no)
-    except Exception as e:  # corrupt compression, truncated object, a malformed container
-        yield _quarantine_row(uri, line_no + 1, "archive",
-                              f"object unreadable after line {line_no}: {type(e).__name__}: {e}")
+            last = record
+            yield record, decode_one(codec, record, line_no)
+    except storage.DamagedObject as e:
+        after = (f"; last good record {last.topic}/{last.partition} offset {last.offset}" if last
+                 else "; no complete record before it")
+        yield None, [_quarantine_row(
+            uri, line_no + 1, "archive", f"object damaged at byte {e.byte_offset} after line {line_no}: {e.reason}{after}",
+            raw_line=e.partial or None,
+            coordinates={"topic": last.topic, "partition": last.partition} if last else None,
+            details={"byte_offset": e.byte_offset, "last_good_offset": last.offset if last else None})]
+    except Exception as e:  # unreadable: a malformed container, an I/O error
+        yield None, [_quarantine_row(uri, line_no + 1, "archive",
+                                     f"object unreadable after line {line_no}: {type(e).__name__}: {e}")]
 
 
 _KAFKA_RECORDS = '{"layout":"kafka-records"}'
 
 
-def _batches(rows: Iterable[dict], schema: pa.Schema, size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    chunk = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= size:
-            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
-            chunk = []
+def _batches(groups: Iterable[tuple[KafkaRecord | None, list[dict]]], schema: pa.Schema,
+             size: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the rows; a record whose rows Arrow refuses (a value of the wrong
+    type) becomes a quarantine row instead of failing the task."""
+    chunk: list = []
+    rows = 0
+    for group in groups:
+        chunk.append(group)
+        rows += len(group[1])
+        if rows >= size:
+            yield _to_batch(chunk, schema)
+            chunk, rows = [], 0
     if chunk:
-        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+        yield _to_batch(chunk, schema)
+
+
+def _to_batch(chunk: list, schema: pa.Schema) -> pa.RecordBatch:
+    try:
+        return pa.RecordBatch.from_pylist([row for _, rows in chunk for row in rows], schema=schema)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    good = []
+    for record, rows in chunk:
+        try:
+            pa.RecordBatch.from_pylist(rows, schema=schema)
+            good.extend(rows)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            first = rows[0] if rows else {}
+            where = (f"topic {record.topic}, partition {record.partition}, offset {record.offset}" if record
+                     else f"line {first.get('line')}")
+            good.append(_quarantine_row(first.get("object"), first.get("line"), "decode",
+                                        f"a field has a value of the wrong type ({type(e).__name__}: {e}) at object "
+                                        f"{first.get('object')}, {where}", record,
+                                        raw_line=first.get("raw_line") if record is None else None))
+    return pa.RecordBatch.from_pylist(good, schema=schema)
 
 
 def read_object(uri: str) -> bytes:
@@ -99,11 +188,11 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
                 started = time.monotonic()
                 count = 0
 
-                def counted(rows):
+                def counted(groups):
                     nonlocal count
-                    for row in rows:
-                        count += 1
-                        yield row
+                    for group in groups:
+                        count += len(group[1])
+                        yield group
 
                 yield from _batches(counted(decode_object(codec, uri, item_params)), DECODED_ARROW_SCHEMA)
                 log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
@@ -122,12 +211,12 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
             n = batch.num_rows
             objects = columns.get("object", [None] * n)
             lines = columns.get("line", [None] * n)
-            rows = []
+            groups = []
             for i in range(n):
                 record = KafkaRecord(columns["topic"][i], columns["partition"][i], columns["offset"][i],
                                      columns["timestamp"][i], columns["key"][i], columns["value"][i], (), objects[i])
-                rows.extend(decode_one(codec, record, lines[i]))
-            yield from _batches(rows, DECODED_ARROW_SCHEMA)
+                groups.append((record, decode_one(codec, record, lines[i])))
+            yield from _batches(groups, DECODED_ARROW_SCHEMA)
 
     return run
 
@@ -168,7 +257,7 @@ class _ObjectWriter:
     def flush(self) -> None:
         if not self._lines:
             return
-        data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6)
+        data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6, mtime=0)  # reruns byte-identical
         uri = storage.join(self.base, object_name(self.topic, self.partition, self._first))
         storage.write_bytes(uri, data)
         self.written.append({
@@ -258,14 +347,19 @@ def write_quarantine_fn(protocol: str, base: str) -> Callable:
                 doc["key"] = b64(row["raw_key"])
                 doc["value"] = b64(row["raw_value"])
                 if row["raw_line"] is not None:
-                    doc["raw_line"] = row["raw_line"].decode("utf-8", "replace")
+                    try:  # the line as text when it is UTF-8, else its exact bytes in base64
+                        doc["raw_line"] = row["raw_line"].decode("utf-8")
+                    except UnicodeDecodeError:
+                        doc["raw_line_base64"] = b64(row["raw_line"])
+                for name, value in (row.get("extras") or ()):
+                    doc[name] = int(value) if value.lstrip("-").isdigit() else value
                 lines.append(orjson.dumps(doc))
         if not lines:
             return
         context = TaskContext.get()
         part = context.partitionId() if context else 0
         uri = storage.join(base, f"part-{part:05d}.jsonl.gz")
-        data = gzip.compress(b"\n".join(lines) + b"\n")
+        data = gzip.compress(b"\n".join(lines) + b"\n", mtime=0)
         storage.write_bytes(uri, data)
         yield pa.RecordBatch.from_pylist(
             [{"uri": uri, "topic": None, "partition": None, "first_offset": 0,

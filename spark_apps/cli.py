@@ -124,8 +124,12 @@ def run_replay(argv: list[str]) -> int:
     except ReplayError as e:
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
-    command = replay_command(argv)
-    return subprocess.call(command, env=spark_env())
+    from . import secrets
+
+    # credentials in option values go through the environment, not spark-submit's arguments
+    kept, secret = secrets.split_argv(argv)
+    command = replay_command(kept)
+    return subprocess.call(command, env={**spark_env(), **secrets.environment(secret)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 Counts reconcile: every decoded event (and every record that could not be decoded) has
 exactly one status, so `read = applied + duplicate + pending + filtered + quarantined`.
 The commit replaces the output as a whole: `_manifest.json` is removed first and written
-last, so an output without one is incomplete; stale objects of earlier runs are deleted.
+last, so an output without one is incomplete; stale objects of earlier runs (those their
+manifest lists) are deleted, anything else is left and reported.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import defaultdict
 
 import orjson
 
-from . import storage
+from . import secrets, storage
 
 MANIFEST = "_manifest.json"
 
@@ -101,7 +102,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     by_status["quarantined"] += len(ddl_failures)
     read = sum(by_status.values())
     parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
-    data_objects = [w for w in written]
+    data_objects = sorted(written, key=lambda w: w["uri"])  # collected in task order: sorted for reruns
     rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
     first_touch = {(r["database"], r["table"]): {k: r[k] for k in ("keys_first_updated", "keys_first_deleted") if k in r}
                    for r in (table_rows or [])}
@@ -129,12 +130,12 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
         "duration_s": round(finished - started, 1),
-        "source": {"uri": source, "protocol": args.protocol, "options": source_options,
+        "source": {"uri": source, "protocol": args.protocol, "options": secrets.mask_options(source_options),
                    "objects": len(objects), "bytes": sum(o.size for o in objects)},
         "output": {
             "uri": output, "emit": args.emit, "format": args.output_format,
             "protocol": target_protocol if args.output_format == "kafka" else None,
-            "options": target_options if args.output_format == "kafka" else {},
+            "options": secrets.mask_options(target_options) if args.output_format == "kafka" else {},
             "topic_template": args.target_topic, "dispatcher": args.dispatcher,
             "tables_filter": args.table_patterns(),
             "objects": data_objects,
@@ -171,7 +172,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "quarantine": {
             "location": storage.join(output, "_quarantine"),
             "records": by_status.get("quarantined", 0),
-            "objects": quarantine_objects,
+            "objects": sorted(quarantine_objects, key=lambda w: w["uri"]),
             "ddl": ddl_failures,
         },
         "schema_conflicts": list(schema_conflicts),
@@ -193,30 +194,82 @@ def _missing(stats: dict) -> int:
 
 
 def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
-    data = gzip.compress(b"".join(orjson.dumps(f) + b"\n" for f in failures))
+    data = gzip.compress(b"".join(orjson.dumps(f) + b"\n" for f in failures), mtime=0)
     storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
 
 
+COMMIT_LOG = "_commit.json"
+
+
+def owned_objects(output: str) -> set[str]:
+    """Paths (relative to `output`) that earlier runs of ours committed there: listed in the
+    last manifest, plus, after a commit that was interrupted, in its commit log."""
+    owned: set[str] = set()
+    for name in (MANIFEST, COMMIT_LOG):
+        uri = storage.join(output, name)
+        if not storage.exists(uri):
+            continue
+        try:
+            doc = orjson.loads(storage.read_bytes(uri))
+        except (orjson.JSONDecodeError, OSError):
+            continue
+        if "committed" in doc:
+            owned.update(doc["committed"])
+            continue
+        # manifests written before the list existed: the objects they name
+        entries = doc.get("output", {}).get("objects", []) + doc.get("quarantine", {}).get("objects", [])
+        for entry in entries:
+            try:
+                owned.add(storage.relative(entry["uri"], output))
+            except (KeyError, ValueError):
+                pass
+        if doc.get("quarantine", {}).get("ddl"):
+            owned.add("_quarantine/ddl.jsonl.gz")
+    return owned
+
+
 def commit(output: str, staging: str, manifest: dict) -> None:
-    """Replace the output with the staged objects, then write the manifest."""
-    storage.delete(storage.join(output, MANIFEST))
+    """Replace the output with the staged objects, then write the manifest. Only objects an
+    earlier run of ours wrote there are deleted; anything else under the output is left
+    alone and reported in the manifest's `foreign_objects` and warnings."""
+    previous = owned_objects(output)
     staged = storage.list_objects(staging)
-    moved = {}
+    targets = {}
     for info in staged:
         rel = storage.relative(info.uri, staging)
-        final_rel = rel[len("data/"):] if rel.startswith("data/") else rel
-        final = storage.join(output, final_rel)
-        storage.move(info.uri, final)
-        moved[info.uri] = final
-    keep = set(moved.values())
-    staging_root = storage.join(output, "_staging")
+        targets[info.uri] = rel[len("data/"):] if rel.startswith("data/") else rel
+    committed = sorted(targets.values())
+    # a kill from here on leaves the log, so the next run still knows which objects are ours
+    storage.write_bytes(storage.join(output, COMMIT_LOG), orjson.dumps(
+        {"run_id": manifest["run_id"], "committed": sorted(previous | set(committed))}))
+    storage.delete(storage.join(output, MANIFEST))
+    moved = {}
+    for uri, rel in targets.items():
+        final = storage.join(output, rel)
+        storage.move(uri, final)
+        moved[uri] = final
+    keep = set(committed) | {MANIFEST, COMMIT_LOG}
+    foreign = []
     for info in storage.list_objects(output):
-        if info.uri not in keep and not info.uri.startswith(staging_root + "/"):
+        rel = storage.relative(info.uri, output)
+        if rel in keep or rel.startswith("_staging/"):
+            continue
+        if rel in previous:
             storage.delete(info.uri)
+        else:
+            foreign.append(rel)
     for entry in manifest["output"]["objects"] + manifest["quarantine"]["objects"]:
         entry["uri"] = moved.get(entry["uri"], entry["uri"])
+    manifest["committed"] = committed
+    manifest["foreign_objects"] = foreign
+    if foreign:
+        manifest["warnings"].append(
+            f"{len(foreign)} objects under the output were not written by cdc-replay and were left in place: "
+            + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
     storage.write_bytes(storage.join(output, MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    storage.delete(storage.join(output, COMMIT_LOG))
     storage.delete_prefix(staging)
+    staging_root = storage.join(output, "_staging")
     if not storage.is_s3(staging_root):
         import os
 

@@ -25,7 +25,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import schema_files, storage  # noqa: E402
+from spark_apps import schema_files, secrets, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -88,9 +88,26 @@ def _base_manifest(args: ReplayArgs) -> dict | None:
     return base
 
 
+def _refuse_overlaps(args: ReplayArgs) -> None:
+    """The output is replaced as a whole: it must not be, contain or lie inside anything the
+    run reads (the archive, a base snapshot, starting schemas)."""
+    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
+        if uri and storage.overlaps(args.output, uri):
+            raise ReplayError(f"--output {args.output} overlaps {option} {uri}: the output (with its _quarantine/ and "
+                              f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
+
+
 def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
+    _refuse_overlaps(args)
+    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
+                        ("--schema", args.schema)):
+        if uri:
+            try:
+                storage.check_bucket(storage.normalize(uri), option)
+            except storage.AccessError as e:
+                raise ReplayError(str(e)) from None
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol
@@ -217,7 +234,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
-    partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
+    # lines that are not records (stage "archive") may still name their place: counted apart
+    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+    partition_stats = [r.asDict() for r in records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
@@ -275,7 +294,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
     ).collect()]
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
+    # laid out by object and line, so a rerun writes byte-identical quarantine objects
     quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+                          .repartition(spark.sparkContext.defaultParallelism, "object")
+                          .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
 
     # 5. the output
@@ -392,6 +414,7 @@ def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
               .groupBy("database", "table", "columns")
               .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
               .collect())
+    shapes = sorted(shapes, key=lambda r: (r["database"] or "", r["table"] or "", list(r["first"] or []), str(r["columns"])))
     return schema_conflicts(history, [
         {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
          "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])
@@ -403,8 +426,16 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
 
     uri = storage.normalize(args.base_snapshot)
     objects = _archive_objects(uri)
-    decoded = _decode(spark, objects, base["output"]["protocol"], {
-        k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()})
+    options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()}
+    # credentials are masked in the manifest: this run's options of the same name supply them
+    given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}
+    for name, value in options.items():
+        if secrets.MASK in value:
+            if name not in given:
+                raise ReplayError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
+                                  f"(masked in its manifest); give it again as --target-option {name}=...")
+            options[name] = given[name]
+    decoded = _decode(spark, objects, base["output"]["protocol"], options)
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
@@ -600,7 +631,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    args = ReplayArgs.from_namespace(parser().parse_args(argv))
+    from spark_apps import secrets
+
+    argv = sys.argv[1:] if argv is None else argv
+    args = ReplayArgs.from_namespace(parser().parse_args(secrets.argv_from_environment(argv)))
     try:
         manifest = run(args)
     except ReplayError as e:

@@ -46,6 +46,17 @@ def normalize(uri: str) -> str:
     return os.path.abspath(uri)
 
 
+def overlaps(a: str, b: str) -> bool:
+    """True when one location is the other or lies inside it (symlinks resolved locally),
+    so writing or replacing one would touch the other."""
+    if is_s3(a) != is_s3(b):
+        return False
+    if not is_s3(a):
+        a, b = os.path.realpath(normalize(a)), os.path.realpath(normalize(b))
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
 def _split_s3(uri: str) -> tuple[str, str]:
     parsed = urlparse(uri)
     if not parsed.netloc:
@@ -67,6 +78,45 @@ def s3_client():
         )
         _S3_CLIENTS[endpoint] = client
     return client
+
+
+class AccessError(Exception):
+    """A location that cannot be used; the message is one line saying what to fix."""
+
+
+def check_bucket(uri: str, role: str) -> None:
+    """Fail fast, in one line, when the bucket of an s3 URI cannot be used: no credentials,
+    endpoint unreachable, no such bucket, access denied. One quick attempt, no retries:
+    this runs before Spark starts. Local paths pass."""
+    if not is_s3(uri):
+        return
+    import boto3
+    import botocore.exceptions as bx
+    from botocore.config import Config
+
+    bucket, _ = _split_s3(uri)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    where = f"the S3 endpoint {endpoint}" if endpoint else "S3"
+    client = boto3.client("s3", endpoint_url=endpoint, config=Config(
+        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15))
+    try:
+        client.head_bucket(Bucket=bucket)
+    except bx.NoCredentialsError:
+        raise AccessError(f"{role} {uri}: no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                          "or AWS_PROFILE)") from None
+    except (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError) as e:
+        raise AccessError(f"{role} {uri}: cannot reach {where} ({type(e).__name__}); check AWS_ENDPOINT_URL and "
+                          "the network") from None
+    except bx.ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            raise AccessError(f"{role} {uri}: bucket {bucket!r} does not exist at {where}") from None
+        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise AccessError(f"{role} {uri}: access to bucket {bucket!r} denied ({code}); check the credentials "
+                              "and the bucket policy") from None
+        raise AccessError(f"{role} {uri}: bucket {bucket!r} cannot be used ({code}: {e})") from None
+    except bx.BotoCoreError as e:
+        raise AccessError(f"{role} {uri}: {type(e).__name__}: {e}") from None
 
 
 def list_objects(prefix: str) -> list[ObjectInfo]:
@@ -154,6 +204,105 @@ def _decompressing(stream, uri: str):
     return stream
 
 
+class DamagedObject(Exception):
+    """A `.gz` object that is truncated or corrupt (or empty) at `byte_offset` of its
+    compressed bytes; every complete line before the damage was already yielded, and
+    `partial` holds the decompressed bytes of the incomplete line cut by it."""
+
+    def __init__(self, byte_offset: int, reason: str, partial: bytes = b""):
+        super().__init__(f"damaged at byte {byte_offset}: {reason}")
+        self.byte_offset, self.reason, self.partial = byte_offset, reason, partial
+
+
+CHUNK = 1 << 20
+
+
+def _chunks(uri: str) -> Iterator[bytes]:
+    if is_s3(uri):
+        bucket, key = _split_s3(uri)
+        body = s3_client().get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            while chunk := body.read(CHUNK):
+                yield chunk
+        finally:
+            body.close()
+        return
+    with open(uri, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Decompressed pieces of a gzip stream (several members allowed); raises DamagedObject
+    at the exact compressed byte where it stops making sense, after yielding all before."""
+    import zlib
+
+    position = 0  # compressed bytes fully consumed
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    started = False  # inside a member
+    for chunk in chunks:
+        data = chunk
+        while data:
+            if not started and not data.strip(b"\0"):
+                position += len(data)  # zero padding after the last member (as gzip allows)
+                data = b""
+                break
+            started = True
+            saved = decompressor.copy()
+            try:
+                out = decompressor.decompress(data)
+            except zlib.error as e:
+                # find the exact byte, keeping the output before it
+                decompressor = saved
+                for i in range(len(data)):
+                    try:
+                        piece = decompressor.decompress(data[i:i + 1])
+                    except zlib.error:
+                        raise DamagedObject(position + i, f"corrupt gzip data ({e})") from None
+                    if piece:
+                        yield piece
+                raise DamagedObject(position + len(data), f"corrupt gzip data ({e})") from None
+            if out:
+                yield out
+            if decompressor.eof:
+                rest = decompressor.unused_data
+                position += len(data) - len(rest)
+                data = rest
+                decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                started = False
+            else:
+                position += len(data)
+                data = b""
+    if started:
+        raise DamagedObject(position, "truncated: the object ends inside a gzip member")
+    if position == 0:
+        raise DamagedObject(0, "empty object: a .gz object of zero bytes holds no gzip member")
+
+
+def iter_lines(uri: str) -> Iterator[bytes]:
+    """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
+    without line terminators. A damaged `.gz` yields every complete line before the damage,
+    then raises DamagedObject."""
+    if uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where it is
+        pieces = _gunzip(_chunks(uri))
+    elif compression_of(uri):
+        pieces = _stream_chunks(open_stream(uri))
+    else:
+        pieces = _chunks(uri)
+    pending = b""
+    try:
+        for piece in pieces:
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                yield line.rstrip(b"\r")
+    except DamagedObject as e:
+        e.partial = pending
+        raise
+    if pending:
+        yield pending.rstrip(b"\r")
+
+
 def open_stream(uri: str):
     """A binary file object over the object's decompressed bytes (by extension)."""
     if is_s3(uri):
@@ -167,17 +316,6 @@ def open_stream(uri: str):
     except Exception:
         stream.close()
         raise
-
-
-def iter_lines(uri: str) -> Iterator[bytes]:
-    """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
-    without line terminators."""
-    stream = open_stream(uri)
-    try:
-        for line in stream:
-            yield line.rstrip(b"\r\n")
-    finally:
-        stream.close()
 
 
 class _RawReader(io.RawIOBase):
@@ -197,6 +335,14 @@ class _RawReader(io.RawIOBase):
     def close(self) -> None:
         self._body.close()
         super().close()
+
+
+def _stream_chunks(stream) -> Iterator[bytes]:
+    try:
+        while chunk := stream.read(CHUNK):
+            yield chunk
+    finally:
+        stream.close()
 
 
 def write_bytes(uri: str, data: bytes) -> None:

@@ -299,6 +299,11 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if since is not None and emit == "snapshot" and base_snapshot is None:
         raise RequestError("since", "a snapshot of a window needs base_snapshot (the snapshot at since); without "
                                     "it, emit topics or history for the window's changes")
+    schema = _uri("schema", conf.get("schema"), required=False)
+    for field, uri in (("base_snapshot", base_snapshot), ("schema", schema)):
+        if uri is not None and _nested(uri, output):
+            raise RequestError("output", f"{output} overlaps the {field} {uri}: the output prefix is replaced as a "
+                                         "whole when the run succeeds, so it must lie outside what the run reads")
     require_schema = conf.get("require_schema") or False
     if not isinstance(require_schema, bool):
         raise RequestError("require_schema", f"{require_schema!r} is not true or false")
@@ -314,7 +319,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         source=source, protocol=protocol, output=output, emit=emit,
         protocol_options=_options("protocol_options", conf.get("protocol_options")),
         tables=_tables(conf.get("tables")),
-        as_of=as_of, since=since, until=until, schema=_uri("schema", conf.get("schema"), required=False),
+        as_of=as_of, since=since, until=until, schema=schema,
         require_schema=require_schema, require_contiguous=require_contiguous,
         target_protocol=target_protocol,
         target_options=_options("target_options", conf.get("target_options")),

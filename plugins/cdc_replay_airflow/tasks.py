@@ -17,6 +17,8 @@ import datetime as dt
 import logging
 from typing import Any
 
+from spark_apps import secrets
+
 from cdc_replay_airflow.metrics import (
     Incomplete,
     ValidationError,
@@ -65,7 +67,7 @@ def check(conf: dict) -> dict:
     except RequestError as e:
         raise Refused(f"refused before any work started: {e}") from e
     log.info("Request checked: replay %s [%s%s] -> %s (%s%s)", request.source, request.protocol,
-             "".join(f" {k}={v}" for k, v in request.protocol_options), request.output, request.emit,
+             "".join(f" {k}={secrets.mask_option(k, v)}" for k, v in request.protocol_options), request.output, request.emit,
              f", tables {','.join(request.tables)}" if request.tables else "")
     return request.as_dict()
 
@@ -290,6 +292,17 @@ def carry_forward(hook, plan: dict) -> dict:
     if prev is not None and prev["output"]["emit"] != request.emit:
         raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
                       "intervals of one series must have one emit mode")
+    # what earlier runs of ours committed here (the only objects the commit may delete)
+    owned = set()
+    for name in ("_manifest.json", "_commit.json"):
+        if hook.exists(f"{output}/{name}"):
+            try:
+                earlier = hook.read_json(f"{output}/{name}")
+            except ValueError:
+                continue
+            owned.update(earlier.get("committed") or [relative(e["uri"], output) for e in (
+                earlier.get("output", {}).get("objects", []) + earlier.get("quarantine", {}).get("objects", []))
+                if e.get("uri", "").startswith(output + "/")])
     hook.delete(f"{output}/_manifest.json")  # an output without its manifest is incomplete
     copied = []
     if request.emit == "snapshot" and prev is not None:
@@ -302,12 +315,19 @@ def carry_forward(hook, plan: dict) -> dict:
         hook.copy_all(pairs, lambda done, total, done_bytes: None)
     keep = {entry["uri"] for entry in copied}
     staging_root = f"{output}/_staging/"
-    stale = [o for o in hook.list_objects(output)
-             if o.uri not in keep and not o.uri.startswith(staging_root)]
+    stale, foreign = [], []
+    for o in hook.list_objects(output):
+        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == f"{output}/_manifest.json":
+            continue
+        (stale if relative(o.uri, output) in owned else foreign).append(o)
     for obj in stale:
         hook.delete(obj.uri)
     if stale:
         log.info("Removed %d objects of an earlier run of this interval from %s", len(stale), output)
+    foreign_names = [relative(o.uri, output) for o in foreign]
+    if foreign_names:
+        log.warning("Left %d objects cdc-replay did not write under %s: %s", len(foreign_names), output,
+                    ", ".join(foreign_names[:5]))
 
     kafka = request.output_format == "kafka"
     if prev is not None:
@@ -318,7 +338,7 @@ def carry_forward(hook, plan: dict) -> dict:
     else:
         out = {"uri": output, "emit": request.emit, "format": request.output_format,
                "protocol": (request.target_protocol or request.protocol) if kafka else None,
-               "options": dict(request.target_options) if kafka else {},
+               "options": secrets.mask_options(dict(request.target_options)) if kafka else {},
                "topic_template": request.target_topic, "dispatcher": request.dispatcher,
                "tables_filter": list(request.tables)}
         schemas = _schema_statements(hook, request.schema)
@@ -340,8 +360,8 @@ def carry_forward(hook, plan: dict) -> dict:
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
         "duration_s": round(finished - started, 1),
-        "source": {"uri": request.source, "protocol": request.protocol, "options": source_options,
-                   "objects": 0, "bytes": 0},
+        "source": {"uri": request.source, "protocol": request.protocol,
+                   "options": secrets.mask_options(source_options), "objects": 0, "bytes": 0},
         "output": out,
         "window": {"since": request.since, "until": until,
                    "base_snapshot": previous if request.emit == "snapshot" else None,
@@ -358,8 +378,11 @@ def carry_forward(hook, plan: dict) -> dict:
         "ddl": [],
         "quarantine": {"location": f"{output}/_quarantine", "records": 0, "objects": [], "ddl": []},
         "schema_conflicts": [],
-        "warnings": [note],
+        "warnings": [note] + ([f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
+                               "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []),
         "carried_from": previous,
+        "committed": sorted(relative(e["uri"], output) for e in copied),
+        "foreign_objects": foreign_names,
     }
     hook.write_json(f"{output}/_manifest.json", manifest)
     log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,

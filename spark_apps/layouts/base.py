@@ -48,15 +48,20 @@ def item(uri: str, size: int, layout: str, **params) -> Item:
     return Item(uri, size, orjson.dumps({"layout": layout, **params}).decode())
 
 
-def quarantine_row(uri, line_no, stage, reason, record=None, raw_line=None) -> dict:
-    """A DECODED_ARROW_SCHEMA row for something that could not be read or decoded."""
+def quarantine_row(uri, line_no, stage, reason, record=None, raw_line=None,
+                   coordinates: dict | None = None, details: dict | None = None) -> dict:
+    """A DECODED_ARROW_SCHEMA row for something that could not be read or decoded: the Kafka
+    coordinates of its record (or those a damaged line still carries), `details` in extras."""
     row = {
         "kind": QUARANTINE_KIND, "object": uri, "line": line_no, "event_index": 0,
         "error": reason, "error_stage": stage, "raw_line": raw_line,
+        "extras": {k: str(v) for k, v in (details or {}).items() if v is not None} or None,
     }
     if record is not None:
         row.update(topic=record.topic, partition=record.partition, offset=record.offset,
                    record_timestamp=record.timestamp, raw_key=record.key, raw_value=record.value)
+    elif coordinates:
+        row.update(coordinates)
     return row
 
 

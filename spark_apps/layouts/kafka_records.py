@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
+
 from cdc_codecs.archive import ArchiveLineError, is_archive_object, parse_line
 
 from .. import storage
@@ -32,6 +34,26 @@ def read(uri: str, params: dict) -> Iterator:
         try:
             record = parse_line(line, uri)
         except ArchiveLineError as e:
-            yield quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line)
+            yield quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line,
+                                 coordinates=line_coordinates(line))
             continue
         yield record, line_no
+
+
+def line_coordinates(line: bytes) -> dict:
+    """Topic, partition and offset of a line that is not a valid record, where it still
+    carries them (e.g. a value that is not base64), so the quarantine keeps its place."""
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    found = {}
+    if isinstance(doc.get("topic"), str):
+        found["topic"] = doc["topic"]
+    for name, limit in (("partition", 1 << 31), ("offset", 1 << 63), ("timestamp", 1 << 63)):
+        value = doc.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < limit:
+            found["record_timestamp" if name == "timestamp" else name] = value
+    return found

@@ -101,13 +101,17 @@ def test_an_empty_snapshot_interval_carries_the_previous_snapshot(tmp_path):
     stale = lake / "20260101T010000Z" / "shop" / "9" / "stale.jsonl.gz"  # an earlier run's leftover
     os.makedirs(stale.parent)
     stale.write_bytes(b"stale")
+    # the earlier run listed it (so it is ours to delete); notes.txt is the user's: left, reported
+    (stale.parent.parent.parent / "_manifest.json").write_text(json.dumps({"committed": ["shop/9/stale.jsonl.gz"]}))
+    (stale.parent.parent.parent / "notes.txt").write_bytes(b"mine")
 
     planned, staged, manifest, metrics = run_empty_interval(tmp_path, "snapshot", 1, require_complete=False)
     assert planned["request"]["base_snapshot"] == str(lake / "20260101T000000Z")
     assert staged["carry"]["from"] == str(lake / "20260101T000000Z")
     out = lake / "20260101T010000Z"
-    data = {k: v for k, v in _files(out).items() if k != "_manifest.json"}
+    data = {k: v for k, v in _files(out).items() if k not in ("_manifest.json", "notes.txt")}
     assert data == {k: v for k, v in _files(lake / "20260101T000000Z").items() if k != "_manifest.json"}
+    assert (out / "notes.txt").read_bytes() == b"mine" and manifest["foreign_objects"] == ["notes.txt"]
     assert manifest["carried_from"] == str(lake / "20260101T000000Z")
     # what the app checks of a --base-snapshot, and the next interval's --since
     assert manifest["output"]["emit"] == "snapshot" and manifest["output"]["format"] == "kafka"
@@ -128,7 +132,7 @@ def test_an_empty_snapshot_interval_carries_the_previous_snapshot(tmp_path):
 
     # a rerun replaces the output as a whole: same objects, nothing added
     again = run_empty_interval(tmp_path, "snapshot", 1, require_complete=False)[2]
-    assert {k: v for k, v in _files(out).items() if k != "_manifest.json"} == data
+    assert {k: v for k, v in _files(out).items() if k not in ("_manifest.json", "notes.txt")} == data
     assert again["output"]["objects"] == manifest["output"]["objects"]
 
 

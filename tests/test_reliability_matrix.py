@@ -1,0 +1,536 @@
+"""The fault and bad-input matrix (docs/reliability.md lists every case with its outcome):
+misuse is refused before any work, bad input is quarantined naming object, line, offset,
+protocol and reason, faults are reported in one line, and the counts reconcile in every
+case. Spark cases share one small archive and the session-scoped `spark` fixture, so the
+module runs in CI within a few minutes."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from spark_apps import manifest as manifest_mod
+from spark_apps import storage
+from spark_apps.options import ReplayArgs, parser
+from spark_apps.replay import ReplayError, validate
+
+TIDB = ["--protocol-option", "enable-tidb-extension=true"]
+
+
+def args_of(source, output, *extra, emit="snapshot"):
+    argv = ["--source", source, "--protocol", "canal-json", *TIDB, "--output", output, "--emit", emit, *extra]
+    return ReplayArgs.from_namespace(parser().parse_args(argv))
+
+
+# ------------------------------------------------------------------ 1. the source is never touched
+
+@pytest.mark.parametrize("output", ["{a}", "{a}/", "{a}/sub", "{root}", "file://{a}"])
+def test_output_overlapping_the_source_is_refused(tmp_path, output):
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "x.jsonl").write_bytes(b"")
+    with pytest.raises(ReplayError, match="overlaps --source"):
+        validate(args_of(str(archive), output.format(a=archive, root=tmp_path)))
+    assert (archive / "x.jsonl").exists()
+
+
+def test_output_overlapping_the_source_through_a_symlink_is_refused(tmp_path):
+    (tmp_path / "archive").mkdir()
+    os.symlink(tmp_path / "archive", tmp_path / "link")
+    with pytest.raises(ReplayError, match="overlaps --source"):
+        validate(args_of(str(tmp_path / "archive"), str(tmp_path / "link")))
+
+
+@pytest.mark.parametrize("option", ["--base-snapshot", "--schema"])
+def test_output_overlapping_what_the_run_reads_is_refused(tmp_path, option):
+    with pytest.raises(ReplayError, match=f"overlaps {option}"):
+        validate(args_of(str(tmp_path / "archive"), str(tmp_path / "base"), option, str(tmp_path / "base"),
+                         "--since", "5"))
+
+
+def test_s3_output_overlap_is_refused_and_siblings_are_not(tmp_path):
+    with pytest.raises(ReplayError, match="overlaps --source"):
+        validate(args_of("s3://lake/archive", "s3://lake/archive/out"))
+    with pytest.raises(ReplayError, match="overlaps --source"):
+        validate(args_of("s3://lake/archive/", "s3://lake"))
+    assert not storage.overlaps("s3://lake/archive", "s3://lake/archive2")
+    assert not storage.overlaps("s3://lake/archive", str(tmp_path / "lake/archive"))
+
+
+def test_cli_refuses_output_equal_to_source_with_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a.jsonl").write_bytes(b"{}\n")
+    result = subprocess.run([sys.executable, "-m", "spark_apps.cli", "replay", "--source", str(archive),
+                             "--protocol", "canal-json", "--output", str(archive), "--emit", "snapshot"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "overlaps --source" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert (archive / "a.jsonl").read_bytes() == b"{}\n"
+
+
+def _stage(staging, files):
+    for rel, data in files.items():
+        storage.write_bytes(storage.join(staging, rel), data)
+
+
+def _manifest(run_id):
+    return {"run_id": run_id, "output": {"objects": []}, "quarantine": {"objects": []}, "warnings": []}
+
+
+def _commit_twice(output):
+    """Run 1 commits two objects; a foreign file appears; run 2 commits one object."""
+    _stage(storage.join(output, "_staging", "r1"), {"data/t/0/a.jsonl.gz": b"1", "data/t/1/b.jsonl.gz": b"1"})
+    manifest_mod.commit(output, storage.join(output, "_staging", "r1"), _manifest("r1"))
+    storage.write_bytes(storage.join(output, "notes/README.txt"), b"mine")
+    storage.write_bytes(storage.join(output, "t/9/other.jsonl.gz"), b"mine")
+    _stage(storage.join(output, "_staging", "r2"), {"data/t/0/a.jsonl.gz": b"2"})
+    second = _manifest("r2")
+    manifest_mod.commit(output, storage.join(output, "_staging", "r2"), second)
+    return second
+
+
+def _rel(output):
+    return sorted(storage.relative(o.uri, output) for o in storage.list_objects(output))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_commit_deletes_only_what_an_earlier_run_wrote(tmp_path, where, request):
+    output = str(tmp_path / "out") if where == "local" else request.getfixturevalue("bucket") + "/out"
+    second = _commit_twice(output)
+    # run 1's t/1/b is gone (ours, stale); the user's files stay and are reported
+    assert _rel(output) == ["_manifest.json", "notes/README.txt", "t/0/a.jsonl.gz", "t/9/other.jsonl.gz"]
+    assert storage.read_bytes(storage.join(output, "t/0/a.jsonl.gz")) == b"2"
+    assert second["foreign_objects"] == ["notes/README.txt", "t/9/other.jsonl.gz"]
+    assert any("not written by cdc-replay" in w and "notes/README.txt" in w for w in second["warnings"])
+    assert manifest_mod.read_manifest(output)["committed"] == ["t/0/a.jsonl.gz"]
+
+
+def test_commit_into_a_directory_of_other_files_deletes_nothing(tmp_path):
+    output = str(tmp_path / "out")
+    storage.write_bytes(storage.join(output, "data.csv"), b"keep")
+    storage.write_bytes(storage.join(output, "_manifest.json.bak"), b"keep")
+    _stage(storage.join(output, "_staging", "r1"), {"data/t/0/a.jsonl.gz": b"1"})
+    manifest = _manifest("r1")
+    manifest_mod.commit(output, storage.join(output, "_staging", "r1"), manifest)
+    assert _rel(output) == ["_manifest.json", "_manifest.json.bak", "data.csv", "t/0/a.jsonl.gz"]
+    assert manifest["foreign_objects"] == ["_manifest.json.bak", "data.csv"]
+
+
+def test_a_commit_killed_midway_still_lets_the_next_run_clean_its_objects(tmp_path):
+    """The commit log written before anything moves names the objects of both runs."""
+    output = str(tmp_path / "out")
+    _stage(storage.join(output, "_staging", "r1"), {"data/t/0/a.jsonl.gz": b"1", "data/t/5/z.jsonl.gz": b"1"})
+    manifest_mod.commit(output, storage.join(output, "_staging", "r1"), _manifest("r1"))
+    # run 2 was killed after writing its log and removing the manifest, with one object moved
+    storage.write_bytes(storage.join(output, manifest_mod.COMMIT_LOG), orjson.dumps(
+        {"run_id": "r2", "committed": ["t/0/a.jsonl.gz", "t/5/z.jsonl.gz", "t/7/new.jsonl.gz"]}))
+    storage.delete(storage.join(output, manifest_mod.MANIFEST))
+    storage.write_bytes(storage.join(output, "t/7/new.jsonl.gz"), b"2")
+    _stage(storage.join(output, "_staging", "r3"), {"data/t/0/a.jsonl.gz": b"3"})
+    third = _manifest("r3")
+    manifest_mod.commit(output, storage.join(output, "_staging", "r3"), third)
+    assert _rel(output) == ["_manifest.json", "t/0/a.jsonl.gz"] and third["foreign_objects"] == []
+
+
+# ------------------------------------------------------------------ 4. nonsense is quarantined, never fatal
+
+import json  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from cdc_codecs.base import KafkaRecord  # noqa: E402
+from cdc_codecs.archive import format_record  # noqa: E402
+
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=False),
+                 st.text(max_size=8), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
+                                                                                            st.integers(), max_size=2))
+
+
+def _sample_records():
+    from spark_apps.generate import generate
+
+    generated = generate(transactions=12, partitions=1, seed=3)
+    return [r for r in generated.records if r.value]
+
+
+SAMPLES = _sample_records()
+
+
+@st.composite
+def mutated_records(draw):
+    """A valid archived canal-json record with one field of its message replaced by junk,
+    removed, or the value's bytes damaged."""
+    record = draw(st.sampled_from(SAMPLES))
+    doc = orjson.loads(record.value)
+    how = draw(st.sampled_from(["replace", "delete", "column", "bytes"]))
+    if how == "bytes":
+        value = bytearray(record.value)
+        position = draw(st.integers(0, len(value) - 1))
+        value[position] = draw(st.integers(0, 255))
+        return _with_value(record, bytes(value))
+    if how == "column" and isinstance(doc.get("data"), list) and doc["data"] and doc["data"][0]:
+        row = doc["data"][0]
+        name = draw(st.sampled_from(sorted(row)))
+        if draw(st.booleans()):
+            row[name] = draw(JUNK)
+        else:
+            del row[name]
+    else:
+        name = draw(st.sampled_from(sorted(doc)))
+        if how == "delete":
+            del doc[name]
+        else:
+            doc[name] = draw(JUNK)
+    return _with_value(record, json.dumps(doc, ensure_ascii=False).encode())  # json: integers beyond 64 bits too
+
+
+def _with_value(record, value):
+    return KafkaRecord(record.topic, record.partition, record.offset, record.timestamp, record.key, value,
+                       record.headers, record.object)
+
+
+def _decode_file(path):
+    import pyarrow as pa
+
+    from spark_apps.archive_io import decode_objects_fn
+
+    batch = pa.RecordBatch.from_pylist([{"uri": path, "size": os.path.getsize(path)}])
+    rows = []
+    for out in decode_objects_fn("canal-json", {"enable-tidb-extension": "true"})(iter([batch])):
+        rows += out.to_pylist()
+    return rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=mutated_records())
+def test_a_mutated_message_is_decoded_or_quarantined_naming_it(tmp_path_factory, record):
+    """Every mutation either decodes to events that fit the schema and make sense, or becomes
+    exactly one quarantine row with object, line, offset and the reason."""
+    from spark_apps.archive_io import event_problem
+
+    path = str(tmp_path_factory.mktemp("m") / "a.jsonl")
+    with open(path, "wb") as f:
+        f.write(format_record(record) + b"\n")
+    rows = _decode_file(path)
+    quarantined = [r for r in rows if r["kind"] == "quarantine"]
+    if quarantined:
+        assert len(rows) == 1
+        q = rows[0]
+        assert q["object"] == path and q["line"] == 1 and q["offset"] == record.offset
+        assert q["topic"] == record.topic and q["partition"] == record.partition
+        assert q["raw_value"] == record.value and q["error"] and "canal-json" in q["error"]
+    else:
+        assert rows and all(r["kind"] == "empty" or event_problem(r) is None for r in rows)
+        assert all(r["offset"] == record.offset and r["line"] == 1 for r in rows)
+
+
+# ------------------------------------------------------------------ the matrix archive: one Spark run, every bad input
+
+import base64  # noqa: E402
+import gzip  # noqa: E402
+import zlib  # noqa: E402
+
+from cdc_codecs.archive import object_name  # noqa: E402
+
+
+def _mutate(record, change):
+    doc = orjson.loads(record.value)
+    change(doc)
+    return _with_value(record, orjson.dumps(doc))
+
+
+def _row_records(records, table):
+    return [i for i, r in enumerate(records) if r.value and b'"isDdl":false' in r.value and f'"table":"{table}"'.encode() in r.value
+            and b'"type":"INSERT"' in r.value]
+
+
+def build_matrix_archive(root):
+    """A canal-json archive of two partitions holding one case of every bad input. Returns
+    {case: what identifies it} for the assertions."""
+    from spark_apps.generate import generate
+
+    records = list(generate(transactions=60, partitions=2, seed=21, pending_transactions=2).records)
+    rows = [i for i in _row_records(records, "orders") if records[i].partition == 0]
+    ddl = [i for i, r in enumerate(records) if r.value and b'"isDdl":true' in r.value and r.partition == 0]
+    cases = {
+        "database missing": (rows[1], lambda d: d.pop("database")),
+        "database not a string": (rows[2], lambda d: d.__setitem__("database", 5)),
+        "table not a string": (rows[3], lambda d: d.__setitem__("table", ["orders"])),
+        "pkNames naming a column not in the row": (rows[4], lambda d: d.__setitem__("pkNames", ["nope"])),
+        "empty row object": (rows[5], lambda d: d.__setitem__("data", [{}])),
+        "value type does not match": (rows[6], lambda d: d["data"][0].__setitem__("amount", {"x": 1})),
+        "DDL that cannot be parsed": (ddl[-1], lambda d: d.__setitem__("sql", "ALTER TABLE orders ADD COLUMN")),
+    }
+    identified = {}
+    for case, (index, change) in cases.items():
+        records[index] = _mutate(records[index], change)
+        identified[case] = (records[index].partition, records[index].offset)
+    by_partition = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append(r)
+    lines = {p: [format_record(r) for r in rs] for p, rs in by_partition.items()}
+    # line-level damage in partition 0: bytes that are not UTF-8, a value that is not base64
+    bad_utf8 = b'{"topic": "shop", "partition": 0, "offset": \xff\xfe}'
+    bad_b64 = orjson.loads(lines[0][10])
+    bad_b64["value"] = "!!not base64!!"
+    identified["line not UTF-8"] = bad_utf8
+    identified["value not base64"] = (0, bad_b64["offset"])
+    lines[0][10] = orjson.dumps(bad_b64)
+    lines[0].insert(20, bad_utf8)
+    objects = {}
+    half = {p: len(ls) // 2 for p, ls in lines.items()}
+    for p, ls in lines.items():
+        for part, chunk in ((0, ls[:half[p]]), (1, ls[half[p]:])):
+            first = orjson.loads(chunk[0]).get("offset") if part else 0
+            uri = storage.join(root, object_name("shop", p, first if isinstance(first, int) else part))
+            objects[(p, part)] = (uri, b"\n".join(chunk) + b"\n")
+    # partition 1's second object is truncated in the middle of its compressed bytes
+    for key, (uri, data) in objects.items():
+        packed = gzip.compress(data, mtime=0)
+        if key == (1, 1):
+            packed = packed[: len(packed) * 2 // 3]
+            readable = zlib.decompressobj(31).decompress(packed)  # what survives, computed by zlib alone
+            complete = readable[: readable.rfind(b"\n") + 1].splitlines()
+            identified["truncated gzip"] = {"uri": uri, "bytes": len(packed), "complete": len(complete),
+                                            "last_good": orjson.loads(complete[-1])["offset"],
+                                            "records_of_partition_1": half[1] + len(complete)}
+        storage.write_bytes(uri, packed)
+    empty = storage.join(root, "shop/0/empty.jsonl.gz")
+    storage.write_bytes(empty, b"")
+    identified["zero-byte gzip"] = empty
+    return identified
+
+
+def _quarantine_lines(output):
+    found = []
+    for info in storage.list_objects(storage.join(output, "_quarantine")):
+        found += [orjson.loads(line) for line in gzip.decompress(storage.read_bytes(info.uri)).splitlines()]
+    return found
+
+
+@pytest.fixture(scope="module")
+def matrix_run(spark, tmp_path_factory):
+    from spark_apps.replay import run
+
+    root = tmp_path_factory.mktemp("matrix")
+    identified = build_matrix_archive(str(root / "archive"))
+    outputs = []
+    manifests = []
+    for n in (1, 2):  # the same replay twice: reruns must be byte-identical
+        outputs.append(str(root / f"out{n}"))
+        manifests.append(run(args_of(str(root / "archive"), outputs[-1], "--max-bad-records", "100",
+                                     "--target-option", "enable-tidb-extension=true"), spark=spark))
+    return identified, outputs, manifests
+
+
+def test_matrix_run_completes_and_counts_reconcile(matrix_run):
+    identified, outputs, manifests = matrix_run
+    counts = manifests[0]["counts"]
+    assert counts["reconciled"]
+    assert counts["read"] == sum(counts[k] for k in ("applied", "duplicate", "pending", "filtered", "quarantined"))
+    assert counts["quarantined"] == len(_quarantine_lines(outputs[0]))
+
+
+@pytest.mark.parametrize("case", ["database missing", "database not a string", "table not a string",
+                                  "pkNames naming a column not in the row", "empty row object",
+                                  "value type does not match", "value not base64"])
+def test_matrix_bad_message_is_quarantined_with_its_coordinates(matrix_run, case):
+    identified, outputs, _ = matrix_run
+    partition, offset = identified[case]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["partition"] == partition and q["offset"] == offset]
+    assert len(hits) == 1, case
+    q = hits[0]
+    assert q["topic"] == "shop" and q["protocol"] == "canal-json" and q["line"] >= 1 and q["error"]
+    assert q["object"].endswith(".jsonl.gz") and q["error_stage"] in ("archive", "decode")
+
+
+def test_matrix_unparseable_ddl_is_quarantined(matrix_run):
+    identified, outputs, manifests = matrix_run
+    partition, offset = identified["DDL that cannot be parsed"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["offset"] == offset and q["error_stage"] == "ddl"]
+    assert len(hits) == 1 and "DDL not applied" in hits[0]["error"] and hits[0]["protocol"] == "canal-json"
+
+
+def test_matrix_quarantine_keeps_raw_bytes_exactly(matrix_run):
+    identified, outputs, _ = matrix_run
+    raw = identified["line not UTF-8"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q.get("raw_line_base64")]
+    assert [base64.b64decode(q["raw_line_base64"]) for q in hits] == [raw]
+    assert hits[0]["line"] == 21 and "raw_line" not in hits[0]  # no U+FFFD look-alike
+
+
+def test_matrix_truncated_gzip_keeps_every_complete_line(matrix_run):
+    identified, outputs, manifests = matrix_run
+    cut = identified["truncated gzip"]
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["object"] == cut["uri"] and q["error_stage"] == "archive"]
+    assert len(hits) == 1
+    q = hits[0]
+    assert q["byte_offset"] == cut["bytes"] and q["last_good_offset"] == cut["last_good"]
+    assert q["line"] == cut["complete"] + 1 and q["partition"] == 1 and "truncated" in q["error"]
+    partition_1 = [p for p in manifests[0]["partitions"] if p["partition"] == 1][0]
+    assert partition_1["records"] == cut["records_of_partition_1"]
+
+
+def test_matrix_zero_byte_gzip_is_reported(matrix_run):
+    identified, outputs, _ = matrix_run
+    hits = [q for q in _quarantine_lines(outputs[0]) if q["object"] == identified["zero-byte gzip"]]
+    assert len(hits) == 1 and "zero bytes" in hits[0]["error"]
+
+
+# ------------------------------------------------------------------ 7. reruns are byte-identical
+
+def test_matrix_rerun_is_byte_identical(matrix_run):
+    _, outputs, manifests = matrix_run
+    first, second = (_rel(o) for o in outputs)
+    assert first == second
+    for rel in first:
+        if rel != "_manifest.json":
+            assert storage.read_bytes(storage.join(outputs[0], rel)) == storage.read_bytes(storage.join(outputs[1], rel)), rel
+
+    def scrub(manifest, output):
+        text = orjson.dumps(manifest).decode().replace(output, "<output>")
+        doc = orjson.loads(text)
+        for key in ("run_id", "started_at", "finished_at", "duration_s"):
+            doc.pop(key)
+        return doc
+
+    assert scrub(manifests[0], outputs[0]) == scrub(manifests[1], outputs[1])
+
+
+# ------------------------------------------------------------------ 6. errors a user can act on: one line, exit 2
+
+def _cli(*args, env=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "spark_apps.cli", "replay", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def _s3_case(bucket, case):
+    from spark_apps.local_s3 import free_port
+
+    env = dict(os.environ)
+    source, output = f"{bucket}/archive", f"{bucket}/out"
+    storage.write_bytes(f"{source}/shop/0/a.jsonl", b"{}\n")
+    if case == "missing source bucket":
+        source = "s3://no-such-archive/tidb"
+    elif case == "missing output bucket":
+        output = "s3://no-such-lake/out"
+    elif case == "missing credentials":
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            env.pop(name, None)
+        env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent",
+                   AWS_EC2_METADATA_DISABLED="true")
+    elif case == "unreachable endpoint":
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    return source, output, env
+
+
+@pytest.mark.parametrize("case, words", [
+    ("missing source bucket", "--source s3://no-such-archive/tidb: bucket 'no-such-archive' does not exist"),
+    ("missing output bucket", "--output s3://no-such-lake/out: bucket 'no-such-lake' does not exist"),
+    ("missing credentials", "no AWS credentials found"),
+    ("unreachable endpoint", "cannot reach the S3 endpoint http://127.0.0.1:"),
+])
+def test_s3_problems_are_one_line_with_exit_2_before_spark(bucket, case, words):
+    source, output, env = _s3_case(bucket, case)
+    result = _cli("--source", source, "--protocol", "canal-json", "--output", output, "--emit", "snapshot", env=env)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cdc-replay: error: ") and words in lines[0], lines
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+
+
+# ------------------------------------------------------------------ 5. secrets are masked and never in argv
+
+SECRET_ARGV = ["--source", "s3://a/b", "--protocol", "avro", "--protocol-option",
+               "schema-registry=https://alice:s3cr3t@registry:8081", "--protocol-option", "enable-tidb-extension=true",
+               "--output", "s3://c/d", "--emit", "topics", "--target-option=claim-check-storage-uri=s3://x/y?"
+               "access-key=AKIA1&secret-access-key=hunter2", "--target-option", "basic-auth-password=pw9"]
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("https://alice:s3cr3t@registry:8081/x", "https://alice:***@registry:8081/x"),
+    ("s3://bucket/p?access-key=AKIA1&secret-access-key=hunter2&region=us", "s3://bucket/p?access-key=***&secret-access-key=***&region=us"),
+    ("http://registry:8081", "http://registry:8081"),
+    ("file:///tmp/registry", "file:///tmp/registry"),
+])
+def test_credentials_in_values_are_masked(text, masked):
+    from spark_apps import secrets
+
+    assert secrets.mask_text(text) == masked
+    assert secrets.mask_option("basic-auth-password", "pw") == "***"
+    assert secrets.mask_option("enable-tidb-extension", "true") == "true"
+
+
+def test_credentials_reach_spark_submit_through_the_environment_only():
+    from spark_apps import cli, secrets
+
+    kept, secret = secrets.split_argv(SECRET_ARGV)
+    command = " ".join(cli.replay_command(kept))
+    for word in ("s3cr3t", "hunter2", "pw9", "AKIA1"):
+        assert word not in command
+    assert "enable-tidb-extension=true" in command
+    env = secrets.environment(secret)
+    restored = secrets.argv_from_environment(kept, env)
+    original = parser().parse_args(SECRET_ARGV)
+    again = parser().parse_args(restored)
+    assert sorted(again.protocol_option) == sorted(original.protocol_option)
+    assert sorted(again.target_option) == sorted(original.target_option)
+
+
+def test_the_airflow_operator_passes_credentials_in_the_environment():
+    import sys
+
+    plugins = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+    if plugins not in sys.path:  # imported by name, as Airflow does (tests/airflow/conftest.py)
+        sys.path.insert(0, plugins)
+    from cdc_replay_airflow.operators.replay import submit_settings
+    from cdc_replay_airflow.request import parse_request
+
+    from spark_apps import secrets
+
+    request = parse_request({"source": "s3://cdc-archive/x", "protocol": "avro", "output": "s3://lake/y",
+                             "emit": "topics", "protocol_options": {"schema-registry": "http://bob:pa55@reg:8081"}})
+    settings = submit_settings(request, master="local[1]", python="/usr/bin/python3")
+    kept, secret = secrets.split_argv(settings["application_args"])
+    assert "pa55" not in " ".join(kept) and "pa55" in secrets.environment(secret)[secrets.ENV]
+
+
+def test_the_manifest_masks_credentials():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(protocol="avro", emit="topics", output_format="kafka", target_topic="{topic}",
+                           dispatcher="index-value", table_patterns=lambda: [])
+    manifest = manifest_mod.build(
+        run_id="r", args=args, source="s3://a", output="s3://b", started=0, objects=[], partition_stats=[],
+        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
+        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[],
+        source_options={"schema-registry": "https://alice:s3cr3t@registry:8081"}, target_protocol="avro",
+        target_options={"schema-registry": "https://alice:s3cr3t@registry:8081", "basic-auth-password": "pw9"})
+    text = orjson.dumps(manifest).decode() + manifest_mod.summary(manifest)
+    assert "s3cr3t" not in text and "pw9" not in text and "alice:***@registry" in text
+
+
+def test_corrupt_gzip_yields_the_lines_before_and_names_the_exact_byte(tmp_path):
+    """Three gzip members (as appended uploads write); the third's header is damaged: the two
+    first members' lines all come out, and the damage is placed at that very byte."""
+    members = [gzip.compress(b"".join(b"%d-%d\n" % (m, i) for i in range(1000)), mtime=0) for m in range(3)]
+    damaged = bytearray(members[2])
+    damaged[3] = 0xE0  # reserved FLG bits: not a gzip header any more
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(members[0] + members[1] + bytes(damaged))
+    got = []
+    with pytest.raises(storage.DamagedObject) as e:
+        for line in storage.iter_lines(str(path)):
+            got.append(line)
+    assert got == [b"%d-%d" % (m, i) for m in range(2) for i in range(1000)]
+    assert e.value.byte_offset == len(members[0]) + len(members[1]) + 3

@@ -4,6 +4,8 @@ Importing this module imports no Spark: `cdc-replay --help` stays fast."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import argparse
 import dataclasses
 import fnmatch
@@ -48,13 +50,14 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="protocol of the output records (default: the source protocol)")
     what.add_argument("--target-option", action="append", default=[], metavar="K=V",
                       help="target codec option (repeatable), e.g. enable-tidb-extension=true")
-    what.add_argument("--as-of", type=int, metavar="COMMIT_TS",
-                      help="replay up to this commit ts (TSO). Default: the cut, the highest commit ts every "
+    what.add_argument("--as-of", type=commit_ts, metavar="COMMIT_TS",
+                      help="replay up to this commit ts: a TSO, or an ISO-8601 time with a zone "
+                           "(2026-01-01T03:00:00Z), converted to the TSO of that millisecond. Default: the cut, the highest commit ts every "
                            "source partition's watermark has passed (the archive's end when there are no "
                            "watermarks). Events above it are reported as pending")
-    what.add_argument("--until", type=int, metavar="COMMIT_TS",
+    what.add_argument("--until", type=commit_ts, metavar="COMMIT_TS",
                       help="end of a window (inclusive); the same as --as-of")
-    what.add_argument("--since", type=int, metavar="COMMIT_TS",
+    what.add_argument("--since", type=commit_ts, metavar="COMMIT_TS",
                       help="start of a window (exclusive): changes at or below it are outside the window "
                            "(counted as filtered). A snapshot or history of a window needs --base-snapshot, "
                            "the snapshot at --since; topics of a window are just the window's changes")
@@ -149,6 +152,31 @@ class ReplayArgs:
 
     def table_patterns(self) -> list[str]:
         return [p.strip() for p in (self.tables or "").split(",") if p.strip()]
+
+
+def tso_of(moment: dt.datetime) -> int:
+    """The TiDB TSO of a moment: milliseconds since the epoch, shifted left 18 bits."""
+    if moment.tzinfo is None:
+        raise ValueError("a time zone is required")
+    return int(round(moment.timestamp() * 1000)) << 18
+
+
+def commit_ts(text: str) -> int:
+    """A commit ts given as a TSO integer or as an ISO-8601 time with a zone (the same rule
+    for the command line and the Airflow form); ValueError says which forms are accepted."""
+    text = str(text).strip()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone (add Z or +00:00)")
+    return tso_of(moment)
+
+
+commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -54,7 +54,8 @@ def test_protocols_lists_options_named_as_ticdc_parameters():
     (["--protocol", "canal-json", "--tables", "a.b.c"], "not of the form db.table"),
 ])
 def test_bad_arguments_are_refused_before_spark_starts(args, message, tmp_path):
-    result = run_cli("replay", "--source", str(tmp_path), "--output", str(tmp_path / "o"), "--emit", "snapshot",
+    (tmp_path / "src").mkdir()  # output beside the source, never inside it (that is refused first)
+    result = run_cli("replay", "--source", str(tmp_path / "src"), "--output", str(tmp_path / "o"), "--emit", "snapshot",
                      *args, timeout=60)
     assert result.returncode == 2
     assert message in result.stderr

@@ -177,10 +177,10 @@ def _options(field: str, value: Any) -> tuple:
 
 
 def tso_of(moment: dt.datetime) -> int:
-    """The TiDB TSO of a moment: milliseconds since the epoch, shifted left 18 bits."""
-    if moment.tzinfo is None:
-        raise ValueError("a time zone is required")
-    return int(round(moment.timestamp() * 1000)) << 18
+    """The TiDB TSO of a moment (one rule for every entry point: spark_apps.options)."""
+    from spark_apps.options import tso_of as rule
+
+    return rule(moment)
 
 
 def time_of_tso(ts: int) -> dt.datetime:
@@ -198,16 +198,12 @@ def _commit_ts(field: str, value: Any) -> int | None:
             raise RequestError(field, f"{value} is negative; a commit ts (TSO) is 0 or more")
         return value
     if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+", text):
-            return int(text)
+        from spark_apps.options import commit_ts
+
         try:
-            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise RequestError(field, f"{value!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
-        if moment.tzinfo is None:
-            raise RequestError(field, f"{value!r} has no time zone (add Z or +00:00)")
-        return tso_of(moment)
+            return commit_ts(value)
+        except ValueError as e:
+            raise RequestError(field, str(e)) from None
     raise RequestError(field, f"{value!r} is not a commit ts")
 
 

@@ -154,3 +154,28 @@ def test_require_schema_is_a_flag():
     assert "--require-schema" not in replay_arguments(parse_request({**GOOD, "require_schema": False}, caps))
     with pytest.raises(RequestError, match="require_schema: 'yes' is not true or false"):
         parse_request({**GOOD, "require_schema": "yes"}, caps)
+
+
+@pytest.mark.parametrize("text", ["463267587686400000", "2026-01-01T00:00:00Z", "2026-01-01T08:00:00+08:00",
+                                  "2026-01-01", "yesterday", "-5"])
+def test_commit_ts_is_read_the_same_by_the_command_line_and_the_form(text):
+    """--as-of/--since/--until: one rule (a TSO or an ISO-8601 time with a zone) for the CLI
+    parser and the Airflow form; both accept or both refuse, with the same value or reason."""
+    from spark_apps.options import parser
+
+    from cdc_replay_airflow.request import RequestError, parse_request
+
+    argv = ["--source", "/tmp/a", "--protocol", "canal-json", "--output", "/tmp/b", "--emit", "topics",
+            "--since", text]
+    try:
+        cli = parser().parse_args(argv).since
+    except SystemExit:
+        cli = "refused"
+    try:
+        form = parse_request({"source": "/tmp/a", "protocol": "canal-json", "output": "/tmp/b", "emit": "topics",
+                              "since": text}).since
+    except RequestError:
+        form = "refused"
+    assert cli == form
+    if text.endswith("Z"):
+        assert cli == 463267587686400000

@@ -40,7 +40,7 @@ from cdc_codecs.base import KafkaRecord
 from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
-from .base import LayoutError, Plan, item, watermark_row
+from .base import LayoutError, Plan, ddl_row, item, watermark_row
 
 NAME = "ticdc-storage"
 METADATA = "metadata"
@@ -113,19 +113,35 @@ def _read_all(uris: list[str]) -> dict[str, bytes]:
         return dict(zip(uris, pool.map(storage.read_bytes, uris)))
 
 
-def _schemas(uris: list[str]) -> dict:
-    """(database, table) lower case -> its storage-sink schema versions, oldest first."""
+def _schemas(uris: list[str]) -> tuple[dict, dict]:
+    """(database, table) lower case -> its storage-sink schema versions, oldest first; and
+    each schema file's recorded DDL `Query` by URI."""
     from ..schema_files import SchemaFileError, parse_schema_file
 
     versions: dict = defaultdict(list)
+    queries = {}
     for uri, data in _read_all(uris).items():
         try:
             version = parse_schema_file(data, uri)
-        except SchemaFileError as e:
+            queries[uri] = orjson.loads(data).get("Query") or None
+        except (SchemaFileError, ValueError) as e:
             raise LayoutError(str(e)) from e
         if version is not None:
             versions[(version.database.lower(), version.table.lower())].append(version)
-    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}
+    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}, queries
+
+
+def schema_changes(schemas: dict, queries: dict) -> list[list]:
+    """[database, table, table version, query, schema file] for every schema file whose
+    columns differ from the table's previous one: the data files carry no DDL, so the DDL a
+    file records (`Query`) is the schema change at its table version. A version whose columns
+    are unchanged (a table moved between nodes, a DDL that changes no column) is none."""
+    changes = []
+    for versions in schemas.values():
+        for previous, current in zip(versions, versions[1:]):
+            if (previous.columns, previous.keys) != (current.columns, current.keys) and queries.get(current.uri):
+                changes.append([current.database, current.table, current.version, queries[current.uri], current.uri])
+    return changes
 
 
 def _columns_at(versions: list, table_version: int) -> list | None:
@@ -197,7 +213,8 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         except (ValueError, KeyError, TypeError) as e:
             raise LayoutError(f"{metadata.uri}: not a storage-sink metadata file ({type(e).__name__}: {e})") from e
 
-    schemas = _schemas(table_schemas) if expected == "csv" else {}
+    schemas, queries = _schemas(table_schemas)
+    changes = schema_changes(schemas, queries)
     quote = (protocol_options or {}).get("quote", '"')
     items, not_visible, topics = [], [], set()
     by_group = defaultdict(int)
@@ -214,23 +231,31 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
             extra = {"csv_quote": quote,
                      "columns": _columns_at(schemas.get((d["schema"].lower(), d["table"].lower()), []), d["version"])}
         items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"], **extra))
-    if checkpoint is not None and topics:
-        items.append(item(metadata.uri, metadata.size, NAME, checkpoint=checkpoint, topics=sorted(topics)))
-    found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {len(items) - (checkpoint is not None)} data "
+    data_files = len(items)
+    if (checkpoint is not None and topics) or changes:
+        where = metadata if metadata is not None else data[0][0]
+        marked = topics | {f"{c[0]}.{c[1]}" for c in changes}  # every topic read gets the checkpoint
+        items.append(item(where.uri, 0, NAME, checkpoint=checkpoint, topics=sorted(marked), changes=changes))
+    found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {data_files} data "
              f"files in {len(by_group)} directories of {len(topics)} tables; {len(not_visible)} files not yet "
-             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files; "
+             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files, "
+             f"{len(changes)} schema changes between them; "
              + (f"checkpoint-ts {checkpoint}" if checkpoint is not None else
                 "no root metadata file (no checkpoint: the cut is the archive's end)"))
     return Plan(NAME, tuple(items), found, tuple(not_visible),
                 schema_uri=source if table_schemas else None,
                 info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
-                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas})
+                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas,
+                      "schema_changes": len(changes)})
 
 
 def read(uri: str, params: dict) -> Iterator:
-    if "checkpoint" in params:
-        for topic in params["topics"]:
-            yield watermark_row(uri, topic, 0, params["checkpoint"])
+    if "topics" in params:  # the sink's own events: schema changes and the checkpoint
+        for database, table, version, query, schema_uri in params["changes"]:
+            yield ddl_row(schema_uri, f"{database}.{table}", database, table, version, query)
+        if params["checkpoint"] is not None:
+            for topic in params["topics"]:
+                yield watermark_row(uri, topic, 0, params["checkpoint"])
         return
     topic, days, index = params["topic"], params["days"], params["index"]
     if "columns" in params:  # csv: the table's columns travel with each row (csv has no types)

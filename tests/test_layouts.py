@@ -268,3 +268,9 @@ def test_storage_sink_csv_rows_get_their_table_schema_and_keep_quoted_line_break
     assert got == [(150, "insert", {"id": b"1", "name": b"two\r\nlines"}),
                    (160, "delete", {"id": b"1", "name": None}),
                    (310, "update", {"id": b"2", "name": b"x", "b": b"\x00\x01"})]
+
+
+def test_our_own_objects_are_not_taken_for_connector_objects(tmp_path):
+    put(tmp_path, "shop/0/shop+0+00000000000000000000.jsonl.gz", gzip.compress(format_record(sample_records(1)[0])))
+    assert kafka_connect_s3.parse_name("shop/0/shop+0+00000000000000000000.jsonl.gz") is None
+    assert layouts.plan(str(tmp_path), "auto").layout == "kafka-records"

@@ -174,3 +174,70 @@ def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path
     assert truth and read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == truth
     assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == truth
     assert manifest["counts"]["quarantined"] == 0 and manifest["counts"]["pending"] > 0
+
+
+def schema_file(database, table, version, query, columns, key) -> bytes:
+    """A storage-sink table schema file (TableDefinition): type name upper case, the length or
+    precision in ColumnPrecision."""
+    def column(name, type_text):
+        base, _, params = type_text.partition("(")
+        doc = {"ColumnName": name, "ColumnType": base.upper()}
+        if params:
+            doc["ColumnPrecision"] = params.rstrip(")").split(",")[0]
+        if name in key:
+            doc["ColumnIsPk"] = "true"
+        return doc
+
+    return orjson.dumps({"Table": table, "Schema": database, "Version": 1, "TableVersion": version, "Query": query,
+                         "Type": 3, "TableColumns": [column(n, t) for n, t in columns],
+                         "TableColumnsTotal": len(columns)}, option=orjson.OPT_INDENT_2)
+
+
+def test_storage_sink_schema_changes_come_from_its_schema_files(spark, tmp_path):
+    """ADD / DROP COLUMN between table versions: the data files carry no DDL, the schema files
+    do; the replay equals the Kafka archive of the same history (which carries the DDL) and the
+    scenario's own state."""
+    from .scenario import Scenario
+    from .test_ddl_replay import archive
+
+    s = Scenario("d")
+    versions = []
+
+    def version(ts):
+        t = s.tables[("d", "t")]
+        query = next(e["ddl_query"] for e in s.events if e["commit_ts"] == ts)
+        versions.append((ts, query, list(t["columns"]), list(t["key"])))
+
+    version(s.create_table("t", [("id", "int"), ("a", "varchar(10)"), ("b", "int")], key=["id"]))
+    s.insert("t", id=1, a="one", b=10)
+    s.insert("t", id=2, a="two", b=20)
+    version(s.add_column("t", "c", "int", default="5"))  # rows before it read the default
+    s.insert("t", id=3, a="three", b=30, c=33)
+    s.update("t", (1,), a="uno")
+    version(s.drop_column("t", "b"))
+    s.insert("t", id=4, a="four", c=44)
+    s.delete("t", (2,))
+
+    sink = str(tmp_path / "sink")
+    codec = get_codec("canal-json", CANAL)
+    for ts, query, columns, key in versions:
+        storage.write_bytes(storage.join(sink, f"d/t/meta/schema_{ts}_{ts % 10**10:010d}.json"),
+                            schema_file("d", "t", ts, query, columns, key))
+    by_version = defaultdict(list)
+    for e in s.events:
+        if e["kind"] == Kind.ROW:
+            current = max(ts for ts, *_ in versions if ts < e["commit_ts"])
+            by_version[current].append(b"".join(m.value for m in codec.encode([e], topic="t", partition=0)))
+    for ts, lines in by_version.items():
+        storage.write_bytes(storage.join(sink, f"d/t/{ts}/CDC000001.json"), b"".join(x + b"\r\n" for x in lines))
+        storage.write_bytes(storage.join(sink, f"d/t/{ts}/meta/CDC.index"), b"CDC000001.json\n")
+    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % (s.ms << 18 | 1))
+    archive(s, str(tmp_path / "kafka"))
+
+    replay(spark, str(tmp_path / "kafka"), str(tmp_path / "from-kafka"), "canal-json", CANAL, "kafka-records")
+    manifest = replay(spark, sink, str(tmp_path / "from-sink"), "canal-json", CANAL, "auto")
+    assert manifest["layout"]["schema_changes"] == 2
+    assert [d["query"] for d in manifest["ddl"]] == [q for _, q, *_ in versions[1:]]
+    assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == s.state()
+    assert read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == s.state()
+    assert not manifest.get("schema_conflicts"), manifest.get("schema_conflicts")

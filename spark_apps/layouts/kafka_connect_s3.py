@@ -54,6 +54,8 @@ def parse_name(rel: str) -> dict | None:
     if not m or any(part.startswith(("_", ".")) for part in rel.split("/")[:-1]):
         return None
     rest = storage.strip_compression(m["rest"])
+    if rest == ".jsonl":  # our own Kafka-record objects share the connector's naming
+        return None
     view = "value"
     if c := _COMPANION.match(rest):
         view, rest = c[1], rest[len(c[0]) - 1:]

@@ -18,9 +18,14 @@ Records: one per line (`\\r\\n` or `\\n` terminated); topic `{schema}.{table}`, 
 offset `days(date) × 2^47 + file index × 2^24 + line`, where days(date) is the date
 directory's first day counted from 1970-01-01 (0 without a date directory): a stable
 coordinate that grows with the sink's own order inside a table. Changes are ordered by their
-commit ts; the coordinate only breaks ties and names where a record was read. A new
-table-version directory is not a schema change (TiCDC also starts one when a table moves
-between nodes): schemas come from the schema files.
+commit ts; the coordinate only breaks ties and names where a record was read.
+
+Schemas come from the schema files: the earliest of each table is its starting schema (the
+source becomes `--schema`), and a file whose columns differ from the table's previous one
+gives the DDL it records (`Query`) as a DDL event at its table version, since the data files
+carry none. A new table-version directory alone is not a schema change (TiCDC also starts one
+when a table moves between nodes). csv files get their table's columns (the file of their
+directory's version, or the latest before it) with each record, for the csv codec.
 
 The root `metadata` checkpoint-ts becomes a watermark of every table read: everything at or
 below it is complete, and changes above it are pending.

@@ -241,3 +241,34 @@ def test_storage_sink_schema_changes_come_from_its_schema_files(spark, tmp_path)
     assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == s.state()
     assert read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == s.state()
     assert not manifest.get("schema_conflicts"), manifest.get("schema_conflicts")
+
+
+def test_topics_written_as_a_storage_sink_replay_to_the_same_snapshot(spark, tmp_path):
+    """Closure: Kafka-record archive -> topics in TiCDC's storage-sink layout -> snapshot."""
+    generated = generate(transactions=40, partitions=2, seed=37, protocol="canal-json", options=CANAL, ddl_rate=0.0)
+    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
+    write_archive(generated.records, kafka)
+    argv = ["--source", kafka, "--protocol", "canal-json", "--output", sink, "--emit", "topics",
+            "--target-layout", "ticdc-storage", "--max-records-per-object", "20"]
+    for key, value in CANAL.items():
+        argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
+    written = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+    assert storage.read_bytes(storage.join(sink, "metadata")) == b'{"checkpoint-ts":%d}' % generated.cut_ts
+    files = sorted(storage.relative(o.uri, sink) for o in storage.list_objects(sink)
+                   if o.uri.endswith(".json") and "/meta/" not in o.uri and "_" not in o.uri.rsplit("/", 1)[-1][:1])
+    assert files and all(ticdc_path(f) for f in files)
+    first = files[0]
+    index = storage.read_bytes(storage.join(sink, first.rsplit("/", 1)[0], "meta/CDC.index"))
+    assert index.endswith(b".json\n") and storage.read_bytes(storage.join(sink, first)).endswith(b"}\r\n")
+    assert written["layout"]["layout"] == "kafka-records"
+
+    manifest = replay(spark, sink, str(tmp_path / "again"), "canal-json", CANAL, "auto")
+    assert manifest["layout"]["layout"] == "ticdc-storage" and manifest["cut"]["commit_ts"] == generated.cut_ts
+    assert read_snapshot(str(tmp_path / "again"), "canal-json", CANAL) == {
+        k: v for k, v in generated.expected.items() if v}
+
+
+def ticdc_path(rel: str) -> bool:
+    from spark_apps.layouts.ticdc_storage import parse_data_path
+
+    return parse_data_path(rel) is not None

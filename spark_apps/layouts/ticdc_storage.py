@@ -276,3 +276,72 @@ def read(uri: str, params: dict) -> Iterator:
         if not line.strip():
             continue
         yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, headers, uri), line_no
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, prepare=None):
+    """mapInArrow function writing row events, sorted by (database, table, order), as TiCDC's
+    storage sink lays them out: `{schema}/{table}/{version}/CDC{index:06d}.json`, canal-json
+    lines ended by `\\r\\n`, a file every `max_records` rows and `meta/CDC.index` naming the
+    last one. The version directory is the table's first written commit ts (like TiCDC's
+    version for a table that existed before the changefeed: a point the table's schema holds
+    at). DDL and watermarks are not lines in this layout (the caller writes the root
+    `metadata`); table schema files are not written. Returns WRITTEN_ARROW_SCHEMA rows."""
+    import itertools
+
+    import pyarrow as pa
+
+    from cdc_codecs import get_codec
+
+    from ..archive_io import events_from_batch
+    from ..schema import WRITTEN_ARROW_SCHEMA
+
+    def run(batches):
+        codec = get_codec(protocol, options)
+
+        def rows():
+            for batch in batches:
+                for event in events_from_batch(batch):
+                    if event["kind"] != "row":
+                        continue
+                    if prepare is not None:
+                        event = prepare(event)
+                        if event is None:
+                            continue
+                    yield (event["database"], event["table"]), event
+
+        written = []
+        for (database, table), group in itertools.groupby(rows(), key=lambda item: item[0]):
+            directory = lines = None
+            index = 0
+
+            def flush():
+                nonlocal lines, index
+                if not lines:
+                    return
+                index += 1
+                name = f"CDC{index:06d}.json"
+                data = b"".join(line + b"\r\n" for line in lines)
+                storage.write_bytes(storage.join(base, directory, name), data)
+                storage.write_bytes(storage.join(base, directory, "meta/CDC.index"), f"{name}\n".encode())
+                written.append({"uri": storage.join(base, directory, name), "topic": f"{database}.{table}",
+                                "partition": 0, "first_offset": offset(0, index, 1),
+                                "last_offset": offset(0, index, len(lines)), "records": len(lines),
+                                "events": len(lines), "rows": len(lines), "bytes": len(data)})
+                lines = []
+
+            for _, event in group:
+                if directory is None:
+                    version = max(1, (event["commit_ts"] or 1) - 1)
+                    directory, lines = f"{database}/{table}/{version}", []
+                for message in codec.encode([event], topic=f"{database}.{table}", partition=0):
+                    lines.append(message.value)
+                if len(lines) >= max_records:
+                    flush()
+            flush()
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
+
+    return run

@@ -150,3 +150,18 @@ def test_require_schema_is_a_flag():
     assert "--require-schema" not in replay_arguments(parse_request({**GOOD, "require_schema": False}, caps))
     with pytest.raises(RequestError, match="require_schema: 'yes' is not true or false"):
         parse_request({**GOOD, "require_schema": "yes"}, caps)
+
+
+def test_layout_field_reaches_the_app_and_is_checked():
+    from cdc_replay_airflow.request import LAYOUTS, RequestError, parse_request, replay_arguments
+
+    from spark_apps.options import parser
+
+    assert list(LAYOUTS) == list(parser()._option_string_actions["--layout"].choices)
+    conf = {"source": "s3://archive-bucket/sink", "protocol": "canal-json", "output": "s3://lake-bucket/out"}
+    assert "--layout" not in replay_arguments(parse_request(conf))
+    request = parse_request({**conf, "layout": "ticdc-storage"})
+    args = replay_arguments(request)
+    assert args[args.index("--layout") + 1] == "ticdc-storage"
+    with pytest.raises(RequestError, match="layout"):
+        parse_request({**conf, "layout": "hdfs"})

@@ -184,6 +184,9 @@ def run(args: ReplayArgs, spark=None) -> dict:
     objects = list(layout_plan.items)
     if not objects:
         raise ReplayError(f"no archive objects to read under {source} ({layout_plan.found})")
+    if layout_plan.not_visible:
+        log.warning("[replay %s] %d objects are not yet visible and are left for a later run (e.g. %s)", run_id,
+                    len(layout_plan.not_visible), layout_plan.not_visible[0])
     if not args.schema and layout_plan.schema_uri:  # the layout carries table schemas (storage sink)
         args.schema = layout_plan.schema_uri
     log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),

@@ -243,12 +243,14 @@ def test_storage_sink_schema_changes_come_from_its_schema_files(spark, tmp_path)
     assert not manifest.get("schema_conflicts"), manifest.get("schema_conflicts")
 
 
-def test_topics_written_as_a_storage_sink_replay_to_the_same_snapshot(spark, tmp_path):
-    """Closure: Kafka-record archive -> topics in TiCDC's storage-sink layout -> snapshot."""
+@pytest.mark.parametrize("emit", ["topics", "snapshot"])
+def test_topics_written_as_a_storage_sink_replay_to_the_same_snapshot(spark, tmp_path, emit):
+    """Closure: Kafka-record archive -> topics (or a snapshot) in TiCDC's storage-sink layout
+    -> snapshot."""
     generated = generate(transactions=40, partitions=2, seed=37, protocol="canal-json", options=CANAL, ddl_rate=0.0)
     kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
     write_archive(generated.records, kafka)
-    argv = ["--source", kafka, "--protocol", "canal-json", "--output", sink, "--emit", "topics",
+    argv = ["--source", kafka, "--protocol", "canal-json", "--output", sink, "--emit", emit,
             "--target-layout", "ticdc-storage", "--max-records-per-object", "20"]
     for key, value in CANAL.items():
         argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]

@@ -25,7 +25,7 @@ import datetime as dt
 from airflow.sdk import AssetAlias, Param, dag, get_current_context, task
 
 from cdc_replay_airflow.operators.replay import ReplayOperator
-from cdc_replay_airflow.request import PROTOCOLS, TABLE_PATTERN, URI_PATTERN, app_capabilities
+from cdc_replay_airflow.request import LAYOUTS, PROTOCOLS, TABLE_PATTERN, URI_PATTERN, app_capabilities
 
 ALIAS = "cdc_replay_outputs"
 CAPS = app_capabilities()
@@ -43,6 +43,10 @@ PARAMS = {
     "source": Param("s3://cdc-archive/tidb/shop", type="string", pattern=URI_PATTERN, title="Source archive",
                     description="s3://bucket/prefix (or an absolute local path) holding *.jsonl / *.jsonl.gz "
                                 "Kafka-record objects, found recursively", section="Source"),
+    "layout": Param("auto", type="string", enum=list(LAYOUTS), title="Archive layout",
+                    description="how the source holds the records (docs/layouts.md): kafka-records, TiCDC's "
+                                "storage sink (ticdc-storage), the Kafka Connect S3 sink (kafka-connect-s3); "
+                                "auto detects it", section="Source"),
     "protocol": Param("canal-json", type="string", enum=list(PROTOCOLS), title="Source protocol",
                       description="protocol of the archived message values", section="Source"),
     "protocol_options": Param({"enable-tidb-extension": "true"}, type="object",

@@ -46,6 +46,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="kafka (default for snapshot/topics): a Kafka-record archive in --target-protocol; "
                            "parquet (snapshot, and always for history): one Parquet dataset per table "
                            "at <output>/<db>/<table>/ with typed columns")
+    what.add_argument("--target-layout", default="kafka-records", choices=("kafka-records", "ticdc-storage"),
+                      help="layout of a Kafka output (docs/layouts.md): kafka-records (default) or ticdc-storage, "
+                           "row events per table as TiCDC's cloud storage sink writes them (canal-json data "
+                           "files, index files, root metadata with the cut as checkpoint-ts), which --layout "
+                           "ticdc-storage reads back")
     what.add_argument("--target-protocol", metavar="Q",
                       help="protocol of the output records (default: the source protocol)")
     what.add_argument("--target-option", action="append", default=[], metavar="K=V",
@@ -136,6 +141,7 @@ class ReplayArgs:
     run_id: str | None
     layout: str = "auto"
     layout_option: list = dataclasses.field(default_factory=list)
+    target_layout: str = "kafka-records"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

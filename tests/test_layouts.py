@@ -256,10 +256,33 @@ def test_storage_sink_csv_rows_get_their_table_schema_and_keep_quoted_line_break
         layouts.plan(str(tmp_path), "auto", protocol="canal-json")
     plan = layouts.plan(str(tmp_path), "auto", protocol="csv")
     codec = get_codec("csv", {"include-commit-ts": "true"})
-    events = [e for it in plan.items for entry in layouts.read(it.uri, it.params) if not isinstance(entry, dict)
-              for e in codec.decode(entry[0])]
+    entries = [entry for it in plan.items for entry in layouts.read(it.uri, it.params)]
+    events = [e for entry in entries if not isinstance(entry, dict) for e in codec.decode(entry[0])]
+    # the data files carry no DDL: the schema file whose columns changed gives it, at its version
+    assert [(r["kind"], r["commit_ts"], r["database"], r["table"], r["ddl_query"], r["ddl_type"])
+            for r in entries if isinstance(r, dict) and r["kind"] == "ddl"] == [
+        ("ddl", 200, "shop", "t", "ALTER TABLE `t` ADD COLUMN `b` BLOB", "add column")]
+    assert plan.info["schema_changes"] == 1
     got = sorted((e["commit_ts"], e["op"], {c["name"]: c["value"] for c in (e["after"] or e["before"])})
                  for e in events)
     assert got == [(150, "insert", {"id": b"1", "name": b"two\r\nlines"}),
                    (160, "delete", {"id": b"1", "name": None}),
                    (310, "update", {"id": b"2", "name": b"x", "b": b"\x00\x01"})]
+
+
+def test_our_own_objects_are_not_taken_for_connector_objects(tmp_path):
+    put(tmp_path, "shop/0/shop+0+00000000000000000000.jsonl.gz", gzip.compress(format_record(sample_records(1)[0])))
+    assert kafka_connect_s3.parse_name("shop/0/shop+0+00000000000000000000.jsonl.gz") is None
+    assert layouts.plan(str(tmp_path), "auto").layout == "kafka-records"
+
+
+def test_connect_s3_tombstone_partition_keys_become_null_value_records(tmp_path):
+    """behavior.on.null.values=write: tombstones go to a partition of keys-only files."""
+    records = sample_records(3)
+    for rel, data in connect_files(records, 3, "topics/cdc.shop/partition=3", "avro", keys=True).items():
+        put(tmp_path, rel, data)
+    put(tmp_path, "topics/cdc.shop/tombstone/cdc.shop+3+0000000043.keys.avro", avro_file(VALUE_SCHEMA, [b"k9", b"k10"]))
+    plan = layouts.plan(str(tmp_path), "kafka-connect-s3", protocol="avro")
+    got = sorted((r for it in plan.items for r, _ in layouts.read(it.uri, it.params)), key=lambda r: r.offset)
+    assert [(r.offset, r.key, r.value is None) for r in got][-2:] == [(43, b"k9", True), (44, b"k10", True)]
+    assert "1 tombstone" in plan.found

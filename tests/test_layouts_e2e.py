@@ -120,3 +120,157 @@ def test_connect_s3_avro_archive_on_s3_replays_like_the_kafka_archive(spark, buc
     assert [(s["topic"], s["partition"], s["records"], s["watermark"]) for s in manifest["partitions"]] == [
         (s["topic"], s["partition"], s["records"], s["watermark"])
         for s in orjson.loads(storage.read_bytes(str(tmp_path / "from-kafka" / "_manifest.json")))["partitions"]]
+
+
+def csv_field(value: bytes | None) -> str:
+    """TiCDC's csv formatValue with the default quote and null: NULL bare, text quoted."""
+    return "\\N" if value is None else '"' + value.decode().replace('"', '""') + '"'
+
+
+def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path):
+    """csv with include-commit-ts and output-old-value: every UPDATE is a D row and an I row
+    (a key-changing one too), the columns come from the table schema file."""
+    generated = generate(transactions=40, partitions=2, seed=31, protocol="canal-json", options=CANAL, ddl_rate=0.0)
+    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
+    write_archive(generated.records, kafka)
+    columns = ("id", "name", "note")
+    storage.write_bytes(storage.join(sink, "shop/customers/meta/schema_1000_0000000000.json"), orjson.dumps({
+        "Table": "customers", "Schema": "shop", "Version": 1, "TableVersion": 1000, "Query": "", "Type": 3,
+        "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
+                         {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "64"},
+                         {"ColumnName": "note", "ColumnType": "TEXT"}],
+        "TableColumnsTotal": 3}))
+    lines = []
+    for e in generated.events:
+        if e["kind"] != Kind.ROW or e["table"] != "customers":
+            continue
+
+        def row(op, image, updated):
+            values = {c["name"]: c["value"] for c in image}
+            meta = [f'"{op}"', '"customers"', '"shop"', str(e["commit_ts"]), "true" if updated else "false"]
+            return ",".join(meta + [csv_field(values[name]) for name in columns]).encode() + b"\r\n"
+
+        if e["op"] == "update":
+            lines += [row("D", e["before"], True), row("I", e["after"], True)]
+        else:
+            lines.append(row("I" if e["op"] == "insert" else "D", e["after"] or e["before"], False))
+    directory = storage.join(sink, "shop/customers/1000")
+    for n, start in enumerate(range(0, len(lines), 25), 1):
+        storage.write_bytes(storage.join(directory, f"CDC{n:06d}.csv"), b"".join(lines[start:start + 25]))
+    storage.write_bytes(storage.join(directory, "meta/CDC.index"), f"CDC{n:06d}.csv\n".encode())
+    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % generated.cut_ts)
+
+    argv = ["--tables", "shop.customers"]
+    run(ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", kafka, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
+         "--target-option", "enable-tidb-extension=true", "--output", str(tmp_path / "from-kafka"),
+         "--emit", "snapshot", *argv])), spark=spark)
+    manifest = run(ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", sink, "--protocol", "csv", "--protocol-option", "include-commit-ts=true",
+         "--protocol-option", "output-old-value=true", "--target-protocol", "canal-json",
+         "--target-option", "enable-tidb-extension=true", "--output", str(tmp_path / "from-sink"),
+         "--emit", "snapshot", *argv])), spark=spark)
+    truth = {k: v for k, v in generated.expected.items() if v and k[1] == "customers"}
+    assert truth and read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == truth
+    assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == truth
+    assert manifest["counts"]["quarantined"] == 0 and manifest["counts"]["pending"] > 0
+
+
+def schema_file(database, table, version, query, columns, key) -> bytes:
+    """A storage-sink table schema file (TableDefinition): type name upper case, the length or
+    precision in ColumnPrecision."""
+    def column(name, type_text):
+        base, _, params = type_text.partition("(")
+        doc = {"ColumnName": name, "ColumnType": base.upper()}
+        if params:
+            doc["ColumnPrecision"] = params.rstrip(")").split(",")[0]
+        if name in key:
+            doc["ColumnIsPk"] = "true"
+        return doc
+
+    return orjson.dumps({"Table": table, "Schema": database, "Version": 1, "TableVersion": version, "Query": query,
+                         "Type": 3, "TableColumns": [column(n, t) for n, t in columns],
+                         "TableColumnsTotal": len(columns)}, option=orjson.OPT_INDENT_2)
+
+
+def test_storage_sink_schema_changes_come_from_its_schema_files(spark, tmp_path):
+    """ADD / DROP COLUMN between table versions: the data files carry no DDL, the schema files
+    do; the replay equals the Kafka archive of the same history (which carries the DDL) and the
+    scenario's own state."""
+    from .scenario import Scenario
+    from .test_ddl_replay import archive
+
+    s = Scenario("d")
+    versions = []
+
+    def version(ts):
+        t = s.tables[("d", "t")]
+        query = next(e["ddl_query"] for e in s.events if e["commit_ts"] == ts)
+        versions.append((ts, query, list(t["columns"]), list(t["key"])))
+
+    version(s.create_table("t", [("id", "int"), ("a", "varchar(10)"), ("b", "int")], key=["id"]))
+    s.insert("t", id=1, a="one", b=10)
+    s.insert("t", id=2, a="two", b=20)
+    version(s.add_column("t", "c", "int", default="5"))  # rows before it read the default
+    s.insert("t", id=3, a="three", b=30, c=33)
+    s.update("t", (1,), a="uno")
+    version(s.drop_column("t", "b"))
+    s.insert("t", id=4, a="four", c=44)
+    s.delete("t", (2,))
+
+    sink = str(tmp_path / "sink")
+    codec = get_codec("canal-json", CANAL)
+    for ts, query, columns, key in versions:
+        storage.write_bytes(storage.join(sink, f"d/t/meta/schema_{ts}_{ts % 10**10:010d}.json"),
+                            schema_file("d", "t", ts, query, columns, key))
+    by_version = defaultdict(list)
+    for e in s.events:
+        if e["kind"] == Kind.ROW:
+            current = max(ts for ts, *_ in versions if ts < e["commit_ts"])
+            by_version[current].append(b"".join(m.value for m in codec.encode([e], topic="t", partition=0)))
+    for ts, lines in by_version.items():
+        storage.write_bytes(storage.join(sink, f"d/t/{ts}/CDC000001.json"), b"".join(x + b"\r\n" for x in lines))
+        storage.write_bytes(storage.join(sink, f"d/t/{ts}/meta/CDC.index"), b"CDC000001.json\n")
+    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % (s.ms << 18 | 1))
+    archive(s, str(tmp_path / "kafka"))
+
+    replay(spark, str(tmp_path / "kafka"), str(tmp_path / "from-kafka"), "canal-json", CANAL, "kafka-records")
+    manifest = replay(spark, sink, str(tmp_path / "from-sink"), "canal-json", CANAL, "auto")
+    assert manifest["layout"]["schema_changes"] == 2
+    assert [d["query"] for d in manifest["ddl"]] == [q for _, q, *_ in versions[1:]]
+    assert read_snapshot(str(tmp_path / "from-kafka"), "canal-json", CANAL) == s.state()
+    assert read_snapshot(str(tmp_path / "from-sink"), "canal-json", CANAL) == s.state()
+    assert not manifest.get("schema_conflicts"), manifest.get("schema_conflicts")
+
+
+@pytest.mark.parametrize("emit", ["topics", "snapshot"])
+def test_topics_written_as_a_storage_sink_replay_to_the_same_snapshot(spark, tmp_path, emit):
+    """Closure: Kafka-record archive -> topics (or a snapshot) in TiCDC's storage-sink layout
+    -> snapshot."""
+    generated = generate(transactions=40, partitions=2, seed=37, protocol="canal-json", options=CANAL, ddl_rate=0.0)
+    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
+    write_archive(generated.records, kafka)
+    argv = ["--source", kafka, "--protocol", "canal-json", "--output", sink, "--emit", emit,
+            "--target-layout", "ticdc-storage", "--max-records-per-object", "20"]
+    for key, value in CANAL.items():
+        argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
+    written = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+    assert storage.read_bytes(storage.join(sink, "metadata")) == b'{"checkpoint-ts":%d}' % generated.cut_ts
+    files = sorted(storage.relative(o.uri, sink) for o in storage.list_objects(sink)
+                   if o.uri.endswith(".json") and "/meta/" not in o.uri and "_" not in o.uri.rsplit("/", 1)[-1][:1])
+    assert files and all(ticdc_path(f) for f in files)
+    first = files[0]
+    index = storage.read_bytes(storage.join(sink, first.rsplit("/", 1)[0], "meta/CDC.index"))
+    assert index.endswith(b".json\n") and storage.read_bytes(storage.join(sink, first)).endswith(b"}\r\n")
+    assert written["layout"]["layout"] == "kafka-records"
+
+    manifest = replay(spark, sink, str(tmp_path / "again"), "canal-json", CANAL, "auto")
+    assert manifest["layout"]["layout"] == "ticdc-storage" and manifest["cut"]["commit_ts"] == generated.cut_ts
+    assert read_snapshot(str(tmp_path / "again"), "canal-json", CANAL) == {
+        k: v for k, v in generated.expected.items() if v}
+
+
+def ticdc_path(rel: str) -> bool:
+    from spark_apps.layouts.ticdc_storage import parse_data_path
+
+    return parse_data_path(rel) is not None

@@ -22,14 +22,17 @@ from typing import Any
 # The registered protocols (cdc_codecs.protocols()). Written out because importing the codecs
 # takes ~1.5 s (sqlglot), too slow for DAG parsing; tests/airflow/test_request.py checks it.
 PROTOCOLS = ("avro", "canal-json", "canal-protobuf", "craft", "csv", "oceanbase-avro", "open-protocol")
+# --layout of the replay app (docs/layouts.md); the DAGs' own listing and interval staging read
+# Kafka-record archives only, so the other layouts are replayed whole (no data interval)
+LAYOUTS = ("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3")
 
 FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
-    "dispatcher", "output", "max_bad_records",
+    "dispatcher", "output", "max_bad_records", "layout",
 )
 # fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
-OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot",
+OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot", "layout": "--layout",
                         "target_format": "--target-format", "schema": "--schema",
                         "require_schema": "--require-schema", "require_contiguous": "--require-contiguous"}
 
@@ -97,6 +100,7 @@ class ReplayRequest:
     require_schema: bool = False
     require_contiguous: bool = False
     max_bad_records: int = 0
+    layout: str = "auto"
 
     @property
     def output_format(self) -> str:
@@ -300,6 +304,9 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         if uri is not None and _nested(uri, output):
             raise RequestError("output", f"{output} overlaps the {field} {uri}: the output prefix is replaced as a "
                                          "whole when the run succeeds, so it must lie outside what the run reads")
+    layout = conf.get("layout") or "auto"
+    if layout not in LAYOUTS:
+        raise RequestError("layout", f"{layout!r} is not one of {', '.join(LAYOUTS)}")
     require_schema = conf.get("require_schema") or False
     if not isinstance(require_schema, bool):
         raise RequestError("require_schema", f"{require_schema!r} is not true or false")
@@ -323,6 +330,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         target_partitions=_int("target_partitions", conf.get("target_partitions"), 1, None),
         dispatcher=dispatcher, base_snapshot=base_snapshot,
         max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0, 0),
+        layout=layout,
     )
 
 
@@ -351,6 +359,8 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
     """The replay app's arguments for `request` (after `--master`, which the operator adds
     from the Spark connection): a pure function, the same arguments `cdc-replay replay` takes."""
     args = ["--source", request.source, "--protocol", request.protocol]
+    if request.layout != "auto":
+        args += ["--layout", request.layout]
     for key, value in request.protocol_options:
         args += ["--protocol-option", f"{key}={value}"]
     args += ["--output", request.output, "--emit", request.emit]

@@ -184,7 +184,11 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     if cleared:
         log.info("Removed %d objects left in %s by an earlier attempt", cleared, staging)
     listed = hook.list_objects(req.source)
-    archive = [o for o in listed if is_archive_object(relative(o.uri, req.source))]
+    whole = req.layout in ("ticdc-storage", "kafka-connect-s3")  # read by the app's own layout plan
+    if whole and interval is not None:
+        raise LookupError(f"a data interval selects Kafka-record objects; a {req.layout} archive is replayed whole "
+                          "(trigger the backfill DAG without an interval)")
+    archive = listed if whole else [o for o in listed if is_archive_object(relative(o.uri, req.source))]
     log.info("Listed %s objects under %s: %s archive objects (%s), %s others skipped (_*, .*, not *.jsonl[.gz])",
              f"{len(listed):,}", req.source, f"{len(archive):,}", _mb(sum(o.size for o in archive)),
              f"{len(listed) - len(archive):,}")

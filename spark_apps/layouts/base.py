@@ -71,3 +71,13 @@ def watermark_row(uri: str, topic: str, partition: int, watermark_ts: int) -> di
     row = new_event(Kind.WATERMARK, watermark_ts=watermark_ts)
     row.update(topic=topic, partition=partition, offset=-1, object=uri, line=0, event_index=0)
     return row
+
+
+def ddl_row(uri: str, topic: str, database: str, table: str, commit_ts: int, query: str) -> dict:
+    """A DDL the layout itself records (a storage-sink schema file's Query at its version)."""
+    from cdc_codecs.ddl_types import classify
+
+    row = new_event(Kind.DDL, commit_ts=commit_ts, execute_ts_ms=commit_ts >> 18, database=database, table=table,
+                    ddl_query=query, ddl_type=classify(query))
+    row.update(topic=topic, partition=0, offset=-1, object=uri, line=0, event_index=0)
+    return row

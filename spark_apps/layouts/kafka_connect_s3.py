@@ -54,6 +54,8 @@ def parse_name(rel: str) -> dict | None:
     if not m or any(part.startswith(("_", ".")) for part in rel.split("/")[:-1]):
         return None
     rest = storage.strip_compression(m["rest"])
+    if rest == ".jsonl":  # our own Kafka-record objects share the connector's naming
+        return None
     view = "value"
     if c := _COMPANION.match(rest):
         view, rest = c[1], rest[len(c[0]) - 1:]
@@ -94,6 +96,16 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
                           "values can contain: archive binary protocols with AvroFormat")
     items, keys, headers = [], 0, 0
     partitions = set()
+    # keys without a value file: the connector's tombstone partition (behavior.on.null.values=write)
+    value_stems = {(p["dir"], p["stem"]) for _, p in values}
+    tombstones = 0
+    for (directory, stem, view), spec in sorted(companions.items()):
+        if view == "keys" and (directory, stem) not in value_stems:
+            topic, partition, start = stem.split("+")
+            items.append(item(spec[0], 0, NAME, topic=topic, partition=int(partition), start=int(start),
+                              format="tombstones", separator=separator, keys=spec,
+                              headers=companions.get((directory, stem, "headers"))))
+            tombstones += 1
     for o, p in values:
         key = companions.get((p["dir"], p["stem"], "keys"))
         header = companions.get((p["dir"], p["stem"], "headers"))
@@ -102,8 +114,9 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         partitions.add((p["topic"], p["partition"]))
         items.append(item(o.uri, o.size, NAME, topic=p["topic"], partition=p["partition"], start=p["start"],
                           format=p["format"], separator=separator, keys=key, headers=header))
-    found = (f"Kafka Connect S3 sink objects ({', '.join(formats)}): {len(items)} value files of "
-             f"{len(partitions)} topic partitions, {keys} with keys and {headers} with headers files")
+    found = (f"Kafka Connect S3 sink objects ({', '.join(formats)}): {len(items) - tombstones} value files of "
+             f"{len(partitions)} topic partitions, {keys} with keys and {headers} with headers files, "
+             f"{tombstones} tombstone (keys only) files")
     return Plan(NAME, tuple(items), found, info={"formats": formats, "partitions": len(partitions)})
 
 
@@ -196,6 +209,12 @@ def _values(uri: str, params: dict) -> Iterator:
 
 def read(uri: str, params: dict) -> Iterator:
     topic, partition, start = params["topic"], params["partition"], params["start"]
+    if params["format"] == "tombstones":  # null values: one per key
+        keys, headers = _companion(params["keys"]), _companion(params["headers"])
+        for position, key in enumerate(iter(lambda: next(keys), None)):
+            yield KafkaRecord(topic, partition, start + position, None, _key(key), None,
+                              _header_entry(next(headers)), uri), position + 1
+        return
     keys, headers = _companion(params["keys"]), _companion(params["headers"])
     for position, value in enumerate(_values(uri, params)):
         yield KafkaRecord(topic, partition, start + position, None, _key(next(keys)), value,

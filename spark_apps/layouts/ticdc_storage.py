@@ -18,9 +18,14 @@ Records: one per line (`\\r\\n` or `\\n` terminated); topic `{schema}.{table}`, 
 offset `days(date) × 2^47 + file index × 2^24 + line`, where days(date) is the date
 directory's first day counted from 1970-01-01 (0 without a date directory): a stable
 coordinate that grows with the sink's own order inside a table. Changes are ordered by their
-commit ts; the coordinate only breaks ties and names where a record was read. A new
-table-version directory is not a schema change (TiCDC also starts one when a table moves
-between nodes): schemas come from the schema files.
+commit ts; the coordinate only breaks ties and names where a record was read.
+
+Schemas come from the schema files: the earliest of each table is its starting schema (the
+source becomes `--schema`), and a file whose columns differ from the table's previous one
+gives the DDL it records (`Query`) as a DDL event at its table version, since the data files
+carry none. A new table-version directory alone is not a schema change (TiCDC also starts one
+when a table moves between nodes). csv files get their table's columns (the file of their
+directory's version, or the latest before it) with each record, for the csv codec.
 
 The root `metadata` checkpoint-ts becomes a watermark of every table read: everything at or
 below it is complete, and changes above it are pending.
@@ -40,7 +45,7 @@ from cdc_codecs.base import KafkaRecord
 from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
-from .base import LayoutError, Plan, item, watermark_row
+from .base import LayoutError, Plan, ddl_row, item, watermark_row
 
 NAME = "ticdc-storage"
 METADATA = "metadata"
@@ -113,19 +118,35 @@ def _read_all(uris: list[str]) -> dict[str, bytes]:
         return dict(zip(uris, pool.map(storage.read_bytes, uris)))
 
 
-def _schemas(uris: list[str]) -> dict:
-    """(database, table) lower case -> its storage-sink schema versions, oldest first."""
+def _schemas(uris: list[str]) -> tuple[dict, dict]:
+    """(database, table) lower case -> its storage-sink schema versions, oldest first; and
+    each schema file's recorded DDL `Query` by URI."""
     from ..schema_files import SchemaFileError, parse_schema_file
 
     versions: dict = defaultdict(list)
+    queries = {}
     for uri, data in _read_all(uris).items():
         try:
             version = parse_schema_file(data, uri)
-        except SchemaFileError as e:
+            queries[uri] = orjson.loads(data).get("Query") or None
+        except (SchemaFileError, ValueError) as e:
             raise LayoutError(str(e)) from e
         if version is not None:
             versions[(version.database.lower(), version.table.lower())].append(version)
-    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}
+    return {key: sorted(vs, key=lambda v: v.version) for key, vs in versions.items()}, queries
+
+
+def schema_changes(schemas: dict, queries: dict) -> list[list]:
+    """[database, table, table version, query, schema file] for every schema file whose
+    columns differ from the table's previous one: the data files carry no DDL, so the DDL a
+    file records (`Query`) is the schema change at its table version. A version whose columns
+    are unchanged (a table moved between nodes, a DDL that changes no column) is none."""
+    changes = []
+    for versions in schemas.values():
+        for previous, current in zip(versions, versions[1:]):
+            if (previous.columns, previous.keys) != (current.columns, current.keys) and queries.get(current.uri):
+                changes.append([current.database, current.table, current.version, queries[current.uri], current.uri])
+    return changes
 
 
 def _columns_at(versions: list, table_version: int) -> list | None:
@@ -197,7 +218,8 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         except (ValueError, KeyError, TypeError) as e:
             raise LayoutError(f"{metadata.uri}: not a storage-sink metadata file ({type(e).__name__}: {e})") from e
 
-    schemas = _schemas(table_schemas) if expected == "csv" else {}
+    schemas, queries = _schemas(table_schemas)
+    changes = schema_changes(schemas, queries)
     quote = (protocol_options or {}).get("quote", '"')
     items, not_visible, topics = [], [], set()
     by_group = defaultdict(int)
@@ -214,23 +236,31 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
             extra = {"csv_quote": quote,
                      "columns": _columns_at(schemas.get((d["schema"].lower(), d["table"].lower()), []), d["version"])}
         items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"], **extra))
-    if checkpoint is not None and topics:
-        items.append(item(metadata.uri, metadata.size, NAME, checkpoint=checkpoint, topics=sorted(topics)))
-    found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {len(items) - (checkpoint is not None)} data "
+    data_files = len(items)
+    if (checkpoint is not None and topics) or changes:
+        where = metadata if metadata is not None else data[0][0]
+        marked = topics | {f"{c[0]}.{c[1]}" for c in changes}  # every topic read gets the checkpoint
+        items.append(item(where.uri, 0, NAME, checkpoint=checkpoint, topics=sorted(marked), changes=changes))
+    found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {data_files} data "
              f"files in {len(by_group)} directories of {len(topics)} tables; {len(not_visible)} files not yet "
-             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files; "
+             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files, "
+             f"{len(changes)} schema changes between them; "
              + (f"checkpoint-ts {checkpoint}" if checkpoint is not None else
                 "no root metadata file (no checkpoint: the cut is the archive's end)"))
     return Plan(NAME, tuple(items), found, tuple(not_visible),
                 schema_uri=source if table_schemas else None,
                 info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
-                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas})
+                      "table_schema_files": len(table_schemas), "database_schema_files": db_schemas,
+                      "schema_changes": len(changes)})
 
 
 def read(uri: str, params: dict) -> Iterator:
-    if "checkpoint" in params:
-        for topic in params["topics"]:
-            yield watermark_row(uri, topic, 0, params["checkpoint"])
+    if "topics" in params:  # the sink's own events: schema changes and the checkpoint
+        for database, table, version, query, schema_uri in params["changes"]:
+            yield ddl_row(schema_uri, f"{database}.{table}", database, table, version, query)
+        if params["checkpoint"] is not None:
+            for topic in params["topics"]:
+                yield watermark_row(uri, topic, 0, params["checkpoint"])
         return
     topic, days, index = params["topic"], params["days"], params["index"]
     if "columns" in params:  # csv: the table's columns travel with each row (csv has no types)
@@ -246,3 +276,72 @@ def read(uri: str, params: dict) -> Iterator:
         if not line.strip():
             continue
         yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, headers, uri), line_no
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, prepare=None):
+    """mapInArrow function writing row events, sorted by (database, table, order), as TiCDC's
+    storage sink lays them out: `{schema}/{table}/{version}/CDC{index:06d}.json`, canal-json
+    lines ended by `\\r\\n`, a file every `max_records` rows and `meta/CDC.index` naming the
+    last one. The version directory is the table's first written commit ts (like TiCDC's
+    version for a table that existed before the changefeed: a point the table's schema holds
+    at). DDL and watermarks are not lines in this layout (the caller writes the root
+    `metadata`); table schema files are not written. Returns WRITTEN_ARROW_SCHEMA rows."""
+    import itertools
+
+    import pyarrow as pa
+
+    from cdc_codecs import get_codec
+
+    from ..archive_io import events_from_batch
+    from ..schema import WRITTEN_ARROW_SCHEMA
+
+    def run(batches):
+        codec = get_codec(protocol, options)
+
+        def rows():
+            for batch in batches:
+                for event in events_from_batch(batch):
+                    if event["kind"] != "row":
+                        continue
+                    if prepare is not None:
+                        event = prepare(event)
+                        if event is None:
+                            continue
+                    yield (event["database"], event["table"]), event
+
+        written = []
+        for (database, table), group in itertools.groupby(rows(), key=lambda item: item[0]):
+            directory = lines = None
+            index = 0
+
+            def flush():
+                nonlocal lines, index
+                if not lines:
+                    return
+                index += 1
+                name = f"CDC{index:06d}.json"
+                data = b"".join(line + b"\r\n" for line in lines)
+                storage.write_bytes(storage.join(base, directory, name), data)
+                storage.write_bytes(storage.join(base, directory, "meta/CDC.index"), f"{name}\n".encode())
+                written.append({"uri": storage.join(base, directory, name), "topic": f"{database}.{table}",
+                                "partition": 0, "first_offset": offset(0, index, 1),
+                                "last_offset": offset(0, index, len(lines)), "records": len(lines),
+                                "events": len(lines), "rows": len(lines), "bytes": len(data)})
+                lines = []
+
+            for _, event in group:
+                if directory is None:
+                    version = max(1, (event["commit_ts"] or 1) - 1)
+                    directory, lines = f"{database}/{table}/{version}", []
+                for message in codec.encode([event], topic=f"{database}.{table}", partition=0):
+                    lines.append(message.value)
+                if len(lines) >= max_records:
+                    flush()
+            flush()
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
+
+    return run

@@ -179,3 +179,18 @@ def test_commit_ts_is_read_the_same_by_the_command_line_and_the_form(text):
     assert cli == form
     if text.endswith("Z"):
         assert cli == 463267587686400000
+
+
+def test_layout_field_reaches_the_app_and_is_checked():
+    from cdc_replay_airflow.request import LAYOUTS, RequestError, parse_request, replay_arguments
+
+    from spark_apps.options import parser
+
+    assert list(LAYOUTS) == list(parser()._option_string_actions["--layout"].choices)
+    conf = {"source": "s3://archive-bucket/sink", "protocol": "canal-json", "output": "s3://lake-bucket/out"}
+    assert "--layout" not in replay_arguments(parse_request(conf))
+    request = parse_request({**conf, "layout": "ticdc-storage"})
+    args = replay_arguments(request)
+    assert args[args.index("--layout") + 1] == "ticdc-storage"
+    with pytest.raises(RequestError, match="layout"):
+        parse_request({**conf, "layout": "hdfs"})

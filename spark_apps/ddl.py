@@ -228,8 +228,7 @@ class SchemaHistory:
                     for col in schema.columns:
                         col.added, col.aliases = list(point), []
                 else:
-                    self.tables[_key(db, name)] = TableSchema(db, name, [], [], point, [(point, db, name)],
-                                                              columns_known=False)
+                    self._placeholder(db, name).start = point
             return "truncate table"
         if isinstance(stmt, exp.Alter):
             return self._alter(stmt, point, database)
@@ -238,6 +237,14 @@ class SchemaHistory:
         if isinstance(stmt, exp.Command):
             raise DDLError(f"unsupported DDL statement: {query[:120]}")
         return f"ignored {type(stmt).__name__.lower()}"
+
+    def _placeholder(self, db: str, name: str) -> TableSchema:
+        """A table from before the archive that a RENAME/TRUNCATE names but no DDL described:
+        its rows keep the columns and key their messages carry."""
+        schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
+        self.tables[_key(db, name)] = schema
+        self.versions.setdefault(_key(db, name), []).append(([], UNKNOWN_COLUMNS))
+        return schema
 
     def _create_unique_index(self, index: exp.Index, database: str | None) -> str:
         db, name = self._table_ref(index.args["table"], database)
@@ -340,8 +347,7 @@ class SchemaHistory:
                 schema is None or not schema.columns_known):
             # a table from before the archive renamed: its rows move to the new name
             if schema is None:
-                schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
-                self.tables[key] = schema
+                schema = self._placeholder(db, name)
             self.known.add(key)
             new_db, new_name = self._table_ref(actions[-1].this, db)
             self._rename_table(schema, new_db, new_name, point)
@@ -472,8 +478,7 @@ class SchemaHistory:
             if schema is None:
                 # a table from before the archive: its rows move to the new name, with the
                 # columns and key their messages carry
-                schema = TableSchema(old_db, old_name, [], [], [], [([], old_db, old_name)], columns_known=False)
-                self.tables[_key(old_db, old_name)] = schema
+                schema = self._placeholder(old_db, old_name)
             self._rename_table(schema, new_db, new_name, point)
         return "rename table"
 

@@ -134,6 +134,7 @@ class SchemaHistory:
         they were before the archive starts (the replay's --schema)."""
         self.tables: dict[tuple[str, str], TableSchema] = {}
         self.known: set[tuple[str, str]] = set()  # every table name any DDL mentioned
+        self.undescribed: set[tuple[str, str]] = set()  # names of tables whose columns no DDL gave
         # per table name: [(point, ((column, type), ...) or None when it does not exist)]
         self.versions: dict[tuple[str, str], list] = {}
         self._use: str | None = None
@@ -243,6 +244,7 @@ class SchemaHistory:
         its rows keep the columns and key their messages carry."""
         schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
         self.tables[_key(db, name)] = schema
+        self.undescribed.add(_key(db, name))
         self.versions.setdefault(_key(db, name), []).append(([], UNKNOWN_COLUMNS))
         return schema
 
@@ -294,6 +296,7 @@ class SchemaHistory:
         schema = TableSchema(db, name, columns, keys, point, [(point, db, name)], uniques)
         self._mark_keys(schema)
         self.tables[key] = schema
+        self.undescribed.discard(key)
         return "create table"
 
     def _mark_keys(self, schema: TableSchema) -> None:
@@ -459,6 +462,10 @@ class SchemaHistory:
         schema.names.append((list(point), new_db, new_name))
         self.tables[new_key] = schema
         self.known.add(new_key)
+        if schema.columns_known:
+            self.undescribed.discard(new_key)
+        else:
+            self.undescribed.add(new_key)
 
     def _rename_tables(self, text: str, point: Point, database: str | None) -> str:
         body = text.strip()
@@ -510,6 +517,11 @@ class SchemaHistory:
 
     def is_known(self, database: str | None, table: str) -> bool:
         return _key(database, table) in self.known
+
+    def is_described(self, database: str | None, table: str) -> bool:
+        """Known with its columns (not only renamed or truncated by the archive)."""
+        key = _key(database, table)
+        return key in self.known and key not in self.undescribed
 
 
 def _add_unique(uniques: list, name: str | None, columns: list[str]) -> None:

@@ -333,7 +333,7 @@ def _quarantine_unknown_tables(tagged, history: SchemaHistory):
 
     tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
               .select("database", "table").distinct().collect())
-    unknown = [(r["database"], r["table"]) for r in tables if not history.is_known(r["database"], r["table"] or "")]
+    unknown = [(r["database"], r["table"]) for r in tables if not history.is_described(r["database"], r["table"] or "")]
     if not unknown:
         return tagged
     condition = F.lit(False)

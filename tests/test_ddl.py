@@ -187,3 +187,6 @@ def test_tables_from_before_the_archive_can_be_renamed_and_truncated():
     shapes = [{"database": "d", "table": t, "columns": [("id", "int")], "first": [p], "last": [p], "events": 1}
               for t, p in (("a", 1), ("b", 8), ("f", 3), ("f", 9))]
     assert schema_conflicts(h, shapes) == []
+    assert h.is_known("d", "b") and not h.is_described("d", "b") and not h.is_described("d", "a")
+    h.apply("CREATE TABLE d.b (id INT PRIMARY KEY)", [9])
+    assert h.is_described("d", "b")

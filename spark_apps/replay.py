@@ -293,10 +293,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
-    """Whether a snapshot/history holds every row of its tables, or only the rows the archive
+    """Whether a snapshot holds every row of its tables, or only the rows the archive
     changed: a table whose CREATE (or TRUNCATE) is not in the archive existed before it, and
     its rows the archive never touched are not known (unless a base snapshot holds them)."""
-    if table_rows is None:
+    if table_rows is None or args.emit != "snapshot":  # history and topics are changes by definition
         return None
     partial = []
     if base is None:

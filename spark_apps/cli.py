@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--transactions", type=int, default=1000)
     gen.add_argument("--partitions", type=int, default=3)
     gen.add_argument("--seed", type=int, default=7)
+    gen.add_argument("--mid-stream", action="store_true",
+                     help="an archive that starts after the tables exist: no DDL, rows from before it (first "
+                          "changed by an UPDATE or a DELETE), partitions starting at arbitrary offsets")
 
     sub.add_parser("protocols", help="list protocols and their options")
 
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
         options = parse_option_pairs(args.protocol_option) if args.protocol_option else None
         generated = generate(transactions=args.transactions, partitions=args.partitions, seed=args.seed,
-                             protocol=args.protocol, options=options)
+                             protocol=args.protocol, options=options, mid_stream=args.mid_stream)
         output = storage.normalize(args.output)
         if storage.is_s3(output):
             storage.ensure_bucket(output)

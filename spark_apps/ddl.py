@@ -134,6 +134,7 @@ class SchemaHistory:
         they were before the archive starts (the replay's --schema)."""
         self.tables: dict[tuple[str, str], TableSchema] = {}
         self.known: set[tuple[str, str]] = set()  # every table name any DDL mentioned
+        self.undescribed: set[tuple[str, str]] = set()  # names of tables whose columns no DDL gave
         # per table name: [(point, ((column, type), ...) or None when it does not exist)]
         self.versions: dict[tuple[str, str], list] = {}
         self._use: str | None = None
@@ -228,8 +229,7 @@ class SchemaHistory:
                     for col in schema.columns:
                         col.added, col.aliases = list(point), []
                 else:
-                    self.tables[_key(db, name)] = TableSchema(db, name, [], [], point, [(point, db, name)],
-                                                              columns_known=False)
+                    self._placeholder(db, name).start = point
             return "truncate table"
         if isinstance(stmt, exp.Alter):
             return self._alter(stmt, point, database)
@@ -238,6 +238,15 @@ class SchemaHistory:
         if isinstance(stmt, exp.Command):
             raise DDLError(f"unsupported DDL statement: {query[:120]}")
         return f"ignored {type(stmt).__name__.lower()}"
+
+    def _placeholder(self, db: str, name: str) -> TableSchema:
+        """A table from before the archive that a RENAME/TRUNCATE names but no DDL described:
+        its rows keep the columns and key their messages carry."""
+        schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
+        self.tables[_key(db, name)] = schema
+        self.undescribed.add(_key(db, name))
+        self.versions.setdefault(_key(db, name), []).append(([], UNKNOWN_COLUMNS))
+        return schema
 
     def _create_unique_index(self, index: exp.Index, database: str | None) -> str:
         db, name = self._table_ref(index.args["table"], database)
@@ -287,6 +296,7 @@ class SchemaHistory:
         schema = TableSchema(db, name, columns, keys, point, [(point, db, name)], uniques)
         self._mark_keys(schema)
         self.tables[key] = schema
+        self.undescribed.discard(key)
         return "create table"
 
     def _mark_keys(self, schema: TableSchema) -> None:
@@ -340,8 +350,7 @@ class SchemaHistory:
                 schema is None or not schema.columns_known):
             # a table from before the archive renamed: its rows move to the new name
             if schema is None:
-                schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
-                self.tables[key] = schema
+                schema = self._placeholder(db, name)
             self.known.add(key)
             new_db, new_name = self._table_ref(actions[-1].this, db)
             self._rename_table(schema, new_db, new_name, point)
@@ -453,6 +462,10 @@ class SchemaHistory:
         schema.names.append((list(point), new_db, new_name))
         self.tables[new_key] = schema
         self.known.add(new_key)
+        if schema.columns_known:
+            self.undescribed.discard(new_key)
+        else:
+            self.undescribed.add(new_key)
 
     def _rename_tables(self, text: str, point: Point, database: str | None) -> str:
         body = text.strip()
@@ -472,8 +485,7 @@ class SchemaHistory:
             if schema is None:
                 # a table from before the archive: its rows move to the new name, with the
                 # columns and key their messages carry
-                schema = TableSchema(old_db, old_name, [], [], [], [([], old_db, old_name)], columns_known=False)
-                self.tables[_key(old_db, old_name)] = schema
+                schema = self._placeholder(old_db, old_name)
             self._rename_table(schema, new_db, new_name, point)
         return "rename table"
 
@@ -505,6 +517,11 @@ class SchemaHistory:
 
     def is_known(self, database: str | None, table: str) -> bool:
         return _key(database, table) in self.known
+
+    def is_described(self, database: str | None, table: str) -> bool:
+        """Known with its columns (not only renamed or truncated by the archive)."""
+        key = _key(database, table)
+        return key in self.known and key not in self.undescribed
 
 
 def _add_unique(uniques: list, name: str | None, columns: list[str]) -> None:

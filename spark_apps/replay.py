@@ -353,10 +353,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
-    """Whether a snapshot/history holds every row of its tables, or only the rows the archive
+    """Whether a snapshot holds every row of its tables, or only the rows the archive
     changed: a table whose CREATE (or TRUNCATE) is not in the archive existed before it, and
     its rows the archive never touched are not known (unless a base snapshot holds them)."""
-    if table_rows is None:
+    if table_rows is None or args.emit != "snapshot":  # history and topics are changes by definition
         return None
     partial = []
     if base is None:
@@ -393,7 +393,7 @@ def _quarantine_unknown_tables(tagged, history: SchemaHistory):
 
     tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
               .select("database", "table").distinct().collect())
-    unknown = [(r["database"], r["table"]) for r in tables if not history.is_known(r["database"], r["table"] or "")]
+    unknown = [(r["database"], r["table"]) for r in tables if not history.is_described(r["database"], r["table"] or "")]
     if not unknown:
         return tagged
     condition = F.lit(False)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from spark_apps.ddl import DDLError, SchemaHistory, TableInterval
+from spark_apps.ddl import DDLError, SchemaHistory, TableInterval, schema_conflicts
 from spark_apps.snapshot import project_image
 
 
@@ -183,3 +183,10 @@ def test_tables_from_before_the_archive_can_be_renamed_and_truncated():
     assert got[("d", "c")] == ((), (6,), "e", None)
     assert got[("d", "f")] == ((7,), None, "f", None)
     assert h.create_statements() == []
+    # their rows' in-band columns are not reported as conflicts with a history that has none
+    shapes = [{"database": "d", "table": t, "columns": [("id", "int")], "first": [p], "last": [p], "events": 1}
+              for t, p in (("a", 1), ("b", 8), ("f", 3), ("f", 9))]
+    assert schema_conflicts(h, shapes) == []
+    assert h.is_known("d", "b") and not h.is_described("d", "b") and not h.is_described("d", "a")
+    h.apply("CREATE TABLE d.b (id INT PRIMARY KEY)", [9])
+    assert h.is_described("d", "b")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 import cdc_codecs
+from cdc_codecs.ddl_types import classify
+from cdc_codecs.events import Kind, new_event
 from spark_apps.demo import read_snapshot
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
@@ -180,3 +182,67 @@ def test_mid_stream_archive_every_output(spark, protocol, tmp_path):
             assert {k: t.num_rows for k, t in tables.items()} == {k: len(v) for k, v in truth.items()}
         else:
             assert sum(t.num_rows for t in tables.values()) >= sum(len(v) for v in truth.values())
+
+
+def test_avro_tombstone_first_on_a_renamed_tables_topic_or_its_partition(spark, tmp_path):
+    """TiCDC Avro: a DELETE has no commit ts. One that is the first event of its partition (on
+    the topic of a table renamed after its rows were written, or on a partition its key's
+    insert did not use) is placed at its partition's next commit ts or watermark: after the
+    RENAME, after its row's insert; it deletes the row (never dropped as an event of the old
+    name's dead interval, never left live). Expected: the reference replayer, by true commit ts."""
+    from cdc_codecs import encode_records, get_codec
+
+    from .reference import reference_state
+
+    options = options_for("avro", tmp_path)
+    codec = get_codec("avro", options)
+    ms = 1_767_225_600_000
+
+    def ts(n):
+        return (ms + n) << 18
+
+    def image(i, v=None):
+        return [{"name": "id", "mysql_type": "int", "flags": 11, "value": str(i).encode(), "label": None},
+                {"name": "v", "mysql_type": "int", "flags": 64, "value": None if v is None else str(v).encode(),
+                 "label": None}]
+
+    def ddl(query, table, n):
+        return new_event(Kind.DDL, commit_ts=ts(n), execute_ts_ms=ms + n, database="d", table=table, ddl_query=query,
+                         ddl_type=classify(query))
+
+    def change(op, table, n, i, v=None):
+        before = image(i, v) if op == "delete" else None
+        after = None if op == "delete" else image(i, v)
+        return new_event(Kind.ROW, op=op, commit_ts=ts(n), execute_ts_ms=ms + n, database="d", table=table,
+                         key_columns=["id"], before=before, after=after)
+
+    def mark(n):
+        return new_event(Kind.WATERMARK, watermark_ts=ts(n), execute_ts_ms=ms + n)
+
+    old_topic = [ddl("CREATE TABLE `d`.`t` (`id` INT NOT NULL, `v` INT, PRIMARY KEY (`id`))", "t", 1),
+                 ddl("CREATE TABLE `d`.`u` (`id` INT NOT NULL, `v` INT, PRIMARY KEY (`id`))", "u", 2),
+                 change("insert", "t", 3, 1, 10), change("insert", "t", 4, 2, 20), change("insert", "t", 5, 5, 50),
+                 ddl("RENAME TABLE `d`.`t` TO `d`.`t2`", "t", 10), mark(40)]
+    by_id = {1: 0, 5: 1, 3: 0, 4: 1}
+    new_topic = [change("delete", "t2", 11, 1, 10), change("delete", "t2", 12, 5, 50),
+                 change("insert", "t2", 13, 3, 30), change("insert", "t2", 14, 4, 40), mark(40)]
+    u_topic = [change("insert", "u", 20, 7, 70), change("delete", "u", 21, 7, 70), change("insert", "u", 22, 8, 80),
+               mark(40)]
+    u_partition = {(20, 7): 0, (21, 7): 1, (22, 8): 1}
+    records = (
+        encode_records(codec, old_topic, topic="t", partitions=1)
+        + encode_records(codec, new_topic, topic="t2", partitions=2,
+                         dispatch=lambda e: by_id[int((e["after"] or e["before"])[0]["value"])])
+        + encode_records(codec, u_topic, topic="u", partitions=2,
+                         dispatch=lambda e: u_partition[((e["commit_ts"] >> 18) - ms,
+                                                          int((e["after"] or e["before"])[0]["value"]))]))
+    first = {(r.topic, r.partition): r for r in records if r.offset == 0}
+    assert first[("t2", 0)].value is None and first[("t2", 1)].value is None and first[("u", 1)].value is None
+    write_archive(records, str(tmp_path / "archive"))
+    manifest = replay(spark, "avro", options, str(tmp_path / "archive"), str(tmp_path / "out"))
+    assert manifest["counts"]["reconciled"] and manifest["counts"]["quarantined"] == 0
+    want = reference_state(old_topic + new_topic + u_topic)
+    assert want == {("d", "t2"): {(b"2",): {"id": b"2", "v": b"20"}, (b"3",): {"id": b"3", "v": b"30"},
+                                  (b"4",): {"id": b"4", "v": b"40"}},
+                    ("d", "u"): {(b"8",): {"id": b"8", "v": b"80"}}}
+    assert read_snapshot(str(tmp_path / "out"), "avro", options) == want

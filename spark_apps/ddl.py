@@ -482,11 +482,19 @@ def _parse(text: str) -> list:
         statements = [s for s in sqlglot.parse(text, read="mysql") if s is not None]
     except sqlglot.errors.SqlglotError as e:
         simpler = _without_unreadable_parts(text)
-        if simpler == text:
-            raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
-        try:
-            statements = [s for s in sqlglot.parse(simpler, read="mysql") if s is not None]
-        except sqlglot.errors.SqlglotError:
+        statements = None
+        if simpler != text:
+            try:
+                statements = [s for s in sqlglot.parse(simpler, read="mysql") if s is not None]
+            except sqlglot.errors.SqlglotError:
+                pass
+        if statements is None:
+            # an ALTER TABLE sqlglot cannot read (e.g. ADD COLUMN (a ..., b ...)): clause by clause
+            tokens = _tokens(simpler.strip().rstrip(";"))
+            if len(tokens) > 2 and tokens[0].token_type.name == "ALTER" and not any(
+                    t.token_type.name == "SEMICOLON" for t in tokens):
+                rest = simpler.strip().rstrip(";")[tokens[1].start:]
+                return [exp.Command(this="ALTER", expression=exp.Literal.string(rest))]
             raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
     if not statements:
         raise DDLError("empty DDL")

@@ -422,6 +422,41 @@ class SchemaHistory:
         return _key(database, table) in self.known
 
 
+def statement_table(query: str) -> tuple[str, str] | None:
+    """(database, table) a one-table DDL statement names with its database, e.g. the
+    ``CREATE TABLE `xj_`.`user02` `` of a Canal message whose `database` is the session's
+    `inventory`; None when it names no database, several tables, or cannot be read."""
+    try:
+        statements = _parse(_executable_comments(query))
+    except DDLError:
+        return None
+    if len(statements) != 1:
+        return None
+    stmt = statements[0]
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "ALTER":
+        rest = stmt.expression if isinstance(stmt.expression, str) else stmt.expression.this
+        try:
+            stmt = _alter_without_options("ALTER " + str(rest))
+        except DDLError:
+            return None
+        if not stmt:
+            return None
+    tables = []
+    if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        tables = [stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this]
+    elif isinstance(stmt, exp.Alter) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        # (a rename names two tables; the event may carry either, leave it as it is)
+        if not any(isinstance(a, exp.AlterRename) for a in stmt.args.get("actions") or []):
+            tables = [stmt.this]
+    elif isinstance(stmt, exp.Drop) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        tables = stmt.args.get("tables") or [stmt.this]
+    elif isinstance(stmt, exp.TruncateTable):
+        tables = stmt.expressions
+    if len(tables) != 1 or not isinstance(tables[0], exp.Table) or not tables[0].db:
+        return None
+    return tables[0].db, tables[0].name
+
+
 # ------------------------------------------------------------------ MySQL-isms of real binlogs
 
 _TOKENIZER = sqlglot.Dialect.get_or_raise("mysql").tokenizer

@@ -116,6 +116,23 @@ def test_a_column_added_with_current_timestamp_fsp_gets_the_alter_time_at_that_p
     assert columns(h, "xj_", "user02")[-1] == ("seen", "datetime(3)", b"2023-11-14 22:13:20.123")
 
 
+@pytest.mark.parametrize("statement, want", [
+    ("CREATE TABLE `xj_`.`user02` (`id` int)", ("xj_", "user02")),
+    ("/* DBeaver */ ALTER TABLE `xj_`.`user02` ADD COLUMN `a` int, CONVERT TO CHARACTER SET utf8mb4", ("xj_", "user02")),
+    ("TRUNCATE TABLE `db.x`.`t.y`", ("db.x", "t.y")),
+    ("DROP TABLE IF EXISTS `xj_`.`user02`", ("xj_", "user02")),
+    ("CREATE TABLE `user02` (`id` int)", None),  # no database named: the message's applies
+    ("DROP TABLE `a`.`b`, `c`.`d`", None),
+    ("RENAME TABLE `a`.`b` TO `c`.`d`", None),
+    ("ALTER TABLE `a`.`b` RENAME TO `c`.`d`", None),
+    ("CREATE DATABASE `xj_`", None),
+])
+def test_the_table_a_statement_names(statement, want):
+    from spark_apps.ddl import statement_table
+
+    assert statement_table(statement) == want
+
+
 def test_what_still_cannot_be_read_is_a_ddl_error():
     with pytest.raises(DDLError):
         SchemaHistory().apply("ALTER TABLE `xj_`.`user02` FROBNICATE everything", [1], "inventory")
@@ -157,10 +174,13 @@ def test_canal_ddl_applies_to_the_database_its_sql_names(spark, tmp_path):
     storage.write_bytes(storage.join(source, object_name("canal", 0, 0)), gzip.compress(b"\n".join(lines) + b"\n"))
     flavor = "flat-message-flavor=canal"
     argv = ["--source", source, "--protocol", "canal-json", "--protocol-option", flavor, "--target-option", flavor,
-            "--output", str(tmp_path / "out"), "--emit", "snapshot"]
+            "--output", str(tmp_path / "out"), "--emit", "snapshot", "--tables", "xj_.*"]
     manifest = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
     assert manifest["quarantine"]["records"] == 0, manifest["quarantine"]
     assert [d["applied"] for d in manifest["ddl"]] == ["create table", "add column age"]
+    # the DDL counts as xj_.user02's (not inventory's) and --tables xj_.* keeps it
+    assert [(t["database"], t["table"], t["applied"], t["filtered"]) for t in manifest["tables"]] == [
+        ("xj_", "user02", 4, 0)]
     assert read_snapshot(str(tmp_path / "out"), "canal-json", {"flat-message-flavor": "canal"}) == {
         ("xj_", "user02"): {
             (b"1",): {"id": b"1", "name": b"ann", "age": b"18", "flag": b"1", "price": b"9.50", "kind": b"1"},

@@ -133,7 +133,10 @@ class _Simulator:
     def create_statements(self, ts) -> list[dict]:
         events = [self.ddl_event(f"CREATE DATABASE IF NOT EXISTS `{self.db}`", None, ts)]
         for table, cols in TABLES.items():
-            defs = ", ".join(f"`{n}` {t.upper()}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}" for n, t, f in cols)
+            # upper-case keywords; quoted ENUM labels keep their case, as in MySQL's own DDL
+            upper = ("'".join(p if i % 2 else p.upper() for i, p in enumerate(t.split("'"))) for _, t, _ in cols)
+            defs = ", ".join(f"`{n}` {u}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}"
+                             for (n, _, f), u in zip(cols, upper))
             ts = self.commit_ts()
             events.append(self.ddl_event(f"CREATE TABLE `{self.db}`.`{table}` ({defs}, PRIMARY KEY (`id`))", table, ts))
         return events

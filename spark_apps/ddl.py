@@ -23,7 +23,7 @@ import sqlglot
 from sqlglot import exp
 
 from cdc_codecs.events import ColumnFlag
-from cdc_codecs.mysql_types import INTEGER_BASES, enum_set_label, enum_set_value, parse_type
+from cdc_codecs.mysql_types import INTEGER_BASES, declared_fsp, enum_set_label, enum_set_value, parse_type
 
 Point = list  # list[int]
 UNKNOWN_COLUMNS = ("?",)  # the columns of a table renamed/truncated but never described
@@ -145,10 +145,7 @@ class SchemaHistory:
     # ------------------------------------------------------------------ applying
     def apply(self, query: str, point: Point, database: str | None = None) -> str:
         """Apply one DDL at `point`; returns what it did. Raises DDLError if unparsable."""
-        try:
-            statements = [s for s in sqlglot.parse(query, read="mysql") if s is not None]
-        except sqlglot.errors.SqlglotError as e:
-            raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
+        statements = _parse(_executable_comments(query))
         if not statements:
             raise DDLError("empty DDL")
         outcomes = []
@@ -235,6 +232,14 @@ class SchemaHistory:
             return self._alter(stmt, point, database)
         if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "RENAME":
             return self._rename_tables(str(stmt.expression.this), point, database)
+        if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "ALTER":
+            rest = stmt.expression if isinstance(stmt.expression, str) else stmt.expression.this
+            kept = _alter_without_options("ALTER " + str(rest))
+            if kept is None:
+                raise DDLError(f"unsupported DDL statement: {query[:120]}")
+            if not kept:
+                return "ignored alter (table options)"
+            return self._alter(kept, point, database)
         if isinstance(stmt, exp.Command):
             raise DDLError(f"unsupported DDL statement: {query[:120]}")
         return f"ignored {type(stmt).__name__.lower()}"
@@ -316,7 +321,7 @@ class SchemaHistory:
 
     def _column_def(self, item: exp.ColumnDef, point: Point) -> ColumnDef:
         name = item.name
-        type_text = item.args["kind"].sql(dialect="mysql").lower() if item.args.get("kind") else ""
+        type_text = _type_text(item.args["kind"]) if item.args.get("kind") else ""
         mysql_type = parse_type(type_text)
         flags = 0
         if mysql_type.unsigned:
@@ -548,11 +553,269 @@ def _add_unique_constraint(uniques: list, item) -> bool:
     return True
 
 
+def statement_table(query: str) -> tuple[str, str] | None:
+    """(database, table) a one-table DDL statement names with its database, e.g. the
+    ``CREATE TABLE `xj_`.`user02` `` of a Canal message whose `database` is the session's
+    `inventory`; None when it names no database, several tables, or cannot be read."""
+    try:
+        statements = _parse(_executable_comments(query))
+    except DDLError:
+        return None
+    if len(statements) != 1:
+        return None
+    stmt = statements[0]
+    if isinstance(stmt, exp.Command) and str(stmt.this).upper() == "ALTER":
+        rest = stmt.expression if isinstance(stmt.expression, str) else stmt.expression.this
+        try:
+            stmt = _alter_without_options("ALTER " + str(rest))
+        except DDLError:
+            return None
+        if not stmt:
+            return None
+    tables = []
+    if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        tables = [stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this]
+    elif isinstance(stmt, exp.Alter) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        # (a rename names two tables; the event may carry either, leave it as it is)
+        if not any(isinstance(a, exp.AlterRename) for a in stmt.args.get("actions") or []):
+            tables = [stmt.this]
+    elif isinstance(stmt, exp.Drop) and (stmt.args.get("kind") or "").upper() == "TABLE":
+        tables = stmt.args.get("tables") or [stmt.this]
+    elif isinstance(stmt, exp.TruncateTable):
+        tables = stmt.expressions
+    if len(tables) != 1 or not isinstance(tables[0], exp.Table) or not tables[0].db:
+        return None
+    return tables[0].db, tables[0].name
+
+
+# ------------------------------------------------------------------ MySQL-isms of real binlogs
+
+_TOKENIZER = sqlglot.Dialect.get_or_raise("mysql").tokenizer
+# first words of ALTER TABLE clauses that change no column, key or name: table options,
+# partitioning, algorithm hints (MySQL's alter_table_option / partition_options)
+_TABLE_OPTION_WORDS = {
+    "ENGINE", "COMMENT", "CHARSET", "CHARACTER", "COLLATE", "CONVERT", "AUTO_INCREMENT", "ROW_FORMAT",
+    "KEY_BLOCK_SIZE", "AVG_ROW_LENGTH", "MAX_ROWS", "MIN_ROWS", "PACK_KEYS", "CHECKSUM", "COMPRESSION",
+    "ENCRYPTION", "STATS_PERSISTENT", "STATS_AUTO_RECALC", "STATS_SAMPLE_PAGES", "TABLESPACE", "ALGORITHM",
+    "LOCK", "FORCE", "ORDER", "ENABLE", "DISABLE", "DISCARD", "IMPORT", "PARTITION", "PARTITIONS",
+    "REMOVE", "COALESCE", "REORGANIZE", "EXCHANGE", "ANALYZE", "CHECK", "OPTIMIZE", "REBUILD", "REPAIR",
+    "TRUNCATE", "SHARD_ROW_ID_BITS", "PRE_SPLIT_REGIONS", "AUTO_ID_CACHE", "AUTO_RANDOM_BASE", "CACHE",
+    "NOCACHE", "SECONDARY_ENGINE", "SECONDARY_LOAD", "SECONDARY_UNLOAD", "UNION", "INSERT_METHOD",
+    "DATA", "INDEX", "DELAY_KEY_WRITE", "PASSWORD", "START", "STORAGE", "TTL", "TTL_ENABLE", "TTL_JOB_INTERVAL",
+    "PLACEMENT", "SET",
+}
+_PARTITION_OPERATIONS = {"PARTITION", "PARTITIONING"}  # ADD / DROP / DISCARD ... PARTITION
+
+
+def _executable_comments(query: str) -> str:
+    """MySQL runs the text of `/*!NNNNN ... */` comments (mysqldump and binlogs carry them):
+    they become plain text. Other comments, TiDB's `/*T![feature] ... */` included, stay."""
+    if "/*!" not in query:
+        return query
+    out, i, n, quote = [], 0, len(query), None
+    while i < n:
+        c = query[i]
+        if quote:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(query[i + 1])
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+            out.append(c)
+        elif query.startswith("/*!", i):
+            i += 3
+            while i < n and query[i].isdigit():
+                i += 1
+            end = query.find("*/", i)
+            end = n if end < 0 else end
+            out.append(" " + query[i:end] + " ")
+            i = end + 2
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _parse(text: str) -> list:
+    """sqlglot's MySQL statements; a statement sqlglot cannot read is read again without what
+    changes no column: a CREATE TABLE's trailing PARTITION BY clause, UNSIGNED after FLOAT
+    (deprecated in MySQL 8.0.17; sqlglot refuses it)."""
+    try:
+        statements = [s for s in sqlglot.parse(text, read="mysql") if s is not None]
+    except sqlglot.errors.SqlglotError as e:
+        simpler = _without_unreadable_parts(text)
+        statements = None
+        if simpler != text:
+            try:
+                statements = [s for s in sqlglot.parse(simpler, read="mysql") if s is not None]
+            except sqlglot.errors.SqlglotError:
+                pass
+        if statements is None:
+            # an ALTER TABLE sqlglot cannot read (e.g. ADD COLUMN (a ..., b ...)): clause by clause
+            tokens = _tokens(simpler.strip().rstrip(";"))
+            if len(tokens) > 2 and tokens[0].token_type.name == "ALTER" and not any(
+                    t.token_type.name == "SEMICOLON" for t in tokens):
+                rest = simpler.strip().rstrip(";")[tokens[1].start:]
+                return [exp.Command(this="ALTER", expression=exp.Literal.string(rest))]
+            raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
+    if not statements:
+        raise DDLError("empty DDL")
+    return statements
+
+
+def _tokens(text: str) -> list:
+    try:
+        return _TOKENIZER().tokenize(text)
+    except sqlglot.errors.SqlglotError as e:
+        raise DDLError(f"cannot parse DDL: {e}".splitlines()[0]) from None
+
+
+def _without_unreadable_parts(text: str) -> str:
+    tokens = _tokens(text)
+    cut = []  # (start, end) character ranges to remove
+    depth = 0
+    for i, tok in enumerate(tokens):
+        kind = tok.token_type.name
+        if kind == "L_PAREN":
+            depth += 1
+        elif kind == "R_PAREN":
+            depth -= 1
+        elif kind == "SEMICOLON":
+            depth = 0
+        word = tok.text.upper()
+        if word == "UNSIGNED" and i and _float_before(tokens, i):
+            cut.append((tok.start, tok.end + 1))
+        elif depth == 0 and (" ".join(word.split()) == "PARTITION BY" or (
+                word == "PARTITION" and i + 1 < len(tokens) and tokens[i + 1].text.upper() == "BY")) \
+                and any(t.token_type.name == "CREATE" for t in tokens[:i]):
+            end = next((t.start for t in tokens[i:] if t.token_type.name == "SEMICOLON"), len(text))
+            cut.append((tok.start, end))
+    for start, end in sorted(cut, reverse=True):
+        text = text[:start] + " " + text[end:]
+    return text
+
+
+def _float_before(tokens: list, i: int) -> bool:
+    """Whether tokens[i] (UNSIGNED) follows FLOAT or FLOAT(p[,s])."""
+    j = i - 1
+    if tokens[j].token_type.name == "R_PAREN":
+        while j > 0 and tokens[j].token_type.name != "L_PAREN":
+            j -= 1
+        j -= 1
+    return j >= 0 and tokens[j].text.upper() == "FLOAT"
+
+
+def _alter_without_options(text: str):
+    """An ALTER TABLE sqlglot reads only as a command: its clauses that change no column are
+    dropped (table options, partitioning, CONVERT TO CHARACTER SET), `ADD [COLUMN] (a ..., b ...)`
+    becomes one ADD COLUMN per column, and the rest is parsed again. Returns the parsed ALTER,
+    [] when nothing is left, or None when it is not an ALTER TABLE or still unreadable."""
+    tokens = _tokens(text)
+    if len(tokens) < 3 or tokens[1].token_type.name != "TABLE":
+        return None
+    i = 3
+    while i + 1 < len(tokens) and tokens[i].token_type.name == "DOT":
+        i += 2
+    if i >= len(tokens):
+        return None
+    head = text[:tokens[i - 1].end + 1]
+    clauses, depth, start = [], 0, i
+    for j in range(i, len(tokens) + 1):
+        if j == len(tokens) or (tokens[j].token_type.name == "COMMA" and depth == 0):
+            clauses.append(tokens[start:j])
+            start = j + 1
+            continue
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(tokens[j].token_type.name, 0)
+    kept = []
+    for clause in clauses:
+        if not clause:
+            continue
+        words = [w for t in clause[:3] for w in t.text.upper().split()]  # ("PARTITION BY" is one token)
+        if words[0] == "DEFAULT" and len(words) > 1:
+            words = words[1:]
+        if words[0] in _TABLE_OPTION_WORDS or (words[0] in ("ADD", "DROP") and len(words) > 1
+                                               and words[1] in _PARTITION_OPERATIONS):
+            continue
+        body = text[clause[0].start:clause[-1].end + 1]
+        column_list = 2 if len(words) > 1 and words[1] == "COLUMN" else 1
+        if words[0] == "ADD" and len(clause) > column_list and clause[column_list].token_type.name == "L_PAREN" \
+                and clause[-1].token_type.name == "R_PAREN":
+            inner = text[clause[column_list].end + 1:clause[-1].start]
+            kept.extend(f"ADD COLUMN {part}" for part in _top_level_split(inner))
+        else:
+            kept.append(body)
+    if not kept:
+        return []
+    try:
+        parsed = sqlglot.parse_one(head + " " + ", ".join(kept), read="mysql")
+    except sqlglot.errors.SqlglotError:
+        return None
+    return parsed if isinstance(parsed, exp.Alter) else None
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for tok in _tokens(text):
+        kind = tok.token_type.name
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(kind, 0)
+        if kind == "COMMA" and depth == 0:
+            parts.append(text[start:tok.start])
+            start = tok.end + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _type_text(kind) -> str:
+    """A column type as the canonical mysql_type: lower case but for quoted ENUM/SET labels,
+    no space after the commas (`decimal(10,2)`, `enum('A','b')`), as protocols write it."""
+    text = kind.sql(dialect="mysql")
+    out, quote = [], None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            out.append(c)
+            if c == quote:
+                if i + 1 < len(text) and text[i + 1] == quote:
+                    out.append(quote)
+                    i += 1
+                else:
+                    quote = None
+        elif c in "'\"":
+            quote = c
+            out.append(c)
+        elif c == "," and text[i + 1:i + 2] == " ":
+            out.append(",")
+            i += 1
+        else:
+            out.append(c.lower())
+        i += 1
+    return "".join(out)
+
+
+def _bit_or_hex_default(expr, mysql_type) -> bytes:
+    """b'101' / x'0A' / 0x0A defaults: a number for BIT and integer columns (canonical BIT is
+    its unsigned decimal), else the bytes they spell."""
+    digits = expr.this or ""
+    bits = isinstance(expr, exp.BitString)
+    number = int(digits, 2 if bits else 16) if digits else 0
+    if mysql_type.base == "bit" or mysql_type.base in INTEGER_BASES:
+        return str(number).encode()
+    width = (len(digits) + 7) // 8 if bits else (len(digits) + 1) // 2
+    return number.to_bytes(width, "big")
+
+
 def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | None:
     """Canonical value a row that predates the column gets (MySQL's rule for ADD COLUMN)."""
     if expr is not None:
         if isinstance(expr, exp.Null):
             return None
+        if isinstance(expr, (exp.BitString, exp.HexString)):
+            return _bit_or_hex_default(expr, mysql_type)
         if isinstance(expr, exp.Literal):
             text = expr.this
         elif isinstance(expr, exp.Neg) and isinstance(expr.this, exp.Literal):
@@ -563,7 +826,9 @@ def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | No
             # existing rows get the time the ALTER ran: its commit time (UTC)
             if point and point[0] > 1 << 40:
                 moment = dt.datetime.fromtimestamp((point[0] >> 18) / 1000, dt.timezone.utc)
-                return moment.strftime("%Y-%m-%d %H:%M:%S").encode()
+                fsp = declared_fsp(mysql_type) or 0
+                fraction = "." + f"{moment.microsecond:06d}"[:fsp] if fsp else ""
+                return (moment.strftime("%Y-%m-%d %H:%M:%S") + fraction).encode()
             return None
         elif isinstance(expr, exp.Boolean):
             text = "1" if expr.this else "0"

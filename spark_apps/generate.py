@@ -153,7 +153,10 @@ class _Simulator:
         return events
 
     def create_query(self, table: str, cols: list) -> str:
-        defs = ", ".join(f"`{n}` {t.upper()}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}" for n, t, f in cols)
+        # upper-case keywords; quoted ENUM labels keep their case, as in MySQL's own DDL
+        upper = ("'".join(p if i % 2 else p.upper() for i, p in enumerate(t.split("'"))) for _, t, _ in cols)
+        defs = ", ".join(f"`{n}` {u}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}"
+                         for (n, _, f), u in zip(cols, upper))
         return f"CREATE TABLE `{self.db}`.`{table}` ({defs}, PRIMARY KEY (`id`))"
 
     def transaction(self) -> list[dict]:

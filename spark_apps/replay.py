@@ -272,7 +272,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    tagged = T.tag_status(T.infer_commit_ts(decoded, needs_inference), tables=args.table_patterns(),
+    tagged = T.tag_status(T.infer_commit_ts(_ddl_where_sql_says(spark, decoded), needs_inference),
+                          tables=args.table_patterns(),
                           cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
@@ -365,6 +366,35 @@ def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dic
             if schema is None or not schema.start:
                 partial.append(f"{r['database']}.{r['table']}")
     return {"complete": not partial, "changed_rows_only": sorted(partial)}
+
+
+def _ddl_where_sql_says(spark, decoded):
+    """DDL events whose statement names another database than the message (Canal: the
+    session's `"database":"inventory"` with ``CREATE TABLE `xj_`.`user02` ``) take the
+    database and table the statement names, so --tables, per-table counts and the output see
+    the table the DDL changes. DDL statements are few: their distinct texts are read on the
+    driver, and the small mapping is broadcast."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.ddl import statement_table
+
+    pairs = (decoded.where(F.col("kind") == Kind.DDL).select("database", "table", "ddl_query").distinct().collect())
+    mapping = []
+    for row in pairs:
+        target = statement_table(row["ddl_query"] or "")
+        if target is not None and target[0].lower() != (row["database"] or "").lower():
+            mapping.append((row["database"], row["table"], row["ddl_query"], target[0], target[1]))
+    if not mapping:
+        return decoded
+    targets = spark.createDataFrame(mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
+    matched = decoded.join(
+        F.broadcast(targets),
+        (F.col("kind") == Kind.DDL) & F.col("database").eqNullSafe(F.col("_db"))
+        & F.col("table").eqNullSafe(F.col("_tb")) & (F.col("ddl_query") == F.col("_q")),
+        "left")
+    return (matched.withColumn("database", F.coalesce("_target_db", "database"))
+            .withColumn("table", F.coalesce("_target_tb", "table"))
+            .drop("_db", "_tb", "_q", "_target_db", "_target_tb"))
 
 
 def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:

@@ -134,7 +134,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "rows": sum(w["rows"] for w in data_objects),
             "topics": sorted({w["topic"] for w in data_objects}) if args.output_format == "kafka" else [],
             # Parquet: values a typed column could not hold (zero dates), written as null
-            "nulled": sum(w["events"] for w in data_objects) if args.output_format == "parquet" else 0,
+            "nulled": sum(w["events"] for w in data_objects) if args.output_format != "kafka" else 0,
         },
         "window": window or {},
         "schemas": list(schemas),
@@ -168,9 +168,13 @@ def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
     storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
 
 
-def commit(output: str, staging: str, manifest: dict) -> None:
-    """Replace the output with the staged objects, then write the manifest."""
+def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> None:
+    """Replace the output with the staged objects, then write the manifest. `replace=False`
+    (lakehouse tables, committed by their own format) keeps every other object but the
+    previous quarantine."""
     storage.delete(storage.join(output, MANIFEST))
+    if not replace:
+        storage.delete_prefix(storage.join(output, "_quarantine"))
     staged = storage.list_objects(staging)
     moved = {}
     for info in staged:
@@ -181,7 +185,7 @@ def commit(output: str, staging: str, manifest: dict) -> None:
         moved[info.uri] = final
     keep = set(moved.values())
     staging_root = storage.join(output, "_staging")
-    for info in storage.list_objects(output):
+    for info in storage.list_objects(output) if replace else ():
         if info.uri not in keep and not info.uri.startswith(staging_root + "/"):
             storage.delete(info.uri)
     for entry in manifest["output"]["objects"] + manifest["quarantine"]["objects"]:

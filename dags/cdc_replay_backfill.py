@@ -89,7 +89,9 @@ if CAPS.accepts("--target-format"):
     PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *CAPS.target_formats],
                                     title="Target format", description="kafka: a Kafka-record archive in the target "
                                     "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
-                                    "per table (snapshot; always for history)", section="Output")
+                                    "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
+                                    "Iceberg table per source table, a new table version per run stamped with the "
+                                    "cut (snapshot, history; docs/lakehouse.md)", section="Output")
 if CAPS.accepts("--base-snapshot"):
     PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
                                     title="Base snapshot", description="output of an earlier snapshot run: the "

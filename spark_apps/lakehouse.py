@@ -126,7 +126,7 @@ def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, 
     """pyiceberg catalog properties: --catalog K=V, by default a SQL catalog on SQLite in
     <output>/_catalog.sqlite (local outputs only) with the output as warehouse."""
     props = {"type": "sql", "warehouse": output}
-    if not given.get("uri") and given.get("type", "sql") == "sql":
+    if not given.get("uri") and not os.environ.get("PYICEBERG_CATALOG__CDC_REPLAY__URI") and given.get("type", "sql") == "sql":
         if storage.is_s3(output):
             raise LakehouseError("--target-format iceberg on s3:// needs a catalog: --catalog uri=sqlite:////path/"
                                  "catalog.sqlite or uri=postgresql+psycopg2://... (docs/lakehouse.md)")
@@ -190,6 +190,17 @@ class Target:
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         meta = {k[len(META):]: v for k, v in summary.items() if k.startswith(META)}
         return {**meta, "version": snapshot.snapshot_id} if meta else None
+
+    def current_schema(self, database, table) -> pa.Schema:
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            return pa.schema(DeltaTable(self.location(database, table), storage_options=delta_storage_options())
+                             .schema().to_arrow())
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        table = self.catalog.load_table(tuple(table_parts(self.template, database, table)))
+        return schema_to_pyarrow(table.schema(), include_field_ids=False)
 
     # ----------------------------------------------------- commit
     def commit(self, database, table, schema: pa.Schema, files: list[dict], properties: dict[str, str]) -> dict:
@@ -276,9 +287,11 @@ class TablePlan:
     (empty at the cut: still a version), minus those whose current version is already this
     cut of this source (a rerun adds no version: `skip`)."""
 
-    def __init__(self, target: Target, run: dict, cut: dict, emit: str, schemas: dict, tables: list[tuple]):
+    def __init__(self, target: Target, run: dict, cut: dict, emit: str, schemas: dict, tables: list[tuple],
+                 dropped: list[tuple] = ()):
         self.target, self.run, self.cut, self.emit, self.schemas = target, run, cut, emit, schemas
-        self.tables = tables
+        self.dropped = set(dropped)  # tables an earlier snapshot wrote that no longer exist at this cut
+        self.tables = list(tables) + sorted(self.dropped - set(tables))
         self.last = {key: target.last_commit(*key) for key in tables}
         cut_ts = cut.get("commit_ts")
         self.skip = {key for key, last in self.last.items()
@@ -307,21 +320,24 @@ class TablePlan:
             name = self.target.name(*key)
             if key in self.skip:
                 last = self.last[key]
-                result[name] = {"table": name, "location": self.target.location(*key), "version": last.get("version"),
+                result[name] = {"source_database": key[0], "source_table": key[1], "table": name, "location": self.target.location(*key), "version": last.get("version"),
                                 "cut_commit_ts": self.cut.get("commit_ts"), "rows": int(last.get("rows", 0)),
-                                "unchanged": True, "committed_by": last.get("run_id")}
+                                "unchanged": True, "committed_by": last.get("run_id"),
+                                "dropped": last.get("dropped") == "true"}
                 continue
             files = by_table[key]
-            schema = self._schema(key, files, history)
+            schema = self.target.current_schema(*key) if key in self.dropped else self._schema(key, files, history)
             if schema is None:
                 continue
             rows = sum(f["rows"] for f in files)
             props = {"cut_commit_ts": self.cut.get("commit_ts"), "cut": self.cut.get("description", ""),
                      "run_id": self.run["run_id"], "source": self.run["source"], "protocol": self.run.get("protocol"),
                      "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1]}
+            if key in self.dropped:
+                props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
             done = self.target.commit(key[0], key[1], schema, files, props)
-            result[name] = {**done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
-                            "committed_by": self.run["run_id"]}
+            result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
+                            "committed_by": self.run["run_id"], "dropped": key in self.dropped}
         return result
 
 
@@ -340,4 +356,24 @@ def plan_tables(args, run: dict, cut: dict, schemas: dict, table_rows: list[dict
         if patterns and not any(fnmatch.fnmatchcase(f"{lower[0]}.{lower[1]}", p) for p in patterns):
             continue
         keys[lower] = (schema.database, schema.name)
-    return TablePlan(target, run, cut, args.emit, schemas, sorted(keys.values(), key=lambda k: (k[0] or "", k[1] or "")))
+    dropped = []
+    if args.emit == "snapshot":
+        for entry in _previous_tables(run["output"]):
+            lower = ((entry["source_database"] or "").lower(), (entry["source_table"] or "").lower())
+            if lower in keys or (patterns and not any(fnmatch.fnmatchcase(".".join(lower), p) for p in patterns)):
+                continue
+            keys[lower] = (entry["source_database"], entry["source_table"])
+            dropped.append(keys[lower])
+    return TablePlan(target, run, cut, args.emit, schemas, sorted(keys.values(), key=lambda k: (k[0] or "", k[1] or "")),
+                     dropped)
+
+
+def _previous_tables(output: str) -> list[dict]:
+    """The tables the previous run at this output wrote (its manifest's output.lakehouse)."""
+    from . import manifest as manifest_mod
+
+    try:
+        previous = manifest_mod.read_manifest(output)
+    except Exception:  # no earlier run (or not readable): nothing to carry over
+        return []
+    return [t for t in (previous.get("output", {}).get("lakehouse") or {}).values() if "source_table" in t]

@@ -233,7 +233,6 @@ class Target:
 
     def _commit_iceberg(self, database, table, schema, files, props) -> dict:
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
-        from pyiceberg.table.name_mapping import create_mapping_from_schema
 
         ident = tuple(table_parts(self.template, database, table))
         namespace = ident[:-1]
@@ -247,8 +246,7 @@ class Target:
             new = False
             _evolve_iceberg_schema(tx, schema)
         # the data files carry no Iceberg field ids: readers map their columns by name
-        mapping = create_mapping_from_schema(tx.table_metadata.schema())
-        tx.set_properties({"schema.name-mapping.default": mapping.model_dump_json()})
+        tx.set_properties({"schema.name-mapping.default": _name_mapping(tx.table_metadata)})
         io = tx._table.io
         with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
             if not new:
@@ -259,6 +257,24 @@ class Target:
         tx.commit_transaction()
         snapshot = self.catalog.load_table(ident).current_snapshot()
         return {"table": ".".join(ident), "location": location, "version": snapshot.snapshot_id if snapshot else None}
+
+
+def _name_mapping(metadata) -> str:
+    """The current columns by name, plus every earlier column's name for its (never reused)
+    field id, so the files of earlier snapshots still read after a rename or drop."""
+    from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
+
+    current = create_mapping_from_schema(metadata.schema())
+    taken = {n for f in current.root for n in f.names}
+    ids = {f.field_id for f in current.root}
+    fields = list(current.root)
+    for schema in reversed(metadata.schemas):
+        for field in schema.fields:
+            if field.field_id not in ids and field.name not in taken:
+                fields.append(MappedField(field_id=field.field_id, names=[field.name]))
+                ids.add(field.field_id)
+                taken.add(field.name)
+    return NameMapping(fields).model_dump_json()
 
 
 def _evolve_iceberg_schema(tx, schema: pa.Schema) -> None:

@@ -176,6 +176,8 @@ def cdc_replay_backfill():
         output = published["output"]
         asset = Asset(output if output.startswith("s3://") else f"file://{output}")
         context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
+        for uri, extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
+            context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=extra)
         context["ti"].xcom_push(METRICS_KEY, published)
         return published
 

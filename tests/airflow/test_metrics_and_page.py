@@ -121,6 +121,11 @@ def test_lakehouse_tables_become_one_asset_each():
     assert table_assets(m) == [("s3://lake/out/shop/customers", {
         "table": "shop.customers", "version": 3, "cut_commit_ts": tso(9000), "rows": 40, "dropped": False,
         "run_id": "manual__1"})]  # the unchanged table (a rerun of its cut) is no new event
+    html = render_page([{"dag_id": "cdc_replay_backfill", "run_id": "manual__1", "state": "success",
+                         "metrics": m}], prefix="/cdc-replay")
+    for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",
+                 "new version"):
+        assert text in html, text
 
 
 def _runs():

@@ -93,7 +93,9 @@ if CAPS.accepts("--target-format"):
     PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *CAPS.target_formats],
                                     title="Target format", description="kafka: a Kafka-record archive in the target "
                                     "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
-                                    "per table (snapshot; always for history)", section="Output")
+                                    "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
+                                    "Iceberg table per source table, a new table version per run stamped with the "
+                                    "cut (snapshot, history; docs/lakehouse.md)", section="Output")
 if CAPS.accepts("--base-snapshot"):
     PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
                                     title="Base snapshot", description="output of an earlier snapshot run: the "
@@ -183,6 +185,8 @@ def cdc_replay_backfill():
         output = published["output"]
         asset = Asset(output if output.startswith("s3://") else f"file://{output}")
         context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
+        for uri, extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
+            context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=extra)
         context["ti"].xcom_push(METRICS_KEY, published)
         return published
 

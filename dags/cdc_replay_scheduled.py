@@ -149,6 +149,8 @@ def cdc_replay_scheduled():
         for uri in (base, published["output"]):  # the series, and this interval's output
             asset = Asset(uri if uri.startswith("s3://") else f"file://{uri}")
             context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=extra)
+        for uri, table_extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
+            context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=table_extra)
         context["ti"].xcom_push(METRICS_KEY, published)
         return published
 

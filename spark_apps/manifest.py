@@ -143,7 +143,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "rows": sum(w["rows"] for w in data_objects),
             "topics": sorted({w["topic"] for w in data_objects}) if args.output_format == "kafka" else [],
             # Parquet: values a typed column could not hold (zero dates), written as null
-            "nulled": sum(w["events"] for w in data_objects) if args.output_format == "parquet" else 0,
+            "nulled": sum(w["events"] for w in data_objects) if args.output_format != "kafka" else 0,
         },
         "window": window or {},
         "schemas": list(schemas),
@@ -228,10 +228,12 @@ def owned_objects(output: str) -> set[str]:
     return owned
 
 
-def commit(output: str, staging: str, manifest: dict) -> None:
+def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> None:
     """Replace the output with the staged objects, then write the manifest. Only objects an
     earlier run of ours wrote there are deleted; anything else under the output is left
-    alone and reported in the manifest's `foreign_objects` and warnings."""
+    alone and reported in the manifest's `foreign_objects` and warnings. `replace=False`
+    (lakehouse tables, committed by their own format beside our objects) deletes only the
+    previous quarantine of ours and reports nothing else."""
     previous = owned_objects(output)
     staged = storage.list_objects(staging)
     targets = {}
@@ -253,6 +255,10 @@ def commit(output: str, staging: str, manifest: dict) -> None:
     for info in storage.list_objects(output):
         rel = storage.relative(info.uri, output)
         if rel in keep or rel.startswith("_staging/"):
+            continue
+        if not replace:
+            if rel in previous and rel.startswith("_quarantine/"):
+                storage.delete(info.uri)
             continue
         if rel in previous:
             storage.delete(info.uri)

@@ -42,10 +42,19 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="snapshot: one INSERT per live row at the cut; topics: the ordered, "
                            "deduplicated stream (rows and DDL) re-encoded; history: SCD type 2 versions "
                            "of every row (valid-from / valid-to commit ts, operation) as Parquet")
-    what.add_argument("--target-format", choices=("kafka", "parquet"),
+    what.add_argument("--target-format", choices=("kafka", "parquet", "delta", "iceberg"),
                       help="kafka (default for snapshot/topics): a Kafka-record archive in --target-protocol; "
-                           "parquet (snapshot, and always for history): one Parquet dataset per table "
-                           "at <output>/<db>/<table>/ with typed columns")
+                           "parquet (snapshot, and the default for history): one Parquet dataset per table "
+                           "at <output>/<db>/<table>/ with typed columns; delta / iceberg (snapshot, history): "
+                           "one Delta Lake / Iceberg table per source table, one table version per run stamped "
+                           "with the cut (docs/lakehouse.md)")
+    what.add_argument("--target-table", default="{schema}.{table}", metavar="TEMPLATE",
+                      help="delta/iceberg table name, {schema} and {table} replaced (default: %(default)s): "
+                           "Iceberg namespace.table in the catalog; Delta tables live at <output>/<ns>/<table>/")
+    what.add_argument("--catalog", action="append", default=[], metavar="K=V",
+                      help="Iceberg catalog property for pyiceberg (repeatable), e.g. "
+                           "uri=postgresql+psycopg2://u:p@host/db; default: a SQL catalog on SQLite at "
+                           "<output>/_catalog.sqlite with <output> as warehouse")
     what.add_argument("--target-layout", default="kafka-records", choices=("kafka-records", "ticdc-storage"),
                       help="layout of a Kafka output (docs/layouts.md): kafka-records (default) or ticdc-storage, "
                            "row events per table as TiCDC's cloud storage sink writes them (canal-json data "
@@ -142,6 +151,8 @@ class ReplayArgs:
     layout: str = "auto"
     layout_option: list = dataclasses.field(default_factory=list)
     target_layout: str = "kafka-records"
+    target_table: str = "{schema}.{table}"
+    catalog: list = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

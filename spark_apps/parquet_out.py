@@ -63,9 +63,11 @@ def arrow_type(mysql_type: MySQLType) -> pa.DataType:
     return pa.string()  # char, varchar, text, time, json, enum/set (labels)
 
 
-def typed_column(values: list, mysql_type: MySQLType, labels: list) -> tuple[pa.Array, int]:
-    """An Arrow array of the column's type from canonical bytes; returns (array, nulled)."""
-    target = arrow_type(mysql_type)
+def typed_column(values: list, mysql_type: MySQLType, labels: list,
+                 type_fn: Callable[[MySQLType], pa.DataType] = arrow_type) -> tuple[pa.Array, int]:
+    """An Arrow array of the column's type (`type_fn`: Parquet's or the lakehouse mapping) from
+    canonical bytes; returns (array, nulled)."""
+    target = type_fn(mysql_type)
     if pa.types.is_binary(target):
         return pa.array(values, pa.binary()), 0
     if mysql_type.base in ("enum", "set"):
@@ -99,10 +101,12 @@ def _tso_time(ts: int | None):
 
 
 def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | None] | None,
-                     max_rows: int = 500_000) -> Callable:
+                     max_rows: int = 500_000, uri_fn: Callable[[str, str, int, int], str] | None = None,
+                     type_fn: Callable[[MySQLType], pa.DataType] = arrow_type, time_unit: str = "ms") -> Callable:
     """mapInArrow function: events sorted by (database, table) -> Parquet files, one
     WRITTEN row each (`events` holds the count of values nulled because the type could not
-    hold them)."""
+    hold them). `uri_fn(database, table, task, part)` places files elsewhere than
+    <base>/<db>/<table>/ (lakehouse tables); `type_fn` and `time_unit` choose the column types."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -121,8 +125,9 @@ def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | 
         written = []
         for (database, table), group in itertools.groupby(stream(), key=lambda e: (e["database"], e["table"])):
             for part, chunk in enumerate(_chunks(group, max_rows)):
-                data, rows, nulled = _table_bytes(chunk, history)
-                uri = storage.join(base, database or "_", table or "_", f"part-{task:05d}-{part:04d}.parquet")
+                data, rows, nulled = _table_bytes(chunk, history, type_fn, time_unit)
+                uri = (uri_fn(database, table, task, part) if uri_fn is not None else
+                       storage.join(base, database or "_", table or "_", f"part-{task:05d}-{part:04d}.parquet"))
                 storage.write_bytes(uri, data)
                 written.append({"uri": uri, "topic": f"{database}.{table}", "partition": task, "first_offset": 0,
                                 "last_offset": rows - 1, "records": rows, "events": nulled, "rows": rows,
@@ -139,7 +144,7 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def _table_bytes(events: list[dict], history: bool) -> tuple[bytes, int, int]:
+def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_unit: str = "ms") -> tuple[bytes, int, int]:
     columns: dict[str, list] = {}
     labels: dict[str, list] = defaultdict(list)
     types: dict[str, str] = {}
@@ -167,13 +172,13 @@ def _table_bytes(events: list[dict], history: bool) -> tuple[bytes, int, int]:
             pa.array([e["_op"] for e in events], pa.string()),
             pa.array([e["_valid_from_ts"] for e in events], pa.int64()),
             pa.array([e["_valid_to_ts"] for e in events], pa.int64()),
-            pa.array([_time(e, "_valid_from_ts", "_valid_from_ms") for e in events], pa.timestamp("ms", tz="UTC")),
-            pa.array([_time(e, "_valid_to_ts", "_valid_to_ms") for e in events], pa.timestamp("ms", tz="UTC")),
+            pa.array([_time(e, "_valid_from_ts", "_valid_from_ms") for e in events], pa.timestamp(time_unit, tz="UTC")),
+            pa.array([_time(e, "_valid_to_ts", "_valid_to_ms") for e in events], pa.timestamp(time_unit, tz="UTC")),
             pa.array([e["_current"] for e in events], pa.bool_()),
         ]
         names += [n for n, _ in HISTORY_COLUMNS]
     for name in order:
-        array, n = typed_column(columns[name], parse_type(types[name]), labels[name])
+        array, n = typed_column(columns[name], parse_type(types[name]), labels[name], type_fn)
         arrays.append(array)
         names.append(name)
         nulled += n

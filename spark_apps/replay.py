@@ -97,6 +97,19 @@ def _refuse_overlaps(args: ReplayArgs) -> None:
                               f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
 
 
+def _validate_lakehouse(args: ReplayArgs) -> None:
+    from spark_apps import lakehouse
+
+    if args.emit not in ("snapshot", "history"):
+        raise ReplayError(f"--target-format {args.output_format} applies to --emit snapshot and history")
+    try:
+        lakehouse.table_parts(args.target_table, "db", "table")
+        if args.output_format == "iceberg":
+            lakehouse.iceberg_catalog_properties(storage.normalize(args.output), parse_option_pairs(args.catalog))
+    except lakehouse.LakehouseError as e:
+        raise ReplayError(str(e)) from e
+
+
 def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
@@ -132,8 +145,10 @@ def validate(args: ReplayArgs) -> tuple:
             raise ReplayError(f"--{name.replace('_', '-')} must be a commit ts (a non-negative TSO)")
     if args.as_of is not None and args.until is not None:
         raise ReplayError("--as-of and --until are the same bound: give one of them")
-    if args.emit == "history" and args.output_format != "parquet":
-        raise ReplayError("--emit history is written as Parquet (--target-format parquet)")
+    if args.emit == "history" and args.output_format not in ("parquet", "delta", "iceberg"):
+        raise ReplayError("--emit history is written as Parquet, Delta or Iceberg (--target-format parquet|delta|iceberg)")
+    if args.output_format in ("delta", "iceberg"):
+        _validate_lakehouse(args)
     if args.emit == "topics" and args.output_format != "kafka":
         raise ReplayError("--emit topics is written as a Kafka-record archive (--target-format kafka)")
     if args.target_layout == "ticdc-storage" and (args.output_format != "kafka" or target_protocol != "canal-json"):
@@ -316,6 +331,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
+    output_plan.run = {"run_id": run_id, "source": source, "output": output, "protocol": args.protocol}
     try:
         if args.emit == "topics":
             written, table_rows = output_plan.topics(applied), None
@@ -347,8 +363,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     )
     if layout_plan is not None:
         manifest["layout"] = layout_plan.manifest()
+    if output_plan.lake_tables is not None:
+        manifest["output"]["lakehouse"] = output_plan.lake_tables
     progress.phase(f"committing {output}")
-    manifest_mod.commit(output, staging, manifest)
+    # lakehouse tables are committed already, table by table; the rest of the output stays
+    manifest_mod.commit(output, staging, manifest, replace=output_plan.lake_tables is None)
     log.info("[replay %s] committed %s", run_id, output)
     return manifest
 
@@ -488,6 +507,8 @@ class _OutputPlan:
         self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
         self.partitions, self.staging = partitions, staging
         self.fill_images = False
+        self.run: dict = {}
+        self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
@@ -558,6 +579,28 @@ class _OutputPlan:
         fn = write_parquet_fn(storage.join(self.staging, "data"), history, projector(self._schemas(), schema_types=True))
         return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
 
+    def _write_lake(self, df, history: bool, table_rows: list[dict]):
+        """Delta/Iceberg: tasks write the data files into the tables, then one commit per table
+        (spark_apps.lakehouse)."""
+        from spark_apps import lakehouse
+        from spark_apps.parquet_out import write_parquet_fn
+        from spark_apps.schema import WRITTEN_STRUCT
+        from spark_apps.snapshot import projector
+
+        plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
+        if plan.skip:
+            from pyspark.sql import functions as F
+
+            df = df.where(~F.concat_ws(".", "database", "table").isin(sorted(f"{d}.{t}" for d, t in plan.skip)))
+        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
+        ordered = df.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
+        fn = write_parquet_fn("", history, projector(self._schemas(), schema_types=True),
+                              uri_fn=lakehouse.data_uri_fn(self.run["output"], self.args.target_table, self.run["run_id"]),
+                              type_fn=lakehouse.arrow_type, time_unit="us")
+        written = [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
+        self.lake_tables = plan.commit(written, history)
+        return written
+
     def _event_columns(self, df, extra=()):
         from cdc_codecs.events import EVENT_FIELD_NAMES
 
@@ -604,6 +647,10 @@ class _OutputPlan:
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             latest.unpersist()
             return written, table_rows
+        if self.args.output_format in ("delta", "iceberg"):
+            written = self._write_lake(live.select(*_event_names(), "timeline"), False, table_rows)
+            latest.unpersist()
+            return written, table_rows
         live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
                                 self.args.dispatcher, self.partitions)
         live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
@@ -643,9 +690,12 @@ class _OutputPlan:
         )
         table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
             F.count(F.lit(1)).alias("rows")).collect()]
-        written = self._write_parquet(versions.select(
-            *_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms",
-            "_current"), history=True)
+        columns = versions.select(*_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts",
+                                  "_valid_from_ms", "_valid_to_ms", "_current")
+        if self.args.output_format == "parquet":
+            written = self._write_parquet(columns, history=True)
+        else:
+            written = self._write_lake(columns, True, table_rows)
         versions.unpersist()
         return written, table_rows
 

@@ -314,8 +314,8 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if not isinstance(require_contiguous, bool):
         raise RequestError("require_contiguous", f"{require_contiguous!r} is not true or false")
     output_format = target_format or ("parquet" if emit == "history" else "kafka")
-    if emit == "history" and output_format != "parquet":
-        raise RequestError("target_format", "emit history is written as Parquet")
+    if emit == "history" and output_format not in ("parquet", "delta", "iceberg"):
+        raise RequestError("target_format", "emit history is written as Parquet, Delta or Iceberg")
     if emit == "topics" and output_format != "kafka":
         raise RequestError("target_format", "emit topics is written as a Kafka-record archive (kafka)")
     return ReplayRequest(

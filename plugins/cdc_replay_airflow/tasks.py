@@ -482,6 +482,20 @@ def publish(hook, plan: dict, metrics: dict) -> dict:
     return published
 
 
+def table_assets(metrics: dict) -> list[tuple[str, dict[str, Any]]]:
+    """Delta/Iceberg outputs: one asset per table, its URI the table's location, so a
+    downstream DAG can be scheduled on one table (e.g. s3://lake/shop/shop/customers) being
+    refreshed. Tables a rerun left unchanged emit no event."""
+    assets = []
+    for t in metrics.get("lakehouse") or []:
+        if t.get("unchanged"):
+            continue
+        uri = t["location"] if t["location"].startswith("s3://") else f"file://{t['location']}"
+        assets.append((uri, {"table": t["table"], "version": t["version"], "cut_commit_ts": t["cut_commit_ts"],
+                             "rows": t["rows"], "dropped": bool(t.get("dropped")), "run_id": metrics["run_id"]}))
+    return assets
+
+
 def asset_extra(metrics: dict) -> dict[str, Any]:
     """A small summary for the asset event (shown in the Assets view)."""
     c = metrics["counts"]

@@ -101,6 +101,31 @@ def test_run_metrics_per_run_and_table():
                       "max_commit_ts": tso(8000), "min_time": "2026-01-01T00:00:00.010+00:00",
                       "max_time": "2026-01-01T00:00:08.000+00:00"}
     assert m["partitions"][0]["lag_s"] == 3.0
+    assert m["lakehouse"] == []
+
+
+def test_lakehouse_tables_become_one_asset_each():
+    from cdc_replay_airflow.tasks import table_assets
+
+    manifest = a_manifest()
+    manifest["output"]["lakehouse"] = {
+        "shop.customers": {"source_database": "shop", "source_table": "customers", "table": "shop.customers",
+                           "location": "s3://lake/out/shop/customers", "version": 3, "cut_commit_ts": tso(9000),
+                           "rows": 40, "unchanged": False, "committed_by": "r", "dropped": False},
+        "shop.orders": {"source_database": "shop", "source_table": "orders", "table": "shop.orders",
+                        "location": "/lake/out/shop/orders", "version": 2, "cut_commit_ts": tso(9000), "rows": 7,
+                        "unchanged": True, "committed_by": "r0", "dropped": False},
+    }
+    m = run_metrics(manifest, dag_id="cdc_replay_backfill", run_id="manual__1", request=REQUEST, staged=STAGED)
+    assert [t["version"] for t in m["lakehouse"]] == [3, 2]
+    assert table_assets(m) == [("s3://lake/out/shop/customers", {
+        "table": "shop.customers", "version": 3, "cut_commit_ts": tso(9000), "rows": 40, "dropped": False,
+        "run_id": "manual__1"})]  # the unchanged table (a rerun of its cut) is no new event
+    html = render_page([{"dag_id": "cdc_replay_backfill", "run_id": "manual__1", "state": "success",
+                         "metrics": m}], prefix="/cdc-replay")
+    for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",
+                 "new version"):
+        assert text in html, text
 
 
 def _runs():

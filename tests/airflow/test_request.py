@@ -117,7 +117,7 @@ def test_since_until_are_refused_until_the_app_accepts_them():
     ({"as_of": 5, "until": 6}, "until", "same bound"),
     ({"since": 5}, "since", "a snapshot of a window needs base_snapshot"),
     ({"emit": "topics", "base_snapshot": "s3://cdc-lake/base"}, "base_snapshot", "applies to emit snapshot only"),
-    ({"emit": "history", "target_format": "kafka"}, "target_format", "written as Parquet"),
+    ({"emit": "history", "target_format": "kafka"}, "target_format", "written as Parquet, Delta or Iceberg"),
     ({"emit": "topics", "target_format": "parquet"}, "target_format", "Kafka-record archive"),
     ({"target_format": "csv"}, "target_format", "is not one of kafka, parquet"),
     ({"schema": "ftp://x"}, "schema", "is not s3://"),
@@ -194,3 +194,13 @@ def test_layout_field_reaches_the_app_and_is_checked():
     assert args[args.index("--layout") + 1] == "ticdc-storage"
     with pytest.raises(RequestError, match="layout"):
         parse_request({**conf, "layout": "hdfs"})
+
+
+def test_lakehouse_formats_are_offered_for_snapshot_and_history():
+    caps = app_capabilities()  # the installed replay app's own parser
+    assert {"delta", "iceberg"} <= set(caps.target_formats)
+    for emit in ("snapshot", "history"):
+        request = parse_request({**GOOD, "emit": emit, "target_format": "iceberg"}, caps)
+        assert replay_arguments(request)[replay_arguments(request).index("--target-format") + 1] == "iceberg"
+    with pytest.raises(RequestError, match="Kafka-record archive"):
+        parse_request({**GOOD, "emit": "topics", "target_format": "delta"}, caps)

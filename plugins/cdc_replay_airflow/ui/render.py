@@ -217,6 +217,14 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
     parts_rows = "".join(
         f'<tr><td>{escape(p["topic"])}/{p["partition"]}</td><td class="n">{_n(p["records"])}</td>'
         f'<td>{_time(p["watermark_time"])}</td><td class="n">{_lag(p["lag_s"])}</td></tr>' for p in m["partitions"])
+    lake_rows = "".join(
+        f'<tr><td>{escape(t["table"])}</td><td><code>{escape(t["location"])}</code></td>'
+        f'<td class="n"><code>{escape(str(t["version"]))}</code></td><td><code>{_n(t["cut_commit_ts"])}</code></td>'
+        f'<td class="n">{_n(t["rows"])}</td>'
+        f'<td>{"dropped" if t.get("dropped") else "unchanged (same cut)" if t.get("unchanged") else "new version"}</td></tr>'
+        for t in m.get("lakehouse") or [])
+    lake = (f'<table style="width:auto"><tr><th>lakehouse table</th><th>location</th><th class="n">version</th>'
+            f'<th>cut commit ts</th><th class="n">rows</th><th></th></tr>{lake_rows}</table>' if lake_rows else "")
     interval = m.get("data_interval") or [None, None]
     warnings = "".join(f'<div class="warn">⚠ {escape(w)}</div>' for w in m.get("warnings", []))
     error = f'<div class="err">✖ {escape(m["error"])}</div>' if m.get("error") else ""
@@ -244,6 +252,7 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
 <th>commit time range</th><th>commit ts range</th></tr>{''.join(rows)}</table></div>
 <table style="width:auto"><tr><th>source partition</th><th class="n">records</th><th>watermark</th>
 <th class="n">watermark lag</th></tr>{parts_rows}</table>
+{lake}
 </div>"""
 
 

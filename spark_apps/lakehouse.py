@@ -1,0 +1,395 @@
+"""Snapshots and SCD2 histories as lakehouse tables: Delta Lake (delta-rs, `deltalake`) and
+Apache Iceberg (`pyiceberg`), one table per source table, one table version per run.
+
+The Spark tasks write the Parquet data files (pyarrow, spark_apps.parquet_out) straight into
+each table's `data/` folder; the driver then commits them, one atomic commit per table, that
+replaces the table's content and records the cut (commit ts), run id, source and row count in
+the commit metadata. Files of a run that dies before its commit are never referenced, so the
+table stays at its previous version (they are orphans a VACUUM / remove_orphan_files removes).
+
+Why the Python libraries and not Spark's connectors: measured on the pinned Spark 4.3.0,
+delta-spark 4.4.0 (built for 4.2.0) fails writing (NoSuchMethodError LogicalRDD.<init>) and
+iceberg-spark-runtime-4.1 1.12.0 fails creating a table (IncompatibleClassChangeError on
+SparkView); docs/lakehouse.md has the details.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from cdc_codecs.mysql_types import MySQLType, parse_type
+
+from . import storage
+
+FORMATS = ("delta", "iceberg")
+META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
+
+HISTORY_COLUMNS = [
+    ("_op", pa.string()),
+    ("_valid_from_ts", pa.int64()),
+    ("_valid_to_ts", pa.int64()),
+    ("_valid_from", pa.timestamp("us", tz="UTC")),
+    ("_valid_to", pa.timestamp("us", tz="UTC")),
+    ("_current", pa.bool_()),
+]
+
+
+class LakehouseError(RuntimeError):
+    pass
+
+
+def arrow_type(mysql_type: MySQLType) -> pa.DataType:
+    """The column type in a lakehouse table (the table in docs/lakehouse.md): only types both
+    Delta and Iceberg have, so a table reads the same in either format."""
+    base = mysql_type.base
+    if base in ("tinyint", "smallint", "mediumint"):
+        return pa.int32()
+    if base == "int":
+        return pa.int64() if mysql_type.unsigned else pa.int32()
+    if base == "bigint":
+        return pa.decimal128(20, 0) if mysql_type.unsigned else pa.int64()
+    if base == "bit":
+        width = int(mysql_type.params[0]) if mysql_type.params and mysql_type.params[0].isdigit() else 1
+        return pa.int64() if width < 64 else pa.decimal128(20, 0)
+    if base == "year":
+        return pa.int32()
+    if base == "float":
+        return pa.float32()
+    if base == "double":
+        return pa.float64()
+    if base == "decimal":
+        precision = int(mysql_type.params[0]) if mysql_type.params else 10
+        scale = int(mysql_type.params[1]) if len(mysql_type.params) > 1 else 0
+        return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
+    if base == "date":
+        return pa.date32()
+    if base in ("datetime", "timestamp"):
+        return pa.timestamp("us")  # wall clock as the producer wrote it (no zone)
+    if mysql_type.is_binary or base == "geometry":
+        return pa.binary()
+    return pa.string()  # char, varchar, text, time, json, enum/set (labels)
+
+
+def table_schema(columns: Iterable[tuple[str, str]], history: bool) -> pa.Schema:
+    """The Arrow schema of a table from its (name, MySQL type) columns at the cut."""
+    fields = [pa.field(n, t) for n, t in HISTORY_COLUMNS] if history else []
+    fields += [pa.field(name, arrow_type(parse_type(mysql_type or ""))) for name, mysql_type in columns]
+    return pa.schema(fields)
+
+
+def table_parts(template: str, database: str | None, table: str | None) -> list[str]:
+    """`--target-table` rendered: the dotted name of the table (Iceberg namespace.table; for
+    Delta the folders below the output)."""
+    name = template.replace("{schema}", database or "_").replace("{table}", table or "_")
+    parts = [p for p in name.split(".") if p]
+    if len(parts) < 2:
+        raise LakehouseError(f"--target-table {template!r} must give at least namespace.table (e.g. {{schema}}.{{table}})")
+    return parts
+
+
+def table_location(output: str, template: str, database: str | None, table: str | None) -> str:
+    return storage.join(output, *table_parts(template, database, table))
+
+
+def data_uri_fn(output: str, template: str, run_id: str):
+    """Where a task writes its files: <table location>/data/<run id>-<task>-<part>.parquet."""
+
+    def uri(database, table, task, part):
+        return storage.join(table_location(output, template, database, table), "data",
+                            f"{run_id}-{task:05d}-{part:04d}.parquet")
+
+    return uri
+
+
+# ------------------------------------------------------------------ storage settings
+def delta_storage_options() -> dict[str, str]:
+    """object_store settings for S3 from the same environment storage.py uses."""
+    options = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if os.environ.get(name):
+            options[name] = os.environ[name]
+    options["AWS_REGION"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return options
+
+
+def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, str]:
+    """pyiceberg catalog properties: --catalog K=V, by default a SQL catalog on SQLite in
+    <output>/_catalog.sqlite (local outputs only) with the output as warehouse."""
+    props = {"type": "sql", "warehouse": output}
+    if not given.get("uri") and not os.environ.get("PYICEBERG_CATALOG__CDC_REPLAY__URI") and given.get("type", "sql") == "sql":
+        if storage.is_s3(output):
+            raise LakehouseError("--target-format iceberg on s3:// needs a catalog: --catalog uri=sqlite:////path/"
+                                 "catalog.sqlite or uri=postgresql+psycopg2://... (docs/lakehouse.md)")
+        os.makedirs(output, exist_ok=True)
+        props["uri"] = f"sqlite:///{os.path.join(output, '_catalog.sqlite')}"
+    props.update(given)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        props.setdefault("s3.endpoint", endpoint)
+    for env, key in (("AWS_ACCESS_KEY_ID", "s3.access-key-id"), ("AWS_SECRET_ACCESS_KEY", "s3.secret-access-key"),
+                     ("AWS_SESSION_TOKEN", "s3.session-token")):
+        if os.environ.get(env):
+            props.setdefault(key, os.environ[env])
+    props.setdefault("s3.region", os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    return props
+
+
+def load_catalog(output: str, given: dict[str, str]):
+    from pyiceberg.catalog import load_catalog as _load
+
+    return _load("cdc_replay", **iceberg_catalog_properties(output, given))
+
+
+# ------------------------------------------------------------------ tables
+class Target:
+    """One lakehouse format at one output: last commit metadata, and the commit of a run."""
+
+    def __init__(self, fmt: str, output: str, template: str, catalog: dict[str, str] | None = None):
+        if fmt not in FORMATS:
+            raise LakehouseError(f"unknown lakehouse format {fmt}")
+        self.fmt, self.output, self.template = fmt, output, template
+        self.catalog = load_catalog(output, catalog or {}) if fmt == "iceberg" else None
+
+    def name(self, database, table) -> str:
+        return ".".join(table_parts(self.template, database, table))
+
+    def location(self, database, table) -> str:
+        return table_location(self.output, self.template, database, table)
+
+    def _uri(self, location: str) -> str:
+        return location if storage.is_s3(location) else f"file://{location}"
+
+    # ----------------------------------------------------- the table's last commit
+    def last_commit(self, database, table) -> dict | None:
+        """Our metadata of the table's current version (None: no table, or not written by us)."""
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            location = self.location(database, table)
+            if not DeltaTable.is_deltatable(location, storage_options=delta_storage_options()):
+                return None
+            info = DeltaTable(location, storage_options=delta_storage_options()).history(1)[0]
+            meta = {k[len(META):]: v for k, v in info.items() if k.startswith(META)}
+            return {**meta, "version": info.get("version")} if meta else None
+        ident = tuple(table_parts(self.template, database, table))
+        if not self.catalog.table_exists(ident):
+            return None
+        snapshot = self.catalog.load_table(ident).current_snapshot()
+        if snapshot is None:
+            return None
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        meta = {k[len(META):]: v for k, v in summary.items() if k.startswith(META)}
+        return {**meta, "version": snapshot.snapshot_id} if meta else None
+
+    def current_schema(self, database, table) -> pa.Schema:
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            return pa.schema(DeltaTable(self.location(database, table), storage_options=delta_storage_options())
+                             .schema().to_arrow())
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        table = self.catalog.load_table(tuple(table_parts(self.template, database, table)))
+        return schema_to_pyarrow(table.schema(), include_field_ids=False)
+
+    # ----------------------------------------------------- commit
+    def commit(self, database, table, schema: pa.Schema, files: list[dict], properties: dict[str, str]) -> dict:
+        """Replace the table's content with `files` (WRITTEN rows) in one atomic commit."""
+        props = {META + k: str(v) for k, v in properties.items()}
+        if self.fmt == "delta":
+            return self._commit_delta(database, table, schema, files, props)
+        return self._commit_iceberg(database, table, schema, files, props)
+
+    def _commit_delta(self, database, table, schema, files, props) -> dict:
+        from deltalake import DeltaTable, Schema
+        from deltalake.transaction import AddAction, CommitProperties, create_table_with_add_actions
+
+        location = self.location(database, table)
+        now = int(time.time() * 1000)
+        adds = [AddAction(storage.relative(f["uri"], location), f["bytes"], {}, now, True,
+                          json.dumps({"numRecords": f["rows"]})) for f in files]
+        # userMetadata is the commit field Spark's DESCRIBE HISTORY and delta-rs show as such
+        commit = CommitProperties(custom_metadata={**props, "userMetadata": json.dumps(props, sort_keys=True)})
+        options = delta_storage_options()
+        schema = Schema.from_arrow(schema)
+        if not DeltaTable.is_deltatable(location, storage_options=options):
+            create_table_with_add_actions(location, schema, adds, mode="overwrite", name=self.name(database, table),
+                                          storage_options=options, commit_properties=commit)
+        else:
+            current = DeltaTable(location, storage_options=options)
+            current.create_write_transaction(adds, mode="overwrite", schema=schema, commit_properties=commit)
+        version = DeltaTable(location, storage_options=options).version()
+        return {"table": self.name(database, table), "location": location, "version": version}
+
+    def _commit_iceberg(self, database, table, schema, files, props) -> dict:
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        ident = tuple(table_parts(self.template, database, table))
+        namespace = ident[:-1]
+        self.catalog.create_namespace_if_not_exists(namespace)
+        location = self.location(database, table)
+        if not self.catalog.table_exists(ident):
+            tx = self.catalog.create_table_transaction(ident, schema=schema, location=self._uri(location))
+            new = True
+        else:
+            tx = self.catalog.load_table(ident).transaction()
+            new = False
+            _evolve_iceberg_schema(tx, schema)
+        # the data files carry no Iceberg field ids: readers map their columns by name
+        tx.set_properties({"schema.name-mapping.default": _name_mapping(tx.table_metadata)})
+        io = tx._table.io
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            if not new:
+                for task in tx._table.scan().plan_files():
+                    overwrite.delete_data_file(task.file)
+            for f in files:
+                overwrite.append_data_file(parquet_file_to_data_file(io, tx.table_metadata, self._uri(f["uri"])))
+        tx.commit_transaction()
+        snapshot = self.catalog.load_table(ident).current_snapshot()
+        return {"table": ".".join(ident), "location": location, "version": snapshot.snapshot_id if snapshot else None}
+
+
+def _name_mapping(metadata) -> str:
+    """The current columns by name, plus every earlier column's name for its (never reused)
+    field id, so the files of earlier snapshots still read after a rename or drop."""
+    from pyiceberg.table.name_mapping import MappedField, NameMapping, create_mapping_from_schema
+
+    current = create_mapping_from_schema(metadata.schema())
+    taken = {n for f in current.root for n in f.names}
+    ids = {f.field_id for f in current.root}
+    fields = list(current.root)
+    for schema in reversed(metadata.schemas):
+        for field in schema.fields:
+            if field.field_id not in ids and field.name not in taken:
+                fields.append(MappedField(field_id=field.field_id, names=[field.name]))
+                ids.add(field.field_id)
+                taken.add(field.name)
+    return NameMapping(fields).model_dump_json()
+
+
+def _evolve_iceberg_schema(tx, schema: pa.Schema) -> None:
+    """The table's columns become the cut's: new ones added, gone ones dropped, widened types
+    taken (pyiceberg's union_by_name)."""
+    current = {f.name for f in tx.table_metadata.schema().fields}
+    wanted = set(schema.names)
+    if current == wanted and _same_types(tx, schema):
+        return
+    with tx.update_schema(allow_incompatible_changes=True) as update:
+        for name in sorted(current - wanted):
+            update.delete_column(name)
+        update.union_by_name(schema)
+
+
+def _same_types(tx, schema: pa.Schema) -> bool:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    have = schema_to_pyarrow(tx.table_metadata.schema(), include_field_ids=False)
+    return all(have.field(f.name).type == f.type for f in schema)
+
+
+# ------------------------------------------------------------------ a run's tables
+class TablePlan:
+    """The tables one run writes: those with rows at the cut and those the DDL history knows
+    (empty at the cut: still a version), minus those whose current version is already this
+    cut of this source (a rerun adds no version: `skip`)."""
+
+    def __init__(self, target: Target, run: dict, cut: dict, emit: str, schemas: dict, tables: list[tuple],
+                 dropped: list[tuple] = ()):
+        self.target, self.run, self.cut, self.emit, self.schemas = target, run, cut, emit, schemas
+        self.dropped = set(dropped)  # tables an earlier snapshot wrote that no longer exist at this cut
+        self.tables = list(tables) + sorted(self.dropped - set(tables))
+        self.last = {key: target.last_commit(*key) for key in tables}
+        cut_ts = cut.get("commit_ts")
+        self.skip = {key for key, last in self.last.items()
+                     if last is not None and cut_ts is not None and last.get("cut_commit_ts") == str(cut_ts)
+                     and last.get("source") == run["source"] and last.get("emit") == emit}
+
+    def _schema(self, key, files: list[dict], history: bool) -> pa.Schema | None:
+        known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+        if known is not None:
+            return table_schema([(c.name, c.mysql_type) for c in known.columns], history)
+        if not files:
+            return None
+        import io
+
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(io.BytesIO(storage.read_bytes(files[0]["uri"])))
+
+    def commit(self, written: list[dict], history: bool) -> dict:
+        by_table: dict[tuple, list] = {key: [] for key in self.tables}
+        names = {f"{d}.{t}": (d, t) for d, t in self.tables}
+        for w in written:
+            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        result = {}
+        for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):
+            name = self.target.name(*key)
+            if key in self.skip:
+                last = self.last[key]
+                result[name] = {"source_database": key[0], "source_table": key[1], "table": name, "location": self.target.location(*key), "version": last.get("version"),
+                                "cut_commit_ts": self.cut.get("commit_ts"), "rows": int(last.get("rows", 0)),
+                                "unchanged": True, "committed_by": last.get("run_id"),
+                                "dropped": last.get("dropped") == "true"}
+                continue
+            files = by_table[key]
+            schema = self.target.current_schema(*key) if key in self.dropped else self._schema(key, files, history)
+            if schema is None:
+                continue
+            rows = sum(f["rows"] for f in files)
+            props = {"cut_commit_ts": self.cut.get("commit_ts"), "cut": self.cut.get("description", ""),
+                     "run_id": self.run["run_id"], "source": self.run["source"], "protocol": self.run.get("protocol"),
+                     "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1]}
+            if key in self.dropped:
+                props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
+            done = self.target.commit(key[0], key[1], schema, files, props)
+            result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
+                            "committed_by": self.run["run_id"], "dropped": key in self.dropped}
+        return result
+
+
+def plan_tables(args, run: dict, cut: dict, schemas: dict, table_rows: list[dict]) -> TablePlan:
+    import fnmatch
+
+    from cdc_codecs import parse_option_pairs
+
+    target = Target(args.output_format, run["output"], args.target_table, parse_option_pairs(args.catalog))
+    keys = {((r["database"] or "").lower(), (r["table"] or "").lower()): (r["database"], r["table"]) for r in table_rows}
+    patterns = [p.lower() for p in args.table_patterns()]
+    for schema in schemas.values():
+        lower = (schema.database.lower(), schema.name.lower())
+        if lower in keys:
+            continue
+        if patterns and not any(fnmatch.fnmatchcase(f"{lower[0]}.{lower[1]}", p) for p in patterns):
+            continue
+        keys[lower] = (schema.database, schema.name)
+    dropped = []
+    if args.emit == "snapshot":
+        for entry in _previous_tables(run["output"]):
+            lower = ((entry["source_database"] or "").lower(), (entry["source_table"] or "").lower())
+            if lower in keys or (patterns and not any(fnmatch.fnmatchcase(".".join(lower), p) for p in patterns)):
+                continue
+            keys[lower] = (entry["source_database"], entry["source_table"])
+            dropped.append(keys[lower])
+    return TablePlan(target, run, cut, args.emit, schemas, sorted(keys.values(), key=lambda k: (k[0] or "", k[1] or "")),
+                     dropped)
+
+
+def _previous_tables(output: str) -> list[dict]:
+    """The tables the previous run at this output wrote (its manifest's output.lakehouse)."""
+    from . import manifest as manifest_mod
+
+    try:
+        previous = manifest_mod.read_manifest(output)
+    except Exception:  # no earlier run (or not readable): nothing to carry over
+        return []
+    return [t for t in (previous.get("output", {}).get("lakehouse") or {}).values() if "source_table" in t]

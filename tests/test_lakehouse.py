@@ -1,0 +1,355 @@
+"""Snapshots and histories as Delta Lake and Iceberg tables (docs/lakehouse.md): every table is
+read back by the format's own library (deltalake / pyiceberg) and by an independent reader
+written from the format's spec (tests/support/lake_readers.py), at the version whose cut is a
+given commit ts, and compared row by row with the reference replayer's state at that ts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+
+from cdc_codecs.mysql_types import parse_type
+from spark_apps import lakehouse, storage
+from spark_apps.generate import generate, write_archive
+from spark_apps.options import ReplayArgs, parser
+from spark_apps.replay import ReplayError, run
+
+from .reference import reference_state
+from .support import lake_readers
+
+TIDB = ["--protocol-option", "enable-tidb-extension=true"]
+STATUS = ["new", "paid", "shipped"]
+
+
+def replay(spark, source, output, fmt, *extra, emit="snapshot"):
+    argv = ["--source", source, "--protocol", "canal-json", "--output", output, "--emit", emit,
+            "--target-format", fmt, *TIDB, *extra]
+    return run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """Two tables, DDL on the way (ADD/DROP COLUMN, TRUNCATE), watermarks; a commit ts in the
+    middle to cut at."""
+    generated = generate(transactions=160, partitions=2, seed=31, ddl_rate=0.03)
+    path = str(tmp_path_factory.mktemp("archive"))
+    write_archive(generated.records, path)
+    ts = sorted({e["commit_ts"] for e in generated.events if e["kind"] == "row" and e["commit_ts"] <= generated.cut_ts})
+    return generated, path, ts[len(ts) // 2]
+
+
+def canonical(value) -> bytes | None:
+    """A lakehouse value as the canonical text the reference replayer holds."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3].encode()
+    if isinstance(value, str) and value in STATUS:
+        return str(STATUS.index(value) + 1).encode()
+    return str(value).encode()
+
+
+def as_state(rows: list[dict], skip=()) -> dict:
+    return {(canonical(r["id"]),): {k: canonical(v) for k, v in r.items() if k not in skip} for r in rows}
+
+
+def expected_at(generated, ts) -> dict:
+    return {k: v for k, v in reference_state(generated.events, ts).items() if v}
+
+
+# -------------------------------------------------------------- version by commit ts
+def delta_version_at(location: str, commit_ts: int) -> int:
+    """The newest version whose cut is at or below `commit_ts` (from the commit metadata)."""
+    versions = [(int(c["commitInfo"]["cdc-replay.cut_commit_ts"]), c["version"])
+                for c in lake_readers.delta_commits(location)]
+    return max((v for cut, v in versions if cut <= commit_ts), default=None)  # None: no table yet
+
+
+def iceberg_snapshot_at(metadata_location: str, commit_ts: int) -> int:
+    snapshots = lake_readers.iceberg_metadata(metadata_location)["snapshots"]
+    at = [(int(s["summary"]["cdc-replay.cut_commit_ts"]), s["sequence-number"], s["snapshot-id"])
+          for s in snapshots if int(s["summary"]["cdc-replay.cut_commit_ts"]) <= commit_ts]
+    return max(at)[2] if at else None
+
+
+def delta_tables(output: str, commit_ts: int) -> dict:
+    """{(db, table): state} read twice, by deltalake and by the spec reader, which must agree."""
+    from deltalake import DeltaTable
+
+    tables = {}
+    for db in ("shop",):
+        for table in ("orders", "customers"):
+            location = storage.join(output, db, table)
+            version = delta_version_at(location, commit_ts)
+            _, spec_rows = lake_readers.delta_read(location, version)
+            lib_rows = DeltaTable(location, version=version, storage_options=lakehouse.delta_storage_options()
+                                  ).to_pyarrow_table().to_pylist()
+            assert as_state(lib_rows) == as_state(spec_rows)
+            if spec_rows:
+                tables[(db, table)] = as_state(spec_rows)
+    return tables
+
+
+def iceberg_tables(output: str, catalog: dict, catalog_db: str, commit_ts: int) -> dict:
+    tables = {}
+    cat = lakehouse.load_catalog(output, catalog)
+    for db in ("shop",):
+        for table in ("orders", "customers"):
+            metadata = lake_readers.iceberg_metadata_location(catalog_db, db, table)
+            snapshot = iceberg_snapshot_at(metadata, commit_ts)
+            _, spec_rows = lake_readers.iceberg_read(metadata, snapshot)
+            lib_rows = cat.load_table((db, table)).scan(snapshot_id=snapshot).to_arrow().to_pylist()
+            assert as_state(lib_rows) == as_state(spec_rows)
+            if spec_rows:
+                tables[(db, table)] = as_state(spec_rows)
+    return tables
+
+
+# -------------------------------------------------------------- tests
+def test_type_mapping():
+    t = lambda text: lakehouse.arrow_type(parse_type(text))  # noqa: E731
+    assert t("decimal(12,2)") == pa.decimal128(12, 2) and t("decimal(65,30)") == pa.string()
+    assert t("bigint unsigned") == pa.decimal128(20, 0) and t("bigint") == pa.int64()
+    assert t("int unsigned") == pa.int64() and t("int") == pa.int32() and t("tinyint(1)") == pa.int32()
+    assert t("bit(1)") == pa.int64() and t("bit(64)") == pa.decimal128(20, 0) and t("year") == pa.int32()
+    assert t("datetime(6)") == pa.timestamp("us") and t("timestamp(3)") == pa.timestamp("us")
+    assert t("date") == pa.date32() and t("time(3)") == pa.string() and t("json") == pa.string()
+    assert t("enum('a','b')") == pa.string() and t("set('a','b')") == pa.string()
+    assert t("varbinary(16)") == pa.binary() and t("blob") == pa.binary() and t("float") == pa.float32()
+    assert lakehouse.table_parts("lake_{schema}.{table}_v", "shop", "orders") == ["lake_shop", "orders_v"]
+    with pytest.raises(lakehouse.LakehouseError):
+        lakehouse.table_parts("{table}", "shop", "orders")
+
+
+@pytest.mark.spark
+def test_delta_snapshots_are_versions_by_commit_ts(spark, archive, tmp_path):
+    generated, source, middle = archive
+    output = str(tmp_path / "delta")
+    first = replay(spark, source, output, "delta", "--as-of", str(middle))
+    second = replay(spark, source, output, "delta")
+    cut = second["cut"]["commit_ts"]
+    orders = storage.join(output, "shop", "orders")
+    assert [c["version"] for c in lake_readers.delta_commits(orders)] == [0, 1]  # one version per run
+    info = lake_readers.delta_commits(orders)[1]["commitInfo"]
+    assert info["cdc-replay.run_id"] == second["run_id"] and info["cdc-replay.cut_commit_ts"] == str(cut)
+    assert info["cdc-replay.source"] == second["source"]["uri"] and info["operation"] == "WRITE"
+    assert int(info["cdc-replay.rows"]) == second["output"]["lakehouse"]["shop.orders"]["rows"]
+    assert first["output"]["lakehouse"]["shop.orders"]["version"] == 0
+
+    assert delta_tables(output, middle) == expected_at(generated, middle)
+    assert delta_tables(output, cut) == expected_at(generated, cut)
+    assert delta_tables(output, cut + 10**6) == delta_tables(output, cut)
+
+    # a rerun of the same cut adds no version and no rows
+    again = replay(spark, source, output, "delta")
+    assert all(t["unchanged"] for t in again["output"]["lakehouse"].values())
+    assert [c["version"] for c in lake_readers.delta_commits(orders)] == [0, 1]
+    assert delta_tables(output, cut) == expected_at(generated, cut)
+
+    # files a killed run wrote but never committed are not part of any version
+    os.makedirs(os.path.join(orders, "data"), exist_ok=True)
+    names, rows = lake_readers.delta_read(orders)
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows[:3]), os.path.join(orders, "data", "killed-run-00000-0000.parquet"))
+    assert delta_tables(output, cut) == expected_at(generated, cut)
+
+
+@pytest.mark.spark
+def test_iceberg_snapshots_on_s3_with_a_sqlite_catalog(spark, archive, bucket, tmp_path):
+    generated, source, middle = archive
+    output = f"{bucket}/lake"
+    catalog_db = str(tmp_path / "catalog.sqlite")
+    catalog = {"uri": f"sqlite:///{catalog_db}"}
+    first = replay(spark, source, output, "iceberg", "--catalog", f"uri={catalog['uri']}", "--as-of", str(middle))
+    second = replay(spark, source, output, "iceberg", "--catalog", f"uri={catalog['uri']}")
+    cut = second["cut"]["commit_ts"]
+    metadata = lake_readers.iceberg_metadata(lake_readers.iceberg_metadata_location(catalog_db, "shop", "orders"))
+    assert metadata["location"] == f"{output}/shop/orders"
+    summaries = [s["summary"] for s in metadata["snapshots"]]
+    assert [s["cdc-replay.run_id"] for s in summaries] == [first["run_id"], second["run_id"]]
+    assert [s["operation"] for s in summaries] == ["append", "overwrite"]  # the first run adds only
+    assert [int(s["cdc-replay.cut_commit_ts"]) for s in summaries] == [first["cut"]["commit_ts"], cut]
+
+    assert iceberg_tables(output, catalog, catalog_db, middle) == expected_at(generated, middle)
+    assert iceberg_tables(output, catalog, catalog_db, cut) == expected_at(generated, cut)
+
+    again = replay(spark, source, output, "iceberg", "--catalog", f"uri={catalog['uri']}")
+    assert all(t["unchanged"] for t in again["output"]["lakehouse"].values())
+    metadata = lake_readers.iceberg_metadata(lake_readers.iceberg_metadata_location(catalog_db, "shop", "orders"))
+    assert len(metadata["snapshots"]) == 2
+
+
+def history_rows(rows: list[dict]) -> dict:
+    versions = defaultdict(list)
+    for r in rows:
+        versions[r["id"]].append((r["_valid_from_ts"], r["_valid_to_ts"], r["_op"], r["_current"]))
+    return {k: sorted(v) for k, v in versions.items()}
+
+
+def expected_history(generated, table: str) -> dict:
+    """Per key: [(valid from, valid to, op, current)] from the generator's events (a key
+    change ends the old key with a delete)."""
+    changes = defaultdict(list)
+    for e in generated.events:
+        if e["kind"] != "row" or e["table"] != table or e["commit_ts"] > generated.cut_ts:
+            continue
+        value = lambda image: int(next(c["value"] for c in image if c["name"] == "id"))  # noqa: E731
+        before, after = e["before"] and value(e["before"]), e["after"] and value(e["after"])
+        if e["op"] == "delete" or (e["op"] == "update" and before != after):
+            changes[before].append((e["commit_ts"], "delete"))
+        if e["op"] != "delete":
+            changes[after].append((e["commit_ts"], e["op"]))
+    out = {}
+    for key, items in changes.items():
+        items.sort()
+        out[key] = [(ts, items[i + 1][0] if i + 1 < len(items) else None, op,
+                     i + 1 == len(items) and op != "delete") for i, (ts, op) in enumerate(items)]
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_history_tables(spark, bucket, tmp_path, fmt):
+    generated = generate(transactions=120, partitions=2, seed=37, ddl_rate=0)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source)
+    if fmt == "delta":  # Delta on the S3 server, through the command line; Iceberg on a local path
+        # delta-rs holds the GIL while it waits for S3, and the test's S3 server is a thread of
+        # this process: the run goes through `cdc-replay replay` (spark-submit), the path users take
+        import subprocess
+        import sys
+
+        from spark_apps import manifest as manifest_mod
+
+        output = f"{bucket}/history"
+        subprocess.run([sys.executable, "-m", "spark_apps.cli", "replay", "--source", source, "--protocol",
+                        "canal-json", *TIDB, "--output", output, "--emit", "history", "--target-format", fmt,
+                        "--master", "local[2]"], check=True, capture_output=True, timeout=900)
+        manifest = manifest_mod.read_manifest(output)
+        names, rows = lake_readers.delta_read(storage.join(output, "shop", "orders"))
+    else:
+        output = str(tmp_path / "history")
+        manifest = replay(spark, source, output, fmt, emit="history")
+        names, rows = lake_readers.iceberg_read(
+            lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), "shop", "orders"))
+    assert names[:6] == ["_op", "_valid_from_ts", "_valid_to_ts", "_valid_from", "_valid_to", "_current"]
+    assert history_rows(rows) == expected_history(generated, "orders")
+    assert manifest["output"]["lakehouse"]["shop.orders"]["rows"] == len(rows)
+    row = next(r for r in rows if r["_valid_to_ts"] is not None)
+    assert row["_valid_from"] == dt.datetime.fromtimestamp((row["_valid_from_ts"] >> 18) / 1000, dt.timezone.utc)
+    assert isinstance(row["amount"], (decimal.Decimal, type(None)))
+
+
+def test_lakehouse_arguments_are_checked(tmp_path):
+    argv = ["--source", str(tmp_path), "--protocol", "canal-json", "--output", "s3://b/x", "--emit", "snapshot",
+            "--target-format", "iceberg"]
+    with pytest.raises(ReplayError, match="needs a catalog"):
+        run(ReplayArgs.from_namespace(parser().parse_args(argv)))
+    argv[argv.index("snapshot")] = "topics"
+    with pytest.raises(ReplayError, match="applies to --emit snapshot and history"):
+        run(ReplayArgs.from_namespace(parser().parse_args(argv)))
+    argv[argv.index("topics")] = "snapshot"
+    with pytest.raises(ReplayError, match="namespace.table"):
+        run(ReplayArgs.from_namespace(parser().parse_args([*argv[:-1], "delta", "--target-table", "{table}"])))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fmt):
+    """ADD/DROP/RENAME/MODIFY COLUMN, RENAME TABLE, TRUNCATE, DROP TABLE between two runs: the
+    version of each cut reads as the scenario's state at that cut (tables/columns included)."""
+    from .scenario import Scenario
+    from .test_ddl_replay import archive as scenario_archive
+
+    s = Scenario()
+    s.create_database("d")
+    s.create_table("t", [("id", "int"), ("a", "varchar(10)"), ("b", "int")], key=["id"])
+    s.create_table("g", [("id", "int"), ("v", "int")], key=["id"])
+    s.create_table("gone", [("id", "int")], key=["id"])
+    s.create_table("tr", [("id", "int")], key=["id"])
+    s.insert("t", id=1, a="one", b=10)
+    s.insert("g", id=1, v=1)
+    s.insert("gone", id=1)
+    first_cut = s.insert("tr", id=1)
+    s.add_column("t", "c", "int", default="5")
+    s.drop_column("t", "b")
+    s.rename_column("t", "a", "a2")
+    s.modify_column("t", "c", "bigint")
+    s.insert("t", id=2, a2="two", c=2**40)
+    s.rename_table(("g", "g2"))
+    s.insert("g2", id=2, v=2)
+    s.drop_table("gone")
+    s.truncate("tr")
+    source = str(tmp_path / "archive")
+    scenario_archive(s, source)
+
+    output = str(tmp_path / fmt)
+    argv = ["--protocol-option", "content-compatible=true"]
+    replay(spark, source, output, fmt, *argv, "--as-of", str(first_cut))
+    manifest = replay(spark, source, output, fmt, *argv)
+    final_cut = manifest["cut"]["commit_ts"]
+    tables = manifest["output"]["lakehouse"]
+    assert tables["d.gone"]["dropped"] and tables["d.g"]["dropped"] and tables["d.tr"]["rows"] == 0
+
+    def read(cut):
+        state = {}
+        for name, entry in tables.items():
+            db, table = name.split(".")
+            if fmt == "delta":
+                version = delta_version_at(entry["location"], cut)
+                rows = lake_readers.delta_read(entry["location"], version)[1] if version is not None else []
+            else:
+                metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), db, table)
+                snapshot = iceberg_snapshot_at(metadata, cut)
+                rows = lake_readers.iceberg_read(metadata, snapshot)[1] if snapshot is not None else []
+            if rows:
+                state[(db, table)] = {(canonical(r["id"]),): {k: canonical(v) for k, v in r.items()} for r in rows}
+        return state
+
+    assert read(first_cut) == s.state_at(first_cut)
+    assert read(final_cut) == s.state()
+    if fmt == "iceberg":  # pyiceberg reads the first version's files through the table's name mapping
+        catalog = lakehouse.load_catalog(output, {})
+        metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), "d", "t")
+        old = catalog.load_table(("d", "t")).scan(snapshot_id=iceberg_snapshot_at(metadata, first_cut)).to_arrow()
+        assert old.to_pylist() == [{"id": 1, "a": "one", "b": 10}]
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        assert [f.name for f in DeltaTable(tables["d.t"]["location"]).schema().fields] == ["id", "a2", "c"]
+
+
+@pytest.mark.spark
+def test_a_run_killed_while_writing_leaves_the_previous_version(spark, archive, tmp_path):
+    """A real `cdc-replay replay` (spark-submit) killed with SIGKILL as soon as its first data
+    file exists: no version is added, and the table reads as at the previous run's cut."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    generated, source, middle = archive
+    output = str(tmp_path / "delta")
+    replay(spark, source, output, "delta", "--as-of", str(middle))
+    command = [sys.executable, "-m", "spark_apps.cli", "replay", "--source", source, "--protocol", "canal-json",
+               *TIDB, "--output", output, "--emit", "snapshot", "--target-format", "delta", "--run-id", "killed",
+               "--master", "local[1]"]
+    proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    written = []
+    while time.time() < deadline and proc.poll() is None and not written:
+        written = glob.glob(os.path.join(output, "*", "*", "data", "killed-*.parquet"))
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert written, "the run ended before writing a data file"
+    for table in ("orders", "customers"):
+        assert [c["version"] for c in lake_readers.delta_commits(os.path.join(output, "shop", table))] == [0]
+    assert delta_tables(output, 2**63) == expected_at(generated, middle)

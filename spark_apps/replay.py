@@ -24,7 +24,7 @@ from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import schema_files, storage  # noqa: E402
+from spark_apps import kafka_io, schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -115,6 +115,7 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--emit history is written as Parquet (--target-format parquet)")
     if args.emit == "topics" and args.output_format != "kafka":
         raise ReplayError("--emit topics is written as a Kafka-record archive (--target-format kafka)")
+    _validate_kafka(args)
     base = _base_manifest(args)
     if base is not None:
         if args.emit == "topics":
@@ -138,6 +139,32 @@ def validate(args: ReplayArgs) -> tuple:
     return source_codec, target_protocol, target_options, base
 
 
+def _validate_kafka(args: ReplayArgs) -> None:
+    """kafka:// sources and outputs (spark_apps.kafka_io, docs/kafka.md)."""
+    try:
+        if kafka_io.is_kafka(args.source):
+            kafka_io.parse_uri(args.source, topics_required=True)
+            kafka_io.check_offsets(args.starting_offsets, "--starting-offsets", ending=False)
+            kafka_io.check_offsets(args.ending_offsets, "--ending-offsets", ending=True)
+        elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
+            raise ReplayError("--starting-offsets / --ending-offsets apply to a kafka:// --source")
+        if kafka_io.is_kafka(args.output):
+            kafka_io.parse_uri(args.output, topics_required=False)
+            if args.output_format != "kafka":
+                raise ReplayError("a kafka:// --output takes Kafka records (--emit topics or snapshot)")
+            if not args.manifest_uri:
+                raise ReplayError("a kafka:// --output needs --manifest-uri: where the manifest of what was "
+                                  "produced, the quarantine and the produced-partition markers go")
+            if kafka_io.is_kafka(args.manifest_uri):
+                raise ReplayError("--manifest-uri is object storage (a local directory or s3://), not Kafka")
+        elif args.manifest_uri:
+            raise ReplayError("--manifest-uri applies to a kafka:// --output (other outputs hold their manifest)")
+    except kafka_io.KafkaUriError as e:
+        raise ReplayError(str(e)) from e
+    if args.base_snapshot and kafka_io.is_kafka(args.base_snapshot):
+        raise ReplayError("--base-snapshot must be an archive (a snapshot run's output), not Kafka")
+
+
 def _archive_objects(prefix: str) -> list:
     prefix = storage.normalize(prefix)
     return [o for o in storage.list_objects(prefix) if is_archive_object(storage.relative(o.uri, prefix))]
@@ -159,13 +186,21 @@ def run(args: ReplayArgs, spark=None) -> dict:
     started = time.time()
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
-    source, output = storage.normalize(args.source), storage.normalize(args.output)
-    staging = storage.join(output, "_staging", run_id)
-    objects = _archive_objects(source)
-    if not objects:
-        raise ReplayError(f"no archive objects (*.jsonl, *.jsonl.gz) under {source}")
-    log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s", run_id, len(objects),
-             sum(o.size for o in objects) / 1e6, source, args.protocol)
+    source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
+    output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
+    # a Kafka output keeps its manifest, quarantine and staging in --manifest-uri
+    home = storage.normalize(args.manifest_uri) if kafka_io.is_kafka(output) else output
+    staging = storage.join(home, "_staging", run_id)
+    if kafka_io.is_kafka(source):
+        objects = []
+        log.info("[replay %s] Kafka %s from %s to %s; protocol %s", run_id, source, args.starting_offsets,
+                 args.ending_offsets, args.protocol)
+    else:
+        objects = _archive_objects(source)
+        if not objects:
+            raise ReplayError(f"no archive objects (*.jsonl, *.jsonl.gz) under {source}")
+        log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s", run_id, len(objects),
+                 sum(o.size for o in objects) / 1e6, source, args.protocol)
 
     own_session = spark is None
     if own_session:
@@ -190,11 +225,15 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.archive_io import write_quarantine_fn
     from spark_apps.schema import WRITTEN_STRUCT
 
-    progress.phase(f"reading and decoding {len(objects)} objects")
+    progress.phase(f"reading and decoding {len(objects) if objects else source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
-    decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
-        StorageLevel.DISK_ONLY)
+    if kafka_io.is_kafka(source):
+        decoded = kafka_io.read_decoded(spark, source, args.starting_offsets, args.ending_offsets, args.protocol,
+                                        parse_option_pairs(args.protocol_option))
+    else:
+        decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option))
+    decoded = decoded.persist(StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     partition_stats = [r.asDict() for r in decoded.where(F.col("topic").isNotNull()).groupBy("topic", "partition").agg(
@@ -258,6 +297,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
+    if kafka_io.is_kafka(output):
+        output_plan.kafka_target(home, kafka_io.fingerprint(args, partition_stats, cut))
     try:
         if args.emit == "topics":
             written, table_rows = output_plan.topics(applied), None
@@ -286,10 +327,28 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                 "base_cut": base["cut"]["commit_ts"] if base else None},
         schema_conflicts=conflicts,
     )
-    progress.phase(f"committing {output}")
-    manifest_mod.commit(output, staging, manifest)
-    log.info("[replay %s] committed %s", run_id, output)
+    if output_plan.kafka is not None:
+        _kafka_manifest(manifest, output_plan.kafka, home)
+    progress.phase(f"committing {home}")
+    manifest_mod.commit(home, staging, manifest)
+    log.info("[replay %s] committed %s", run_id, home)
     return manifest
+
+
+def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
+    """What a Kafka output produced now and what an earlier run with the same fingerprint had
+    already produced (skipped, not produced again)."""
+    done = kafka["done"]
+    out = manifest["output"]
+    skipped = [w for w in out["objects"] if (w["topic"], w["partition"]) in done]
+    out["objects"] = [w for w in out["objects"] if (w["topic"], w["partition"]) not in done]
+    out["records"] = sum(w["records"] for w in out["objects"])
+    out["rows"] = sum(w["rows"] for w in out["objects"])
+    out["kafka"] = {"bootstrap_servers": kafka["servers"], "fingerprint": kafka["fingerprint"],
+                    "producer": {k: v for k, v in kafka_io.PRODUCER_CONF.items()},
+                    "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
+                    "markers": kafka["markers"], "manifest_uri": home}
+    manifest["quarantine"]["location"] = storage.join(home, "_quarantine")
 
 
 def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:
@@ -374,6 +433,16 @@ class _OutputPlan:
         self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
         self.partitions, self.staging = partitions, staging
         self.fill_images = False
+        self.kafka = None  # a kafka:// output: where and what is already produced
+
+    def kafka_target(self, home: str, fingerprint: str) -> None:
+        servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
+        markers = kafka_io.markers_base(home, fingerprint)
+        done = kafka_io.finished_partitions(markers)
+        if done:
+            log.info("%d output partitions already produced by an earlier run of this replay (fingerprint %s): "
+                     "skipped", len(done), fingerprint)
+        self.kafka = {"servers": servers, "fingerprint": fingerprint, "markers": markers, "done": done}
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
@@ -404,8 +473,13 @@ class _OutputPlan:
         tasks = max(1, min(self.partitions * 4, self.spark.sparkContext.defaultParallelism * 2))
         ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
             "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
+        writer = None
+        if self.kafka is not None:
+            from spark_apps.kafka_io import writer_factory
+
+            writer = writer_factory(self.kafka["servers"], self.partitions, self.kafka["markers"], self.kafka["done"])
         fn = write_topics_fn(self.target_protocol, self.target_options, storage.join(self.staging, "data"),
-                             self.args.max_records_per_object, prepare)
+                             self.args.max_records_per_object, prepare, writer)
         return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
 
     def _write_parquet(self, df, history: bool):

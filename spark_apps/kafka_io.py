@@ -121,17 +121,24 @@ def markers_base(manifest_uri: str, print_: str) -> str:
     return storage.join(storage.normalize(manifest_uri), "_staging", "_produced", print_)
 
 
-def _marker_name(topic: str, partition: int) -> str:
-    return f"{topic}+{partition}.json"
+def _marker(base: str, state: str, topic: str, partition: int) -> str:
+    return storage.join(base, state, f"{topic}+{partition}.json")
 
 
 def finished_partitions(base: str) -> dict[tuple[str, int], dict]:
     """Markers of partitions a run with this fingerprint produced completely."""
     done = {}
-    for info in storage.list_objects(base):
+    for info in storage.list_objects(storage.join(base, "done")):
         row = json.loads(storage.read_bytes(info.uri))
         done[(row["topic"], row["partition"])] = row
     return done
+
+
+def _read_marker(uri: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(uri))
+    except Exception:  # noqa: BLE001 - missing (local or S3): no marker
+        return None
 
 
 class KafkaPartitionWriter:
@@ -150,11 +157,40 @@ class KafkaPartitionWriter:
         self.bytes = 0
         self.errors: list[str] = []
         self.producer = None
+        self.resumed = 0  # records an interrupted attempt had already produced: not produced again
         if done is None:
             from confluent_kafka import Producer
 
             self.producer = Producer({"bootstrap.servers": servers, **PRODUCER_CONF})
             ensure_topic(servers, topic, partitions, partition)
+            self._start()
+
+    def _start(self) -> None:
+        """Where this partition's records begin in the topic. The first attempt notes the
+        partition's end offset before producing; a later attempt of the same replay (a Spark task
+        retry, or a rerun after a failure) finds that note, and the records since then are the
+        first ones of its own stream (same fingerprint, same records, same order): it skips that
+        many. Exact while the replay is the only writer of its target partitions."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "cdc-replay-offsets",
+                             "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=60)
+        finally:
+            consumer.close()
+        started = _read_marker(_marker(self.markers, "started", self.topic, self.partition))
+        if started is None:
+            storage.write_bytes(_marker(self.markers, "started", self.topic, self.partition),
+                                json.dumps({"topic": self.topic, "partition": self.partition, "start": high}).encode())
+            self.start = high
+        else:
+            self.start = started["start"]
+            self.resumed = max(0, high - self.start)
+            if self.resumed:
+                self.first, self.last = self.start, high - 1
+                log.info("%s/%d: %d records produced by an interrupted attempt of this replay are not produced again",
+                         self.topic, self.partition, self.resumed)
 
     def _report(self, err, msg) -> None:
         if err is not None:
@@ -167,7 +203,7 @@ class KafkaPartitionWriter:
 
     def add(self, key, value, headers) -> None:
         self.offset += 1
-        if self.producer is None:
+        if self.producer is None or self.offset <= self.resumed:
             return
         self.bytes += len(value or b"") + len(key or b"")
         while True:
@@ -184,16 +220,18 @@ class KafkaPartitionWriter:
             self.written.append({**self.done, "events": self.fed_events, "rows": self.fed_rows})
             return
         remaining = self.producer.flush(300)
-        if remaining or self.errors or self.delivered != self.offset:
+        if self.resumed > self.offset:
+            raise RuntimeError(f"{self.topic}/{self.partition} holds {self.resumed} records since this replay began "
+                               f"producing it, more than the {self.offset} it produces: another writer is using it")
+        if remaining or self.errors or self.delivered + self.resumed != self.offset:
             raise RuntimeError(f"producing {self.topic}/{self.partition} to {self.servers} failed: "
                                f"{self.delivered} of {self.offset} delivered, {remaining} pending; "
                                f"{'; '.join(self.errors[:3])}")
         row = {"uri": f"{SCHEME}{self.servers}/{self.topic}/{self.partition}", "topic": self.topic,
                "partition": self.partition, "first_offset": self.first if self.first is not None else -1,
-               "last_offset": self.last if self.last is not None else -1, "records": self.delivered,
+               "last_offset": self.last if self.last is not None else -1, "records": self.offset,
                "events": self.fed_events, "rows": self.fed_rows, "bytes": self.bytes}
-        storage.write_bytes(storage.join(self.markers, _marker_name(self.topic, self.partition)),
-                            json.dumps(row).encode())
+        storage.write_bytes(_marker(self.markers, "done", self.topic, self.partition), json.dumps(row).encode())
         self.written.append(row)
 
 

@@ -165,6 +165,11 @@ def _validate_kafka(args: ReplayArgs) -> None:
         raise ReplayError("--base-snapshot must be an archive (a snapshot run's output), not Kafka")
 
 
+def _home(args: ReplayArgs, output: str) -> str:
+    """Where the manifest, quarantine and staging go: the output, or for a Kafka output --manifest-uri."""
+    return storage.normalize(args.manifest_uri) if kafka_io.is_kafka(output) else output
+
+
 def _archive_objects(prefix: str) -> list:
     prefix = storage.normalize(prefix)
     return [o for o in storage.list_objects(prefix) if is_archive_object(storage.relative(o.uri, prefix))]
@@ -188,9 +193,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
     output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
-    # a Kafka output keeps its manifest, quarantine and staging in --manifest-uri
-    home = storage.normalize(args.manifest_uri) if kafka_io.is_kafka(output) else output
-    staging = storage.join(home, "_staging", run_id)
+    staging = storage.join(_home(args, output), "_staging", run_id)
     if kafka_io.is_kafka(source):
         objects = []
         log.info("[replay %s] Kafka %s from %s to %s; protocol %s", run_id, source, args.starting_offsets,
@@ -225,6 +228,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.archive_io import write_quarantine_fn
     from spark_apps.schema import WRITTEN_STRUCT
 
+    home = _home(args, output)
     progress.phase(f"reading and decoding {len(objects) if objects else source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)

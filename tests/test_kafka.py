@@ -90,7 +90,7 @@ def archive_records(output: str) -> dict:
 
 
 def test_replay_from_kafka_into_kafka_equals_the_archive_replay(broker, bucket, tmp_path):
-    generated = generate(transactions=120, partitions=3, seed=11, protocol="open-protocol", bad_values=2)
+    generated = generate(transactions=120, partitions=3, seed=11, protocol="open-protocol", options={}, bad_values=2)
     broker.create_topic("shop", 3)
     produce(broker.bootstrap, generated.records)
     archive = tmp_path / "archive"
@@ -103,7 +103,7 @@ def test_replay_from_kafka_into_kafka_equals_the_archive_replay(broker, bucket, 
     expected = archive_records(str(tmp_path / "expected"))
 
     source = f"kafka://{broker.bootstrap}/shop"
-    manifest_uri = f"s3://{bucket}/kafka-run"
+    manifest_uri = f"{bucket}/kafka-run"
     first = replay("--source", source, *PROTOCOL, "--output", f"kafka://{broker.bootstrap}", "--manifest-uri",
                    manifest_uri, "--emit", "topics", "--target-topic", "out-{topic}")
     manifest = json.loads(storage.read_bytes(f"{manifest_uri}/_manifest.json"))
@@ -142,7 +142,7 @@ def test_replay_from_kafka_into_kafka_equals_the_archive_replay(broker, bucket, 
 
 def test_ending_offsets_per_partition_bound_what_is_read(broker, tmp_path):
     """Spark's Kafka source semantics: JSON per partition, ending offsets exclusive, -1 latest."""
-    generated = generate(transactions=40, partitions=2, seed=5, topic="bounded", protocol="open-protocol")
+    generated = generate(transactions=40, partitions=2, seed=5, topic="bounded", protocol="open-protocol", options={})
     broker.create_topic("bounded", 2)
     produce(broker.bootstrap, generated.records)
     per_partition = collections.Counter(r.partition for r in generated.records)
@@ -180,3 +180,42 @@ def test_kafka_source_adds_the_connector_package():
     assert confs["spark.jars.ivySettings"] == packages.IVY_SETTINGS
     plain = cli.replay_command(["--source", "dir", *PROTOCOL, "--output", "o", "--emit", "topics"])
     assert not any(c.startswith("spark.jars.packages") for c in plain)
+
+
+def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path):
+    """A task that failed after producing part of its partition (or a failed run) is followed by
+    an attempt of the same replay: it produces only the records the first attempt had not."""
+    from spark_apps import kafka_io
+
+    broker.create_topic("resumed", 2)
+    markers = str(tmp_path / "markers")
+    records = [(f"k{i}".encode(), f"v{i}".encode(), (("h", bytes([i])),)) for i in range(6)]
+
+    def writer():
+        return kafka_io.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, None)
+
+    first = writer()
+    for key, value, headers in records[:4]:
+        first.add(key, value, headers)
+    first.producer.flush(60)  # delivered, then the task dies before finishing the partition
+    assert kafka_io.finished_partitions(markers) == {}
+
+    second = writer()
+    for key, value, headers in records:
+        second.add(key, value, headers)
+    second.flush()
+    got = consume(broker.bootstrap, ["resumed"])
+    assert [(k, v, h) for _, k, v, h in got[("resumed", 1)]] == [(k, v, tuple(h)) for k, v, h in records]
+    assert got[("resumed", 0)] == []
+    assert second.written[0] | {"bytes": 0} == {
+        "uri": f"kafka://{broker.bootstrap}/resumed/1", "topic": "resumed", "partition": 1, "first_offset": 0,
+        "last_offset": 5, "records": 6, "events": 0, "rows": 0, "bytes": 0}
+    assert kafka_io.finished_partitions(markers)[("resumed", 1)]["records"] == 6
+
+    # a finished partition is not produced at all
+    done = kafka_io.finished_partitions(markers)[("resumed", 1)]
+    third = kafka_io.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, done)
+    for key, value, headers in records:
+        third.add(key, value, headers)
+    third.flush()
+    assert third.producer is None and consume(broker.bootstrap, ["resumed"]) == got

@@ -156,8 +156,8 @@ class KafkaBroker:
     def create_topic(self, name: str, partitions: int) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        futures = AdminClient({"bootstrap.servers": self.bootstrap}).create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # kept alive until the futures resolve
+        futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
         for future in futures.values():
             future.result(timeout=60)
 

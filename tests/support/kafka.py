@@ -101,6 +101,8 @@ class KafkaBroker:
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
+            # keep every record: retention is by record timestamp, and generated archives are dated in the past
+            "log.retention.ms": "-1",
         }
         with open(path, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())

@@ -27,9 +27,13 @@ log = logging.getLogger("cdc_replay")
 SCHEME = "kafka://"
 
 # idempotent producer: acks=all and per-partition sequence numbers, so retries neither duplicate
-# nor reorder records within a partition (up to 5 requests in flight keep that guarantee)
+# nor reorder records within a partition (up to 5 requests in flight keep that guarantee);
+# gapless (librdkafka stops rather than skip a failed batch) and no message timeout (flush bounds
+# the wait), so what an interrupted attempt left in a partition is a prefix of its stream
 PRODUCER_CONF = {
     "enable.idempotence": True,
+    "enable.gapless.guarantee": True,
+    "message.timeout.ms": 0,
     "acks": "all",
     "max.in.flight.requests.per.connection": 5,
     "linger.ms": 20,

@@ -211,10 +211,12 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
             n = batch.num_rows
             objects = columns.get("object", [None] * n)
             lines = columns.get("line", [None] * n)
+            headers = columns.get("headers", [None] * n)  # Spark's Kafka source: [{key, value}, ...]
             groups = []
             for i in range(n):
                 record = KafkaRecord(columns["topic"][i], columns["partition"][i], columns["offset"][i],
-                                     columns["timestamp"][i], columns["key"][i], columns["value"][i], (), objects[i])
+                                     columns["timestamp"][i], columns["key"][i], columns["value"][i],
+                                     tuple((h["key"], h["value"]) for h in headers[i] or ()), objects[i])
                 groups.append((record, decode_one(codec, record, lines[i])))
             yield from _batches(groups, DECODED_ARROW_SCHEMA)
 
@@ -277,10 +279,14 @@ def write_topics_fn(
     base: str,
     max_records: int = 100_000,
     prepare: Callable[[dict], dict | None] | None = None,
+    writer: Callable | None = None,
 ) -> Callable:
     """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
     objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
-    one Spark partition (offsets are assigned here, from 0)."""
+    one Spark partition (offsets are assigned here, from 0). `writer(base, topic, partition,
+    max_records)` replaces the object writer (spark_apps.kafka_io produces to a broker)."""
+
+    make_writer = writer
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options)
@@ -296,7 +302,7 @@ def write_topics_fn(
 
         written = []
         for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
-            writer = _ObjectWriter(base, topic, partition, max_records)
+            writer = (make_writer or _ObjectWriter)(base, topic, partition, max_records)
 
             last = {}
 

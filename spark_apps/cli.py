@@ -92,7 +92,21 @@ def replay_command(argv: list[str]) -> list[str]:
     from cdc_codecs import parse_option_pairs
 
     return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
-                                conf=parse_option_pairs(args.spark_conf))
+                                conf=with_packages(args, parse_option_pairs(args.spark_conf)))
+
+
+def with_packages(args, conf: dict[str, str]) -> dict[str, str]:
+    """A kafka:// source is read by Spark's Kafka connector, a Spark package (spark_apps.packages):
+    its settings go to spark-submit, merged with any packages --spark-conf already names."""
+    from .kafka_io import is_kafka
+    from .packages import spark_conf
+
+    if not is_kafka(args.source):
+        return conf
+    merged = {**spark_conf(["kafka"]), **conf}
+    if "spark.jars.packages" in conf:
+        merged["spark.jars.packages"] = ",".join([spark_conf(["kafka"])["spark.jars.packages"], conf["spark.jars.packages"]])
+    return merged
 
 
 def _strip_master(argv: list[str]) -> list[str]:

@@ -319,7 +319,16 @@ def summary(manifest: dict) -> str:
             lines.append(
                 f"    {_table_name(t['database'], t['table']).ljust(width)}  {rows}{t['applied']:,} events applied, "
                 f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
-    if out.get("format", "kafka") == "parquet":
+    if src["uri"].startswith("kafka://"):
+        lines[1] = f"  read from Kafka  {c['records']:,} records in {len(manifest['partitions'])} partitions"
+    if out.get("kafka"):
+        k = out["kafka"]
+        skipped = f"; {k['skipped_records']:,} records in {len(k['skipped'])} partitions already produced by an " \
+                  f"earlier run of this replay (skipped)" if k["skipped"] else ""
+        lines.append(f"  produced         {out['records']:,} records ({out['rows']:,} rows) into {len(out['objects'])} "
+                     f"partitions, topics {', '.join(out['topics']) or '-'}, at {out['uri']}{skipped}; manifest at "
+                     f"{k['manifest_uri']}")
+    elif out.get("format", "kafka") == "parquet":
         nulled = f"; {out['nulled']:,} values nulled (the type could not hold them)" if out.get("nulled") else ""
         lines.append(f"  output           {out['rows']:,} rows in {len(out['objects'])} Parquet files, one dataset per "
                      f"table under {out['uri']}{nulled}")

@@ -17,7 +17,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--source", required=True, metavar="URI",
                     help="archive to replay: a local directory or s3://bucket/prefix, read as --layout says "
                          "(kafka-records: every *.jsonl object below it, recursively, skipping _* and .* paths, "
-                         "holds one Kafka record per line; .gz, .zst, .lz4 and .snappy objects are decompressed)")
+                         "holds one Kafka record per line; .gz, .zst, .lz4 and .snappy objects are decompressed). Or Kafka topics: "
+                         "kafka://host:port/topic1,topic2 (docs/kafka.md)")
     io.add_argument("--layout", default="auto",
                     choices=("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3"),
                     help="how the source holds the records (docs/layouts.md): kafka-records (our JSON lines), "
@@ -28,15 +29,26 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--layout-option", action="append", default=[], metavar="K=V",
                     help="layout option (repeatable), named as the producer's setting, e.g. "
                          "format.bytearray.separator=\\r\\n for kafka-connect-s3 ByteArrayFormat objects")
+    io.add_argument("--starting-offsets", default="earliest", metavar="OFFSETS",
+                    help="Kafka source: where to start, as Spark's Kafka source takes it: earliest (default), "
+                         'latest, or JSON per partition {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest)')
+    io.add_argument("--ending-offsets", default="latest", metavar="OFFSETS",
+                    help="Kafka source: where to stop (exclusive): latest (default, the end when the run "
+                         "starts) or JSON per partition (-1 latest)")
     io.add_argument("--protocol", required=True, metavar="P",
                     help="protocol of the archived values (see `cdc-replay protocols`)")
     io.add_argument("--protocol-option", action="append", default=[], metavar="K=V",
                     help="source codec option, named as TiCDC's sink-URI parameter, e.g. "
                          "enable-tidb-extension=true (repeatable; K=V&K2=V2 also accepted)")
     io.add_argument("--output", required=True, metavar="URI",
-                    help="where the result goes (local directory or s3://bucket/prefix). It is replaced "
+                    help="where the result goes (local directory or s3://bucket/prefix, or kafka://host:port to "
+                         "produce the records into a Kafka cluster, see --manifest-uri). It is replaced "
                          "as a whole when the run succeeds: data is staged under <output>/_staging/ and "
                          "committed last, with <output>/_manifest.json; the quarantine is <output>/_quarantine/")
+    io.add_argument("--manifest-uri", metavar="URI",
+                    help="with --output kafka://host:port: where the manifest (what was produced: topic, "
+                         "partition, first/last offset, counts), the quarantine and the produced-partition "
+                         "markers go (local directory or s3://bucket/prefix)")
     what = parser.add_argument_group("what to emit")
     what.add_argument("--emit", required=True, choices=("snapshot", "topics", "history"),
                       help="snapshot: one INSERT per live row at the cut; topics: the ordered, "
@@ -153,6 +165,9 @@ class ReplayArgs:
     target_layout: str = "kafka-records"
     target_table: str = "{schema}.{table}"
     catalog: list = dataclasses.field(default_factory=list)
+    starting_offsets: str = "earliest"
+    ending_offsets: str = "latest"
+    manifest_uri: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

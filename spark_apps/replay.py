@@ -25,7 +25,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import schema_files, secrets, storage  # noqa: E402
+from spark_apps import kafka_io, schema_files, secrets, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -90,10 +90,14 @@ def _base_manifest(args: ReplayArgs) -> dict | None:
 
 def _refuse_overlaps(args: ReplayArgs) -> None:
     """The output is replaced as a whole: it must not be, contain or lie inside anything the
-    run reads (the archive, a base snapshot, starting schemas)."""
+    run reads (the archive, a base snapshot, starting schemas). A kafka:// output keeps its
+    manifest, quarantine and markers in --manifest-uri: that is what must lie outside."""
+    option_out, home = ("--manifest-uri", args.manifest_uri) if kafka_io.is_kafka(args.output) else ("--output", args.output)
+    if not home:
+        return
     for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
-        if uri and storage.overlaps(args.output, uri):
-            raise ReplayError(f"--output {args.output} overlaps {option} {uri}: the output (with its _quarantine/ and "
+        if uri and not kafka_io.is_kafka(uri) and storage.overlaps(home, uri):
+            raise ReplayError(f"{option_out} {home} overlaps {option} {uri}: the output (with its _quarantine/ and "
                               f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
 
 
@@ -115,8 +119,8 @@ def validate(args: ReplayArgs) -> tuple:
     target protocol, target options, base manifest or None)."""
     _refuse_overlaps(args)
     for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
-                        ("--schema", args.schema)):
-        if uri:
+                        ("--schema", args.schema), ("--manifest-uri", args.manifest_uri)):
+        if uri and not kafka_io.is_kafka(uri):
             try:
                 storage.check_bucket(storage.normalize(uri), option)
             except storage.AccessError as e:
@@ -154,6 +158,7 @@ def validate(args: ReplayArgs) -> tuple:
     if args.target_layout == "ticdc-storage" and (args.output_format != "kafka" or target_protocol != "canal-json"):
         raise ReplayError("--target-layout ticdc-storage writes canal-json data files: use --target-protocol "
                           "canal-json (with --target-option enable-tidb-extension=true) and --emit snapshot or topics")
+    _validate_kafka(args)
     base = _base_manifest(args)
     if base is not None:
         if args.emit == "topics":
@@ -175,6 +180,37 @@ def validate(args: ReplayArgs) -> tuple:
         except DDLError as e:
             raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options, base
+
+
+def _validate_kafka(args: ReplayArgs) -> None:
+    """kafka:// sources and outputs (spark_apps.kafka_io, docs/kafka.md)."""
+    try:
+        if kafka_io.is_kafka(args.source):
+            kafka_io.parse_uri(args.source, topics_required=True)
+            kafka_io.check_offsets(args.starting_offsets, "--starting-offsets", ending=False)
+            kafka_io.check_offsets(args.ending_offsets, "--ending-offsets", ending=True)
+        elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
+            raise ReplayError("--starting-offsets / --ending-offsets apply to a kafka:// --source")
+        if kafka_io.is_kafka(args.output):
+            kafka_io.parse_uri(args.output, topics_required=False)
+            if args.output_format != "kafka":
+                raise ReplayError("a kafka:// --output takes Kafka records (--emit topics or snapshot)")
+            if not args.manifest_uri:
+                raise ReplayError("a kafka:// --output needs --manifest-uri: where the manifest of what was "
+                                  "produced, the quarantine and the produced-partition markers go")
+            if kafka_io.is_kafka(args.manifest_uri):
+                raise ReplayError("--manifest-uri is object storage (a local directory or s3://), not Kafka")
+        elif args.manifest_uri:
+            raise ReplayError("--manifest-uri applies to a kafka:// --output (other outputs hold their manifest)")
+    except kafka_io.KafkaUriError as e:
+        raise ReplayError(str(e)) from e
+    if args.base_snapshot and kafka_io.is_kafka(args.base_snapshot):
+        raise ReplayError("--base-snapshot must be an archive (a snapshot run's output), not Kafka")
+
+
+def _home(args: ReplayArgs, output: str) -> str:
+    """Where the manifest, quarantine and staging go: the output, or for a Kafka output --manifest-uri."""
+    return storage.normalize(args.manifest_uri) if kafka_io.is_kafka(output) else output
 
 
 def _archive_objects(prefix: str) -> list:
@@ -211,19 +247,26 @@ def run(args: ReplayArgs, spark=None) -> dict:
     started = time.time()
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
-    source, output = storage.normalize(args.source), storage.normalize(args.output)
-    staging = storage.join(output, "_staging", run_id)
-    layout_plan = _plan_layout(args, source)
-    objects = list(layout_plan.items)
-    if not objects:
-        raise ReplayError(f"no archive objects to read under {source} ({layout_plan.found})")
-    if layout_plan.not_visible:
-        log.warning("[replay %s] %d objects are not yet visible and are left for a later run (e.g. %s)", run_id,
-                    len(layout_plan.not_visible), layout_plan.not_visible[0])
-    if not args.schema and layout_plan.schema_uri:  # the layout carries table schemas (storage sink)
-        args.schema = layout_plan.schema_uri
-    log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),
-             sum(o.size for o in objects) / 1e6, source, args.protocol, layout_plan.found)
+    source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
+    output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
+    staging = storage.join(_home(args, output), "_staging", run_id)
+    layout_plan = None
+    if kafka_io.is_kafka(source):
+        objects = []
+        log.info("[replay %s] Kafka %s from %s to %s; protocol %s", run_id, source, args.starting_offsets,
+                 args.ending_offsets, args.protocol)
+    else:
+        layout_plan = _plan_layout(args, source)
+        objects = list(layout_plan.items)
+        if not objects:
+            raise ReplayError(f"no archive objects to read under {source} ({layout_plan.found})")
+        if layout_plan.not_visible:
+            log.warning("[replay %s] %d objects are not yet visible and are left for a later run (e.g. %s)", run_id,
+                        len(layout_plan.not_visible), layout_plan.not_visible[0])
+        if not args.schema and layout_plan.schema_uri:  # the layout carries table schemas (storage sink)
+            args.schema = layout_plan.schema_uri
+        log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),
+                 sum(o.size for o in objects) / 1e6, source, args.protocol, layout_plan.found)
 
     own_session = spark is None
     if own_session:
@@ -248,11 +291,16 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.archive_io import write_quarantine_fn
     from spark_apps.schema import WRITTEN_STRUCT
 
-    progress.phase(f"reading and decoding {len(objects)} objects")
+    home = _home(args, output)
+    progress.phase(f"reading and decoding {len(objects) if objects else source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
-    decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option)).persist(
-        StorageLevel.DISK_ONLY)
+    if kafka_io.is_kafka(source):
+        decoded = kafka_io.read_decoded(spark, source, args.starting_offsets, args.ending_offsets, args.protocol,
+                                        parse_option_pairs(args.protocol_option))
+    else:
+        decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option))
+    decoded = decoded.persist(StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     # lines that are not records (stage "archive") may still name their place: counted apart
@@ -332,6 +380,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # old values some protocols leave out (Avro), taken from the key's previous change
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
     output_plan.run = {"run_id": run_id, "source": source, "output": output, "protocol": args.protocol}
+    if kafka_io.is_kafka(output):
+        output_plan.kafka_target(home, kafka_io.fingerprint(args, partition_stats, cut))
     try:
         if args.emit == "topics":
             written, table_rows = output_plan.topics(applied), None
@@ -365,11 +415,29 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         manifest["layout"] = layout_plan.manifest()
     if output_plan.lake_tables is not None:
         manifest["output"]["lakehouse"] = output_plan.lake_tables
-    progress.phase(f"committing {output}")
+    if output_plan.kafka is not None:
+        _kafka_manifest(manifest, output_plan.kafka, home)
+    progress.phase(f"committing {home}")
     # lakehouse tables are committed already, table by table; the rest of the output stays
-    manifest_mod.commit(output, staging, manifest, replace=output_plan.lake_tables is None)
-    log.info("[replay %s] committed %s", run_id, output)
+    manifest_mod.commit(home, staging, manifest, replace=output_plan.lake_tables is None)
+    log.info("[replay %s] committed %s", run_id, home)
     return manifest
+
+
+def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
+    """What a Kafka output produced now and what an earlier run with the same fingerprint had
+    already produced (skipped, not produced again)."""
+    done = kafka["done"]
+    out = manifest["output"]
+    skipped = [w for w in out["objects"] if (w["topic"], w["partition"]) in done]
+    out["objects"] = [w for w in out["objects"] if (w["topic"], w["partition"]) not in done]
+    out["records"] = sum(w["records"] for w in out["objects"])
+    out["rows"] = sum(w["rows"] for w in out["objects"])
+    out["kafka"] = {"bootstrap_servers": kafka["servers"], "fingerprint": kafka["fingerprint"],
+                    "producer": {k: v for k, v in kafka_io.PRODUCER_CONF.items()},
+                    "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
+                    "markers": kafka["markers"], "manifest_uri": home}
+    manifest["quarantine"]["location"] = storage.join(home, "_quarantine")
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
@@ -509,6 +577,16 @@ class _OutputPlan:
         self.fill_images = False
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
+        self.kafka = None  # a kafka:// output: where and what is already produced
+
+    def kafka_target(self, home: str, fingerprint: str) -> None:
+        servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
+        markers = kafka_io.markers_base(home, fingerprint)
+        done = kafka_io.finished_partitions(markers)
+        if done:
+            log.info("%d output partitions already produced by an earlier run of this replay (fingerprint %s): "
+                     "skipped", len(done), fingerprint)
+        self.kafka = {"servers": servers, "fingerprint": fingerprint, "markers": markers, "done": done}
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
@@ -545,8 +623,13 @@ class _OutputPlan:
         tasks = max(1, min(self.partitions * 4, self.spark.sparkContext.defaultParallelism * 2))
         ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
             "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
+        writer = None
+        if self.kafka is not None:
+            from spark_apps.kafka_io import writer_factory
+
+            writer = writer_factory(self.kafka["servers"], self.partitions, self.kafka["markers"], self.kafka["done"])
         fn = write_topics_fn(self.target_protocol, self.target_options, storage.join(self.staging, "data"),
-                             self.args.max_records_per_object, prepare)
+                             self.args.max_records_per_object, prepare, writer)
         return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
 
     def _write_storage_sink(self, df, prepare=None):

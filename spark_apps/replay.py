@@ -575,14 +575,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from spark_apps import secrets
-
     argv = sys.argv[1:] if argv is None else argv
     args = ReplayArgs.from_namespace(parser().parse_args(secrets.argv_from_environment(argv)))
     try:
         manifest = run(args)
     except ReplayError as e:
-        print(f"cdc-replay: error: {e}", file=sys.stderr)
+        print(f"cdc-replay: error: {secrets.mask_text(str(e))}", file=sys.stderr)
         return 2
     print(manifest_mod.summary(manifest))
     quarantined = manifest["counts"]["quarantined"]

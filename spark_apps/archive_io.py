@@ -23,7 +23,7 @@ from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
 from cdc_codecs.events import Kind, Op
 
-from . import secrets, storage
+from . import masking, storage
 from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
@@ -364,7 +364,7 @@ def write_quarantine_fn(protocol: str, base: str) -> Callable:
         for batch in batches:
             for row in batch.to_pylist():
                 doc = {k: row[k] for k in QUARANTINE_FIELDS}
-                doc["error"] = secrets.mask_text(doc["error"])  # a codec may quote a registry URL
+                doc["error"] = masking.mask_text(doc["error"])  # a codec may quote a registry URL
                 doc["protocol"] = protocol
                 doc["key"] = b64(row["raw_key"])
                 doc["value"] = b64(row["raw_value"])

@@ -23,9 +23,9 @@ from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
 from cdc_codecs.events import Kind, Op
 
-from . import layouts, storage
+from . import layouts, masking, storage
 from .layouts.base import quarantine_row
-from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
+from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 
@@ -349,6 +349,7 @@ def write_quarantine_fn(protocol: str, base: str) -> Callable:
         for batch in batches:
             for row in batch.to_pylist():
                 doc = {k: row[k] for k in QUARANTINE_FIELDS}
+                doc["error"] = masking.mask_text(doc["error"])  # a codec may quote a registry URL
                 doc["protocol"] = protocol
                 doc["key"] = b64(row["raw_key"])
                 doc["value"] = b64(row["raw_value"])

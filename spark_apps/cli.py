@@ -133,20 +133,19 @@ def spark_env() -> dict:
 
 def run_replay(argv: list[str]) -> int:
     """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
+    from . import masking
     from .options import ReplayArgs, parser as app_parser
     from .replay import ReplayError, validate
 
     try:
         validate(ReplayArgs.from_namespace(app_parser().parse_args(argv)))
     except ReplayError as e:
-        print(f"cdc-replay: error: {e}", file=sys.stderr)
+        print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
         return 2
-    from . import secrets
-
     # credentials in option values go through the environment, not spark-submit's arguments
-    kept, secret = secrets.split_argv(argv)
+    kept, secret = masking.split_argv(argv)
     command = replay_command(kept)
-    return subprocess.call(command, env={**spark_env(), **secrets.environment(secret)})
+    return subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import orjson
 
-from . import secrets, storage
+from . import masking, storage
 
 MANIFEST = "_manifest.json"
 
@@ -130,12 +130,12 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
         "duration_s": round(finished - started, 1),
-        "source": {"uri": source, "protocol": args.protocol, "options": secrets.mask_options(source_options),
+        "source": {"uri": source, "protocol": args.protocol, "options": masking.mask_options(source_options),
                    "objects": len(objects), "bytes": sum(o.size for o in objects)},
         "output": {
             "uri": output, "emit": args.emit, "format": args.output_format,
             "protocol": target_protocol if args.output_format == "kafka" else None,
-            "options": secrets.mask_options(target_options) if args.output_format == "kafka" else {},
+            "options": masking.mask_options(target_options) if args.output_format == "kafka" else {},
             "topic_template": args.target_topic, "dispatcher": args.dispatcher,
             "tables_filter": args.table_patterns(),
             "objects": data_objects,

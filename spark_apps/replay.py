@@ -25,7 +25,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import kafka_io, schema_files, secrets, storage  # noqa: E402
+from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
@@ -139,6 +139,14 @@ def validate(args: ReplayArgs) -> tuple:
         validate_table_patterns(args.table_patterns())
     except ValueError as e:
         raise ReplayError(str(e)) from e
+    _refuse_overlaps(args)
+    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
+                        ("--schema", args.schema)):
+        if uri:
+            try:
+                storage.check_bucket(storage.normalize(uri), option)
+            except storage.AccessError as e:
+                raise ReplayError(str(e)) from None
     if args.target_partitions is not None and args.target_partitions < 1:
         raise ReplayError("--target-partitions must be at least 1")
     if args.max_bad_records < 0:
@@ -553,7 +561,7 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
     # credentials are masked in the manifest: this run's options of the same name supply them
     given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}
     for name, value in options.items():
-        if secrets.MASK in value:
+        if masking.MASK in value:
             if name not in given:
                 raise ReplayError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
                                   f"(masked in its manifest); give it again as --target-option {name}=...")
@@ -823,14 +831,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from spark_apps import secrets
-
     argv = sys.argv[1:] if argv is None else argv
-    args = ReplayArgs.from_namespace(parser().parse_args(secrets.argv_from_environment(argv)))
+    args = ReplayArgs.from_namespace(parser().parse_args(masking.argv_from_environment(argv)))
     try:
         manifest = run(args)
     except ReplayError as e:
-        print(f"cdc-replay: error: {e}", file=sys.stderr)
+        print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
         return 2
     print(manifest_mod.summary(manifest))
     quarantined = manifest["counts"]["quarantined"]

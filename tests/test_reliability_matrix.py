@@ -449,7 +449,7 @@ def test_s3_problems_are_one_line_with_exit_2_before_spark(bucket, case, words):
     assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
 
 
-# ------------------------------------------------------------------ 5. secrets are masked and never in argv
+# ------------------------------------------------------------------ 5. masking are masked and never in argv
 
 SECRET_ARGV = ["--source", "s3://a/b", "--protocol", "avro", "--protocol-option",
                "schema-registry=https://alice:s3cr3t@registry:8081", "--protocol-option", "enable-tidb-extension=true",
@@ -464,23 +464,23 @@ SECRET_ARGV = ["--source", "s3://a/b", "--protocol", "avro", "--protocol-option"
     ("file:///tmp/registry", "file:///tmp/registry"),
 ])
 def test_credentials_in_values_are_masked(text, masked):
-    from spark_apps import secrets
+    from spark_apps import masking
 
-    assert secrets.mask_text(text) == masked
-    assert secrets.mask_option("basic-auth-password", "pw") == "***"
-    assert secrets.mask_option("enable-tidb-extension", "true") == "true"
+    assert masking.mask_text(text) == masked
+    assert masking.mask_option("basic-auth-password", "pw") == "***"
+    assert masking.mask_option("enable-tidb-extension", "true") == "true"
 
 
 def test_credentials_reach_spark_submit_through_the_environment_only():
-    from spark_apps import cli, secrets
+    from spark_apps import cli, masking
 
-    kept, secret = secrets.split_argv(SECRET_ARGV)
+    kept, secret = masking.split_argv(SECRET_ARGV)
     command = " ".join(cli.replay_command(kept))
     for word in ("s3cr3t", "hunter2", "pw9", "AKIA1"):
         assert word not in command
     assert "enable-tidb-extension=true" in command
-    env = secrets.environment(secret)
-    restored = secrets.argv_from_environment(kept, env)
+    env = masking.environment(secret)
+    restored = masking.argv_from_environment(kept, env)
     original = parser().parse_args(SECRET_ARGV)
     again = parser().parse_args(restored)
     assert sorted(again.protocol_option) == sorted(original.protocol_option)
@@ -496,13 +496,13 @@ def test_the_airflow_operator_passes_credentials_in_the_environment():
     from cdc_replay_airflow.operators.replay import submit_settings
     from cdc_replay_airflow.request import parse_request
 
-    from spark_apps import secrets
+    from spark_apps import masking
 
     request = parse_request({"source": "s3://cdc-archive/x", "protocol": "avro", "output": "s3://lake/y",
                              "emit": "topics", "protocol_options": {"schema-registry": "http://bob:pa55@reg:8081"}})
     settings = submit_settings(request, master="local[1]", python="/usr/bin/python3")
-    kept, secret = secrets.split_argv(settings["application_args"])
-    assert "pa55" not in " ".join(kept) and "pa55" in secrets.environment(secret)[secrets.ENV]
+    kept, secret = masking.split_argv(settings["application_args"])
+    assert "pa55" not in " ".join(kept) and "pa55" in masking.environment(secret)[masking.ENV]
 
 
 def test_the_manifest_masks_credentials():
@@ -534,3 +534,26 @@ def test_corrupt_gzip_yields_the_lines_before_and_names_the_exact_byte(tmp_path)
             got.append(line)
     assert got == [b"%d-%d" % (m, i) for m in range(2) for i in range(1000)]
     assert e.value.byte_offset == len(members[0]) + len(members[1]) + 3
+
+
+@settings(max_examples=2, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(mutations=st.lists(mutated_records(), min_size=8, max_size=8, unique_by=lambda r: r.offset))
+def test_a_replay_of_mutated_messages_always_completes(spark, tmp_path_factory, mutations):
+    """Spark end to end: an archive with 8 mutated messages replays to completion, counts
+    reconcile, and only mutated records are quarantined, each named."""
+    from spark_apps.generate import generate
+    from spark_apps.replay import run
+
+    root = tmp_path_factory.mktemp("mutated")
+    by_offset = {r.offset: r for r in mutations}
+    records = [by_offset.get(r.offset, r) if r.value else r
+               for r in generate(transactions=12, partitions=1, seed=3).records]
+    storage.write_bytes(str(root / "archive" / object_name("shop", 0, 0)),
+                        gzip.compress(b"".join(format_record(r) + b"\n" for r in records), mtime=0))
+    manifest = run(args_of(str(root / "archive"), str(root / "out"), "--max-bad-records", "100"), spark=spark)
+    assert manifest["counts"]["reconciled"]
+    quarantined = _quarantine_lines(str(root / "out"))
+    assert len(quarantined) == manifest["counts"]["quarantined"]
+    for q in quarantined:
+        assert q["offset"] in by_offset and q["protocol"] == "canal-json" and q["error"], q
+        assert q["object"].endswith(".jsonl.gz") and q["line"] == q["offset"] + 1

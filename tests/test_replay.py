@@ -153,7 +153,8 @@ def test_errors_before_any_work_name_the_problem(spark, tmp_path):
     with pytest.raises(ReplayError, match="valid protocols: avro, canal-json, canal-protobuf, craft"):
         run(ReplayArgs.from_namespace(parser().parse_args(
             ["--source", str(tmp_path), "--protocol", "nope", "--output", str(tmp_path / "o"), "--emit", "snapshot"])), spark=spark)
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ReplayError, match="no archive objects"):
-        replay(spark, str(tmp_path), str(tmp_path / "o"))
+        replay(spark, str(tmp_path / "empty"), str(tmp_path / "o"))
     with pytest.raises(ReplayError, match="unknown option 'enable-tidb'"):
-        replay(spark, str(tmp_path), str(tmp_path / "o"), "--target-option", "enable-tidb=true")
+        replay(spark, str(tmp_path / "empty"), str(tmp_path / "o"), "--target-option", "enable-tidb=true")

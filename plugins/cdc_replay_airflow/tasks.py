@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from spark_apps import secrets
+from spark_apps import masking
 
 from cdc_replay_airflow.metrics import (
     Incomplete,
@@ -67,7 +67,7 @@ def check(conf: dict) -> dict:
     except RequestError as e:
         raise Refused(f"refused before any work started: {e}") from e
     log.info("Request checked: replay %s [%s%s] -> %s (%s%s)", request.source, request.protocol,
-             "".join(f" {k}={secrets.mask_option(k, v)}" for k, v in request.protocol_options), request.output, request.emit,
+             "".join(f" {k}={masking.mask_option(k, v)}" for k, v in request.protocol_options), request.output, request.emit,
              f", tables {','.join(request.tables)}" if request.tables else "")
     return request.as_dict()
 
@@ -342,7 +342,7 @@ def carry_forward(hook, plan: dict) -> dict:
     else:
         out = {"uri": output, "emit": request.emit, "format": request.output_format,
                "protocol": (request.target_protocol or request.protocol) if kafka else None,
-               "options": secrets.mask_options(dict(request.target_options)) if kafka else {},
+               "options": masking.mask_options(dict(request.target_options)) if kafka else {},
                "topic_template": request.target_topic, "dispatcher": request.dispatcher,
                "tables_filter": list(request.tables)}
         schemas = _schema_statements(hook, request.schema)
@@ -365,7 +365,7 @@ def carry_forward(hook, plan: dict) -> dict:
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
         "duration_s": round(finished - started, 1),
         "source": {"uri": request.source, "protocol": request.protocol,
-                   "options": secrets.mask_options(source_options), "objects": 0, "bytes": 0},
+                   "options": masking.mask_options(source_options), "objects": 0, "bytes": 0},
         "output": out,
         "window": {"since": request.since, "until": until,
                    "base_snapshot": previous if request.emit == "snapshot" else None,

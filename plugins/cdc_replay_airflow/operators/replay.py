@@ -20,7 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, ReplaySubmitHook
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
-from spark_apps import secrets
+from spark_apps import masking
 from spark_apps.launch import REPLAY_APP, build_py_files, is_local, spark_submit_command
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
@@ -131,11 +131,11 @@ class ReplayOperator(SparkSubmitOperator):
         self.py_files = settings["py_files"]
         # credentials in option values reach the app through the environment, never the
         # command line (which the hook logs and `ps` shows), and are masked in Airflow's logs
-        self.application_args, secret = secrets.split_argv(settings["application_args"])
+        self.application_args, secret = masking.split_argv(settings["application_args"])
         _mask_in_airflow(secret)
         self._archive = ArchiveHook(self.aws_conn_id)
         self._subprocess_env = {**subprocess_environment(python), **self._archive.environment(),
-                                **secrets.environment(secret)}
+                                **masking.environment(secret)}
         self._hook = None
         self._hook = self._get_hook()
         return request, self._hook

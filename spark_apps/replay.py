@@ -96,9 +96,21 @@ def _refuse_overlaps(args: ReplayArgs) -> None:
     if not home:
         return
     for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
-        if uri and not kafka_io.is_kafka(uri) and storage.overlaps(home, uri):
+        if uri and not kafka_io.is_kafka(uri) and storage.overlaps(home, uri) and not _in_staging(home, uri):
             raise ReplayError(f"{option_out} {home} overlaps {option} {uri}: the output (with its _quarantine/ and "
                               f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
+
+
+def _in_staging(output: str, uri: str) -> bool:
+    """Inside <output>/_staging/: where the Airflow DAGs stage the archive objects they hand
+    to the app. The commit never touches _staging/ (and each run stages under its own id), so
+    reading from there cannot read or replace an output."""
+    staging = storage.join(output.rstrip("/"), "_staging")
+    if storage.is_s3(uri) != storage.is_s3(staging):
+        return False
+    if not storage.is_s3(uri):
+        staging, uri = os.path.realpath(storage.normalize(staging)), os.path.realpath(storage.normalize(uri))
+    return (uri.rstrip("/") + "/").startswith(staging.rstrip("/") + "/")
 
 
 def _validate_lakehouse(args: ReplayArgs) -> None:

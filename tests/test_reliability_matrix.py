@@ -50,6 +50,19 @@ def test_output_overlapping_what_the_run_reads_is_refused(tmp_path, option):
                          "--since", "5"))
 
 
+def test_objects_staged_below_the_outputs_staging_area_are_not_an_overlap(tmp_path):
+    """The Airflow DAGs copy the archive objects to <output>/_staging/airflow/objects and
+    replay from there: the commit never touches _staging/, so that is no overlap."""
+    output = tmp_path / "out"
+    staged = output / "_staging" / "airflow" / "objects"
+    staged.mkdir(parents=True)
+    from spark_apps.replay import _refuse_overlaps
+
+    _refuse_overlaps(args_of(str(staged), str(output)))  # accepted
+    with pytest.raises(ReplayError, match="overlaps --source"):
+        _refuse_overlaps(args_of(str(output / "data"), str(output)))
+
+
 def test_s3_output_overlap_is_refused_and_siblings_are_not(tmp_path):
     with pytest.raises(ReplayError, match="overlaps --source"):
         validate(args_of("s3://lake/archive", "s3://lake/archive/out"))

@@ -130,13 +130,6 @@ def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
     _refuse_overlaps(args)
-    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
-                        ("--schema", args.schema), ("--manifest-uri", args.manifest_uri)):
-        if uri and not kafka_io.is_kafka(uri):
-            try:
-                storage.check_bucket(storage.normalize(uri), option)
-            except storage.AccessError as e:
-                raise ReplayError(str(e)) from None
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol
@@ -151,14 +144,6 @@ def validate(args: ReplayArgs) -> tuple:
         validate_table_patterns(args.table_patterns())
     except ValueError as e:
         raise ReplayError(str(e)) from e
-    _refuse_overlaps(args)
-    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
-                        ("--schema", args.schema)):
-        if uri:
-            try:
-                storage.check_bucket(storage.normalize(uri), option)
-            except storage.AccessError as e:
-                raise ReplayError(str(e)) from None
     if args.target_partitions is not None and args.target_partitions < 1:
         raise ReplayError("--target-partitions must be at least 1")
     if args.max_bad_records < 0:
@@ -179,6 +164,14 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--target-layout ticdc-storage writes canal-json data files: use --target-protocol "
                           "canal-json (with --target-option enable-tidb-extension=true) and --emit snapshot or topics")
     _validate_kafka(args)
+    # then what needs the network: one quick request per S3 location, before Spark starts
+    for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
+                        ("--schema", args.schema), ("--manifest-uri", args.manifest_uri)):
+        if uri and not kafka_io.is_kafka(uri):
+            try:
+                storage.check_bucket(storage.normalize(uri), option)
+            except storage.AccessError as e:
+                raise ReplayError(str(e)) from None
     base = _base_manifest(args)
     if base is not None:
         if args.emit == "topics":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cdc_codecs.events import Kind
 from cdc_codecs.mysql_types import declared_fsp, enum_set_label, parse_type, with_fsp
 
-from .ddl import TableSchema
+from .ddl import UNKNOWN_COLUMNS, TableSchema
 
 
 def project_image(image: list[dict], point, schema: TableSchema, schema_types: bool = False) -> list[dict]:
@@ -36,6 +36,7 @@ def project_image(image: list[dict], point, schema: TableSchema, schema_types: b
     return projected
 
 
+
 def declared_precision(column: dict, schema_type: str | None) -> dict:
     """The column with its DATETIME / TIMESTAMP / TIME value rendered at the fractional
     precision the schema declares, when the column's own type does not state it (OceanBase
@@ -60,7 +61,7 @@ def precision_from_history(history):
             return event
         point = event.get("sort_point")
         signature = history.columns_at(event["database"], event["table"] or "", list(point or []))
-        if not signature:
+        if not signature or signature == UNKNOWN_COLUMNS:  # not described: no declared precision
             return event
         types = dict(signature)
         for side in ("before", "after"):

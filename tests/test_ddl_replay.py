@@ -219,7 +219,8 @@ def test_schema_option_errors_name_the_source(tmp_path):
 
     (tmp_path / "sink" / "d").mkdir(parents=True)
     (tmp_path / "sink" / "d" / "readme.txt").write_text("no schemas")
-    argv = ["--source", str(tmp_path), "--protocol", "canal-json", "--output", str(tmp_path / "o"),
+    (tmp_path / "src").mkdir()
+    argv = ["--source", str(tmp_path / "src"), "--protocol", "canal-json", "--output", str(tmp_path / "o"),
             "--emit", "snapshot", "--schema"]
     with pytest.raises(ReplayError, match="--schema .*sink: no \\*.sql or TiCDC schema_\\*.json files below it"):
         validate(ReplayArgs.from_namespace(parser().parse_args([*argv, str(tmp_path / "sink")])))

@@ -152,7 +152,8 @@ def test_snapshot_on_s3(spark, bucket):
 def test_errors_before_any_work_name_the_problem(spark, tmp_path):
     with pytest.raises(ReplayError, match="valid protocols: avro, canal-json, canal-protobuf, craft"):
         run(ReplayArgs.from_namespace(parser().parse_args(
-            ["--source", str(tmp_path), "--protocol", "nope", "--output", str(tmp_path / "o"), "--emit", "snapshot"])), spark=spark)
+            ["--source", str(tmp_path / "empty"), "--protocol", "nope", "--output", str(tmp_path / "o"),
+             "--emit", "snapshot"])), spark=spark)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ReplayError, match="no archive objects"):
         replay(spark, str(tmp_path / "empty"), str(tmp_path / "o"))

@@ -305,7 +305,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.schema import WRITTEN_STRUCT
 
     home = _home(args, output)
-    progress.phase(f"reading and decoding {len(objects) if objects else source}")
+    progress.phase(f"reading and decoding {len(objects)} objects" if objects else f"reading {source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     if kafka_io.is_kafka(source):

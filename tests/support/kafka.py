@@ -23,6 +23,8 @@ import tempfile
 import time
 import uuid
 
+from spark_apps.local_s3 import free_port
+
 KAFKA_VERSION = "4.1.1"  # Kafka's server line; Spark 4.2.0's connector speaks to it with its own clients
 SCALA = "2.13"
 
@@ -64,10 +66,6 @@ def jars(version: str = KAFKA_VERSION) -> str:
     return libs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class KafkaBroker:
@@ -76,7 +74,7 @@ class KafkaBroker:
     def __init__(self, version: str = KAFKA_VERSION):
         self.version = version
         self.folder = tempfile.mkdtemp(prefix="cdc-replay-kafka-")
-        self.port, self.controller_port = _free_port(), _free_port()
+        self.port, self.controller_port = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None

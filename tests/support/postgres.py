@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 
+from spark_apps.local_s3 import free_port
+
 SYSTEM_USER = "cdc_replay_pg"
 
 
@@ -49,8 +51,6 @@ def _run_as() -> str | None:
     return SYSTEM_USER
 
 
-def _free_port() -> int:
-    import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -88,7 +88,7 @@ class PostgresServer:
         if result.returncode:
             raise self._fail("initdb", result)
         for attempt in range(3):  # a free port can be taken between choosing and binding it
-            self.port = _free_port()
+            self.port = free_port()
             options = f"-h 127.0.0.1 -p {self.port} -k {self.data} -c fsync=off -c max_connections=200"
             result = self._cmd("pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start")
             if result.returncode == 0:

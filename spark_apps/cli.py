@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from .options import add_replay_arguments
 
@@ -61,15 +62,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--airflow-home", metavar="DIR",
                       help="AIRFLOW_HOME to use (default: .airflow in the repository; created when missing)")
 
-    gen = sub.add_parser("generate", help="write a generated CDC archive",
-                         description="Simulate a small TiDB database and write what TiCDC would have sent.")
-    gen.add_argument("--output", required=True, metavar="URI", help="local directory or s3://bucket/prefix")
-    gen.add_argument("--protocol", default="canal-json", help="protocol of the values (default: %(default)s)")
+    gen = sub.add_parser(
+        "generate", help="write a generated CDC archive",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Simulate a small TiDB database (tables `orders` and `customers`) and write what TiCDC\n"
+                    "would have sent, as a Kafka-record archive (gzip JSON lines, 500 records per object):\n"
+                    "row changes dispatched by key, DDL (ADD/DROP COLUMN, TRUNCATE; a table never holds\n"
+                    "more than 8 added columns), watermarks every 10 transactions, 5% redelivered\n"
+                    "messages and 5 pending transactions above the last watermark. Progress goes to stderr.",
+        epilog="example:\n  cdc-replay generate --output s3://archive/shop --transactions 10000 --partitions 4\n"
+               "  cdc-replay replay --source s3://archive/shop --protocol canal-json --output /tmp/snap")
+    gen.add_argument("--output", required=True, metavar="URI",
+                     help="where to write the archive: a local directory or s3://bucket/prefix (the bucket is "
+                          "created when missing)")
+    gen.add_argument("--protocol", default="canal-json",
+                     help="protocol of the record values (default: %(default)s; `cdc-replay protocols` lists them)")
     gen.add_argument("--protocol-option", action="append", default=None, metavar="K=V",
-                     help="codec option (default: enable-tidb-extension=true)")
-    gen.add_argument("--transactions", type=int, default=1000)
-    gen.add_argument("--partitions", type=int, default=3)
-    gen.add_argument("--seed", type=int, default=7)
+                     help="codec option, repeatable (default: enable-tidb-extension=true)")
+    gen.add_argument("--transactions", type=int, default=1000, metavar="N",
+                     help="transactions below the cut, each 1-4 row changes (default: %(default)s; ~3 records "
+                          "per transaction; 100,000 take about a minute)")
+    gen.add_argument("--partitions", type=int, default=3, metavar="N",
+                     help="Kafka partitions of the topic (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=7,
+                     help="random seed: the same seed writes the same archive (default: %(default)s)")
     gen.add_argument("--mid-stream", action="store_true",
                      help="an archive that starts after the tables exist: no DDL, rows from before it (first "
                           "changed by an UPDATE or a DELETE), partitions starting at arbitrary offsets")
@@ -165,14 +181,22 @@ def main(argv: list[str] | None = None) -> int:
         from . import storage
 
         options = parse_option_pairs(args.protocol_option) if args.protocol_option else None
+        started = time.monotonic()
+
+        def progress(done, records):
+            print(f"generated {done:,}/{args.transactions:,} transactions ({records:,} records) "
+                  f"in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
         generated = generate(transactions=args.transactions, partitions=args.partitions, seed=args.seed,
-                             protocol=args.protocol, options=options, mid_stream=args.mid_stream)
+                             protocol=args.protocol, options=options, mid_stream=args.mid_stream,
+                             progress=progress)
         output = storage.normalize(args.output)
         if storage.is_s3(output):
             storage.ensure_bucket(output)
+        print(f"writing {len(generated.records):,} records to {output}", file=sys.stderr, flush=True)
         objects = write_archive(generated.records, output)
         print(f"wrote {len(generated.records):,} records in {len(objects)} objects to {output} "
-              f"(cut at commit ts {generated.cut_ts})")
+              f"(cut at commit ts {generated.cut_ts}) in {time.monotonic() - started:.1f} s")
         return 0
     if args.command == "protocols":
         import cdc_codecs

@@ -16,6 +16,7 @@ import gzip
 import random
 import zlib
 from collections import defaultdict
+from typing import Callable
 
 from cdc_codecs import KafkaRecord, get_codec
 from cdc_codecs.archive import format_record, object_name
@@ -63,6 +64,9 @@ class Generated:
     stats: dict
     # CREATE TABLE statements of the tables as they were before the archive (for --schema)
     schema_sql: str = ""
+
+
+MAX_EXTRA_COLUMNS = 8  # columns added by generated DDL that a table holds at most
 
 
 def tso(ms: int, logical: int = 0) -> int:
@@ -220,7 +224,9 @@ class _Simulator:
         table = r.choice(list(TABLES))
         added = [c for c in self.columns[table] if c[0].startswith("extra")]
         kind = r.random()
-        if added and kind < 0.35:
+        # ADD is likelier than DROP, so without a bound a long history widened the tables
+        # without end (~600 columns at 100k transactions); at the bound the DDL drops instead.
+        if added and (kind < 0.35 or len(added) >= MAX_EXTRA_COLUMNS):
             name = added[-1][0]
             self.columns[table] = [c for c in self.columns[table] if c[0] != name]
             for row in self.rows[table].values():
@@ -258,6 +264,7 @@ def generate(
     ddl_rate: float = 0.02,
     split_key_updates: bool | None = None,
     mid_stream: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Generated:
     """A history and its archive. `split_key_updates`: send a primary-key-changing UPDATE as
     DELETE + INSERT at one commit ts, as TiCDC's MQ sinks do by default (default: only for
@@ -266,7 +273,10 @@ def generate(
     `mid_stream`: the archive starts after the tables exist, as most real ones do: no DDL at
     all, rows that predate the archive (their first change in it is an UPDATE or a DELETE),
     and partitions whose first offset is arbitrary. `expected`/`final` then hold only the
-    keys the archive changed (all a replay without a base snapshot can know)."""
+    keys the archive changed (all a replay without a base snapshot can know).
+
+    `progress(done, records)` is called every 5% of the transactions (a long history takes
+    minutes)."""
     options = {"enable-tidb-extension": "true"} if options is None else options
     codec = get_codec(protocol, options)
     if split_key_updates is None:
@@ -306,7 +316,10 @@ def generate(
     if not mid_stream:
         send(sim.create_statements(sim.commit_ts()))
     cut_ts = 0
+    report_every = max(1, transactions // 20)
     for i in range(transactions):
+        if progress is not None and i and i % report_every == 0:
+            progress(i, sum(len(s) for s in streams.values()))
         events = sim.transaction()
         all_events.extend(events)
         send(events)

@@ -85,12 +85,15 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
           table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None, gaps=((), 0)) -> dict:
     by_status = defaultdict(int)
+    applied_by_kind = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
     ranges: dict = {}
     for row in counts:
         status, kind = row["status"], row["kind"]
         if status != "empty":
             by_status[status] += row["events"]
+        if status == "applied":
+            applied_by_kind[kind] += row["events"]
         if kind in ("row", "ddl") and row["table"] is not None:
             entry = tables[(row["database"], row["table"])]
             entry[status] += row["events"]
@@ -100,6 +103,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     # DDL that could not be applied moves from applied to quarantined
     by_status["applied"] -= len(ddl_failures)
     by_status["quarantined"] += len(ddl_failures)
+    applied_by_kind["ddl"] -= len(ddl_failures)
     read = sum(by_status.values())
     parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
     data_objects = sorted(written, key=lambda w: w["uri"])  # collected in task order: sorted for reruns
@@ -156,6 +160,9 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "read": read,
             **{p: by_status.get(p, 0) for p in parts},
             "reconciled": read == sum(by_status.get(p, 0) for p in parts),
+            # applied events by kind: DDL and watermarks are applied (to the schema, to the
+            # cut) but are not table rows
+            "applied_by_kind": {k: applied_by_kind.get(k, 0) for k in ("row", "ddl", "watermark")},
             # distinct (topic, partition, offset): a record read twice (overlapping archive
             # objects) is one offset; its second copy's events are counted as duplicate
             "offsets": sum(p.get("offsets") or 0 for p in partition_stats),
@@ -308,6 +315,11 @@ def summary(manifest: dict) -> str:
         f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
         f"  cut              {cut['description']}",
     ]
+    by_kind = c.get("applied_by_kind")
+    if by_kind and (by_kind["ddl"] or by_kind["watermark"]):
+        lines.insert(3, f"  applied          {c['applied']:,} = {by_kind['row']:,} row changes + {by_kind['ddl']:,} DDL "
+                        f"+ {by_kind['watermark']:,} watermarks (DDL and watermarks shape the schema and the cut; "
+                        "they are not table rows)")
     lo, hi = manifest["commit_ts_range"]
     if lo is not None:
         lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")

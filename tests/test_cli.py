@@ -3,6 +3,8 @@ run through spark-submit (the path users and Airflow take)."""
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 
@@ -94,3 +96,9 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert (output / "_manifest.json").exists()  # committed, so the quarantine can be inspected
     summary = run_cli("summary", str(output))
     assert summary.returncode == 0 and "quarantined 1" in summary.stdout
+    # applied counts that are not table rows are explained
+    counts = json.loads((output / "_manifest.json").read_text())["counts"]
+    by_kind = counts["applied_by_kind"]
+    assert sum(by_kind.values()) == counts["applied"] and by_kind["ddl"] >= 2 and by_kind["watermark"] > 0
+    assert f"{by_kind['row']:,} row changes + {by_kind['ddl']:,} DDL" in summary.stdout
+    assert "not table rows" in summary.stdout

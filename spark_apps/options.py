@@ -131,6 +131,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                      help="Spark master: local[*] (default, embedded) or a cluster URL such as spark://host:7077")
     run.add_argument("--spark-conf", action="append", default=[], metavar="K=V",
                      help="extra Spark configuration (repeatable)")
+    run.add_argument("--spark-ui", action="store_true",
+                     help="serve Spark's web UI while the run lasts, for following a long run stage by stage "
+                          "(off by default: it costs start-up time); its address is logged")
     run.add_argument("--run-id", help="id recorded in the manifest (default: generated)")
 
 
@@ -168,6 +171,7 @@ class ReplayArgs:
     starting_offsets: str = "earliest"
     ending_offsets: str = "latest"
     manifest_uri: str | None = None
+    spark_ui: bool = False
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

@@ -1,10 +1,13 @@
 """Progress a person can follow in the driver's log (also under Airflow): every few seconds,
-the running Spark stages with tasks done / total and percent, plus the run's own phase."""
+the running Spark stages with tasks done / total, percent and an estimate of the time left
+(from the stage's own task rate), plus the run's own phase and the Spark UI's address when
+the UI is on (`--spark-ui`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 log = logging.getLogger("cdc_replay")
 
@@ -12,6 +15,8 @@ log = logging.getLogger("cdc_replay")
 class Progress:
     def __init__(self, spark, run_id: str, every: float = 10.0):
         self._tracker = spark.sparkContext.statusTracker()
+        enabled = spark.sparkContext.getConf().get("spark.ui.enabled", "true") == "true"
+        self._ui_url = spark.sparkContext.uiWebUrl if enabled else None
         self._run_id = run_id
         self._every = every
         self._phase = "starting"
@@ -23,6 +28,8 @@ class Progress:
         log.info("[replay %s] %s", self._run_id, name)
 
     def __enter__(self) -> "Progress":
+        if self._ui_url:
+            log.info("[replay %s] Spark UI at %s (while the run lasts)", self._run_id, self._ui_url)
         self._thread.start()
         return self
 
@@ -32,6 +39,7 @@ class Progress:
 
     def _loop(self) -> None:
         last = None
+        first_seen: dict[int, float] = {}
         while not self._stop.wait(self._every):
             try:
                 stages = [self._tracker.getStageInfo(s) for s in self._tracker.getActiveStageIds()]
@@ -42,9 +50,21 @@ class Progress:
                 if stage is None or not stage.numTasks:
                     continue
                 done = stage.numCompletedTasks
+                now = time.monotonic()
+                started = first_seen.setdefault(stage.stageId, now)
                 parts.append(f"stage {stage.stageId}: {done}/{stage.numTasks} tasks "
-                             f"({100 * done // stage.numTasks}%)")
+                             f"({100 * done // stage.numTasks}%){eta(done, stage.numTasks, now - started)}")
             line = f"{self._phase}: {'; '.join(parts)}" if parts else None
             if line and line != last:
                 log.info("[replay %s] %s", self._run_id, line)
                 last = line
+
+
+def eta(done: int, total: int, elapsed: float) -> str:
+    """", about N s left" from the tasks done so far in `elapsed` seconds (empty before the first)."""
+    if not done or done >= total or elapsed <= 0:
+        return ""
+    rate = done / elapsed
+    left = (total - done) / rate
+    return f", {rate:.1f} tasks/s, about {left:.0f} s left" if left < 120 else \
+        f", {rate * 60:.1f} tasks/min, about {left / 60:.0f} min left"

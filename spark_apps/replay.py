@@ -283,7 +283,8 @@ def run(args: ReplayArgs, spark=None) -> dict:
 
     own_session = spark is None
     if own_session:
-        spark = build_session(args.master, f"cdc-replay {run_id}", args.spark_conf)
+        ui = ["spark.ui.enabled=true"] if args.spark_ui else []
+        spark = build_session(args.master, f"cdc-replay {run_id}", ui + args.spark_conf)
     from spark_apps.progress import Progress
 
     try:

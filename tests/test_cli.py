@@ -4,6 +4,7 @@ run through spark-submit (the path users and Airflow take)."""
 from __future__ import annotations
 
 import json
+import re
 
 import subprocess
 import sys
@@ -87,9 +88,10 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     output = tmp_path / "out"
     result = run_cli("replay", "--source", str(tmp_path / "archive"), "--protocol", "canal-json",
                      "--protocol-option", "enable-tidb-extension=true", "--output", str(output),
-                     "--emit", "snapshot", "--master", "local[1]", timeout=600)
+                     "--emit", "snapshot", "--master", "local[1]", "--spark-ui", timeout=600)
     text = result.stdout + result.stderr  # spark-submit merges the driver's stderr into stdout
     assert result.returncode == 3, text[-3000:]
+    assert re.search(r"Spark UI at http://\S+:\d+", text), text[-3000:]
     assert "1 records quarantined (more than --max-bad-records 0)" in text
     assert str(output / "_quarantine") in text
     assert "events read" in text and "[reconciled]" in text
@@ -102,3 +104,11 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert sum(by_kind.values()) == counts["applied"] and by_kind["ddl"] >= 2 and by_kind["watermark"] > 0
     assert f"{by_kind['row']:,} row changes + {by_kind['ddl']:,} DDL" in summary.stdout
     assert "not table rows" in summary.stdout
+
+
+def test_progress_eta_from_the_stage_task_rate():
+    from spark_apps.progress import eta
+
+    assert eta(0, 10, 5.0) == "" and eta(10, 10, 5.0) == ""
+    assert eta(5, 10, 10.0) == ", 0.5 tasks/s, about 10 s left"
+    assert eta(1, 100, 60.0) == ", 1.0 tasks/min, about 99 min left"

@@ -210,12 +210,42 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {option.describe()}")
         return 0
     if args.command == "summary":
-        from .manifest import read_manifest, summary
-
-        print(summary(read_manifest(args.output)))
-        return 0
+        return summary_command(args.output)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def summary_command(output: str) -> int:
+    """Print a finished run's summary; a missing, incomplete or unreadable output is one line
+    on stderr and exit 2 (no traceback)."""
+    import orjson
+
+    from . import storage
+    from .manifest import MANIFEST, read_manifest, summary
+
+    output = storage.normalize(output)
+
+    def refuse(message: str) -> int:
+        print(f"cdc-replay summary: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        storage.check_bucket(output, "output")
+        if not storage.exists(storage.join(output, MANIFEST)):
+            left = storage.list_objects(output)
+            if left:
+                return refuse(f"{output} is incomplete: {len(left):,} objects but no {MANIFEST} (a run was "
+                              "interrupted or is still running; the next successful run completes it)")
+            return refuse(f"no output at {output} (no {MANIFEST}; is this the --output of a replay?)")
+        manifest = read_manifest(output)
+        text = summary(manifest)
+    except storage.AccessError as e:
+        return refuse(str(e))
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        return refuse(f"{storage.join(output, MANIFEST)} is not a cdc-replay manifest this version reads "
+                      f"({type(e).__name__}: {e})")
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

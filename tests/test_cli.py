@@ -112,3 +112,20 @@ def test_progress_eta_from_the_stage_task_rate():
     assert eta(0, 10, 5.0) == "" and eta(10, 10, 5.0) == ""
     assert eta(5, 10, 10.0) == ", 0.5 tasks/s, about 10 s left"
     assert eta(1, 100, 60.0) == ", 1.0 tasks/min, about 99 min left"
+
+
+def test_summary_of_a_missing_incomplete_or_foreign_output_is_one_line(tmp_path, s3_endpoint, capsys):
+    cases = {
+        str(tmp_path / "nothing"): "no output at",
+        str(tmp_path / "half"): "is incomplete: 1 objects but no _manifest.json",
+        str(tmp_path / "foreign"): "is not a cdc-replay manifest",
+        "s3://no-such-bucket-here/out": "bucket 'no-such-bucket-here' does not exist",
+    }
+    (tmp_path / "half" / "_staging").mkdir(parents=True)
+    (tmp_path / "half" / "_staging" / "part-0.jsonl.gz").write_bytes(b"x")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "_manifest.json").write_text('{"hello": 1}')
+    for output, message in cases.items():
+        assert cli.main(["summary", output]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err

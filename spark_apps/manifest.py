@@ -351,7 +351,8 @@ def summary(manifest: dict) -> str:
     window = manifest.get("window") or {}
     if window.get("since") is not None:
         base = f" on top of {window['base_snapshot']}" if window.get("base_snapshot") else ""
-        lines.append(f"  window           commit ts ({window['since']}, {cut['commit_ts']}]{base}")
+        lines.append(f"  window           commit ts ({window['since']}, {cut['commit_ts']}]  "
+                     f"({tso_time(window['since'])} .. {tso_time(cut['commit_ts'])}){base}")
     gaps = manifest.get("gaps") or {}
     if gaps.get("count"):
         listed = gaps["listed"]

@@ -60,6 +60,9 @@ def test_window_on_a_base_snapshot_equals_the_full_replay(spark, history, tmp_pa
     assert read_snapshot(base) == reference_state(generated.events, middle)
     window = replay(spark, source, str(tmp_path / "window"), "--base-snapshot", base)
     assert window["window"]["since"] == middle and window["counts"]["filtered"] > 0
+    from spark_apps.manifest import summary, tso_time
+
+    assert f"({tso_time(middle)} .. " in summary(window)  # the window both as TSO and as time
     assert read_snapshot(str(tmp_path / "window")) == {k: v for k, v in generated.expected.items() if v}
     assert window["counts"]["reconciled"]
 

@@ -1,7 +1,7 @@
 """`cdc-replay demo`: the main job end to end on the embedded default, through Airflow.
 
 A loopback S3 server (moto), a generated TiCDC canal-json archive in a bucket, then the manual
-backfill DAG (dags/cdc_replay_backfill.py) run by `airflow dags test` with an embedded SQLite
+manual DAG (dags/cdc_replay_manual.py) run by `airflow dags test` with an embedded SQLite
 metadata DB: its tasks check the request, list the archive, run the Spark app with spark-submit
 in local mode (the same command `cdc-replay replay` runs), reconcile the manifest and publish.
 Then the summary, a few output rows, a check of every row against the generator's truth, and
@@ -119,10 +119,10 @@ def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: 
         print(f"[demo] Airflow {_airflow_version()} with AIRFLOW_HOME={home} (SQLite metadata DB): airflow db migrate")
         airflow_local.migrate(env)
         conf = json.dumps(CONF)
-        print(f"[demo] running the manual backfill DAG (Spark local mode): airflow dags test cdc_replay_backfill "
+        print(f"[demo] running the manual DAG (Spark local mode): airflow dags test cdc_replay_manual "
               f"-c '{conf}'", flush=True)
         log_path = os.path.join(home, "demo-dags-test.log")
-        status = _run_dag_test(["dags", "test", "cdc_replay_backfill", "-c", conf], env, log_path)
+        status = _run_dag_test(["dags", "test", "cdc_replay_manual", "-c", conf], env, log_path)
         if status != 0:
             print(f"[demo] the DAG run failed (exit status {status}); its full log: {log_path}", file=sys.stderr)
             return status or 1

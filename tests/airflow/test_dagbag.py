@@ -26,8 +26,8 @@ def dagbag():
     return DagBag(dag_folder=DAGS)
 
 
-def test_both_dags_exist():
-    assert DAG_FILES == ["cdc_replay_backfill.py", "cdc_replay_scheduled.py"]
+def test_the_dags_exist():
+    assert DAG_FILES == ["cdc_replay_backfill.py", "cdc_replay_manual.py", "cdc_replay_scheduled.py"]
 
 
 @pytest.mark.parametrize("filename", DAG_FILES)
@@ -84,22 +84,62 @@ def test_dag_file_parses_fast_without_spark(filename, tmp_path):
 def test_the_form_refuses_bad_values_naming_the_field(dagbag, conf, field):
     from airflow.sdk.exceptions import ParamValidationError
 
-    params = copy.deepcopy(dagbag.dags["cdc_replay_backfill"].params)
+    params = copy.deepcopy(dagbag.dags["cdc_replay_manual"].params)
     with pytest.raises(ParamValidationError, match=f"Invalid input for param {field}:"):
         params.update(conf)  # each value is validated against its schema as it is set
         params.validate()
 
 
 def test_the_form_defaults_are_valid_and_typed(dagbag):
-    dag = dagbag.dags["cdc_replay_backfill"]
+    dag = dagbag.dags["cdc_replay_manual"]
     values = dag.params.validate()
     assert values["protocol"] == "canal-json" and values["emit"] == "snapshot"
     schema = {k: dag.params.get_param(k).schema for k in dag.params}
     for name, param_schema in schema.items():
-        assert param_schema.get("type"), f"{name} has no type"
+        assert param_schema.get("type") or param_schema.get("anyOf"), f"{name} has no type"
         assert param_schema.get("title") and param_schema.get("section"), name
     assert schema["emit"]["enum"] and schema["protocol"]["enum"]
     assert "since" in schema and "until" in schema
+
+
+# What Airflow 3's trigger form does with a param's schema (airflow/ui, the flexible form):
+# a field is marked required when it has a `type` that does not include "null"; a `type` list
+# with more than one non-null type (and no enum) becomes a multi-line JSON editor; an enum's
+# null choice is labelled by `values_display["null"]`, else shown as the literal "null".
+def _marked_required(schema: dict) -> bool:
+    kind = schema.get("type")
+    return bool(kind) and (not isinstance(kind, list) or "null" not in kind)
+
+
+def _multi_line_editor(schema: dict) -> bool:
+    kind = schema.get("type")
+    return isinstance(kind, list) and len([t for t in kind if t != "null"]) > 1 and "enum" not in schema
+
+
+REQUIRED = {"source", "protocol", "output", "emit", "layout", "dispatcher", "target_topic"}
+
+
+def test_the_form_has_no_null_labels_one_line_commit_ts_and_optional_fields_unmarked(dagbag):
+    dag = dagbag.dags["cdc_replay_manual"]
+    schema = {k: dag.params.get_param(k).schema for k in dag.params}
+    for name, param_schema in schema.items():
+        if None in (param_schema.get("enum") or ()):
+            assert (param_schema.get("values_display") or {}).get("null"), f"{name} shows a literal null"
+        assert not _multi_line_editor(param_schema), f"{name} is drawn as a multi-line JSON editor"
+        assert _marked_required(param_schema) == (name in REQUIRED), f"{name}: required mark is wrong"
+    for name in ("as_of", "since", "until"):
+        assert "TSO or ISO time" in schema[name]["title"]
+    params = copy.deepcopy(dag.params)  # the form's text, an API integer and empty all pass
+    for value in ("463268123941142528", 463268123941142528, "2026-01-01T00:00:30Z", None, ""):
+        params.update({"as_of": value})
+        assert params.validate()["as_of"] == value
+
+
+def test_the_deprecated_backfill_id_is_the_same_dag(dagbag):
+    manual, alias = dagbag.dags["cdc_replay_manual"], dagbag.dags["cdc_replay_backfill"]
+    assert "deprecated" in alias.tags and "cdc_replay_manual" in alias.doc_md
+    assert [t.task_id for t in alias.tasks] == [t.task_id for t in manual.tasks]
+    assert set(alias.params) == set(manual.params)
 
 
 PLUGINS_CHECK = r"""

@@ -48,12 +48,12 @@ def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home,
     naming the field, and nothing is listed, staged or written."""
     output = f"{bucket}/out"
     conf = {"source": f"{bucket}/archive", "output": output, "protocol_options": {"enable-tidb-extension": "maybe"}}
-    result = run_airflow(["dags", "test", "cdc_replay_backfill", "-c", json.dumps(conf)], airflow_env())
+    result = run_airflow(["dags", "test", "cdc_replay_manual", "-c", json.dumps(conf)], airflow_env())
     text = result.stdout + result.stderr
     assert result.returncode != 0
     assert "refused before any work started: protocol_options: " in text and "expected true or false" in text
     run_id = _run_id(text)
-    states = _task_states(airflow_home, "cdc_replay_backfill", run_id)
+    states = _task_states(airflow_home, "cdc_replay_manual", run_id)
     assert states["check"] == "failed" and states["stage"] == "upstream_failed" and states["replay"] == "upstream_failed"
     assert storage.list_objects(bucket) == []
 

@@ -1,4 +1,4 @@
-"""`cdc-replay demo` (what ./scripts/demo runs): the backfill DAG end to end through `airflow dags
+"""`cdc-replay demo` (what ./scripts/demo runs): the manual DAG end to end through `airflow dags
 test` with an embedded SQLite DB, a loopback S3 server and Spark local mode; its snapshot equals
 the generator's truth, the run's metrics and asset event are recorded, progress is readable, the
 UI is explained, and no secret is printed or logged."""
@@ -20,7 +20,7 @@ from .conftest import task_logs
 pytestmark = pytest.mark.airflow
 
 
-def test_demo_runs_the_backfill_dag_and_matches_the_truth(tmp_path):
+def test_demo_runs_the_manual_dag_and_matches_the_truth(tmp_path):
     home = str(tmp_path / "airflow")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AIRFLOW"))}
     result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "cdc-replay"), "demo", "--transactions",
@@ -28,10 +28,10 @@ def test_demo_runs_the_backfill_dag_and_matches_the_truth(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     for expected in (
-        "airflow dags test cdc_replay_backfill -c '",
+        "airflow dags test cdc_replay_manual -c '",
         "[check] Request checked: replay s3://cdc-archive/tidb/shop [canal-json enable-tidb-extension=true]",
         "[stage] Listed 3 objects under s3://cdc-archive/tidb/shop",
-        "[replay] [replay cdc_replay_backfill.",  # the app's own progress: phases, stages, counts
+        "[replay] [replay cdc_replay_manual.",  # the app's own progress: phases, stages, counts
         "reading and decoding 3 objects",
         "[validate] Check: counts reconcile",
         "[publish] Published s3://cdc-lake/replay/shop-snapshot",
@@ -48,8 +48,8 @@ def test_demo_runs_the_backfill_dag_and_matches_the_truth(tmp_path):
     assert secret not in out and secret not in logs
 
     with sqlite3.connect(os.path.join(home, "airflow.db")) as db:
-        (run_id, state), = db.execute("select run_id, state from dag_run where dag_id='cdc_replay_backfill'")
-        value = db.execute("select value from xcom where dag_id='cdc_replay_backfill' and task_id='publish' "
+        (run_id, state), = db.execute("select run_id, state from dag_run where dag_id='cdc_replay_manual'")
+        value = db.execute("select value from xcom where dag_id='cdc_replay_manual' and task_id='publish' "
                            "and key='cdc_replay_metrics'").fetchone()[0]
         assets = [row[0] for row in db.execute(
             "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_run_id=?", (run_id,))]

@@ -90,7 +90,7 @@ def test_quarantine_beyond_the_limit_fails_loudly():
 
 
 def test_run_metrics_per_run_and_table():
-    m = run_metrics(a_manifest(), dag_id="cdc_replay_backfill", run_id="manual__1", request=REQUEST, staged=STAGED)
+    m = run_metrics(a_manifest(), dag_id="cdc_replay_manual", run_id="manual__1", request=REQUEST, staged=STAGED)
     assert m["counts"] == {"read": 117, "applied": 104, "duplicate": 5, "pending": 8, "filtered": 0,
                            "quarantined": 0, "emitted": 100, "rows": 100, "output_objects": 1}
     assert m["watermark_lag_s"] == 3.0  # newest commit 12 s, cut (lowest watermark) 9 s
@@ -116,12 +116,12 @@ def test_lakehouse_tables_become_one_asset_each():
                         "location": "/lake/out/shop/orders", "version": 2, "cut_commit_ts": tso(9000), "rows": 7,
                         "unchanged": True, "committed_by": "r0", "dropped": False},
     }
-    m = run_metrics(manifest, dag_id="cdc_replay_backfill", run_id="manual__1", request=REQUEST, staged=STAGED)
+    m = run_metrics(manifest, dag_id="cdc_replay_manual", run_id="manual__1", request=REQUEST, staged=STAGED)
     assert [t["version"] for t in m["lakehouse"]] == [3, 2]
     assert table_assets(m) == [("s3://lake/out/shop/customers", {
         "table": "shop.customers", "version": 3, "cut_commit_ts": tso(9000), "rows": 40, "dropped": False,
         "run_id": "manual__1"})]  # the unchanged table (a rerun of its cut) is no new event
-    html = render_page([{"dag_id": "cdc_replay_backfill", "run_id": "manual__1", "state": "success",
+    html = render_page([{"dag_id": "cdc_replay_manual", "run_id": "manual__1", "state": "success",
                          "metrics": m}], prefix="/cdc-replay")
     for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",
                  "new version"):
@@ -129,9 +129,9 @@ def test_lakehouse_tables_become_one_asset_each():
 
 
 def _runs():
-    m = run_metrics(a_manifest(), dag_id="cdc_replay_backfill", run_id="manual__<1>", request=REQUEST, staged=STAGED)
-    return [{"dag_id": "cdc_replay_backfill", "run_id": "manual__<1>", "state": "success", "metrics": m},
-            {"dag_id": "cdc_replay_backfill", "run_id": "manual__2", "state": "failed", "metrics": None,
+    m = run_metrics(a_manifest(), dag_id="cdc_replay_manual", run_id="manual__<1>", request=REQUEST, staged=STAGED)
+    return [{"dag_id": "cdc_replay_manual", "run_id": "manual__<1>", "state": "success", "metrics": m},
+            {"dag_id": "cdc_replay_manual", "run_id": "manual__2", "state": "failed", "metrics": None,
              "note": "check: protocol_options: expected true or false"}]
 
 
@@ -155,7 +155,7 @@ def test_the_plot_has_a_bar_per_table_and_run():
 
 
 def test_an_empty_page_says_what_to_do():
-    assert "Trigger <b>cdc_replay_backfill</b>" in render_page([], prefix="/cdc-replay")
+    assert "Trigger <b>cdc_replay_manual</b>" in render_page([], prefix="/cdc-replay")
 
 
 def test_timeline_counts_events_per_table_and_bucket(tmp_path):

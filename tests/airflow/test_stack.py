@@ -146,28 +146,28 @@ def triggered_run(stack, s3_endpoint):
     storage.ensure_bucket("s3://stack-lake")
     generated = generate(transactions=150, partitions=2, seed=3, bad_values=1)
     write_archive(generated.records, "s3://stack-archive/tidb/shop")
-    _wait(lambda: api.request("GET", "/api/v2/dags/cdc_replay_backfill")[0] == 200, 120, "the DAG to be parsed")
-    status, body = api.request("PATCH", "/api/v2/dags/cdc_replay_backfill", {"is_paused": False})
+    _wait(lambda: api.request("GET", "/api/v2/dags/cdc_replay_manual")[0] == 200, 120, "the DAG to be parsed")
+    status, body = api.request("PATCH", "/api/v2/dags/cdc_replay_manual", {"is_paused": False})
     assert status == 200, body
     conf = {"source": "s3://stack-archive/tidb/shop", "protocol": "canal-json",
             "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://stack-lake/replay/shop",
             "emit": "snapshot", "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 1,
             "tables": ["shop.*"]}
     # a value the form's schema refuses never becomes a run
-    status, body = api.request("POST", "/api/v2/dags/cdc_replay_backfill/dagRuns",
+    status, body = api.request("POST", "/api/v2/dags/cdc_replay_manual/dagRuns",
                                {"dag_run_id": "bad-form", "logical_date": None, "conf": {**conf, "emit": "all"}})
     assert status == 400 and "emit" in json.dumps(body), body
-    status, body = api.request("POST", "/api/v2/dags/cdc_replay_backfill/dagRuns",
+    status, body = api.request("POST", "/api/v2/dags/cdc_replay_manual/dagRuns",
                                {"dag_run_id": "it-run-1", "logical_date": None, "conf": conf})
     assert status == 200, body
 
     def finished():
-        run = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1")[1]
+        run = api.request("GET", "/api/v2/dags/cdc_replay_manual/dagRuns/it-run-1")[1]
         return run if run.get("state") in ("success", "failed") else None
 
     run = _wait(finished, 480, "the DAG run to finish", interval=3)
     if run["state"] != "success":
-        tis = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1/taskInstances")[1]
+        tis = api.request("GET", "/api/v2/dags/cdc_replay_manual/dagRuns/it-run-1/taskInstances")[1]
         pytest.fail(f"run failed: {[(t['task_id'], t['state']) for t in tis['task_instances']]}; "
                     f"see {home}/scheduler.log")
     return run, generated
@@ -176,17 +176,17 @@ def triggered_run(stack, s3_endpoint):
 def test_rest_triggered_run_succeeds_and_the_page_shows_it(stack, triggered_run, aws_secrets):
     api, home, _env = stack
     run, _generated = triggered_run
-    tis = api.request("GET", "/api/v2/dags/cdc_replay_backfill/dagRuns/it-run-1/taskInstances")[1]
+    tis = api.request("GET", "/api/v2/dags/cdc_replay_manual/dagRuns/it-run-1/taskInstances")[1]
     assert {t["task_id"]: t["state"] for t in tis["task_instances"]} == {
         "check": "success", "stage": "success", "replay": "success", "validate": "success", "publish": "success"}
     manifest = json.loads(storage.read_bytes("s3://stack-lake/replay/shop/_manifest.json"))
-    assert manifest["run_id"] == "cdc_replay_backfill.it-run-1" and manifest["counts"]["quarantined"] == 1
+    assert manifest["run_id"] == "cdc_replay_manual.it-run-1" and manifest["counts"]["quarantined"] == 1
 
-    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill", token=None)
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_manual", token=None)
     assert status == 401, page
-    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill", token="not-a-token")
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_manual", token="not-a-token")
     assert status in (401, 403)
-    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_backfill")
+    status, page = api.request("GET", "/cdc-replay/?dag_id=cdc_replay_manual")
     assert status == 200
     for text in ("it-run-1", "shop.orders", "shop.customers", "s3://stack-lake/replay/shop", "<svg", "watermark lag",
                  "events read", "deduplicated", "quarantined", "published"):
@@ -212,7 +212,7 @@ def test_screenshot_of_the_monitoring_page(stack, triggered_run):
     browser = Chromium(binary)
     try:
         path = os.path.join(ARTIFACTS, "monitoring-page.png")
-        html = browser.screenshot(f"{api.base}/cdc-replay/?dag_id=cdc_replay_backfill", path,
+        html = browser.screenshot(f"{api.base}/cdc-replay/?dag_id=cdc_replay_manual", path,
                                   cookies={"_token": api.token})
         assert "it-run-1" in html and "<svg" in html
         png = open(path, "rb").read()

@@ -20,7 +20,7 @@ from cdc_replay_airflow.metrics import METRICS_KEY
 from cdc_replay_airflow.ui.render import render_page
 
 URL_PREFIX = "/cdc-replay"
-DAG_IDS = ("cdc_replay_backfill", "cdc_replay_scheduled")
+DAG_IDS = ("cdc_replay_manual", "cdc_replay_scheduled", "cdc_replay_backfill")  # the last: deprecated alias
 
 app = FastAPI(title="CDC replay monitoring", description="Per run and per table: events read, emitted, "
               "deduplicated, quarantined, commit ts range, watermark lag, output location.")

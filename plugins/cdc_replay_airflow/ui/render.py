@@ -289,7 +289,7 @@ def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run
 <th class="n">deduplicated</th><th class="n">quarantined</th><th>applied / dedup / pending / filtered / quarantined</th>
 <th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table></div>
 <h2>Per run and table</h2>{''.join(_run_detail(r, colors) for r in with_metrics)}"""
-        if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_backfill</b> '
+        if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_manual</b> '
                      'or unpause <b>cdc_replay_scheduled</b>.</div>')
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>CDC replay</title>

@@ -1,0 +1,201 @@
+"""The manual replay DAG: a typed trigger form and check -> stage -> replay -> validate -> publish.
+
+Built by `manual_replay_dag()` so that a user's own DAG file can build one too (with their own
+id, tags or defaults) from the installed package; `dags/cdc_replay_manual.py` is our example.
+It was called `cdc_replay_backfill`, a name that collides with Airflow's own *backfill* (re-running
+a scheduled DAG over past data intervals: `airflow backfill create`); `dags/cdc_replay_backfill.py`
+keeps that id as a deprecated alias for REST clients that trigger it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import AssetAlias, Param, dag, get_current_context, task
+
+from cdc_replay_airflow.operators.replay import ReplayOperator
+from cdc_replay_airflow.request import LAYOUTS, PROTOCOLS, TABLE_PATTERN, URI_PATTERN, app_capabilities
+
+DAG_ID = "cdc_replay_manual"
+DEPRECATED_DAG_ID = "cdc_replay_backfill"
+ALIAS = "cdc_replay_outputs"
+CAPS = app_capabilities()
+
+
+# A commit ts is a TSO (integer, or its digits as text) or an ISO-8601 time. No `type`: a list of
+# types makes the form draw a multi-line JSON editor and mark the field required; `anyOf` keeps
+# one line of text, optional, while the REST API may still send an integer.
+COMMIT_TS = {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 0}, {"type": "string", "maxLength": 64}]}
+COMMIT_TS_HELP = (" A TiDB TSO such as `463268123941142528` or an ISO-8601 time with its zone such as "
+                  "`2026-01-01T00:00:30Z`.")
+
+
+def _commit_ts_param(title: str, description: str) -> Param:
+    return Param(None, **COMMIT_TS, title=f"{title} (TSO or ISO time)", description_md=description + COMMIT_TS_HELP,
+                 section="What to replay")
+
+
+PARAMS = {
+    "source": Param("s3://cdc-archive/tidb/shop", type="string", pattern=URI_PATTERN, title="Source archive",
+                    description="s3://bucket/prefix (or an absolute local path) holding *.jsonl / *.jsonl.gz "
+                                "Kafka-record objects, found recursively", section="Source"),
+    "layout": Param("auto", type="string", enum=list(LAYOUTS), title="Archive layout",
+                    description="how the source holds the records (docs/layouts.md): kafka-records, TiCDC's "
+                                "storage sink (ticdc-storage), the Kafka Connect S3 sink (kafka-connect-s3); "
+                                "auto detects it", section="Source"),
+    "protocol": Param("canal-json", type="string", enum=list(PROTOCOLS), title="Source protocol",
+                      description="protocol of the archived message values", section="Source"),
+    "protocol_options": Param({"enable-tidb-extension": "true"}, type=["null", "object"],
+                              additionalProperties={"type": ["string", "boolean", "integer"]},
+                              title="Source protocol options",
+                              description="codec options named as TiCDC's sink-URI parameters, e.g. "
+                                          '{"enable-tidb-extension": "true"}', section="Source"),
+    "tables": Param([], type=["null", "array"], items={"type": "string", "pattern": TABLE_PATTERN},
+                    title="Tables", description="db.table patterns, one per line (shell wildcards: shop.*, "
+                                                "*.orders); empty = every table", section="What to replay"),
+    "as_of": _commit_ts_param("As of", "Replay up to and including this commit ts. Empty = the cut (the lowest "
+                              "partition watermark; the archive's end without watermarks)."),
+    "since": _commit_ts_param("Since", "Start of a window, exclusive: only changes committed after it. A snapshot "
+                              "of a window needs a base snapshot (the snapshot at since)."),
+    "until": _commit_ts_param("Until", "End of a window, inclusive (the same bound as as_of: give one)."),
+    "emit": Param("snapshot", type="string", enum=list(CAPS.emit_modes), title="Emit",
+                  description="snapshot: one INSERT per live row at the cut; topics: the ordered, deduplicated "
+                              "stream (rows and DDL) re-encoded; history: SCD type 2 versions of every row "
+                              "(Parquet)", section="Output"),
+    "target_protocol": Param(None, type=["null", "string"], enum=[None, *PROTOCOLS],
+                             values_display={"null": "same as the source protocol"}, title="Target protocol",
+                             description="protocol of the output records (empty = the source protocol)",
+                             section="Output"),
+    "target_options": Param({"enable-tidb-extension": "true"}, type=["null", "object"],
+                            additionalProperties={"type": ["string", "boolean", "integer"]},
+                            title="Target protocol options", description="codec options of the target protocol",
+                            section="Output"),
+    "dispatcher": Param("index-value", type="string", enum=list(CAPS.dispatchers), title="Partition dispatcher",
+                        description="output partition of a row, as the producer places it: TiCDC's hash of its "
+                                    "key (index-value), of its table, commit ts modulo partitions (ts), or Canal's "
+                                    "key / table hash (canal, canal-table)", section="Output"),
+    "target_partitions": Param(None, type=["null", "integer"], minimum=1, title="Partitions per output topic",
+                               description="empty = as many as the source topics have", section="Output"),
+    "target_topic": Param("{topic}", type="string", pattern=r"^[A-Za-z0-9._\-{}]+$", title="Output topic name",
+                          description="{topic}, {schema} and {table} are replaced", section="Output"),
+    "output": Param("s3://cdc-lake/replay/shop-snapshot", type="string", pattern=URI_PATTERN, title="Output URI",
+                    description="s3://bucket/prefix (or an absolute local path), outside the source; replaced as "
+                                "a whole when the run succeeds", section="Output"),
+    "max_bad_records": Param(0, type=["null", "integer"], minimum=0, title="Quarantine limit",
+                             description="fail the run when more records than this are quarantined",
+                             section="Output"),
+}
+if CAPS.accepts("--target-format"):
+    PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *CAPS.target_formats],
+                                    values_display={"null": "the emit mode's default"}, title="Target format", description="kafka: a Kafka-record archive in the target "
+                                    "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
+                                    "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
+                                    "Iceberg table per source table, a new table version per run stamped with the "
+                                    "cut (snapshot, history; docs/lakehouse.md)", section="Output")
+if CAPS.accepts("--base-snapshot"):
+    PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
+                                    title="Base snapshot", description="output of an earlier snapshot run: the "
+                                    "window's changes are applied on top of it (since defaults to its cut)",
+                                    section="What to replay")
+if CAPS.accepts("--require-schema"):
+    PARAMS["require_schema"] = Param(False, type=["null", "boolean"], title="Require schemas",
+                                     description="quarantine rows of tables that no DDL, starting schema or base "
+                                                 "snapshot describes (default: read them with the schema the "
+                                                 "messages carry)", section="Source")
+if CAPS.accepts("--require-contiguous"):
+    PARAMS["require_contiguous"] = Param(False, type=["null", "boolean"],
+                                         title="Require contiguous offsets",
+                                         description="fail the run when a source partition's Kafka offsets have "
+                                                     "holes (a missing or truncated archive object); without it "
+                                                     "the holes are only reported", section="Source")
+if CAPS.accepts("--schema"):
+    PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
+                             description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
+                                         "created before the archive starts, a TiCDC storage-sink schema file, or "
+                                         "a prefix holding both (e.g. the storage sink's root)", section="Source")
+
+
+
+
+def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: list[str] | None = None,
+                      params: dict | None = None, max_active_runs: int = 2):
+    """The manual replay DAG under `dag_id`; `params` replaces the form's defaults field by field."""
+
+    @dag(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        max_active_runs=max_active_runs,
+        doc_md=doc_md,
+        tags=tags or ["cdc-replay", "manual", "spark"],
+        params={**PARAMS, **(params or {})},
+        default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30)},
+    )
+    def manual_replay():
+        @task
+        def check(params: dict | None = None) -> dict:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from cdc_replay_airflow import tasks
+
+            try:
+                return tasks.check(dict(params))
+            except tasks.Refused as e:
+                raise AirflowFailException(str(e)) from e
+
+        @task
+        def stage(request: dict) -> dict:
+            from cdc_replay_airflow import tasks
+            from cdc_replay_airflow.hooks.archive import ArchiveHook
+
+            ti = get_current_context()["ti"]
+            try:
+                return tasks.stage(ArchiveHook(), request, dag_id=ti.dag_id, run_id=ti.run_id)
+            except LookupError as e:
+                from airflow.sdk.exceptions import AirflowFailException
+
+                raise AirflowFailException(str(e)) from e
+
+        @task
+        def validate(plan: dict, replayed: dict) -> dict:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from cdc_replay_airflow import tasks
+            from cdc_replay_airflow.hooks.archive import ArchiveHook
+            from cdc_replay_airflow.metrics import METRICS_KEY, ValidationError
+
+            ti = get_current_context()["ti"]
+            try:
+                metrics = tasks.validate(ArchiveHook(), plan, dag_id=ti.dag_id, run_id=ti.run_id)
+            except ValidationError as e:
+                if getattr(e, "metrics", None):
+                    ti.xcom_push(METRICS_KEY, e.metrics)
+                raise AirflowFailException(str(e)) from e
+            ti.xcom_push(METRICS_KEY, metrics)
+            return metrics
+
+        @task(outlets=[AssetAlias(ALIAS)])
+        def publish(plan: dict, metrics: dict) -> dict:
+            from airflow.sdk import Asset
+
+            from cdc_replay_airflow import tasks
+            from cdc_replay_airflow.hooks.archive import ArchiveHook
+            from cdc_replay_airflow.metrics import METRICS_KEY
+
+            context = get_current_context()
+            published = tasks.publish(ArchiveHook(), plan, metrics)
+            output = published["output"]
+            asset = Asset(output if output.startswith("s3://") else f"file://{output}")
+            context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
+            for uri, extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
+                context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=extra)
+            context["ti"].xcom_push(METRICS_KEY, published)
+            return published
+
+        plan = stage(check())
+        replayed = ReplayOperator(task_id="replay", plan=plan)
+        publish(plan, validate(plan, replayed.output))
+
+
+    return manual_replay()

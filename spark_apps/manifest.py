@@ -365,6 +365,11 @@ def summary(manifest: dict) -> str:
     q = manifest["quarantine"]
     if q["records"]:
         lines.append(f"  quarantine       {q['records']:,} records at {q['location']}")
+        for r in (q.get("reasons") or [])[:5]:
+            where = r["sample"]
+            lines.append(f"    {r['records']:,} x [{r['stage']}] {r['reason']} (first: {where['object']}"
+                         + (f" line {where['line']}" if where.get("line") is not None else "")
+                         + (f", offset {where['offset']}" if where.get("offset") is not None else "") + ")")
     for warning in manifest["warnings"]:
         lines.append(f"  WARNING          {warning}")
     return "\n".join(lines)

@@ -383,6 +383,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                           .repartition(spark.sparkContext.defaultParallelism, "object")
                           .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
+    reasons = _quarantine_reasons(tagged, counts, ddl_failures)
 
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
@@ -431,11 +432,31 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         manifest["output"]["lakehouse"] = output_plan.lake_tables
     if output_plan.kafka is not None:
         _kafka_manifest(manifest, output_plan.kafka, home)
+    manifest["quarantine"]["reasons"] = reasons
     progress.phase(f"committing {home}")
     # lakehouse tables are committed already, table by table; the rest of the output stays
     manifest_mod.commit(home, staging, manifest, replace=output_plan.lake_tables is None)
     log.info("[replay %s] committed %s", run_id, home)
     return manifest
+
+
+def _quarantine_reasons(tagged, counts: list[dict], ddl_failures: list[dict]) -> list[dict]:
+    """Why records were quarantined, a sample each (the monitoring page and the summary show
+    them); a Spark job only when the counts say something was quarantined."""
+    from spark_apps import transforms as T
+
+    reasons = []
+    if any(c["status"] == "quarantined" for c in counts):
+        for row in T.quarantine_reasons(tagged).collect():
+            sample = row["sample"].asDict()
+            sample["error"] = masking.mask_text(sample["error"])
+            reasons.append({"stage": row["stage"], "reason": masking.mask_text(row["reason"]),
+                            "records": row["records"], "sample": sample})
+    if ddl_failures:
+        first = ddl_failures[0]
+        reasons.append({"stage": "ddl", "reason": "DDL not applied", "records": len(ddl_failures),
+                        "sample": {k: first.get(k) for k in ("object", "line", "topic", "partition", "offset", "error")}})
+    return reasons
 
 
 def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:

@@ -374,3 +374,25 @@ def topic_name(template: str) -> Column:
         elif part:
             columns.append(F.lit(part))
     return F.concat(*columns) if columns else F.lit("")
+
+
+REASONS_LISTED = 20  # quarantine reasons the manifest lists (the most frequent), each with a sample
+
+
+def reason_class(error: Column) -> Column:
+    """The kind of a quarantine error: its text without the record's location, quoted values and
+    numbers, so records that failed the same way group together."""
+    text = F.regexp_replace(error, r" at (object|topic|partition|offset|byte|field|line) .*$", "")
+    text = F.regexp_replace(text, r"'[^']*'|\"[^\"]*\"", "'…'")
+    return F.substring(F.regexp_replace(text, r"\d+", "N"), 1, 160)
+
+
+def quarantine_reasons(tagged: DataFrame) -> DataFrame:
+    """Quarantined records per stage and reason class, most frequent first, each with the first
+    record (by object and line: the same on a rerun) as a sample to look at."""
+    sample = F.struct("object", "line", "topic", "partition", "offset", "error")
+    return (tagged.where(F.col("status") == "quarantined")
+            .groupBy(F.col("error_stage").alias("stage"), reason_class(F.col("error")).alias("reason"))
+            .agg(F.count(F.lit(1)).alias("records"), F.min_by(sample, F.struct("object", "line", "offset")).alias("sample"))
+            .orderBy(F.desc("records"), "stage", "reason")
+            .limit(REASONS_LISTED))

@@ -104,6 +104,12 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert sum(by_kind.values()) == counts["applied"] and by_kind["ddl"] >= 2 and by_kind["watermark"] > 0
     assert f"{by_kind['row']:,} row changes + {by_kind['ddl']:,} DDL" in summary.stdout
     assert "not table rows" in summary.stdout
+    # why: one reason class with its first record as a sample, in the manifest and the summary
+    reasons = json.loads((output / "_manifest.json").read_text())["quarantine"]["reasons"]
+    assert [(r["stage"], r["records"]) for r in reasons] == [("decode", 1)]
+    assert reasons[0]["sample"]["object"].endswith(".jsonl.gz") and reasons[0]["sample"]["offset"] is not None
+    assert "canal-json" in reasons[0]["reason"] and "offset" not in reasons[0]["reason"]
+    assert "    1 x [decode] " in summary.stdout
 
 
 def test_progress_eta_from_the_stage_task_rate():

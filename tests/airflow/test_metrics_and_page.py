@@ -194,3 +194,49 @@ def test_the_chart_uses_timelines():
     assert svg.count("<rect") == 1 + 4  # background + one bar per non-empty (table, bucket)
     assert "shop.orders: 10 events read with commit time 00:00:00.000 .. 00:00:01.000" in svg
     assert "events read per second" in svg
+
+
+OVERFLOW = """JSON.stringify({page: document.documentElement.scrollWidth, viewport: window.innerWidth,
+  wide: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > window.innerWidth + 1)
+        .map(t => t.rows[0].innerText.slice(0, 60) + ': ' + Math.round(t.getBoundingClientRect().right))})"""
+
+
+def test_quarantine_reasons_and_every_table_fit_at_1400_px(tmp_path):
+    """A busy page (long URIs, scheduled run ids, lakehouse tables, quarantine reasons with long
+    errors) fits a 1400 px window: no table reaches past the right edge."""
+    import json
+    import os
+
+    from tests.airflow.tools import CHROMIUM, Chromium, require_tool
+
+    long_uri = "s3://company-data-lake-production-eu-west-1/cdc/replays/tidb-cluster-main/shop/snapshots/hourly"
+    manifest = a_manifest(quarantined=3)
+    manifest["output"]["uri"] = long_uri
+    manifest["quarantine"]["reasons"] = [
+        {"stage": "decode", "reason": "canal-json: value is not JSON: unexpected character", "records": 2,
+         "sample": {"object": long_uri + "/shop/0/00000000000000000042.jsonl.gz", "line": 17, "topic": "shop",
+                    "partition": 0, "offset": 4242, "error": "canal-json: value is not JSON: " + "x" * 300}},
+        {"stage": "archive", "reason": "line is not a Kafka record", "records": 1,
+         "sample": {"object": long_uri + "/shop/1/b.jsonl.gz", "line": 3, "topic": None, "partition": None,
+                    "offset": None, "error": "line 3 is not a Kafka record"}},
+    ]
+    runs = []
+    for i in range(3):
+        m = run_metrics(manifest, dag_id="cdc_replay_scheduled", run_id=f"scheduled__2026-01-0{i + 1}T00:00:00+00:00",
+                        request=REQUEST, staged=STAGED)
+        m["lakehouse"] = [{"table": "shop.order_line_items_archive", "location": long_uri + "/shop/order_line_items",
+                           "version": 12, "cut_commit_ts": tso(9000), "rows": 123456, "unchanged": False}]
+        runs.append({"dag_id": "cdc_replay_scheduled", "run_id": f"scheduled__2026-01-0{i + 1}T00:00:00+00:00",
+                     "state": "success", "metrics": m})
+    html = render_page(runs, prefix="/cdc-replay", user="admin")
+    for text in ("value is not JSON", "line 17, offset 4,242", "line is not a Kafka record", "quarantine stage"):
+        assert text in html, text
+    page = tmp_path / "page.html"
+    page.write_text(html)
+    browser = Chromium(require_tool(CHROMIUM, "chromium"))
+    try:
+        result = json.loads(browser.screenshot(f"file://{page}", os.path.join(tmp_path, "page.png"), cookies={},
+                                               width=1400, evaluate=OVERFLOW))
+    finally:
+        browser.close()
+    assert result["viewport"] == 1400 and result["wide"] == [] and result["page"] <= 1400, result

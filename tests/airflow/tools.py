@@ -84,9 +84,10 @@ class Chromium:
             self.events.append(json.loads(self.ws.recv(timeout=max(0.1, deadline - time.monotonic()))))
 
     def screenshot(self, url: str, path: str, *, cookies: dict[str, str], width: int = 1400,
-                   settle_s: float = 0.0, min_height: int = 600) -> bytes:
+                   settle_s: float = 0.0, min_height: int = 600, evaluate: str | None = None):
         """Open `url` with `cookies` set for its origin, wait for load (and `settle_s`), save a
-        full-page PNG to `path`, and return the page's HTML as the browser has it."""
+        full-page PNG to `path`, and return the page's HTML as the browser has it (or, with
+        `evaluate`, the value of that JavaScript expression in the page)."""
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Network.enable", session)
@@ -107,7 +108,7 @@ class Chromium:
                                          captureBeyondViewport=True)["data"])
         with open(path, "wb") as f:
             f.write(png)
-        html = self.call("Runtime.evaluate", session, expression="document.documentElement.outerHTML",
+        html = self.call("Runtime.evaluate", session, expression=evaluate or "document.documentElement.outerHTML",
                          returnByValue=True)["result"]["value"]
         self.call("Target.closeTarget", targetId=target)
         return html

@@ -25,7 +25,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}h3{font-siz
 .sub{color:#52606d;margin-bottom:16px}
 table{border-collapse:collapse;width:100%;margin:6px 0 10px}
 th,td{border-bottom:1px solid #e4e7eb;padding:5px 8px;text-align:left;vertical-align:top;white-space:nowrap}
-th{background:#f5f7fa;font-weight:600;color:#3e4c59}
+th{background:#f5f7fa;font-weight:600;color:#3e4c59;white-space:normal}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .state{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px}
 .card{border:1px solid #e4e7eb;border-radius:8px;padding:12px 16px;margin:14px 0}
@@ -37,6 +37,8 @@ border-radius:3px}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:10px;height:10px;
 margin-right:5px;border-radius:2px}
 a{color:#1565c0;text-decoration:none}a:hover{text-decoration:underline}
+td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:8em}td.wrap code{overflow-wrap:anywhere}
+.kv div{overflow-wrap:anywhere}
 .scroll{overflow-x:auto}
 .empty{color:#52606d;padding:24px;border:1px dashed #cbd2d9;border-radius:8px;text-align:center}
 """
@@ -212,19 +214,28 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
             f'<td class="n">{_n(t["emitted"])}</td><td class="n">{_n(t["applied"])}</td>'
             f'<td class="n">{_n(t["duplicate"])}</td><td class="n">{_n(t["pending"])}</td>'
             f'<td class="n">{_n(t["filtered"])}</td><td class="n">{_n(t["quarantined"])}</td>'
-            f'<td>{_time(t["min_time"])} .. {_time(t["max_time"], with_date=False)}</td>'
-            f'<td><code>{_n(t["min_commit_ts"])}</code> .. <code>{_n(t["max_commit_ts"])}</code></td></tr>')
+            f'<td>{_time(t["min_time"])} ..<br>{_time(t["max_time"], with_date=False)}</td>'
+            f'<td><code>{_n(t["min_commit_ts"])}</code> ..<br><code>{_n(t["max_commit_ts"])}</code></td></tr>')
     parts_rows = "".join(
         f'<tr><td>{escape(p["topic"])}/{p["partition"]}</td><td class="n">{_n(p["records"])}</td>'
         f'<td>{_time(p["watermark_time"])}</td><td class="n">{_lag(p["lag_s"])}</td></tr>' for p in m["partitions"])
     lake_rows = "".join(
-        f'<tr><td>{escape(t["table"])}</td><td><code>{escape(t["location"])}</code></td>'
+        f'<tr><td>{escape(t["table"])}</td><td class="wrap"><code>{escape(t["location"])}</code></td>'
         f'<td class="n"><code>{escape(str(t["version"]))}</code></td><td><code>{_n(t["cut_commit_ts"])}</code></td>'
         f'<td class="n">{_n(t["rows"])}</td>'
         f'<td>{"dropped" if t.get("dropped") else "unchanged (same cut)" if t.get("unchanged") else "new version"}</td></tr>'
         for t in m.get("lakehouse") or [])
     lake = (f'<table style="width:auto"><tr><th>lakehouse table</th><th>location</th><th class="n">version</th>'
             f'<th>cut commit ts</th><th class="n">rows</th><th></th></tr>{lake_rows}</table>' if lake_rows else "")
+    reasons = "".join(
+        f'<tr><td>{escape(str(r["stage"]))}</td><td class="wrap">{escape(r["reason"])}</td><td class="n">{_n(r["records"])}</td>'
+        f'<td class="wrap"><code>{escape(str(r["sample"].get("object")))}</code>'
+        f'{" line " + _n(r["sample"]["line"]) if r["sample"].get("line") is not None else ""}'
+        f'{", offset " + _n(r["sample"]["offset"]) if r["sample"].get("offset") is not None else ""}</td>'
+        f'<td class="wrap">{escape(str(r["sample"].get("error")))}</td></tr>'
+        for r in m["quarantine"].get("reasons") or [])
+    reasons = (f'<table><tr><th>quarantine stage</th><th>reason</th><th class="n">records</th><th>first record</th>'
+               f'<th>its error</th></tr>{reasons}</table>' if reasons else "")
     interval = m.get("data_interval") or [None, None]
     warnings = "".join(f'<div class="warn">⚠ {escape(w)}</div>' for w in m.get("warnings", []))
     error = f'<div class="err">✖ {escape(m["error"])}</div>' if m.get("error") else ""
@@ -250,6 +261,7 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
 <div class="scroll"><table><tr><th>table</th><th class="n">read</th><th class="n">emitted</th><th class="n">applied</th>
 <th class="n">deduplicated</th><th class="n">pending</th><th class="n">filtered</th><th class="n">quarantined</th>
 <th>commit time range</th><th>commit ts range</th></tr>{''.join(rows)}</table></div>
+{reasons}
 <table style="width:auto"><tr><th>source partition</th><th class="n">records</th><th>watermark</th>
 <th class="n">watermark lag</th></tr>{parts_rows}</table>
 {lake}
@@ -269,13 +281,13 @@ def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run
             c = m["counts"]
             cells = (f'<td class="n">{_n(c["read"])}</td><td class="n">{_n(c["emitted"])}</td>'
                      f'<td class="n">{_n(c["duplicate"])}</td><td class="n">{_n(c["quarantined"])}</td>'
-                     f'<td>{status_bar_svg(c)}</td><td>{_time(m["commit_time_range"][0])} .. '
+                     f'<td>{status_bar_svg(c, width=120)}</td><td>{_time(m["commit_time_range"][0])} ..<br>'
                      f'{_time(m["commit_time_range"][1], with_date=False)}</td>'
-                     f'<td class="n">{_lag(m["watermark_lag_s"])}</td><td><code>{escape(m["output"])}</code></td>')
+                     f'<td class="n">{_lag(m["watermark_lag_s"])}</td><td class="wrap"><code>{escape(m["output"])}</code></td>')
         else:
             note = escape(run.get("note") or "no metrics (the run has not reached validate)")
             cells = f'<td colspan="8" style="color:#52606d;white-space:normal">{note}</td>'
-        run_rows.append(f'<tr><td>{escape(run["dag_id"])}</td><td>{_run_link(prefix, run)}</td>'
+        run_rows.append(f'<tr><td>{escape(run["dag_id"])}</td><td class="wrap">{_run_link(prefix, run)}</td>'
                         f'<td>{_state(run.get("state"))}</td>{cells}</tr>')
     scope = ""
     if dag_id or run_id:
@@ -286,7 +298,7 @@ def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run
 <div class="legend">{legend}</div>{events_over_time_svg(with_metrics, colors)}
 <h2>Runs</h2>
 <div class="scroll"><table><tr><th>DAG</th><th>run</th><th>state</th><th class="n">events read</th><th class="n">emitted</th>
-<th class="n">deduplicated</th><th class="n">quarantined</th><th>applied / dedup / pending / filtered / quarantined</th>
+<th class="n">deduplicated</th><th class="n">quarantined</th><th>statuses</th>
 <th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table></div>
 <h2>Per run and table</h2>{''.join(_run_detail(r, colors) for r in with_metrics)}"""
         if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_manual</b> '

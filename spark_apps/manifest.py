@@ -193,6 +193,38 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     }
 
 
+def timeline_frame(partition_stats: list[dict], since: int | None, upper: int | None,
+                   buckets: int) -> tuple[int, int] | None:
+    """(first ms, bucket width ms) of the timeline: the window when the run has one, else the
+    commit times read; None when nothing carries a commit ts."""
+    lows = [p["min_commit_ts"] for p in partition_stats if p.get("min_commit_ts")]
+    highs = [p["max_commit_ts"] for p in partition_stats if p.get("max_commit_ts")]
+    if since is not None and upper is not None:
+        lo, hi = (since + 1) >> 18, (upper >> 18) + 1
+    elif lows and highs:
+        lo, hi = min(lows) >> 18, (max(highs) >> 18) + 1
+    else:
+        return None
+    return lo, max(1, -(-(hi - lo) // buckets))
+
+
+def timeline(counts: list[dict], frame: tuple[int, int] | None, buckets: int) -> dict | None:
+    """Events read per table and commit-time bucket, from the counts (rows carry `bucket`), for
+    the monitoring page's chart: computed by the run itself, never by reading the archive again."""
+    if frame is None:
+        return None
+    tables: dict[str, list[int]] = {}
+    for row in counts:
+        if row.get("bucket") is None:
+            continue
+        name = _table_name(row["database"], row["table"])
+        tables.setdefault(name, [0] * buckets)[row["bucket"]] += row["events"]
+    if not tables:
+        return None
+    return {"start_ms": frame[0], "bucket_ms": frame[1], "buckets": buckets, "tables": dict(sorted(tables.items())),
+            "sampled": 1.0}
+
+
 def _missing(stats: dict) -> int:
     """Offsets between a partition's lowest and highest that no record holds."""
     if stats.get("min_offset") is None:

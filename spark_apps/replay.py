@@ -373,7 +373,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if args.require_schema:
         tagged = _quarantine_unknown_tables(tagged, history)
 
-    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage").agg(
+    # counts per status, and per commit-time bucket for the timeline (the page's chart)
+    frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
+    bucket = T.commit_bucket(*frame) if frame else F.lit(None).cast("int")
+    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage",
+                                                 bucket.alias("bucket")).agg(
         F.count(F.lit(1)).alias("events"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
     ).collect()]
@@ -433,6 +437,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if output_plan.kafka is not None:
         _kafka_manifest(manifest, output_plan.kafka, home)
     manifest["quarantine"]["reasons"] = reasons
+    manifest["timeline"] = manifest_mod.timeline(counts, frame, T.TIMELINE_BUCKETS)
     progress.phase(f"committing {home}")
     # lakehouse tables are committed already, table by table; the rest of the output stays
     manifest_mod.commit(home, staging, manifest, replace=output_plan.lake_tables is None)

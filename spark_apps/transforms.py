@@ -396,3 +396,14 @@ def quarantine_reasons(tagged: DataFrame) -> DataFrame:
             .agg(F.count(F.lit(1)).alias("records"), F.min_by(sample, F.struct("object", "line", "offset")).alias("sample"))
             .orderBy(F.desc("records"), "stage", "reason")
             .limit(REASONS_LISTED))
+
+
+TIMELINE_BUCKETS = 60  # commit-time buckets of the manifest's timeline (the monitoring page's chart)
+
+
+def commit_bucket(start_ms: int, bucket_ms: int, buckets: int = TIMELINE_BUCKETS) -> Column:
+    """The commit-time bucket of a row or DDL event of a table, null for other events and for
+    commit times outside [start_ms, start_ms + buckets * bucket_ms)."""
+    index = F.floor((F.shiftright(F.col("commit_ts"), 18) - F.lit(start_ms)) / F.lit(bucket_ms)).cast("int")
+    counted = F.col("kind").isin(Kind.ROW, Kind.DDL) & F.col("table").isNotNull() & F.col("commit_ts").isNotNull()
+    return F.when(counted & (index >= 0) & (index < buckets), index)

@@ -110,6 +110,15 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert reasons[0]["sample"]["object"].endswith(".jsonl.gz") and reasons[0]["sample"]["offset"] is not None
     assert "canal-json" in reasons[0]["reason"] and "offset" not in reasons[0]["reason"]
     assert "    1 x [decode] " in summary.stdout
+    # the page's chart: events read per table and commit-time bucket, counted by the run itself
+    import cdc_codecs
+
+    codec = cdc_codecs.get_codec("canal-json", {"enable-tidb-extension": "true"})
+    read = [e for r in generated.records if not r.value.startswith(b"\x00") for e in codec.decode(r)
+            if e["kind"] in ("row", "ddl") and e["commit_ts"] and e["table"]]
+    timeline = json.loads((output / "_manifest.json").read_text())["timeline"]
+    assert timeline["buckets"] == 60 and sorted(timeline["tables"]) == ["shop.customers", "shop.orders"]
+    assert sum(sum(v) for v in timeline["tables"].values()) == len(read)  # duplicates are events read too
 
 
 def test_progress_eta_from_the_stage_task_rate():

@@ -406,7 +406,7 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     manifest = hook.read_json(manifest_uri)
     metrics = run_metrics(manifest, dag_id=dag_id, run_id=run_id, request=plan["original"],
                           staged=plan["staged"], data_interval=data_interval)
-    metrics["timeline"] = _timeline(hook, plan, manifest)
+    metrics["timeline"] = _timeline(manifest)
     c = metrics["counts"]
     log.info("Replay %s: %s events read = applied %s + deduplicated %s + pending %s + filtered %s + quarantined %s; "
              "%s records emitted in %s objects to %s", manifest["run_id"], f"{c['read']:,}", f"{c['applied']:,}",
@@ -439,33 +439,10 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     return metrics
 
 
-def _timeline(hook, plan: dict, manifest: dict) -> dict | None:
-    """Events per table over commit time for the page's chart (cdc_replay_airflow.timeline); a
-    bounded re-read of the objects the run read. Never fails the run."""
-    import os
-    import time
-
-    from cdc_replay_airflow.timeline import profile
-
-    max_mb = float(os.environ.get("CDC_REPLAY_PROFILE_MAX_MB", "16"))
-    if max_mb <= 0:
-        return None
-    started = time.monotonic()
-    try:
-        items = hook.read_json(plan["staged"]["manifest"])["items"]
-        request = plan["request"]
-        upper = request.get("until") if request.get("until") is not None else request.get("as_of")
-        result = profile([(i["uri"], i["size"]) for i in items], hook.read_bytes, manifest["source"]["protocol"],
-                         manifest["source"]["options"], window=(request.get("since"), upper),
-                         max_bytes=int(max_mb * 1e6))
-    except Exception as e:  # noqa: BLE001 - a chart is not worth failing a run for
-        log.warning("No events-over-time profile for the page: %s: %s", type(e).__name__, e)
-        return None
-    if result:
-        log.info("Profiled events per table over commit time for the page: %d of %d objects (%.0f%% of the bytes) "
-                 "in %.1f s", result["objects_read"], result["objects"], 100 * result["sampled"],
-                 time.monotonic() - started)
-    return result
+def _timeline(manifest: dict) -> dict | None:
+    """Events per table over commit time for the page's chart: the run computed it while
+    counting (the manifest's `timeline`); nothing is read or decoded again here."""
+    return manifest.get("timeline")
 
 
 def publish(hook, plan: dict, metrics: dict) -> dict:

@@ -158,31 +158,20 @@ def test_an_empty_page_says_what_to_do():
     assert "Trigger <b>cdc_replay_manual</b>" in render_page([], prefix="/cdc-replay")
 
 
-def test_timeline_counts_events_per_table_and_bucket(tmp_path):
-    from cdc_replay_airflow.timeline import choose, profile
-    from spark_apps import storage
-    from spark_apps.generate import generate, write_archive
-
-    generated = generate(transactions=120, partitions=2, seed=4, bad_values=1)
-    write_archive(generated.records, str(tmp_path), records_per_object=50)
-    objects = [(o.uri, o.size) for o in storage.list_objects(str(tmp_path))]
-    read = lambda uri: open(uri, "rb").read()  # noqa: E731
-    options = {"enable-tidb-extension": "true"}
-    full = profile(objects, read, "canal-json", options, buckets=10)
-    assert full["sampled"] == 1.0 and full["objects_read"] == len(objects) and len(full["tables"]) == 2
-    assert all(len(v) == 10 for v in full["tables"].values())
-    rows_and_ddl = sum(1 for r in generated.records if r.value and not r.value.startswith(b"\x00")
-                       for e in __import__("cdc_codecs").get_codec("canal-json", options).decode(r)
-                       if e["kind"] in ("row", "ddl") and e["commit_ts"] and e["table"])
-    assert round(sum(sum(v) for v in full["tables"].values())) == rows_and_ddl  # duplicates are events read too
-    # a window keeps its own changes and tiles the buckets over it
-    lo = full["start_ms"] << 18
-    windowed = profile(objects, read, "canal-json", options, window=(lo + (1000 << 18) - 1, lo + (3000 << 18) - 1), buckets=4)
-    assert windowed["start_ms"] == full["start_ms"] + 1000 and windowed["bucket_ms"] == 500
-    # bounded: a spread of objects, counts scaled
-    assert 1 <= len(choose(sorted(objects), 4000)) < len(objects)
-    sampled = profile(objects, read, "canal-json", options, max_bytes=4000)
-    assert sampled["sampled"] < 1 and sampled["objects_read"] < len(objects)
+def test_the_timeline_comes_from_the_run_counts():
+    """The app's counts carry a commit-time bucket; the manifest's timeline sums them per table
+    and bucket, within the frame (the window when there is one)."""
+    stats = [{"min_commit_ts": tso(0), "max_commit_ts": tso(5999)}, {"min_commit_ts": tso(10), "max_commit_ts": None}]
+    frame = manifest_mod.timeline_frame(stats, None, None, 3)
+    assert frame == (MS, 2000)
+    assert manifest_mod.timeline_frame(stats, tso(1000) - 1, tso(3000) - 1, 4) == (MS + 1000, 500)
+    assert manifest_mod.timeline_frame([{"min_commit_ts": None, "max_commit_ts": None}], None, None, 3) is None
+    counts = [{"status": "applied", "database": "shop", "table": "orders", "bucket": 0, "events": 4},
+              {"status": "duplicate", "database": "shop", "table": "orders", "bucket": 0, "events": 1},
+              {"status": "applied", "database": "shop", "table": "orders", "bucket": 2, "events": 3},
+              {"status": "applied", "database": None, "table": None, "bucket": None, "events": 9}]
+    assert manifest_mod.timeline(counts, frame, 3) == {
+        "start_ms": MS, "bucket_ms": 2000, "buckets": 3, "tables": {"shop.orders": [5, 0, 3]}, "sampled": 1.0}
 
 
 def test_the_chart_uses_timelines():

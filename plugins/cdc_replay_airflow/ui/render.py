@@ -87,7 +87,7 @@ def _segments(m: dict) -> list[dict]:
     timeline = m.get("timeline")
     if timeline:
         width = timeline["bucket_ms"]
-        sampled = "" if timeline["sampled"] >= 1 else f" (estimated from {100 * timeline['sampled']:.0f}% of the bytes)"
+        sampled = "" if timeline.get("sampled", 1) >= 1 else f" (estimated from {100 * timeline['sampled']:.0f}% of the bytes)"
         for table, values in timeline["tables"].items():
             for i, value in enumerate(values):
                 if value:

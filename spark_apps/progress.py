@@ -15,6 +15,10 @@ log = logging.getLogger("cdc_replay")
 class Progress:
     def __init__(self, spark, run_id: str, every: float = 10.0):
         self._tracker = spark.sparkContext.statusTracker()
+        # records decoded so far: tasks add to it as they finish (Spark sends accumulator
+        # updates with each finished task)
+        self.records = spark.sparkContext.accumulator(0)
+        self._started = time.monotonic()
         enabled = spark.sparkContext.getConf().get("spark.ui.enabled", "true") == "true"
         self._ui_url = spark.sparkContext.uiWebUrl if enabled else None
         self._run_id = run_id
@@ -54,10 +58,30 @@ class Progress:
                 started = first_seen.setdefault(stage.stageId, now)
                 parts.append(f"stage {stage.stageId}: {done}/{stage.numTasks} tasks "
                              f"({100 * done // stage.numTasks}%){eta(done, stage.numTasks, now - started)}")
+            decoded = self.records.value
+            if parts and decoded:
+                elapsed = time.monotonic() - self._started
+                parts.insert(0, f"{decoded:,} records decoded ({decoded / max(elapsed, 0.001):,.0f} records/s)")
             line = f"{self._phase}: {'; '.join(parts)}" if parts else None
             if line and line != last:
                 log.info("[replay %s] %s", self._run_id, line)
                 last = line
+
+
+def counting(fn, counter):
+    """The mapInArrow function `fn`, adding the records it decodes (events with index 0: one
+    per record, quarantined ones included) to the accumulator `counter`."""
+    if counter is None:
+        return fn
+
+    def run(batches):
+        import pyarrow.compute as pc
+
+        for batch in fn(batches):
+            counter.add(pc.sum(pc.equal(batch.column("event_index"), 0)).as_py() or 0)
+            yield batch
+
+    return run
 
 
 def eta(done: int, total: int, elapsed: float) -> str:

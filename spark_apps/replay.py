@@ -242,17 +242,19 @@ def _plan_layout(args: ReplayArgs, source: str):
         raise ReplayError(str(e)) from e
 
 
-def _decode(spark, objects, protocol: str, options: dict):
+def _decode(spark, objects, protocol: str, options: dict, counter=None):
     """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
-    decoded rows, each object read and decoded in a Spark task."""
+    decoded rows, each object read and decoded in a Spark task; `counter` (an accumulator)
+    counts the records decoded, for the progress lines."""
     from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.progress import counting
     from spark_apps.schema import DECODED_STRUCT
 
     parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
     # biggest objects first, spread over the slices
     rows = [(o.uri, o.size, getattr(o, "params", None)) for o in sorted(objects, key=lambda o: -o.size)]
     objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long, params string")
-    return objects_df.mapInArrow(decode_objects_fn(protocol, options), DECODED_STRUCT)
+    return objects_df.mapInArrow(counting(decode_objects_fn(protocol, options), counter), DECODED_STRUCT)
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -313,7 +315,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         decoded = kafka_io.read_decoded(spark, source, args.starting_offsets, args.ending_offsets, args.protocol,
                                         parse_option_pairs(args.protocol_option))
     else:
-        decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option))
+        decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
+                          progress.records)
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut

@@ -121,13 +121,6 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert sum(sum(v) for v in timeline["tables"].values()) == len(read)  # duplicates are events read too
 
 
-def test_progress_eta_from_the_stage_task_rate():
-    from spark_apps.progress import eta
-
-    assert eta(0, 10, 5.0) == "" and eta(10, 10, 5.0) == ""
-    assert eta(5, 10, 10.0) == ", 0.5 tasks/s, about 10 s left"
-    assert eta(1, 100, 60.0) == ", 1.0 tasks/min, about 99 min left"
-
 
 def test_summary_of_a_missing_incomplete_or_foreign_output_is_one_line(tmp_path, s3_endpoint, capsys):
     cases = {

@@ -3,6 +3,7 @@ the codec package does not shadow the standard library's `codecs`."""
 
 import codecs
 import importlib.metadata
+import pathlib
 
 import pytest
 
@@ -52,3 +53,18 @@ def test_codecs_import_nothing_of_the_app():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_pyproject_pins_what_the_lock_pins():
+    """Every direct dependency is pinned in pyproject.toml to the version requirements.lock
+    installs, so `pip install cdc-replay` gets what the tests ran against."""
+    import re
+    import tomllib
+
+    root = pathlib.Path(__file__).parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    lock = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", (root / "requirements.lock").read_text(), re.M))
+    lock = {name.lower(): version for name, version in lock.items()}
+    for dep in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        name, extras, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==(\S+)", dep).groups()
+        assert lock.get(name.lower()) == version, f"{dep}: the lock has {lock.get(name.lower())}"

@@ -167,3 +167,53 @@ def test_the_plugin_registers_only_the_page(tmp_path):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"plugins": ["cdc_replay"], "errors": {}, "apps": ["/cdc-replay"],
                       "views": ["cdc-replay", "cdc-replay-run"], "stray": []}
+
+
+PROVIDER_CHECK = r"""
+import json
+from airflow import plugins_manager
+from airflow.providers_manager import ProvidersManager
+pm = ProvidersManager()
+pm.initialize_providers_list()
+pm.initialize_providers_plugins()
+plugins, errors = plugins_manager._get_plugins()
+provider = pm.providers.get("cdc-replay")
+print(json.dumps({"provider": provider.data["name"] if provider else None,
+                  "provider_plugins": sorted(p.name for p in pm.plugins if p.provider_name == "cdc-replay"),
+                  "plugins": [p.name for p in plugins], "errors": errors}))
+"""
+
+USER_DAG = """
+from airflow.sdk import Param
+from cdc_replay_airflow.manual import manual_replay_dag
+
+manual_replay_dag("shop_replay", doc_md="Our own replay of the shop archive, built on cdc-replay's package.",
+                  tags=["cdc-replay", "shop"],
+                  params={"source": Param("s3://our-archive/shop", type="string", title="Source archive",
+                                          section="Source")})
+"""
+
+
+def test_the_installed_package_is_a_provider_with_its_plugin_and_dag_builder(tmp_path):
+    """Installed with pip, without this repository's plugins folder: Airflow's providers manager
+    lists cdc-replay with its plugin, the plugin loads from the entry point, and a user's own
+    DAG file builds the manual replay DAG from the package."""
+    empty = tmp_path / "no-plugins"
+    empty.mkdir()
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "shop_replay.py").write_text(USER_DAG)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
+    env.update({"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(empty), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)})
+    result = subprocess.run([sys.executable, "-c", PROVIDER_CHECK], capture_output=True, text=True, env=env,
+                            timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"provider": "CDC replay", "provider_plugins": ["cdc_replay"], "plugins": ["cdc_replay"],
+                      "errors": {}}
+    result = subprocess.run([sys.executable, "-c", PARSE, str(dags), ",".join(HEAVY)], capture_output=True,
+                            text=True, env=env, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {} and parsed["dags"] == ["shop_replay"] and parsed["heavy"] == []

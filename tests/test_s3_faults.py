@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
-import subprocess
-import sys
 
 import orjson
 import zstandard
@@ -60,30 +58,50 @@ def _files(output):
     return {storage.relative(o.uri, output): storage.read_bytes(o.uri) for o in storage.list_objects(output)}
 
 
+@contextlib.contextmanager
+def _workers_through(spark, proxy):
+    """The shared session's Python workers reach S3 through the proxy (a session's workers take
+    SparkContext.environment, as spark.executorEnv.* sets it), and so does this process."""
+    environment = spark.sparkContext.environment
+    saved, saved_here, saved_settings = environment.get("AWS_ENDPOINT_URL"), os.environ["AWS_ENDPOINT_URL"], storage.settings()
+    environment["AWS_ENDPOINT_URL"] = os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+    try:
+        yield
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = saved_here
+        storage.configure(saved_settings)
+        if saved is None:
+            environment.pop("AWS_ENDPOINT_URL", None)
+        else:
+            environment["AWS_ENDPOINT_URL"] = saved
+
+
 def test_a_replay_through_throttling_and_resets_equals_one_without_faults(spark, bucket, s3_endpoint):
+    from spark_apps.demo import read_snapshot
     from spark_apps.options import ReplayArgs, parser
     from spark_apps.replay import run
 
-    generated = generate(transactions=150, partitions=2, seed=14, duplicate_rate=0.1)
-    write_archive(generated.records, f"{bucket}/archive", records_per_object=60)
-    argv = ["--source", f"{bucket}/archive", "--protocol", "canal-json", *TIDB, "--emit", "topics",
+    from .reference import reference_state
+
+    generated = generate(transactions=80, partitions=2, seed=14, duplicate_rate=0.1)
+    write_archive(generated.records, f"{bucket}/archive", records_per_object=30)
+    argv = ["--source", f"{bucket}/archive", "--protocol", "canal-json", *TIDB, "--emit", "snapshot",
             "--target-option", "enable-tidb-extension=true", "--run-id", "faults"]
-    clean = run(ReplayArgs.from_namespace(parser().parse_args([*argv, "--output", f"{bucket}/clean"])), spark=spark)
 
-    with fault_proxy(s3_endpoint, slow_down=0.1, reset=0.3, seed=14) as proxy:
-        env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint, "SPARK_LOCAL_IP": "127.0.0.1"}
-        result = subprocess.run(
-            [sys.executable, "-m", "spark_apps.replay", *argv, "--output", f"{bucket}/faulty", "--master", "local[2]",
-             "--s3-read-chunk-size", "4096", "--s3-max-attempts", "10"],
-            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    def replay(output, *extra):
+        return run(ReplayArgs.from_namespace(parser().parse_args([*argv, "--output", output, *extra])), spark=spark)
+
+    clean = replay(f"{bucket}/clean")
+    with fault_proxy(s3_endpoint, slow_down=0.1, reset=0.4, seed=14, min_body=512) as proxy, \
+            _workers_through(spark, proxy):
+        faulty = replay(f"{bucket}/faulty", "--s3-read-chunk-size", "2048", "--s3-max-attempts", "10")
     assert proxy.counts["slow_down"] > 0 and proxy.counts["reset"] > 0, proxy.counts
-    assert "resuming" in result.stderr  # the tasks' logs: bodies cut mid-range were resumed
+    assert any("/archive/" in path for path in proxy.reset_paths)  # Spark tasks' reads of archive objects
 
-    faulty = orjson.loads(storage.read_bytes(f"{bucket}/faulty/_manifest.json"))
     counts = faulty["counts"]
     assert counts["reconciled"] and counts == clean["counts"]
     assert counts["records"] == len(generated.records)  # every archived record read exactly once
+    assert read_snapshot(f"{bucket}/faulty") == reference_state(generated.events, generated.cut_ts)
     clean_files, faulty_files = _files(f"{bucket}/clean"), _files(f"{bucket}/faulty")
     assert clean_files.keys() == faulty_files.keys()
     for name in clean_files:

@@ -33,6 +33,7 @@ class FaultProxy:
         self.random = random.Random(seed)
         self.lock = threading.Lock()
         self.counts: Counter = Counter()
+        self.reset_paths: list[str] = []  # the GETs whose bodies were cut
         self.enabled = True
         proxy = self
 
@@ -83,6 +84,7 @@ class FaultProxy:
                 if cut:
                     with proxy.lock:
                         proxy.counts["reset"] += 1
+                        proxy.reset_paths.append(self.path)
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     # SO_LINGER 0: close() sends RST, the client sees "connection reset by peer"

@@ -62,3 +62,56 @@ def test_backfill_reads_kafka_and_produces_into_kafka(airflow_env, airflow_home,
         assert not storage.list_objects(f"{bucket}/kafka-run/_staging/airflow")  # published: staging removed
     finally:
         broker.stop()
+
+
+# ------------------------------------------------------------------ the form's Kafka fields (no broker)
+
+def test_kafka_fields_become_the_apps_kafka_uris_and_options():
+    from cdc_replay_airflow.request import parse_request, replay_arguments
+
+    request = parse_request({"source": "kafka://shop,orders", "protocol": "canal-json", "output": "kafka://",
+                             "emit": "topics", "manifest_uri": "s3://lake/kafka-run",
+                             "starting_offsets": '{"shop": {"0": 5, "1": -2}}', "kafka_connection": "prod_kafka"})
+    assert request.kafka_connection == "prod_kafka" and request.home == "s3://lake/kafka-run"
+    app = request.with_kafka_servers("b1:9092,b2:9092")
+    assert app.source == "kafka://b1:9092,b2:9092/shop,orders" and app.output == "kafka://b1:9092,b2:9092"
+    args = replay_arguments(app)
+    assert args[args.index("--starting-offsets") + 1] == '{"shop": {"0": 5, "1": -2}}'
+    assert "--ending-offsets" not in args and args[args.index("--manifest-uri") + 1] == "s3://lake/kafka-run"
+
+
+@pytest.mark.parametrize("conf, field", [
+    ({"output": "kafka://", "emit": "topics"}, "manifest_uri"),
+    ({"output": "kafka://", "manifest_uri": "s3://lake/m", "emit": "snapshot"}, "emit"),
+    ({"output": "kafka://127.0.0.1:9092", "manifest_uri": "s3://lake/m", "emit": "topics"}, "output"),
+    ({"source": "kafka://shop", "starting_offsets": "oldest"}, "starting_offsets"),
+    ({"source": "kafka://shop", "ending_offsets": "earliest"}, "ending_offsets"),
+    ({"source": "kafka://", "output": "s3://lake/out"}, "source"),
+    ({"starting_offsets": "latest"}, "starting_offsets"),
+    ({"manifest_uri": "s3://lake/m"}, "manifest_uri"),
+])
+def test_bad_kafka_fields_are_refused_naming_the_field(conf, field):
+    from cdc_replay_airflow.request import RequestError, parse_request
+
+    full = {"source": "s3://archive/shop", "protocol": "canal-json", "output": "s3://lake/out", **conf}
+    with pytest.raises(RequestError) as e:
+        parse_request(full)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("host, port, extra, servers", [
+    (None, None, {"bootstrap.servers": "k1:9092, k2:9093"}, "k1:9092,k2:9093"),
+    ("broker", 19092, {}, "broker:19092"),
+    ("k1,k2:9093", None, None, "k1:9092,k2:9093"),
+])
+def test_bootstrap_servers_come_from_the_extra_else_host_and_port(host, port, extra, servers):
+    from cdc_replay_airflow.hooks.kafka import servers_of
+
+    assert servers_of(host, port, extra) == servers
+
+
+def test_a_connection_without_brokers_is_refused():
+    from cdc_replay_airflow.hooks.kafka import servers_of
+
+    with pytest.raises(ValueError, match="bootstrap.servers"):
+        servers_of(None, None, {"security.protocol": "SSL"})

@@ -262,7 +262,7 @@ class _RangedReader(io.RawIOBase):
 
         failures = 0
         while True:
-            if self._size is not None and self._position >= self._size:
+            if not len(buffer) or (self._size is not None and self._position >= self._size):
                 return 0
             try:
                 if self._body is None or self._position >= self._body_end:

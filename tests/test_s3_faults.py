@@ -63,7 +63,8 @@ def _workers_through(spark, proxy):
     """The shared session's Python workers reach S3 through the proxy (a session's workers take
     SparkContext.environment, as spark.executorEnv.* sets it), and so does this process."""
     environment = spark.sparkContext.environment
-    saved, saved_here, saved_settings = environment.get("AWS_ENDPOINT_URL"), os.environ["AWS_ENDPOINT_URL"], storage.settings()
+    saved, saved_here = environment.get("AWS_ENDPOINT_URL"), os.environ["AWS_ENDPOINT_URL"]
+    saved_settings = storage.settings()
     environment["AWS_ENDPOINT_URL"] = os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
     try:
         yield

@@ -30,7 +30,8 @@ def test_backfill_reads_kafka_and_produces_into_kafka(airflow_env, airflow_home,
         broker.create_topic("shop", 2)
         produce(broker.bootstrap, generated.records)
         connection = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap}})
-        conf = {"source": "kafka://shop", "protocol": "canal-json", "protocol_options": {"enable-tidb-extension": "true"},
+        conf = {"source": "kafka://shop", "protocol": "canal-json",
+                "protocol_options": {"enable-tidb-extension": "true"},
                 "output": "kafka://", "manifest_uri": f"{bucket}/kafka-run", "emit": "topics",
                 "target_topic": "out-{topic}", "target_options": {"enable-tidb-extension": "true"}}
         result = run_airflow(["dags", "test", "cdc_replay_backfill", "-c", json.dumps(conf)],

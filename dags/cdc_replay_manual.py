@@ -15,6 +15,10 @@ deduplicated **topics** re-encoded in any protocol — and where the output goes
 | `publish` | removes the staging area, records the metrics (the **CDC replay** page in the UI), and emits an asset event for the output URI (through the `cdc_replay_outputs` alias), so downstream DAGs can schedule on it |
 
 The output prefix is replaced as a whole when a run succeeds, so re-running is safe.
+Kafka: the source may be `kafka://topic1,topic2` (with starting/ending offsets) and the output
+`kafka://` (emit topics, with a manifest URI); the cluster is the Airflow connection named in
+`kafka_connection` (default `kafka_default`: its extra's `bootstrap.servers`, else host:port).
+A rerun of a finished Kafka output produces nothing twice (docs/kafka.md).
 Commit ts fields take a TiDB TSO (an integer) or an ISO-8601 time such as `2026-01-01T00:00:30Z`.
 """
 

@@ -177,9 +177,12 @@ def read_object(uri: str) -> bytes:
 
 def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
     """mapInArrow function: batches of (uri, size[, params]) -> batches of DECODED_ARROW_SCHEMA
-    (`params`: the layout plan item's JSON; without it, Kafka-record objects)."""
+    (`params`: the layout plan item's JSON; without it, Kafka-record objects). The driver's
+    S3 read settings (chunk size, attempts) travel with the function to the tasks."""
+    read_settings = storage.settings()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        storage.configure(read_settings)
         codec = get_codec(protocol, options, read_object=read_object)
         for batch in batches:
             uris = batch.column("uri").to_pylist()

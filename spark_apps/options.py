@@ -135,6 +135,17 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                      help="serve Spark's web UI while the run lasts, for following a long run stage by stage "
                           "(off by default: it costs start-up time); its address is logged")
     run.add_argument("--run-id", help="id recorded in the manifest (default: generated)")
+    run.add_argument("--s3-read-chunk-size", type=int, default=8 << 20, metavar="BYTES",
+                     help="S3 objects are read in Range GETs of this many bytes; a body cut mid-range (connection "
+                          "reset) is resumed from the first byte not yet received (default: %(default)s, 8 MiB; "
+                          "docs/reliability.md)")
+    run.add_argument("--s3-max-attempts", type=int, default=None, metavar="N",
+                     help="attempts per S3 request, retried with exponential backoff on throttling (503 SlowDown), "
+                          "5xx and connection errors, and resumes of one interrupted body (default: "
+                          "AWS_MAX_ATTEMPTS, else 8)")
+    run.add_argument("--s3-retry-mode", choices=("standard", "adaptive"), default=None,
+                     help="botocore's retry mode: standard (default, or AWS_RETRY_MODE) or adaptive (also slows "
+                          "the client down while S3 throttles)")
 
 
 @dataclasses.dataclass
@@ -172,6 +183,18 @@ class ReplayArgs:
     ending_offsets: str = "latest"
     manifest_uri: str | None = None
     spark_ui: bool = False
+    s3_read_chunk_size: int = 8 << 20
+    s3_max_attempts: int | None = None
+    s3_retry_mode: str | None = None
+
+    def read_settings(self):
+        """The S3 read settings these options give (spark_apps.storage.ReadSettings)."""
+        from spark_apps.storage import ReadSettings, _default_settings
+
+        default = _default_settings()
+        return ReadSettings(chunk_size=self.s3_read_chunk_size,
+                            max_attempts=self.s3_max_attempts or default.max_attempts,
+                            retry_mode=self.s3_retry_mode or default.retry_mode)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

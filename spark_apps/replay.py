@@ -130,6 +130,10 @@ def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
     _refuse_overlaps(args)
+    try:  # S3 reads of this process; Spark tasks get the same settings (archive_io)
+        storage.configure(args.read_settings())
+    except ValueError as e:
+        raise ReplayError(f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
     try:
         source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
         target_protocol = args.target_protocol or args.protocol

@@ -9,13 +9,58 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
+import random
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 _S3_CLIENTS: dict = {}
+log = logging.getLogger("cdc_replay")
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """How S3 objects are read: GETs of `chunk_size` bytes (Range requests), and botocore's
+    retry policy (`retry_mode` standard|adaptive, `max_attempts` per request, which also
+    bounds the resumes of one interrupted body). Defaults follow the AWS variables
+    AWS_MAX_ATTEMPTS / AWS_RETRY_MODE when set, as every AWS SDK does."""
+
+    chunk_size: int = 8 << 20
+    max_attempts: int = 8
+    retry_mode: str = "standard"
+
+
+def _default_settings() -> ReadSettings:
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "")
+    mode = os.environ.get("AWS_RETRY_MODE", "")
+    return ReadSettings(max_attempts=int(attempts) if attempts.isdigit() and int(attempts) > 0 else 8,
+                        retry_mode=mode if mode in ("standard", "adaptive") else "standard")
+
+
+_SETTINGS = _default_settings()
+
+
+def settings() -> ReadSettings:
+    return _SETTINGS
+
+
+def configure(read_settings: ReadSettings) -> None:
+    """Use these settings in this process (the driver sets them from the options; Spark
+    tasks get them in the closure of the function that reads: archive_io)."""
+    global _SETTINGS
+    if read_settings.chunk_size < 1:
+        raise ValueError(f"chunk size must be at least 1 byte, got {read_settings.chunk_size}")
+    if read_settings.max_attempts < 1:
+        raise ValueError(f"max attempts must be at least 1, got {read_settings.max_attempts}")
+    if read_settings.retry_mode not in ("standard", "adaptive"):
+        raise ValueError(f"retry mode must be standard or adaptive, got {read_settings.retry_mode!r}")
+    if read_settings != _SETTINGS:
+        _SETTINGS = read_settings
+        _S3_CLIENTS.clear()
 
 
 @dataclass(frozen=True)
@@ -65,7 +110,9 @@ def _split_s3(uri: str) -> tuple[str, str]:
 
 
 def s3_client():
-    """One boto3 client per process and endpoint (creating one costs ~50 ms)."""
+    """One boto3 client per process and endpoint (creating one costs ~50 ms). botocore
+    retries each request (503 SlowDown and other throttling, 5xx, connection errors before
+    the response) with exponential backoff, as `settings()` says."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
     client = _S3_CLIENTS.get(endpoint)
     if client is None:
@@ -74,7 +121,8 @@ def s3_client():
 
         client = boto3.client(
             "s3", endpoint_url=endpoint,
-            config=Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16),
+            config=Config(retries={"max_attempts": _SETTINGS.max_attempts, "mode": _SETTINGS.retry_mode},
+                          max_pool_connections=16),
         )
         _S3_CLIENTS[endpoint] = client
     return client
@@ -152,9 +200,106 @@ def relative(uri: str, prefix: str) -> str:
 def read_bytes(uri: str) -> bytes:
     if is_s3(uri):
         bucket, key = _split_s3(uri)
-        return s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        with _RangedReader(bucket, key) as reader:
+            return reader.readall()
     with open(uri, "rb") as f:
         return f.read()
+
+
+class _RangedReader(io.RawIOBase):
+    """An S3 object's bytes, read in Range GETs of `settings().chunk_size` bytes.
+
+    botocore retries a GET until its response starts, but a body cut afterwards (connection
+    reset, timeout mid-stream) surfaces as an exception from read(): retrying the whole
+    object there would re-emit lines already yielded. This reader instead asks again for
+    the range from the first byte not yet received, with exponential backoff (full jitter),
+    up to `max_attempts` consecutive failures; later ranges carry If-Match with the first
+    response's ETag, so an object replaced mid-read fails instead of mixing two versions."""
+
+    def __init__(self, bucket: str, key: str):
+        self._bucket, self._key = bucket, key
+        self._settings = _SETTINGS
+        self._position = 0
+        self._size: int | None = None  # known after the first response
+        self._etag: str | None = None
+        self._body = None
+        self._body_end = 0  # the range of the current body ends before this byte
+        self.resumes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _open(self) -> None:
+        end = self._position + self._settings.chunk_size - 1
+        if self._size is not None:
+            end = min(end, self._size - 1)
+        request = {"Bucket": self._bucket, "Key": self._key, "Range": f"bytes={self._position}-{end}"}
+        if self._etag:
+            request["IfMatch"] = self._etag
+        try:
+            response = s3_client().get_object(**request)
+        except Exception as e:
+            code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+            if code == "InvalidRange" and self._position == 0:  # a zero-byte object
+                self._size, self._body, self._body_end = 0, None, 0
+                return
+            raise
+        self._etag = self._etag or response.get("ETag")
+        content_range = response.get("ContentRange") or ""
+        if "/" in content_range:
+            self._size = int(content_range.rsplit("/", 1)[1])
+        else:  # a server that ignored Range sent the whole object
+            if self._position:
+                response["Body"].close()
+                raise OSError(f"s3://{self._bucket}/{self._key}: the server ignored a Range request")
+            self._size = int(response.get("ContentLength", 0))
+        self._body = response["Body"]
+        self._body_end = self._position + int(response.get("ContentLength", 0))
+
+    def readinto(self, buffer) -> int:
+        import botocore.exceptions as bx
+        import urllib3.exceptions as ux
+
+        failures = 0
+        while True:
+            if not len(buffer) or (self._size is not None and self._position >= self._size):
+                return 0
+            try:
+                if self._body is None or self._position >= self._body_end:
+                    self._close_body()
+                    self._open()
+                    if self._body is None:
+                        return 0
+                data = self._body.read(min(len(buffer), self._body_end - self._position))
+                if not data:
+                    raise bx.IncompleteReadError(actual_bytes=self._position, expected_bytes=self._body_end)
+            except (bx.ResponseStreamingError, bx.IncompleteReadError, bx.ReadTimeoutError, bx.ConnectionError,
+                    ux.HTTPError, ConnectionError, TimeoutError) as e:
+                self._close_body()
+                failures += 1
+                if failures >= self._settings.max_attempts:
+                    raise
+                self.resumes += 1
+                delay = random.uniform(0, min(20.0, 0.1 * 2 ** failures))
+                log.warning("s3://%s/%s: read interrupted at byte %d (%s); resuming in %.2fs",
+                         self._bucket, self._key, self._position, type(e).__name__, delay)
+                time.sleep(delay)
+                continue
+            buffer[: len(data)] = data
+            self._position += len(data)
+            return len(data)
+
+    def _close_body(self) -> None:
+        if self._body is not None:
+            try:
+                self._body.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is dropped
+                pass
+            self._body = None
+
+    def close(self) -> None:
+        self._close_body()
+        super().close()
 
 
 # object compression chosen by the name's last extension (kept libraries: gzip, zstandard,
@@ -220,12 +365,9 @@ CHUNK = 1 << 20
 def _chunks(uri: str) -> Iterator[bytes]:
     if is_s3(uri):
         bucket, key = _split_s3(uri)
-        body = s3_client().get_object(Bucket=bucket, Key=key)["Body"]
-        try:
-            while chunk := body.read(CHUNK):
+        with _RangedReader(bucket, key) as reader:
+            while chunk := reader.read(CHUNK):
                 yield chunk
-        finally:
-            body.close()
         return
     with open(uri, "rb") as f:
         while chunk := f.read(CHUNK):
@@ -307,8 +449,7 @@ def open_stream(uri: str):
     """A binary file object over the object's decompressed bytes (by extension)."""
     if is_s3(uri):
         bucket, key = _split_s3(uri)
-        body = s3_client().get_object(Bucket=bucket, Key=key)["Body"]
-        stream = io.BufferedReader(_RawReader(body), buffer_size=1 << 20)
+        stream = io.BufferedReader(_RangedReader(bucket, key), buffer_size=1 << 20)
     else:
         stream = open(uri, "rb", buffering=1 << 20)
     try:
@@ -316,25 +457,6 @@ def open_stream(uri: str):
     except Exception:
         stream.close()
         raise
-
-
-class _RawReader(io.RawIOBase):
-    """A file object over a botocore body (which only offers read(n))."""
-
-    def __init__(self, body):
-        self._body = body
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        data = self._body.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._body.close()
-        super().close()
 
 
 def _stream_chunks(stream) -> Iterator[bytes]:

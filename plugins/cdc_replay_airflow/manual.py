@@ -14,7 +14,14 @@ import datetime as dt
 from airflow.sdk import AssetAlias, Param, dag, get_current_context, task
 
 from cdc_replay_airflow.operators.replay import ReplayOperator
-from cdc_replay_airflow.request import LAYOUTS, PROTOCOLS, TABLE_PATTERN, URI_PATTERN, app_capabilities
+from cdc_replay_airflow.request import (
+    KAFKA_SOURCE_PATTERN,
+    LAYOUTS,
+    PROTOCOLS,
+    TABLE_PATTERN,
+    URI_PATTERN,
+    app_capabilities,
+)
 
 DAG_ID = "cdc_replay_manual"
 DEPRECATED_DAG_ID = "cdc_replay_backfill"
@@ -36,9 +43,21 @@ def _commit_ts_param(title: str, description: str) -> Param:
 
 
 PARAMS = {
-    "source": Param("s3://cdc-archive/tidb/shop", type="string", pattern=URI_PATTERN, title="Source archive",
+    "source": Param("s3://cdc-archive/tidb/shop", type="string", pattern=f"{URI_PATTERN}|{KAFKA_SOURCE_PATTERN}",
+                    title="Source archive",
                     description="s3://bucket/prefix (or an absolute local path) holding *.jsonl / *.jsonl.gz "
-                                "Kafka-record objects, found recursively", section="Source"),
+                                "Kafka-record objects, found recursively; or Kafka topics kafka://topic1,topic2 "
+                                "read from the Kafka connection's cluster", section="Source"),
+    "kafka_connection": Param("kafka_default", type=["null", "string"], pattern=r"^[A-Za-z0-9_.\-]+$",
+                              title="Kafka connection",
+                              description="Airflow connection of the Kafka cluster for a kafka:// source or output "
+                                          "(its extra's bootstrap.servers, else host:port)", section="Source"),
+    "starting_offsets": Param("earliest", type=["null", "string"], title="Kafka starting offsets",
+                              description='kafka:// source: earliest, latest or JSON per partition '
+                                          '{"topic": {"0": 42}} (-2 earliest, -1 latest)', section="Source"),
+    "ending_offsets": Param("latest", type=["null", "string"], title="Kafka ending offsets",
+                            description="kafka:// source: latest (the end when the run starts) or JSON per "
+                                        "partition (exclusive)", section="Source"),
     "layout": Param("auto", type="string", enum=list(LAYOUTS), title="Archive layout",
                     description="how the source holds the records (docs/layouts.md): kafka-records, TiCDC's "
                                 "storage sink (ticdc-storage), the Kafka Connect S3 sink (kafka-connect-s3); "
@@ -78,9 +97,11 @@ PARAMS = {
                                description="empty = as many as the source topics have", section="Output"),
     "target_topic": Param("{topic}", type="string", pattern=r"^[A-Za-z0-9._\-{}]+$", title="Output topic name",
                           description="{topic}, {schema} and {table} are replaced", section="Output"),
-    "output": Param("s3://cdc-lake/replay/shop-snapshot", type="string", pattern=URI_PATTERN, title="Output URI",
+    "output": Param("s3://cdc-lake/replay/shop-snapshot", type="string", pattern=f"{URI_PATTERN}|^kafka://$",
+                    title="Output URI",
                     description="s3://bucket/prefix (or an absolute local path), outside the source; replaced as "
-                                "a whole when the run succeeds", section="Output"),
+                                "a whole when the run succeeds. Or kafka:// (emit topics): produced into the "
+                                "Kafka connection's cluster, the manifest at the manifest URI", section="Output"),
     "max_bad_records": Param(0, type=["null", "integer"], minimum=0, title="Quarantine limit",
                              description="fail the run when more records than this are quarantined",
                              section="Output"),
@@ -92,6 +113,11 @@ if CAPS.accepts("--target-format"):
                                     "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
                                     "Iceberg table per source table, a new table version per run stamped with the "
                                     "cut (snapshot, history; docs/lakehouse.md)", section="Output")
+if CAPS.accepts("--manifest-uri"):
+    PARAMS["manifest_uri"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Manifest URI",
+                                   description="with a kafka:// output: where the manifest of what was produced "
+                                   "(topic, partition, first/last offset, counts) and the quarantine go",
+                                   section="Output")
 if CAPS.accepts("--base-snapshot"):
     PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
                                     title="Base snapshot", description="output of an earlier snapshot run: the "
@@ -148,10 +174,12 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
         def stage(request: dict) -> dict:
             from cdc_replay_airflow import tasks
             from cdc_replay_airflow.hooks.archive import ArchiveHook
+            from cdc_replay_airflow.hooks.kafka import bootstrap_servers
 
             ti = get_current_context()["ti"]
             try:
-                return tasks.stage(ArchiveHook(), request, dag_id=ti.dag_id, run_id=ti.run_id)
+                return tasks.stage(ArchiveHook(), request, dag_id=ti.dag_id, run_id=ti.run_id,
+                                   kafka_servers=bootstrap_servers)
             except LookupError as e:
                 from airflow.sdk.exceptions import AirflowFailException
 
@@ -186,8 +214,13 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
             context = get_current_context()
             published = tasks.publish(ArchiveHook(), plan, metrics)
             output = published["output"]
-            asset = Asset(output if output.startswith("s3://") else f"file://{output}")
-            context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
+            if output.startswith("kafka://"):  # one asset per topic produced into, as kafka://servers/topic
+                for topic in sorted({p["topic"] for p in published.get("produced") or []}):
+                    context["outlet_events"][AssetAlias(ALIAS)].add(Asset(f"{output}/{topic}"),
+                                                                     extra=tasks.asset_extra(published))
+            else:
+                asset = Asset(output if output.startswith("s3://") else f"file://{output}")
+                context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
             for uri, extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
                 context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=extra)
             context["ti"].xcom_push(METRICS_KEY, published)

@@ -96,6 +96,19 @@ def check_manifest(manifest: dict, *, run_id: str, staged: dict, max_bad_records
     return notes
 
 
+def produced(out: dict) -> list[dict]:
+    """A Kafka output's partitions: first/last offset and records produced by this run, and
+    those an earlier run of the same replay had produced (skipped, not produced again)."""
+    kafka = out.get("kafka")
+    if not kafka:
+        return []
+    rows = [{"topic": w["topic"], "partition": w["partition"], "first_offset": w["first_offset"],
+             "last_offset": w["last_offset"], "records": w["records"], "skipped": skipped}
+            for skipped, entries in ((False, out["objects"]), (True, kafka.get("skipped") or []))
+            for w in entries]
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"]))
+
+
 def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, staged: dict,
                 data_interval: tuple[str | None, str | None] = (None, None)) -> dict:
     """What the monitoring page shows for one run (JSON: it travels as an XCom)."""
@@ -151,6 +164,7 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
                                               "dropped")} for t in (out.get("lakehouse") or {}).values()],
         "quarantine": {"records": manifest["quarantine"]["records"], "location": manifest["quarantine"]["location"],
                        "reasons": manifest["quarantine"].get("reasons") or []},
+        "produced": produced(out),
         "warnings": manifest.get("warnings", []),
         # holes in the source partitions' Kafka offsets (manifests before issue 12 have none)
         "gaps": manifest.get("gaps") or {"count": 0, "missing_offsets": 0, "listed": []},

@@ -30,16 +30,23 @@ FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
     "dispatcher", "output", "max_bad_records", "layout",
+    "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri",
 )
 # fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
 OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot", "layout": "--layout",
                         "target_format": "--target-format", "schema": "--schema",
-                        "require_schema": "--require-schema", "require_contiguous": "--require-contiguous"}
+                        "require_schema": "--require-schema", "require_contiguous": "--require-contiguous",
+                        "manifest_uri": "--manifest-uri"}
 
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
 TABLE_PATTERN = r"^[^.\s,]+\.[^.\s,]+$"
 TOPIC_PLACEHOLDERS = ("topic", "schema", "table")
+# Kafka in the form: the bootstrap servers come from an Airflow connection (`kafka_connection`,
+# default kafka_default), so the source names topics only and the output just says kafka
+KAFKA = "kafka://"
+KAFKA_SOURCE_PATTERN = r"^kafka://[A-Za-z0-9._\-]+(,[A-Za-z0-9._\-]+)*$"
+KAFKA_OUTPUT = "kafka://"
 
 
 class RequestError(ValueError):
@@ -101,6 +108,34 @@ class ReplayRequest:
     require_contiguous: bool = False
     max_bad_records: int = 0
     layout: str = "auto"
+    kafka_connection: str = "kafka_default"
+    starting_offsets: str = "earliest"
+    ending_offsets: str = "latest"
+    manifest_uri: str | None = None
+
+    @property
+    def kafka_source(self) -> bool:
+        return self.source.startswith(KAFKA)
+
+    @property
+    def kafka_output(self) -> bool:
+        return self.output.startswith(KAFKA)
+
+    @property
+    def home(self) -> str:
+        """Where the manifest, the quarantine and the DAG's staging area go: the output, or
+        manifest_uri for a Kafka output."""
+        return (self.manifest_uri if self.kafka_output else self.output).rstrip("/")
+
+    def with_kafka_servers(self, servers: str) -> "ReplayRequest":
+        """The app's request: `kafka://topics` and `kafka://` made kafka://servers/topics and
+        kafka://servers (the connection's bootstrap servers)."""
+        changes = {}
+        if self.kafka_source and "/" not in self.source[len(KAFKA):]:
+            changes["source"] = f"{KAFKA}{servers}/{self.source[len(KAFKA):]}"
+        if self.kafka_output and self.output == KAFKA_OUTPUT:
+            changes["output"] = f"{KAFKA}{servers}"
+        return self.replace(**changes)
 
     @property
     def output_format(self) -> str:
@@ -256,11 +291,54 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         if conf.get(field) not in (None, "", False) and not caps.accepts(option):
             raise RequestError(field, f"the installed replay app does not accept {option} yet (it arrives with "
                                       "cdc-replay issue 5); leave this field empty")
-    source = _uri("source", conf.get("source"))
-    output = _uri("output", conf.get("output"))
-    if _nested(source, output):
-        raise RequestError("output", f"{output} overlaps the source {source}: the output prefix is replaced as a "
-                                     "whole when the run succeeds, so it must lie outside the archive")
+    raw_source, raw_output = conf.get("source"), conf.get("output")
+    kafka_in = isinstance(raw_source, str) and raw_source.strip().startswith(KAFKA)
+    kafka_out = isinstance(raw_output, str) and raw_output.strip().startswith(KAFKA)
+    if kafka_in:
+        source = raw_source.strip()
+        if not re.match(KAFKA_SOURCE_PATTERN, source):
+            raise RequestError("source", f"{source!r}: a Kafka source is kafka://topic1,topic2 (the bootstrap servers "
+                                         "come from the Kafka connection)")
+    else:
+        source = _uri("source", raw_source)
+    if kafka_out:
+        output = raw_output.strip()
+        if output != KAFKA_OUTPUT:
+            raise RequestError("output", f"{output!r}: a Kafka output is just kafka:// (the bootstrap servers come "
+                                         "from the Kafka connection; topics from target_topic)")
+    else:
+        output = _uri("output", raw_output)
+    manifest_uri = _uri("manifest_uri", conf.get("manifest_uri"), required=False)
+    if kafka_out and manifest_uri is None:
+        raise RequestError("manifest_uri", "is required with a Kafka output: where the manifest of what was produced "
+                                           "(topic, partition, offsets, counts) goes (s3://bucket/prefix)")
+    if not kafka_out and manifest_uri is not None:
+        raise RequestError("manifest_uri", "applies to a Kafka output (kafka://) only; a storage output holds its "
+                                           "own manifest")
+    kafka_connection = conf.get("kafka_connection") or "kafka_default"
+    if not isinstance(kafka_connection, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", kafka_connection):
+        raise RequestError("kafka_connection", f"{kafka_connection!r} is not an Airflow connection id")
+    starting_offsets = conf.get("starting_offsets") or "earliest"
+    ending_offsets = conf.get("ending_offsets") or "latest"
+    if (starting_offsets, ending_offsets) != ("earliest", "latest"):
+        if not kafka_in:
+            raise RequestError("starting_offsets", "applies to a Kafka source (kafka://topics) only")
+        from spark_apps.kafka_io import KafkaUriError, check_offsets
+
+        for field, value in (("starting_offsets", starting_offsets), ("ending_offsets", ending_offsets)):
+            if not isinstance(value, str):
+                raise RequestError(field, f"{value!r}: earliest, latest or JSON text per partition")
+            try:
+                check_offsets(value, field, ending=field == "ending_offsets")
+            except KafkaUriError as e:
+                raise RequestError(field, str(e)) from None
+    home = manifest_uri if kafka_out else output
+    if not kafka_in and _nested(source, home):
+        raise RequestError("manifest_uri" if kafka_out else "output",
+                           f"{home} overlaps the source {source}: it is replaced as a whole when the run succeeds, "
+                           "so it must lie outside the archive")
+    if kafka_in and conf.get("layout") not in (None, "", "auto"):
+        raise RequestError("layout", "a Kafka source has no archive layout; leave it auto")
     protocol = conf.get("protocol")
     if protocol not in PROTOCOLS:
         raise RequestError("protocol", f"{protocol!r} is not one of {', '.join(PROTOCOLS)}")
@@ -301,8 +379,8 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
                                     "it, emit topics or history for the window's changes")
     schema = _uri("schema", conf.get("schema"), required=False)
     for field, uri in (("base_snapshot", base_snapshot), ("schema", schema)):
-        if uri is not None and _nested(uri, output):
-            raise RequestError("output", f"{output} overlaps the {field} {uri}: the output prefix is replaced as a "
+        if uri is not None and _nested(uri, home):
+            raise RequestError("output", f"{home} overlaps the {field} {uri}: the output prefix is replaced as a "
                                          "whole when the run succeeds, so it must lie outside what the run reads")
     layout = conf.get("layout") or "auto"
     if layout not in LAYOUTS:
@@ -318,6 +396,8 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         raise RequestError("target_format", "emit history is written as Parquet, Delta or Iceberg")
     if emit == "topics" and output_format != "kafka":
         raise RequestError("target_format", "emit topics is written as a Kafka-record archive (kafka)")
+    if kafka_out and (emit != "topics" or output_format != "kafka"):
+        raise RequestError("emit", "a Kafka output takes emit topics (the re-encoded records)")
     return ReplayRequest(
         source=source, protocol=protocol, output=output, emit=emit,
         protocol_options=_options("protocol_options", conf.get("protocol_options")),
@@ -330,7 +410,8 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         target_partitions=_int("target_partitions", conf.get("target_partitions"), 1, None),
         dispatcher=dispatcher, base_snapshot=base_snapshot,
         max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0, 0),
-        layout=layout,
+        layout=layout, kafka_connection=kafka_connection, starting_offsets=starting_offsets,
+        ending_offsets=ending_offsets, manifest_uri=manifest_uri,
     )
 
 
@@ -361,9 +442,15 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
     args = ["--source", request.source, "--protocol", request.protocol]
     if request.layout != "auto":
         args += ["--layout", request.layout]
+    if request.starting_offsets != "earliest":
+        args += ["--starting-offsets", request.starting_offsets]
+    if request.ending_offsets != "latest":
+        args += ["--ending-offsets", request.ending_offsets]
     for key, value in request.protocol_options:
         args += ["--protocol-option", f"{key}={value}"]
     args += ["--output", request.output, "--emit", request.emit]
+    if request.manifest_uri:
+        args += ["--manifest-uri", request.manifest_uri]
     if request.target_protocol:
         args += ["--target-protocol", request.target_protocol]
     for key, value in request.target_options:

@@ -103,6 +103,9 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
         check_codecs(request)
     except RequestError as e:
         raise Refused(f"refused before any work started: Variable cdc_replay_scheduled: {e}") from e
+    if request.kafka_source or request.kafka_output:
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: source/output: Kafka "
+                      "sources and outputs are replayed by the backfill DAG (intervals select archive objects)")
     lateness = settings.get("lateness_minutes")
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
@@ -164,7 +167,7 @@ def _items(objects: list[ArchiveObject], source: str) -> list[dict]:
 
 def stage(hook, request: dict, *, dag_id: str, run_id: str,
           interval: tuple[dt.datetime, dt.datetime] | None = None, schema_from: str | None = None,
-          chain_missing: str | None = None) -> dict:
+          chain_missing: str | None = None, kafka_servers=None) -> dict:
     """List the objects the replay will read and write their manifest.
 
     Without an interval the app reads the source as it is (nothing is copied). With one, the
@@ -178,11 +181,29 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     when there is no archive object and no commit ts window (an installed app without
     --since/--until: nothing to carry)."""
     req = ReplayRequest.from_dict(request)
-    staging = _staging(req.output)
-    log.info("Listing %s (%s)", req.source, hook.describe())
+    servers = None
+    if req.kafka_source or req.kafka_output:  # `kafka_servers(conn_id)`: hooks.kafka.bootstrap_servers
+        if interval is not None:
+            raise LookupError("Kafka sources and outputs are replayed by the backfill DAG (a data interval selects "
+                              "archive objects by archive time)")
+        servers = kafka_servers(req.kafka_connection)
+        log.info("Kafka connection %s: bootstrap servers %s", req.kafka_connection, servers)
+    staging = _staging(req.home)
     cleared = hook.delete_prefix(staging)
     if cleared:
         log.info("Removed %d objects left in %s by an earlier attempt", cleared, staging)
+    if req.kafka_source:  # read by Spark's Kafka connector: nothing to list
+        app_request = req.with_kafka_servers(servers)
+        staged = {"source": req.source, "read_from": app_request.source, "mode": "kafka", "window": None,
+                  "objects": 0, "bytes": 0, "manifest": f"{staging}/{STAGED_MANIFEST}",
+                  "offsets": [req.starting_offsets, req.ending_offsets]}
+        hook.write_json(staged["manifest"], {**staged, "dag_id": dag_id, "run_id": run_id, "items": [],
+                                             "written_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+        log.info("The replay reads %s from %s to %s offsets", app_request.source, req.starting_offsets,
+                 req.ending_offsets)
+        return {"request": app_request.as_dict(), "original": request, "staged": staged,
+                "run_id": safe_run_id(dag_id, run_id)}
+    log.info("Listing %s (%s)", req.source, hook.describe())
     listed = hook.list_objects(req.source)
     whole = req.layout in ("ticdc-storage", "kafka-connect-s3")  # read by the app's own layout plan
     if whole and interval is not None:
@@ -246,6 +267,8 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     log.info("Staged %d objects (%s) for the replay; their list is in %s", staged["objects"], _mb(staged["bytes"]),
              staged["manifest"])
     app_request = req.replace(source=read_from)
+    if servers is not None:
+        app_request = app_request.with_kafka_servers(servers)
     if mode == "carried":
         return {"request": app_request.as_dict(), "original": request, "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
@@ -400,7 +423,7 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     metrics.check_complete too). Returns the metrics; raises ValidationError (metrics attached as
     .metrics) when the output must not be published — Incomplete when a retry may succeed."""
     request = plan["request"]
-    manifest_uri = f"{request['output'].rstrip('/')}/_manifest.json"
+    manifest_uri = f"{ReplayRequest.from_dict(request).home}/_manifest.json"
     if not hook.exists(manifest_uri):
         raise ValidationError(f"{manifest_uri} does not exist: the replay did not commit its output")
     manifest = hook.read_json(manifest_uri)
@@ -448,7 +471,7 @@ def _timeline(manifest: dict) -> dict | None:
 def publish(hook, plan: dict, metrics: dict) -> dict:
     """The app committed the output (its manifest is written last); remove the staging area
     and mark the metrics published."""
-    removed = hook.delete_prefix(_staging(plan["request"]["output"]))
+    removed = hook.delete_prefix(_staging(ReplayRequest.from_dict(plan["request"]).home))
     log.info("Removed the staging area (%d objects)", removed)
     published = {**metrics, "status": "published",
                  "published_at": dt.datetime.now(dt.timezone.utc).isoformat()}

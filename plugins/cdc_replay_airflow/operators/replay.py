@@ -42,6 +42,9 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     drift: the application, its arguments (`--master` first), the Spark confs, the job name."""
     app_args = replay_arguments(request, run_id=run_id, spark_conf=spark_conf)
     conf = dict(item.split("=", 1) for item in spark_conf)
+    from spark_apps.cli import with_packages
+
+    conf = with_packages(request, conf)  # a kafka:// source: Spark's Kafka connector (a Spark package)
     command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
                                    spark_submit="spark-submit", conf=conf)
     settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}

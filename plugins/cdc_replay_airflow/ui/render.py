@@ -236,6 +236,14 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
         for r in m["quarantine"].get("reasons") or [])
     reasons = (f'<table><tr><th>quarantine stage</th><th>reason</th><th class="n">records</th><th>first record</th>'
                f'<th>its error</th></tr>{reasons}</table>' if reasons else "")
+    produced_rows = "".join(
+        f'<tr><td>{escape(p["topic"])}/{p["partition"]}</td><td class="n"><code>{_n(p["first_offset"])}</code></td>'
+        f'<td class="n"><code>{_n(p["last_offset"])}</code></td><td class="n">{_n(p["records"])}</td>'
+        f'<td>{"produced by an earlier run (skipped)" if p["skipped"] else "produced"}</td></tr>'
+        for p in m.get("produced") or [])
+    produced = (f'<table style="width:auto"><tr><th>produced to Kafka</th><th class="n">first offset</th>'
+                f'<th class="n">last offset</th><th class="n">records</th><th></th></tr>{produced_rows}</table>'
+                if produced_rows else "")
     interval = m.get("data_interval") or [None, None]
     warnings = "".join(f'<div class="warn">⚠ {escape(w)}</div>' for w in m.get("warnings", []))
     error = f'<div class="err">✖ {escape(m["error"])}</div>' if m.get("error") else ""
@@ -264,7 +272,7 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
 {reasons}
 <table style="width:auto"><tr><th>source partition</th><th class="n">records</th><th>watermark</th>
 <th class="n">watermark lag</th></tr>{parts_rows}</table>
-{lake}
+{produced}{lake}
 </div>"""
 
 

@@ -27,6 +27,8 @@ from spark_apps.generate import generate, write_archive
 
 from .support.spark_cluster import standalone_cluster
 
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
 CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
 ARGS = ["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot",
         "--target-option", "enable-tidb-extension=true"]
@@ -111,10 +113,13 @@ def _assert_ran_on_both_workers(cluster, app_name: str) -> None:
             assert "cdc_replay_py_files.zip" in os.listdir(os.path.join(work, app["id"], executor))
 
 
-def test_executor_python_sees_dependencies_but_not_our_packages(executor_python):
+def test_executor_python_sees_dependencies_but_not_our_packages(executor_python, tmp_path):
+    """Run where executors run: in a work dir outside the repository."""
     probe = "import pyspark, fastavro, orjson\ntry:\n import {}\nexcept ImportError:\n print('absent')"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for package in ("spark_apps", "cdc_codecs"):
-        result = subprocess.run([executor_python, "-c", probe.format(package)], capture_output=True, text=True)
+        result = subprocess.run([executor_python, "-c", probe.format(package)], capture_output=True, text=True,
+                                cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "absent"
 

@@ -56,7 +56,10 @@ class Cluster:
 
 
 def _environment(home: str, directory: str) -> dict:
-    env = dict(os.environ)
+    """This process's environment without what a real cluster's nodes would not have: the
+    driver's S3 credentials, its PYTHONPATH and PySpark settings (the app must pass them)."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("AWS_", "PYSPARK_")) and key != "PYTHONPATH"}
     env.update({
         "SPARK_HOME": home,
         "SPARK_LOCAL_IP": "127.0.0.1",

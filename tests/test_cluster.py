@@ -27,8 +27,6 @@ from spark_apps.generate import generate, write_archive
 
 from .support.spark_cluster import standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
 CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
 ARGS = ["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot",
         "--target-option", "enable-tidb-extension=true"]
@@ -124,6 +122,31 @@ def test_executor_python_sees_dependencies_but_not_our_packages(executor_python,
         assert result.stdout.strip() == "absent"
 
 
+def test_every_module_imports_from_the_py_files_zip_alone(executor_python, tmp_path):
+    """What --py-files ships is complete: in the executors' Python (no editable install), every
+    module of spark_apps and cdc_codecs imports from the zip, with its resources (the OceanBase
+    Avro schema, protobuf descriptors)."""
+    from spark_apps.launch import build_py_files
+
+    zip_path = build_py_files(str(tmp_path))
+    probe = (
+        "import importlib, sys, zipfile\n"
+        "path = sys.argv[1]\n"
+        "names = sorted(n[:-3].replace('/', '.').removesuffix('.__init__') for n in zipfile.ZipFile(path).namelist()\n"
+        "               if n.endswith('.py'))\n"
+        "for name in names:\n"
+        "    module = importlib.import_module(name)\n"
+        "    assert module.__file__.startswith(path), (name, module.__file__)\n"
+        "print(len(names))\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": zip_path}
+    result = subprocess.run([executor_python, "-c", probe, zip_path], capture_output=True, text=True, cwd=tmp_path,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout) > 40
+
+
+@pytest.mark.spark
+@pytest.mark.slow
 def test_cli_replay_on_the_cluster_is_byte_identical_to_local_mode(cluster, archive, local_output, executor_python):
     output = "s3://cluster-lake/cli-cluster"
     result = _replay(archive, output, cluster.master_url, "--run-id", "cluster-test",
@@ -133,6 +156,8 @@ def test_cli_replay_on_the_cluster_is_byte_identical_to_local_mode(cluster, arch
     _assert_ran_on_both_workers(cluster, "cdc-replay cluster-test")
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.airflow
 def test_airflow_replay_task_on_the_cluster_is_byte_identical_to_local_mode(
         cluster, archive, local_output, executor_python, s3_endpoint, tmp_path):

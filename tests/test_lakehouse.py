@@ -353,3 +353,69 @@ def test_a_run_killed_while_writing_leaves_the_previous_version(spark, archive, 
     for table in ("orders", "customers"):
         assert [c["version"] for c in lake_readers.delta_commits(os.path.join(output, "shop", table))] == [0]
     assert delta_tables(output, 2**63) == expected_at(generated, middle)
+
+
+# -------------------------------------------------------------- incremental windows (--since)
+@pytest.fixture(scope="module")
+def window_archive(tmp_path_factory):
+    """No DDL (a window MERGE applies row changes); deletes and key-changing updates in both
+    halves; a commit ts in the middle that splits them."""
+    generated = generate(transactions=140, partitions=2, seed=41, ddl_rate=0)
+    path = str(tmp_path_factory.mktemp("window-archive"))
+    write_archive(generated.records, path)
+    ts = sorted({e["commit_ts"] for e in generated.events if e["kind"] == "row" and e["commit_ts"] <= generated.cut_ts})
+    middle = ts[len(ts) // 2]
+    later = [e for e in generated.events if e["kind"] == "row" and middle < e["commit_ts"] <= generated.cut_ts]
+    value = lambda image: next(c["value"] for c in image if c["name"] == "id")  # noqa: E731
+    assert any(e["op"] == "delete" for e in later)
+    assert any(e["op"] == "update" and e["before"] and value(e["before"]) != value(e["after"]) for e in later)
+    return generated, path, middle
+
+
+def lake_state(fmt: str, output: str, commit_ts: int) -> dict:
+    if fmt == "delta":
+        return delta_tables(output, commit_ts)
+    return iceberg_tables(output, {}, os.path.join(output, "_catalog.sqlite"), commit_ts)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_window_merged_into_the_tables_equals_a_full_replay(spark, window_archive, tmp_path, fmt):
+    """Full replay to cut A, then the window A..B merged (MERGE: upserts, deletes, key
+    changes): the tables read as a full replay to B, and as the reference replayer at A and B;
+    the window's version is a MERGE / an overwrite of only the files it touched; a rerun of
+    the window adds no version; `--since last` finds A in the tables' metadata."""
+    generated, source, middle = window_archive
+    incremental, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    first = replay(spark, source, incremental, fmt, "--as-of", str(middle))
+    assert first["cut"]["commit_ts"] == middle
+    window = replay(spark, source, incremental, fmt, "--since", "last" if fmt == "iceberg" else str(middle))
+    cut = window["cut"]["commit_ts"]
+    assert window["window"]["since"] == middle and cut > middle
+    whole = replay(spark, source, full, fmt)
+    assert whole["cut"]["commit_ts"] == cut
+
+    assert lake_state(fmt, incremental, cut) == lake_state(fmt, full, cut) == expected_at(generated, cut)
+    assert lake_state(fmt, incremental, middle) == expected_at(generated, middle)
+    orders = window["output"]["lakehouse"]["shop.orders"]
+    assert orders["mode"] == "merge" and orders["since"] == middle and not orders["unchanged"]
+    assert orders["rows"] == len(expected_at(generated, cut)[("shop", "orders")])
+    if fmt == "delta":
+        commits = lake_readers.delta_commits(orders["location"])
+        assert [c["commitInfo"]["operation"] for c in commits] == ["WRITE", "MERGE"]
+        assert commits[1]["commitInfo"]["cdc-replay.cut_commit_ts"] == str(cut)
+        assert commits[1]["commitInfo"]["cdc-replay.since"] == str(middle)
+    else:
+        metadata = lake_readers.iceberg_metadata(
+            lake_readers.iceberg_metadata_location(os.path.join(incremental, "_catalog.sqlite"), "shop", "orders"))
+        summaries = [s["summary"] for s in metadata["snapshots"]]
+        assert [s["operation"] for s in summaries] == ["append", "overwrite"]
+        assert summaries[1]["cdc-replay.mode"] == "merge" and summaries[1]["cdc-replay.since"] == str(middle)
+
+    again = replay(spark, source, incremental, fmt, "--since", str(middle))
+    assert all(t["unchanged"] for t in again["output"]["lakehouse"].values())
+    assert lake_state(fmt, incremental, 2**63) == expected_at(generated, cut)
+    if fmt == "delta":
+        assert len(lake_readers.delta_commits(orders["location"])) == 2
+    with pytest.raises(ReplayError, match="must have committed the tables at that cut"):
+        replay(spark, source, incremental, fmt, "--since", str(middle - 1))

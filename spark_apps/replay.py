@@ -231,10 +231,14 @@ def _lake_window(args: ReplayArgs) -> None:
         if len(distinct) != 1 or None in distinct:
             raise ReplayError(f"--since last: the tables at {output} are not at one cut ({cuts}); give --since")
         args.since = int(distinct.pop())
-    if previous is None or previous.get("cut", {}).get("commit_ts") != args.since:
-        found = "none" if previous is None else previous.get("cut", {}).get("commit_ts")
-        raise ReplayError(f"--since {args.since}: the last run at {output} must have committed the tables at that "
-                          f"cut (its manifest gives the table schemas there; found: {found})")
+    last_cut = None if previous is None else previous.get("cut", {}).get("commit_ts")
+    if last_cut is None or last_cut < args.since:
+        raise ReplayError(f"--since {args.since}: the tables at {output} must be at that cut or later, so that no "
+                          f"change is missed (the last run there committed cut {last_cut or 'none'})")
+    if last_cut > args.since:  # changes up to its cut are in the tables already: merging them again is void
+        log.info("--since %s: the tables at %s are at cut %s already; the window starts there", args.since, output,
+                 last_cut)
+        args.since = last_cut
     args.lake_schemas = list(previous.get("schemas", []))
 
 

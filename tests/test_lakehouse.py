@@ -402,7 +402,7 @@ def test_a_window_merged_into_the_tables_equals_a_full_replay(spark, window_arch
     assert orders["rows"] == len(expected_at(generated, cut)[("shop", "orders")])
     if fmt == "delta":
         commits = lake_readers.delta_commits(orders["location"])
-        assert [c["commitInfo"]["operation"] for c in commits] == ["WRITE", "MERGE"]
+        assert len(commits) == 2 and commits[1]["commitInfo"]["operation"] == "MERGE"
         assert commits[1]["commitInfo"]["cdc-replay.cut_commit_ts"] == str(cut)
         assert commits[1]["commitInfo"]["cdc-replay.since"] == str(middle)
     else:

@@ -126,6 +126,11 @@ def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, 
     """pyiceberg catalog properties: --catalog K=V, by default a SQL catalog on SQLite in
     <output>/_catalog.sqlite (local outputs only) with the output as warehouse."""
     props = {"type": "sql", "warehouse": output}
+    if given.get("type") in FILESYSTEM_CATALOG:
+        if storage.is_s3(output):
+            raise LakehouseError("--catalog type=filesystem writes local (or mounted) paths only: an object store "
+                                 "has no exclusive create for its version files (docs/lakehouse.md)")
+        return {**given, "warehouse": output}
     if not given.get("uri") and not os.environ.get("PYICEBERG_CATALOG__CDC_REPLAY__URI") and given.get("type", "sql") == "sql":
         if storage.is_s3(output):
             raise LakehouseError("--target-format iceberg on s3:// needs a catalog: --catalog uri=sqlite:////path/"
@@ -144,10 +149,18 @@ def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, 
     return props
 
 
+FILESYSTEM_CATALOG = ("filesystem", "hadoop")
+
+
 def load_catalog(output: str, given: dict[str, str]):
     from pyiceberg.catalog import load_catalog as _load
 
-    return _load("cdc_replay", **iceberg_catalog_properties(output, given))
+    props = iceberg_catalog_properties(output, given)
+    if props.get("type") in FILESYSTEM_CATALOG:  # ours: pyiceberg has no writable Hadoop catalog
+        from .iceberg_fs_catalog import FilesystemCatalog
+
+        return FilesystemCatalog("cdc_replay", **{k: v for k, v in props.items() if k != "type"})
+    return _load("cdc_replay", **props)
 
 
 # ------------------------------------------------------------------ tables

@@ -499,8 +499,14 @@ class TablePlan:
             elif last_cut is not None and cut_ts is not None and last_cut > cut_ts:
                 raise LakehouseError(f"table {name} is at cut {last_cut}, after this run's cut {cut_ts}: "
                                      "a window cannot take it back")
+            elif last is None and known is not None and not started_in_window:
+                raise LakehouseError(f"table {name} existed before --since {since} (renamed to this name in the "
+                                     "window?) but has no table at the output: its earlier rows are not in the "
+                                     "window; replay without --since to write the tables in full")
             elif last is None or started_in_window:
-                actions[key] = "replace"  # created or truncated in the window: its rows are all here
+                # created or truncated in the window (its rows are all here), or a table no DDL
+                # describes seen for the first time
+                actions[key] = "replace"
             elif last_cut is None or last_cut < since:
                 raise LakehouseError(f"table {name} is at cut {last_cut}, before --since {since}: the changes "
                                      f"in between are not in this window (replay from --since {last_cut})")

@@ -493,7 +493,11 @@ class TablePlan:
             last_cut = int(last["cut_commit_ts"]) if last and last.get("cut_commit_ts") not in (None, "None") else None
             started_in_window = known is not None and bool(known.start) and list(known.start) > [since]
             if key in self.dropped:
-                actions[key] = "dropped"
+                gone = self.target.last_commit(*key) or {}
+                same = gone.get("dropped") == "true" and gone.get("cut_commit_ts") == str(cut_ts)
+                if same:
+                    self.last[key] = gone
+                actions[key] = "unchanged" if same else "dropped"
             elif last_cut is not None and last_cut == cut_ts and last.get("emit") == self.emit:
                 actions[key] = "unchanged"
             elif last_cut is not None and cut_ts is not None and last_cut > cut_ts:
@@ -525,8 +529,8 @@ class TablePlan:
             if action == "unchanged":
                 last = self.last[key]
                 result[name] = {**base, "version": last.get("version"), "rows": int(last.get("rows") or 0),
-                                "unchanged": True, "committed_by": last.get("run_id"), "dropped": False,
-                                "mode": "merge"}
+                                "unchanged": True, "committed_by": last.get("run_id"),
+                                "dropped": last.get("dropped") == "true", "mode": last.get("mode") or "replace"}
                 continue
             tables = [pq.read_table(_io.BytesIO(storage.read_bytes(f["uri"]))) for f in files]
             want = self.target.current_schema(*key) if action in ("merge", "dropped") else self._schema(key, files, False)

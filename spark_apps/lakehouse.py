@@ -204,6 +204,19 @@ class Target:
         meta = {k[len(META):]: v for k, v in summary.items() if k.startswith(META)}
         return {**meta, "version": snapshot.snapshot_id} if meta else None
 
+    def row_count(self, database, table) -> int:
+        """Rows in the current version, from the table's own statistics (a merged version
+        records no row count in its commit metadata: it is known only after the merge)."""
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            actions = DeltaTable(self.location(database, table), storage_options=delta_storage_options()
+                                 ).get_add_actions(flatten=True)
+            return sum(n or 0 for n in pa.table(actions).column("num_records").to_pylist())
+        snapshot = self.catalog.load_table(tuple(table_parts(self.template, database, table))).current_snapshot()
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        return int(summary.get("total-records", 0))
+
     def current_schema(self, database, table) -> pa.Schema:
         if self.fmt == "delta":
             from deltalake import DeltaTable
@@ -299,7 +312,7 @@ class Target:
                    .when_not_matched_insert(columns, "source._op <> 'delete'")
                    .execute())
         current = DeltaTable(location, storage_options=options)
-        rows = sum(n or 0 for n in pa.table(current.get_add_actions(flatten=True)).column("num_records").to_pylist())
+        rows = self.row_count(database, table)
         return {"table": self.name(database, table), "location": location, "version": current.version(), "rows": rows,
                 "merged": {"inserted": metrics["num_target_rows_inserted"],
                            "updated": metrics["num_target_rows_updated"],
@@ -528,7 +541,8 @@ class TablePlan:
                     "location": self.target.location(*key), "cut_commit_ts": cut_ts, "since": since}
             if action == "unchanged":
                 last = self.last[key]
-                result[name] = {**base, "version": last.get("version"), "rows": int(last.get("rows") or 0),
+                rows = int(last["rows"]) if last.get("rows") not in (None, "None") else self.target.row_count(*key)
+                result[name] = {**base, "version": last.get("version"), "rows": rows,
                                 "unchanged": True, "committed_by": last.get("run_id"),
                                 "dropped": last.get("dropped") == "true", "mode": last.get("mode") or "replace"}
                 continue

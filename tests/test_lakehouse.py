@@ -417,6 +417,7 @@ def test_a_window_merged_into_the_tables_equals_a_full_replay(spark, window_arch
 
     again = replay(spark, source, incremental, fmt, "--since", str(middle))  # starts at the tables' cut instead
     assert all(t["unchanged"] for t in again["output"]["lakehouse"].values())
+    assert again["output"]["lakehouse"]["shop.orders"]["rows"] == orders["rows"]
     assert lake_state(fmt, incremental, 2**63) == expected_at(generated, cut)
     if fmt == "delta":
         assert len(lake_readers.delta_commits(orders["location"])) == 2

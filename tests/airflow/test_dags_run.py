@@ -237,7 +237,8 @@ def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home):
     env = make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
     states = {}
     for hour in (0, 1, 2):
-        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env)
+        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env,
+                             timeout=1800)
         text = result.stdout + result.stderr
         assert result.returncode == 0, text[-5000:]
         states[hour] = (_task_states(home, "cdc_replay_scheduled", _run_id(text)), _run_id(text))

@@ -257,6 +257,12 @@ def test_lakehouse_arguments_are_checked(tmp_path):
     argv[argv.index("topics")] = "snapshot"
     with pytest.raises(ReplayError, match="namespace.table"):
         run(ReplayArgs.from_namespace(parser().parse_args([*argv[:-1], "delta", "--target-table", "{table}"])))
+    local = ["--source", str(tmp_path), "--protocol", "canal-json", "--output", str(tmp_path.parent / "out")]
+    with pytest.raises(ReplayError, match="--since last applies to --emit snapshot with --target-format delta"):
+        run(ReplayArgs.from_namespace(parser().parse_args([*local, "--emit", "topics", "--since", "last"])))
+    with pytest.raises(ReplayError, match="--base-snapshot is not used with --target-format delta/iceberg"):
+        run(ReplayArgs.from_namespace(parser().parse_args(
+            [*local, "--emit", "snapshot", "--target-format", "delta", "--since", "5", "--base-snapshot", "/x"])))
 
 
 @pytest.mark.spark

@@ -12,7 +12,9 @@ Each interval writes its own output, `<output>/<interval start, e.g. 20260101T00
 as a whole when the interval runs again: catchup and `airflow backfill create` replay history
 interval by interval, and re-running an interval is idempotent. `emit: topics` (or `history`) gives
 the interval's changes; `emit: snapshot` chains the intervals — each snapshot is the previous
-interval's plus this window's changes (`--base-snapshot`). An interval without archive objects
+interval's plus this window's changes (`--base-snapshot`); with `target_format` delta or iceberg the
+output holds one set of tables and each interval merges its changes into them (`--since last`,
+docs/lakehouse.md), so the tables grow interval by interval. An interval without archive objects
 carries the previous interval's output forward without Spark (its snapshot, or its table schemas
 and no records), so the next interval still has what it starts from; an interval the archive's
 watermarks have not passed yet fails validation (clear it later) — an empty interval too, unless
@@ -105,7 +107,8 @@ def cdc_replay_scheduled():
         try:
             return tasks.stage(ArchiveHook(), planned["request"], dag_id=ti.dag_id, run_id=ti.run_id,
                                interval=(start, end), schema_from=planned.get("schema_from"),
-                               chain_missing=planned.get("chain_missing"))
+                               chain_missing=planned.get("chain_missing"),
+                               lake_window=bool(planned.get("lake_window")))
         except LookupError as e:
             raise AirflowSkipException(f"{e}: nothing to replay") from e
         except tasks.Refused as e:

@@ -126,6 +126,11 @@ def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, 
     """pyiceberg catalog properties: --catalog K=V, by default a SQL catalog on SQLite in
     <output>/_catalog.sqlite (local outputs only) with the output as warehouse."""
     props = {"type": "sql", "warehouse": output}
+    if given.get("type") in FILESYSTEM_CATALOG:
+        if storage.is_s3(output):
+            raise LakehouseError("--catalog type=filesystem writes local (or mounted) paths only: an object store "
+                                 "has no exclusive create for its version files (docs/lakehouse.md)")
+        return {**given, "warehouse": output}
     if not given.get("uri") and not os.environ.get("PYICEBERG_CATALOG__CDC_REPLAY__URI") and given.get("type", "sql") == "sql":
         if storage.is_s3(output):
             raise LakehouseError("--target-format iceberg on s3:// needs a catalog: --catalog uri=sqlite:////path/"
@@ -144,10 +149,18 @@ def iceberg_catalog_properties(output: str, given: dict[str, str]) -> dict[str, 
     return props
 
 
+FILESYSTEM_CATALOG = ("filesystem", "hadoop")
+
+
 def load_catalog(output: str, given: dict[str, str]):
     from pyiceberg.catalog import load_catalog as _load
 
-    return _load("cdc_replay", **iceberg_catalog_properties(output, given))
+    props = iceberg_catalog_properties(output, given)
+    if props.get("type") in FILESYSTEM_CATALOG:  # ours: pyiceberg has no writable Hadoop catalog
+        from .iceberg_fs_catalog import FilesystemCatalog
+
+        return FilesystemCatalog("cdc_replay", **{k: v for k, v in props.items() if k != "type"})
+    return _load("cdc_replay", **props)
 
 
 # ------------------------------------------------------------------ tables
@@ -190,6 +203,19 @@ class Target:
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
         meta = {k[len(META):]: v for k, v in summary.items() if k.startswith(META)}
         return {**meta, "version": snapshot.snapshot_id} if meta else None
+
+    def row_count(self, database, table) -> int:
+        """Rows in the current version, from the table's own statistics (a merged version
+        records no row count in its commit metadata: it is known only after the merge)."""
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            actions = DeltaTable(self.location(database, table), storage_options=delta_storage_options()
+                                 ).get_add_actions(flatten=True)
+            return sum(n or 0 for n in pa.table(actions).column("num_records").to_pylist())
+        snapshot = self.catalog.load_table(tuple(table_parts(self.template, database, table))).current_snapshot()
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        return int(summary.get("total-records", 0))
 
     def current_schema(self, database, table) -> pa.Schema:
         if self.fmt == "delta":
@@ -259,6 +285,80 @@ class Target:
         return {"table": ".".join(ident), "location": location, "version": snapshot.snapshot_id if snapshot else None}
 
 
+    # ----------------------------------------------------- an incremental window
+    def merge(self, database, table, changes: pa.Table, keys: list[str], properties: dict[str, str]) -> dict:
+        """Apply a window's last change per key in one commit: rows whose `_op` is `delete`
+        remove the key, the others upsert it. `keys`: the row identity (docs/semantics.md);
+        compared null-safely, since a keyless table is identified by all its (nullable) values."""
+        props = {META + k: str(v) for k, v in properties.items()}
+        if self.fmt == "delta":
+            return self._merge_delta(database, table, changes, keys, props)
+        return self._merge_iceberg(database, table, changes, keys, props)
+
+    def _merge_delta(self, database, table, changes, keys, props) -> dict:
+        from deltalake import DeltaTable
+        from deltalake.transaction import CommitProperties
+
+        location = self.location(database, table)
+        options = delta_storage_options()
+        quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+        predicate = " AND ".join(f"target.{quote(k)} IS NOT DISTINCT FROM source.{quote(k)}" for k in keys)
+        columns = {c: f"source.{quote(c)}" for c in changes.column_names if c != "_op"}
+        commit = CommitProperties(custom_metadata={**props, "userMetadata": json.dumps(props, sort_keys=True)})
+        metrics = (DeltaTable(location, storage_options=options)
+                   .merge(changes, predicate, source_alias="source", target_alias="target", commit_properties=commit)
+                   .when_matched_delete("source._op = 'delete'")
+                   .when_matched_update(columns, "source._op <> 'delete'")
+                   .when_not_matched_insert(columns, "source._op <> 'delete'")
+                   .execute())
+        current = DeltaTable(location, storage_options=options)
+        rows = self.row_count(database, table)
+        return {"table": self.name(database, table), "location": location, "version": current.version(), "rows": rows,
+                "merged": {"inserted": metrics["num_target_rows_inserted"],
+                           "updated": metrics["num_target_rows_updated"],
+                           "deleted": metrics["num_target_rows_deleted"]}}
+
+    def _merge_iceberg(self, database, table, changes, keys, props) -> dict:
+        """Copy-on-write in one `overwrite` snapshot: the data files holding a key of the window
+        are replaced by their other rows, and the window's upserts are added. (pyiceberg's own
+        delete + append, or upsert, would commit two snapshots: a reader as of the cut could
+        see the table between them.)"""
+        import pyarrow.compute as pc
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+        ident = tuple(table_parts(self.template, database, table))
+        tx = self.catalog.load_table(ident).transaction()
+        metadata, io = tx.table_metadata, tx._table.io
+        arrow_schema = self.current_schema(database, table)
+        window = set(zip(*(changes.column(k).to_pylist() for k in keys)))
+        upserts = changes.filter(pc.not_equal(changes.column("_op"), "delete")).select(arrow_schema.names)
+        upserts = upserts.cast(arrow_schema)
+        deleted = replaced = 0
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            for task in tx._table.scan(row_filter=_key_filter(changes, keys[0])).plan_files():
+                data = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue()).to_table([task])
+                keep = [values not in window for values in zip(*(data.column(k).to_pylist() for k in keys))]
+                if all(keep):
+                    continue
+                overwrite.delete_data_file(task.file)
+                replaced += 1
+                kept = data.filter(pa.array(keep, pa.bool_()))
+                deleted += data.num_rows - kept.num_rows
+                if kept.num_rows:
+                    for data_file in _dataframe_to_data_files(metadata, kept.cast(arrow_schema), io):
+                        overwrite.append_data_file(data_file)
+            if upserts.num_rows:
+                for data_file in _dataframe_to_data_files(metadata, upserts, io):
+                    overwrite.append_data_file(data_file)
+        tx.commit_transaction()
+        snapshot = self.catalog.load_table(ident).current_snapshot()
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        return {"table": ".".join(ident), "location": self.location(database, table),
+                "version": snapshot.snapshot_id if snapshot else None, "rows": int(summary.get("total-records", 0)),
+                "merged": {"upserted": upserts.num_rows, "removed": deleted, "files_rewritten": replaced}}
+
+
 def _name_mapping(metadata) -> str:
     """The current columns by name, plus every earlier column's name for its (never reused)
     field id, so the files of earlier snapshots still read after a rename or drop."""
@@ -275,6 +375,33 @@ def _name_mapping(metadata) -> str:
                 ids.add(field.field_id)
                 taken.add(field.name)
     return NameMapping(fields).model_dump_json()
+
+
+def _key_filter(changes: pa.Table, column: str):
+    """Prunes the data files to read by the window's values of the first key column (file
+    statistics); any failure to express them just reads every file."""
+    from pyiceberg.expressions import AlwaysTrue, In, IsNull, Or
+
+    try:
+        values = changes.column(column).to_pylist()
+        present = sorted({v for v in values if v is not None})
+        expr = In(column, present) if present else None
+        if any(v is None for v in values):
+            expr = IsNull(column) if expr is None else Or(expr, IsNull(column))
+        return expr if expr is not None else AlwaysTrue()
+    except Exception:  # a type pyiceberg's literals do not take: no pruning, same result
+        return AlwaysTrue()
+
+
+def same_columns(have: pa.Schema, want: pa.Schema) -> bool:
+    """The same column names and types, large/view string and binary counted as plain."""
+    def norm(t):
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            return pa.binary()
+        return t
+    return have.names == want.names and all(norm(a.type) == norm(b.type) for a, b in zip(have, want))
 
 
 def _evolve_iceberg_schema(tx, schema: pa.Schema) -> None:
@@ -355,6 +482,109 @@ class TablePlan:
             result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
                             "committed_by": self.run["run_id"], "dropped": key in self.dropped}
         return result
+
+
+    # ----------------------------------------------------- an incremental window (--since)
+    def commit_window(self, changes: list[dict], since: int) -> dict:
+        """Apply a window's changes (files of the last change per key, `_op` upsert/delete) to
+        each table with MERGE semantics, one version per table. Every table is checked before
+        any is committed; what cannot be merged stops the run (ReplayError via LakehouseError)."""
+        import io as _io
+
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        by_table: dict[tuple, list] = {key: [] for key in self.tables}
+        names = {f"{d}.{t}": (d, t) for d, t in self.tables}
+        for w in changes:
+            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        cut_ts = self.cut.get("commit_ts")
+        actions = {}
+        for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):
+            name, last = self.target.name(*key), self.last.get(key)
+            known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+            last_cut = int(last["cut_commit_ts"]) if last and last.get("cut_commit_ts") not in (None, "None") else None
+            started_in_window = known is not None and bool(known.start) and list(known.start) > [since]
+            if key in self.dropped:
+                gone = self.target.last_commit(*key) or {}
+                same = gone.get("dropped") == "true" and gone.get("cut_commit_ts") == str(cut_ts)
+                if same:
+                    self.last[key] = gone
+                actions[key] = "unchanged" if same else "dropped"
+            elif last_cut is not None and last_cut == cut_ts and last.get("emit") == self.emit:
+                actions[key] = "unchanged"
+            elif last_cut is not None and cut_ts is not None and last_cut > cut_ts:
+                raise LakehouseError(f"table {name} is at cut {last_cut}, after this run's cut {cut_ts}: "
+                                     "a window cannot take it back")
+            elif last is None and known is not None and not started_in_window:
+                raise LakehouseError(f"table {name} existed before --since {since} (renamed to this name in the "
+                                     "window?) but has no table at the output: its earlier rows are not in the "
+                                     "window; replay without --since to write the tables in full")
+            elif last is None or started_in_window:
+                # created or truncated in the window (its rows are all here), or a table no DDL
+                # describes seen for the first time
+                actions[key] = "replace"
+            elif last_cut is None or last_cut < since:
+                raise LakehouseError(f"table {name} is at cut {last_cut}, before --since {since}: the changes "
+                                     f"in between are not in this window (replay from --since {last_cut})")
+            else:
+                want = self._schema(key, [], False)
+                if want is not None and not same_columns(self.target.current_schema(*key), want):
+                    raise LakehouseError(f"table {name}: its columns changed in the window (DDL after --since "
+                                         f"{since}); a window MERGE applies row changes only: replay without "
+                                         "--since to write the table in full")
+                actions[key] = "merge"
+        result = {}
+        for key, action in actions.items():
+            name, files = self.target.name(*key), by_table[key]
+            base = {"source_database": key[0], "source_table": key[1], "table": name,
+                    "location": self.target.location(*key), "cut_commit_ts": cut_ts, "since": since}
+            if action == "unchanged":
+                last = self.last[key]
+                rows = int(last["rows"]) if last.get("rows") not in (None, "None") else self.target.row_count(*key)
+                result[name] = {**base, "version": last.get("version"), "rows": rows,
+                                "unchanged": True, "committed_by": last.get("run_id"),
+                                "dropped": last.get("dropped") == "true", "mode": last.get("mode") or "replace"}
+                continue
+            tables = [pq.read_table(_io.BytesIO(storage.read_bytes(f["uri"]))) for f in files]
+            want = self.target.current_schema(*key) if action in ("merge", "dropped") else self._schema(key, files, False)
+            if want is None:
+                continue
+            changes_table = (pa.concat_tables([t.select(["_op", *want.names]).cast(
+                pa.schema([pa.field("_op", pa.string()), *want])) for t in tables])
+                if tables else pa.table({"_op": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in want}}))
+            props = {"cut_commit_ts": cut_ts, "cut": self.cut.get("description", ""), "run_id": self.run["run_id"],
+                     "source": self.run["source"], "protocol": self.run.get("protocol"), "emit": self.emit,
+                     "since": since, "source_database": key[0], "source_table": key[1]}
+            if action == "merge":
+                props["mode"] = "merge"
+                props["window_changes"] = changes_table.num_rows
+                done = self.target.merge(key[0], key[1], changes_table, self._keys(key, want), props)
+            else:
+                rows = changes_table.filter(pc.not_equal(changes_table.column("_op"), "delete")) \
+                    if action == "replace" else changes_table.slice(0, 0)
+                rows = rows.select(want.names)
+                uri = storage.join(self.target.location(*key), "data", f"{self.run['run_id']}-window.parquet")
+                sink = _io.BytesIO()
+                pq.write_table(rows, sink, compression="zstd")
+                storage.write_bytes(uri, sink.getvalue())
+                props.update(mode="replace", rows=rows.num_rows)
+                if action == "dropped":
+                    props["dropped"] = "true"
+                done = self.target.commit(key[0], key[1], want,
+                                          [{"uri": uri, "bytes": len(sink.getvalue()), "rows": rows.num_rows}], props)
+                done["rows"] = rows.num_rows
+            result[name] = {**base, **done, "unchanged": False, "committed_by": self.run["run_id"],
+                            "dropped": action == "dropped", "mode": props["mode"]}
+        return result
+
+    def _keys(self, key, schema: pa.Schema) -> list[str]:
+        """The row identity at the cut: primary key, else a NOT NULL UNIQUE key, else every column."""
+        known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+        identity = known.identity_columns() if known is not None else []
+        by_lower = {n.lower(): n for n in schema.names}
+        columns = [by_lower[c.lower()] for c in identity if c.lower() in by_lower]
+        return columns if columns and len(columns) == len(identity) else list(schema.names)
 
 
 def plan_tables(args, run: dict, cut: dict, schemas: dict, table_rows: list[dict]) -> TablePlan:

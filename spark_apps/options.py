@@ -83,10 +83,12 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                            "watermarks). Events above it are reported as pending")
     what.add_argument("--until", type=commit_ts, metavar="COMMIT_TS",
                       help="end of a window (inclusive); the same as --as-of")
-    what.add_argument("--since", type=commit_ts, metavar="COMMIT_TS",
+    what.add_argument("--since", type=since_ts, metavar="COMMIT_TS",
                       help="start of a window (exclusive): changes at or below it are outside the window "
                            "(counted as filtered). A snapshot or history of a window needs --base-snapshot, "
-                           "the snapshot at --since; topics of a window are just the window's changes")
+                           "the snapshot at --since; topics of a window are just the window's changes. A "
+                           "Delta/Iceberg snapshot merges the window into its tables (no --base-snapshot); "
+                           "`--since last` is their last committed cut, read from their metadata")
     what.add_argument("--base-snapshot", metavar="URI",
                       help="output of an earlier snapshot run (its manifest gives its cut, protocol and table "
                            "schemas): the window's changes are applied on top of its rows, so backfills can "
@@ -236,6 +238,16 @@ def commit_ts(text: str) -> int:
 
 
 commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"
+
+LAST_CUT = "last"
+
+
+def since_ts(text: str) -> int | str:
+    """--since: a commit ts, or `last` (a lakehouse snapshot: the tables' last committed cut)."""
+    return LAST_CUT if str(text).strip().lower() == LAST_CUT else commit_ts(text)
+
+
+since_ts.__name__ = "commit ts (or last)"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
-from spark_apps.options import ReplayArgs, parser, validate_table_patterns  # noqa: E402
+from spark_apps.options import LAST_CUT, ReplayArgs, parser, validate_table_patterns  # noqa: E402
 
 log = logging.getLogger("cdc_replay")
 
@@ -154,7 +154,7 @@ def validate(args: ReplayArgs) -> tuple:
         raise ReplayError("--max-bad-records must be 0 or more")
     for name in ("as_of", "until", "since"):
         value = getattr(args, name)
-        if value is not None and value < 0:
+        if value is not None and value != LAST_CUT and value < 0:
             raise ReplayError(f"--{name.replace('_', '-')} must be a commit ts (a non-negative TSO)")
     if args.as_of is not None and args.until is not None:
         raise ReplayError("--as-of and --until are the same bound: give one of them")
@@ -176,6 +176,11 @@ def validate(args: ReplayArgs) -> tuple:
                 storage.check_bucket(storage.normalize(uri), option)
             except storage.AccessError as e:
                 raise ReplayError(str(e)) from None
+    lake_window = args.output_format in ("delta", "iceberg") and args.emit == "snapshot" and args.since is not None
+    if lake_window:
+        _lake_window(args)
+    elif args.since == LAST_CUT:
+        raise ReplayError("--since last applies to --emit snapshot with --target-format delta or iceberg")
     base = _base_manifest(args)
     if base is not None:
         if args.emit == "topics":
@@ -185,7 +190,7 @@ def validate(args: ReplayArgs) -> tuple:
             raise ReplayError(f"--since {args.since} differs from the base snapshot's cut {base_cut}: the window "
                               "must start where the base snapshot ends")
         args.since = base_cut
-    elif args.since is not None and args.emit == "snapshot":
+    elif args.since is not None and args.emit == "snapshot" and not lake_window:
         raise ReplayError("a snapshot of a window needs --base-snapshot (the snapshot at --since); "
                           "without it, use --emit topics or history for the window's changes")
     if args.since is not None and args.upper is not None and args.upper <= args.since:
@@ -197,6 +202,48 @@ def validate(args: ReplayArgs) -> tuple:
         except DDLError as e:
             raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options, base
+
+
+def _lake_window(args: ReplayArgs) -> None:
+    """A Delta/Iceberg snapshot of a window is merged into the tables, which hold the state at
+    --since: no --base-snapshot. The table schemas at --since come from the output's last
+    manifest, whose cut must be --since (`--since last`: that cut, when every table it wrote is
+    still at it). Sets args.since (None: no table yet, a full run) and args.lake_schemas."""
+    from spark_apps import lakehouse
+
+    if args.base_snapshot:
+        raise ReplayError("--base-snapshot is not used with --target-format delta/iceberg: the tables hold the "
+                          "state at --since, and the window is merged into them")
+    output = storage.normalize(args.output)
+    try:
+        previous = manifest_mod.read_manifest(output)
+    except Exception:  # no earlier run at this output
+        previous = None
+    tables = [t for t in ((previous or {}).get("output", {}).get("lakehouse") or {}).values() if "source_table" in t]
+    if args.since == LAST_CUT:
+        if previous is None or not tables:
+            log.info("--since last: no tables at %s yet; replaying in full", output)
+            args.since = None
+            return
+        try:
+            target = lakehouse.Target(args.output_format, output, args.target_table, parse_option_pairs(args.catalog))
+            cuts = {t["table"]: (target.last_commit(t["source_database"], t["source_table"]) or {}).get("cut_commit_ts")
+                    for t in tables}
+        except lakehouse.LakehouseError as e:
+            raise ReplayError(str(e)) from e
+        distinct = {c for c in cuts.values()}
+        if len(distinct) != 1 or None in distinct:
+            raise ReplayError(f"--since last: the tables at {output} are not at one cut ({cuts}); give --since")
+        args.since = int(distinct.pop())
+    last_cut = None if previous is None else previous.get("cut", {}).get("commit_ts")
+    if last_cut is None or last_cut < args.since:
+        raise ReplayError(f"--since {args.since}: the tables at {output} must be at that cut or later, so that no "
+                          f"change is missed (the last run there committed cut {last_cut or 'none'})")
+    if last_cut > args.since:  # changes up to its cut are in the tables already: merging them again is void
+        log.info("--since %s: the tables at %s are at cut %s already; the window starts there", args.since, output,
+                 last_cut)
+        args.since = last_cut
+    args.lake_schemas = list(previous.get("schemas", []))
 
 
 def _validate_kafka(args: ReplayArgs) -> None:
@@ -364,7 +411,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     quarantine_base = storage.join(staging, "_quarantine")
     starting = _starting_schemas(args.schema) if args.schema else None
     initial = "\n".join([starting.initial_sql() if starting else "",
-                         ";\n".join(base.get("schemas", [])) if base else ""])
+                         ";\n".join(base.get("schemas", [])) if base else "",
+                         ";\n".join(getattr(args, "lake_schemas", None) or [])])
     history = SchemaHistory(initial)
     ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
     decoded.unpersist()  # `tagged` is materialised now
@@ -731,6 +779,42 @@ class _OutputPlan:
         self.lake_tables = plan.commit(written, history)
         return written
 
+    def _merge_lake(self, latest, table_rows: list[dict]):
+        """Delta/Iceberg with --since: tasks write each key's last change in the window (the
+        new row, or the deleted row's image with `_op` delete) to staging files; the driver
+        merges them into each table, one version per table (spark_apps.lakehouse)."""
+        from pyspark.sql import functions as F
+
+        from spark_apps import lakehouse
+        from spark_apps.parquet_out import write_parquet_fn
+        from spark_apps.schema import WRITTEN_STRUCT
+        from spark_apps.snapshot import projector
+
+        plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
+        deleted = F.col("effect") == "delete"
+        changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
+                   .withColumn("before", F.when(deleted, F.col("before")))
+                   .withColumn("_op", F.when(deleted, F.lit("delete")).otherwise(F.lit("upsert")))
+                   .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table")))
+        for name in ("_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms"):
+            changes = changes.withColumn(name, F.lit(None).cast("bigint"))
+        changes = changes.withColumn("_current", F.lit(None).cast("boolean")).select(
+            *_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms",
+            "_current")
+        base = storage.join(self.staging, "_window")
+        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
+        ordered = changes.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
+        fn = write_parquet_fn(base, True, projector(self._schemas(), schema_types=True),
+                              type_fn=lakehouse.arrow_type, time_unit="us")
+        written = [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
+        try:
+            self.lake_tables = plan.commit_window(written, int(self.args.since))
+        except lakehouse.LakehouseError as e:
+            raise ReplayError(str(e)) from e
+        finally:
+            storage.delete_prefix(base)
+        return []  # the window's files were merged (and removed): the tables hold the rows
+
     def _event_columns(self, df, extra=()):
         from cdc_codecs.events import EVENT_FIELD_NAMES
 
@@ -775,6 +859,10 @@ class _OutputPlan:
         live = T.live_rows(latest)
         if self.args.output_format == "parquet":
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
+            latest.unpersist()
+            return written, table_rows
+        if self.args.output_format in ("delta", "iceberg") and self.args.since is not None:
+            written = self._merge_lake(latest, table_rows)
             latest.unpersist()
             return written, table_rows
         if self.args.output_format in ("delta", "iceberg"):

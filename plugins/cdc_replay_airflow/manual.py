@@ -75,7 +75,8 @@ PARAMS = {
     "as_of": _commit_ts_param("As of", "Replay up to and including this commit ts. Empty = the cut (the lowest "
                               "partition watermark; the archive's end without watermarks)."),
     "since": _commit_ts_param("Since", "Start of a window, exclusive: only changes committed after it. A snapshot "
-                              "of a window needs a base snapshot (the snapshot at since)."),
+                              "of a window needs a base snapshot (the snapshot at since); Delta / Iceberg tables need "
+                              "none: the window is merged into them, `last` = the cut they hold."),
     "until": _commit_ts_param("Until", "End of a window, inclusive (the same bound as as_of: give one)."),
     "emit": Param("snapshot", type="string", enum=list(CAPS.emit_modes), title="Emit",
                   description="snapshot: one INSERT per live row at the cut; topics: the ordered, deduplicated "
@@ -113,6 +114,17 @@ if CAPS.accepts("--target-format"):
                                     "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
                                     "Iceberg table per source table, a new table version per run stamped with the "
                                     "cut (snapshot, history; docs/lakehouse.md)", section="Output")
+if CAPS.accepts("--target-table"):
+    PARAMS["target_table"] = Param("{schema}.{table}", type=["null", "string"], pattern=r"^[^\s]+\.[^\s]+$",
+                                   title="Table name (Delta / Iceberg)", description="namespace.table with "
+                                   "{schema} and {table} replaced; Delta tables live at <output>/<namespace>/<table>",
+                                   section="Output")
+if CAPS.accepts("--catalog"):
+    PARAMS["catalog"] = Param({}, type=["null", "object"], additionalProperties={"type": ["string", "integer", "boolean"]},
+                              title="Iceberg catalog", description="pyiceberg catalog properties: uri=sqlite:////"
+                              "path/catalog.sqlite or uri=postgresql+psycopg2://user:pass@host/db (SQL catalog), "
+                              "type=filesystem (Hadoop layout, local paths), type=rest + uri=...; empty = a SQLite "
+                              "catalog in a local output (docs/lakehouse.md)", section="Output")
 if CAPS.accepts("--manifest-uri"):
     PARAMS["manifest_uri"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Manifest URI",
                                    description="with a kafka:// output: where the manifest of what was produced "

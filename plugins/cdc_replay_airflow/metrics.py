@@ -161,7 +161,7 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
         "tables": tables,
         # delta/iceberg outputs: each table's location, version and cut (docs/lakehouse.md)
         "lakehouse": [{k: t.get(k) for k in ("table", "location", "version", "cut_commit_ts", "rows", "unchanged",
-                                              "dropped")} for t in (out.get("lakehouse") or {}).values()],
+                                              "dropped", "mode", "since")} for t in (out.get("lakehouse") or {}).values()],
         "quarantine": {"records": manifest["quarantine"]["records"], "location": manifest["quarantine"]["location"],
                        "reasons": manifest["quarantine"].get("reasons") or []},
         "produced": produced(out),

@@ -29,14 +29,15 @@ LAYOUTS = ("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3")
 FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
-    "dispatcher", "output", "max_bad_records", "layout",
+    "dispatcher", "output", "max_bad_records", "layout", "target_table", "catalog",
     "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri",
 )
 # fields whose app options arrived later (cdc-replay issue 5): refused if the installed app lacks them
 OPTIONAL_APP_OPTIONS = {"since": "--since", "until": "--until", "base_snapshot": "--base-snapshot", "layout": "--layout",
                         "target_format": "--target-format", "schema": "--schema",
                         "require_schema": "--require-schema", "require_contiguous": "--require-contiguous",
-                        "manifest_uri": "--manifest-uri"}
+                        "manifest_uri": "--manifest-uri",
+                        "target_table": "--target-table", "catalog": "--catalog"}
 
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
@@ -112,6 +113,8 @@ class ReplayRequest:
     starting_offsets: str = "earliest"
     ending_offsets: str = "latest"
     manifest_uri: str | None = None
+    target_table: str = "{schema}.{table}"  # delta/iceberg: the table name template
+    catalog: tuple = ()  # iceberg: catalog properties ((key, value), ...)
 
     @property
     def kafka_source(self) -> bool:
@@ -148,6 +151,7 @@ class ReplayRequest:
         out["protocol_options"] = dict(self.protocol_options)
         out["target_options"] = dict(self.target_options)
         out["tables"] = list(self.tables)
+        out["catalog"] = dict(self.catalog)
         return out
 
     @classmethod
@@ -157,6 +161,7 @@ class ReplayRequest:
         fields["protocol_options"] = tuple((fields.get("protocol_options") or {}).items())
         fields["target_options"] = tuple((fields.get("target_options") or {}).items())
         fields["tables"] = tuple(fields.get("tables") or ())
+        fields["catalog"] = tuple((fields.get("catalog") or {}).items())
         return cls(**fields)
 
     def replace(self, **changes) -> "ReplayRequest":
@@ -363,18 +368,20 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if not re.fullmatch(r"[A-Za-z0-9._\-{}]+", target_topic):
         raise RequestError("target_topic", f"{target_topic!r}: a Kafka topic name has only letters, digits, . _ -")
     as_of = _commit_ts("as_of", conf.get("as_of"))
-    since = _commit_ts("since", conf.get("since"))
+    lake = (target_format or "") in ("delta", "iceberg")
+    since = "last" if lake and str(conf.get("since") or "").strip().lower() == "last" else \
+        _commit_ts("since", conf.get("since"))
     until = _commit_ts("until", conf.get("until"))
     if as_of is not None and until is not None:
         raise RequestError("until", "as_of and until are the same bound (the cut): give one of them")
     upper = until if until is not None else as_of
-    if since is not None and upper is not None and since >= upper:
+    if isinstance(since, int) and upper is not None and since >= upper:
         raise RequestError("since", f"the window is empty: since {since} is not below until/as_of {upper}")
     base_snapshot = _uri("base_snapshot", conf.get("base_snapshot"), required=False)
     if base_snapshot is not None and emit != "snapshot":
         raise RequestError("base_snapshot", "applies to emit snapshot only (topics and history of a window need "
                                             "only since)")
-    if since is not None and emit == "snapshot" and base_snapshot is None:
+    if since is not None and emit == "snapshot" and base_snapshot is None and not lake:
         raise RequestError("since", "a snapshot of a window needs base_snapshot (the snapshot at since); without "
                                     "it, emit topics or history for the window's changes")
     schema = _uri("schema", conf.get("schema"), required=False)
@@ -392,6 +399,16 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
     if not isinstance(require_contiguous, bool):
         raise RequestError("require_contiguous", f"{require_contiguous!r} is not true or false")
     output_format = target_format or ("parquet" if emit == "history" else "kafka")
+    target_table = conf.get("target_table") or "{schema}.{table}"
+    if not isinstance(target_table, str) or len([p for p in target_table.split(".") if p]) < 2:
+        raise RequestError("target_table", f"{target_table!r}: give at least namespace.table, e.g. {{schema}}.{{table}}")
+    for name in re.findall(r"\{([^}]*)\}", target_table):
+        if name not in ("schema", "table"):
+            raise RequestError("target_table", f"unknown placeholder {{{name}}}; use {{schema}} or {{table}}")
+    catalog = _options("catalog", conf.get("catalog"))
+    if (target_table != "{schema}.{table}" and not lake) or (catalog and target_format != "iceberg"):
+        raise RequestError("target_table" if not catalog else "catalog",
+                           "applies to target_format delta/iceberg (catalog: iceberg only)")
     if emit == "history" and output_format not in ("parquet", "delta", "iceberg"):
         raise RequestError("target_format", "emit history is written as Parquet, Delta or Iceberg")
     if emit == "topics" and output_format != "kafka":
@@ -412,6 +429,7 @@ def parse_request(conf: Mapping[str, Any], capabilities: Capabilities | None = N
         max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0, 0),
         layout=layout, kafka_connection=kafka_connection, starting_offsets=starting_offsets,
         ending_offsets=ending_offsets, manifest_uri=manifest_uri,
+        target_table=target_table, catalog=catalog,
     )
 
 
@@ -457,6 +475,10 @@ def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,
         args += ["--target-option", f"{key}={value}"]
     if request.target_format:
         args += ["--target-format", request.target_format]
+    if request.target_table != "{schema}.{table}":
+        args += ["--target-table", request.target_table]
+    for key, value in request.catalog:
+        args += ["--catalog", f"{key}={value}"]
     if request.as_of is not None:
         args += ["--as-of", str(request.as_of)]
     if request.since is not None:

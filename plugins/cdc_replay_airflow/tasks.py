@@ -119,7 +119,13 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     since = tso_of(start) - 1 if windowed else None
     until = tso_of(end) - 1 if windowed else None
     base_snapshot = schema_from = chain_missing = None
-    if windowed:
+    # Delta/Iceberg snapshots: one set of tables at the output, each interval merged into them
+    # (`--since last`: from the cut their metadata holds, so an interval without objects, which
+    # is skipped, loses nothing); the other outputs are one prefix per interval
+    lake = windowed and request.emit == "snapshot" and request.target_format in ("delta", "iceberg")
+    if lake:
+        since = "last"
+    elif windowed:
         # the previous interval's output carries what this one starts from: its snapshot (emit
         # snapshot) or the table schemas at its end (DDL in this window needs them)
         previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
@@ -139,7 +145,8 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
                 f"({previous_output or 'no earlier successful run ends there'}) is missing: replay the intervals in "
                 "order from the DAG's start"
                 + ("" if request.emit == "snapshot" else ", or give the starting schemas in the Variable's 'schema'"))
-    request = request.replace(output=interval_output(base_output, start), since=since, until=until,
+    request = request.replace(output=base_output if lake else interval_output(base_output, start), since=since,
+                              until=until,
                               base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema)
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
@@ -152,7 +159,7 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
              (f", starting from the table schemas of {schema_from}" if schema_from else ""))
     return {"request": request.as_dict(), "interval": [start.isoformat(), end.isoformat()],
             "objects_window": objects_window, "output_base": base_output, "schema_from": schema_from,
-            "chain_missing": chain_missing,
+            "chain_missing": chain_missing, "lake_window": lake,
             "require_complete": bool(settings.get("require_complete", True)) and windowed}
 
 
@@ -167,7 +174,8 @@ def _items(objects: list[ArchiveObject], source: str) -> list[dict]:
 
 def stage(hook, request: dict, *, dag_id: str, run_id: str,
           interval: tuple[dt.datetime, dt.datetime] | None = None, schema_from: str | None = None,
-          chain_missing: str | None = None, kafka_servers=None) -> dict:
+          chain_missing: str | None = None, kafka_servers=None,
+          lake_window: bool = False) -> dict:
     """List the objects the replay will read and write their manifest.
 
     Without an interval the app reads the source as it is (nothing is copied). With one, the
@@ -226,6 +234,9 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
         if chain_missing:
             raise Refused(chain_missing)
+        if not chosen and lake_window:  # the tables stay at their cut; the next interval merges from there
+            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}; "
+                              f"the tables at {req.output} stay at their cut")
         if not chosen and req.until is None:  # no commit ts window: nothing an interval could carry forward
             raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
         carry_from = req.base_snapshot or schema_from

@@ -89,9 +89,9 @@ def _shift(event: dict, hours: int) -> dict:
 
 def write_hourly_archive(prefix: str, *, hours: tuple = (0, 1), tail_hour: int | None = 2, transactions: int = 160,
                          partitions: int = 2, seed: int = 11, corrupt_in_tail: int = 0,
-                         records_per_object: int = 60) -> HourlyArchive:
+                         records_per_object: int = 60, ddl_rate: float = 0.02) -> HourlyArchive:
     assert list(hours) == sorted(set(hours)) and hours[0] == 0
-    generated = generate(transactions=transactions, partitions=partitions, seed=seed)
+    generated = generate(transactions=transactions, partitions=partitions, seed=seed, ddl_rate=ddl_rate)
     codec = get_codec("canal-json", OPTIONS)
     decoded = [(record, codec.decode(record)) for record in generated.records]
     watermarks = sorted({e["watermark_ts"] for _, events in decoded for e in events if e.get("watermark_ts")})

@@ -214,3 +214,48 @@ def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
     last = read_snapshot(outputs[2])
     assert last == state_at[2]
     assert last == {k: v for k, v in archive.generated.final.items() if v}  # the generator's own state
+
+
+def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home):
+    """emit snapshot as Delta tables, hourly, hours 00 and 02 archived, nothing in 01: one set of
+    tables at the output; hour 00 writes them in full, hour 01 is skipped (the tables keep their
+    cut), hour 02 merges its changes (`--since last` = the tables' cut). Every version reads (by
+    the spec reader) as the reference state at its cut; publish emits one asset per table."""
+    from ..support import lake_readers
+    from ..test_lakehouse import as_state
+    from ..reference import reference_state
+    from .archives import hour_tso, write_hourly_archive
+
+    home, make_env = own_airflow_home
+    storage.ensure_bucket("s3://delta-archive")
+    storage.ensure_bucket("s3://delta-lake")
+    archive = write_hourly_archive("s3://delta-archive/tidb/shop", hours=(0, 2), tail_hour=None, ddl_rate=0)
+    base = "s3://delta-lake/tables"
+    config = {"source": "s3://delta-archive/tidb/shop", "protocol": "canal-json",
+              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "snapshot",
+              "target_format": "delta", "max_bad_records": 0, "lateness_minutes": 0, "require_complete": False}
+    env = make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+    states = {}
+    for hour in (0, 1, 2):
+        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env,
+                             timeout=1800)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text[-5000:]
+        states[hour] = (_task_states(home, "cdc_replay_scheduled", _run_id(text)), _run_id(text))
+    assert states[1][0]["stage"] == "skipped" and states[1][0]["replay"] == "skipped"
+    manifest = json.loads(storage.read_bytes(f"{base}/_manifest.json"))
+    assert manifest["window"]["since"] == hour_tso(1) - 1 and manifest["cut"]["commit_ts"] == hour_tso(3) - 1
+
+    for table in ("orders", "customers"):
+        location = f"{base}/shop/{table}"
+        commits = lake_readers.delta_commits(location)
+        assert [c["commitInfo"]["cdc-replay.cut_commit_ts"] for c in commits] == [str(hour_tso(1) - 1),
+                                                                                   str(hour_tso(3) - 1)]
+        assert commits[1]["commitInfo"]["operation"] == "MERGE"
+        for version, hour in ((0, 1), (1, 3)):
+            expected = reference_state(archive.shifted(), hour_tso(hour) - 1).get(("shop", table)) or {}
+            assert as_state(lake_readers.delta_read(location, version)[1]) == expected
+    published = _xcom(home, "cdc_replay_scheduled", states[2][1], "publish", "cdc_replay_metrics")
+    assets = {t["table"]: t for t in published["lakehouse"]}
+    assert assets["shop.orders"]["location"] == f"{base}/shop/orders" and assets["shop.orders"]["version"] == 1
+    assert not assets["shop.orders"]["unchanged"]

@@ -111,7 +111,8 @@ def test_lakehouse_tables_become_one_asset_each():
     manifest["output"]["lakehouse"] = {
         "shop.customers": {"source_database": "shop", "source_table": "customers", "table": "shop.customers",
                            "location": "s3://lake/out/shop/customers", "version": 3, "cut_commit_ts": tso(9000),
-                           "rows": 40, "unchanged": False, "committed_by": "r", "dropped": False},
+                           "rows": 40, "unchanged": False, "committed_by": "r", "dropped": False,
+                           "mode": "merge", "since": tso(8000)},
         "shop.orders": {"source_database": "shop", "source_table": "orders", "table": "shop.orders",
                         "location": "/lake/out/shop/orders", "version": 2, "cut_commit_ts": tso(9000), "rows": 7,
                         "unchanged": True, "committed_by": "r0", "dropped": False},
@@ -124,7 +125,7 @@ def test_lakehouse_tables_become_one_asset_each():
     html = render_page([{"dag_id": "cdc_replay_manual", "run_id": "manual__1", "state": "success",
                          "metrics": m}], prefix="/cdc-replay")
     for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",
-                 "new version"):
+                 "new version", f"(window merged after {tso(8000):,})"):
         assert text in html, text
 
 

@@ -71,3 +71,19 @@ def test_bad_configuration_is_refused(change, words):
     assert words in str(e.value)
     with pytest.raises(Refused, match="Variable cdc_replay_scheduled is not set"):
         plan_interval(None, h(0), h(1))
+
+
+def test_lakehouse_snapshots_merge_every_interval_into_one_set_of_tables():
+    """Delta/Iceberg snapshots: the output is the tables (not one prefix per interval), and each
+    interval is merged from the cut the tables hold (`--since last`), chained by the tables
+    themselves; histories stay one output per interval."""
+    config = {**CONFIG, "emit": "snapshot", "target_format": "delta"}
+    for start, previous in ((h(0), None), (h(5), (h(3), h(4)))):
+        plan = plan_interval(config, start, start + dt.timedelta(hours=1), first_start=START, previous=previous,
+                             exists=lambda uri: False)
+        request = plan["request"]
+        assert request["output"] == "s3://lake/shop" and request["since"] == "last"
+        assert request["until"] == tso(start + dt.timedelta(hours=1)) - 1 and request["base_snapshot"] is None
+        assert plan["lake_window"] and plan["chain_missing"] is None
+    history = plan_interval({**config, "emit": "history"}, h(1), h(2), first_start=START)
+    assert history["request"]["output"] == "s3://lake/shop/20260101T010000Z" and not history["lake_window"]

@@ -204,3 +204,22 @@ def test_lakehouse_formats_are_offered_for_snapshot_and_history():
         assert replay_arguments(request)[replay_arguments(request).index("--target-format") + 1] == "iceberg"
     with pytest.raises(RequestError, match="Kafka-record archive"):
         parse_request({**GOOD, "emit": "topics", "target_format": "delta"}, caps)
+
+
+def test_lakehouse_fields_table_name_catalog_and_window():
+    """target_table and catalog reach the app as --target-table / --catalog; a Delta/Iceberg
+    snapshot takes since (or `last`) without a base snapshot."""
+    conf = {**GOOD, "target_format": "iceberg", "target_table": "lake_{schema}.{table}",
+            "catalog": {"type": "filesystem"}, "since": "last"}
+    request = parse_request(conf)
+    assert ReplayRequest.from_dict(request.as_dict()) == request
+    args = replay_arguments(request)
+    assert args[args.index("--target-table") + 1] == "lake_{schema}.{table}"
+    assert args[args.index("--catalog") + 1] == "type=filesystem" and args[args.index("--since") + 1] == "last"
+    assert parse_request({**GOOD, "target_format": "delta", "since": 5}).since == 5
+    with pytest.raises(RequestError, match="^catalog: applies to"):
+        parse_request({**GOOD, "target_format": "delta", "catalog": {"type": "filesystem"}})
+    with pytest.raises(RequestError, match="^target_table:"):
+        parse_request({**GOOD, "target_format": "delta", "target_table": "{table}"})
+    with pytest.raises(RequestError, match="^since: a snapshot of a window needs base_snapshot"):
+        parse_request({**GOOD, "since": 5})

@@ -85,6 +85,23 @@ def iceberg_metadata_location(catalog_db: str, namespace: str, table: str) -> st
     return row[0]
 
 
+def iceberg_metadata_location_postgres(dsn: str, namespace: str, table: str) -> str:
+    """The same, from a SQL catalog on PostgreSQL (psycopg2, not SQLAlchemy)."""
+    import psycopg2
+
+    with psycopg2.connect(dsn) as db, db.cursor() as cursor:
+        cursor.execute("SELECT metadata_location FROM iceberg_tables WHERE table_namespace = %s AND table_name = %s",
+                       (namespace, table))
+        return cursor.fetchone()[0]
+
+
+def iceberg_hadoop_metadata_location(table_dir: str) -> str:
+    """A Hadoop-layout table's current metadata file: metadata/version-hint.text holds N, the
+    file is metadata/v<N>.metadata.json (Iceberg's HadoopTableOperations)."""
+    version = _read(storage.join(table_dir, "metadata", "version-hint.text")).decode().strip()
+    return storage.join(table_dir, "metadata", f"v{version}.metadata.json")
+
+
 def iceberg_metadata(metadata_location: str) -> dict:
     return json.loads(_read(metadata_location))
 

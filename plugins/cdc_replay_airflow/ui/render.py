@@ -223,7 +223,9 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
         f'<tr><td>{escape(t["table"])}</td><td class="wrap"><code>{escape(t["location"])}</code></td>'
         f'<td class="n"><code>{escape(str(t["version"]))}</code></td><td><code>{_n(t["cut_commit_ts"])}</code></td>'
         f'<td class="n">{_n(t["rows"])}</td>'
-        f'<td>{"dropped" if t.get("dropped") else "unchanged (same cut)" if t.get("unchanged") else "new version"}</td></tr>'
+        f'<td>{"dropped" if t.get("dropped") else "unchanged (same cut)" if t.get("unchanged") else "new version"}'
+        f'{" (window merged after " + _n(t["since"]) + ")" if t.get("mode") == "merge" and not t.get("unchanged") else ""}'
+        '</td></tr>'
         for t in m.get("lakehouse") or [])
     lake = (f'<table style="width:auto"><tr><th>lakehouse table</th><th>location</th><th class="n">version</th>'
             f'<th>cut commit ts</th><th class="n">rows</th><th></th></tr>{lake_rows}</table>' if lake_rows else "")

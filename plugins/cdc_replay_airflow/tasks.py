@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from typing import Any
 
 from spark_apps import masking
@@ -346,7 +347,9 @@ def carry_forward(hook, plan: dict) -> dict:
     if request.emit == "snapshot" and prev is not None:
         pairs = []
         for entry in prev["output"]["objects"]:
-            target = f"{output}/{relative(entry['uri'], previous)}"
+            # a manifest left by a commit killed after its switch names the staged copies
+            name = re.sub(r"^_staging/[^/]+/(data/)?", "", relative(entry["uri"], previous))
+            target = f"{output}/{name}"
             pairs.append((entry["uri"], target, entry.get("bytes") or 0))
             copied.append({**entry, "uri": target})
         log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)

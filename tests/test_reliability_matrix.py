@@ -681,3 +681,30 @@ def test_a_reader_sees_the_old_or_the_new_output_whatever_step_the_commit_is_kil
     left = _rel(output)
     assert left == sorted(["_manifest.json", *third["committed"]])  # no staging, log or stale object left
     assert _independent_reader(output) == ("r3", new_contents) and third["foreign_objects"] == []
+
+
+def test_a_replay_killed_in_its_commit_is_finished_by_the_next_run(spark, two_outputs):
+    """End to end through `cdc-replay replay`: the run is SIGKILLed while copying its staged
+    objects into place; readers see its complete output (the manifest names the staged copies);
+    the next replay finishes that commit, commits its own, and leaves no staging behind."""
+    from spark_apps import replay
+
+    root, old, new, staging = two_outputs
+    output = f"{root}/killed-cli"
+    _clone(f"{root}/base", output)
+    storage.delete_prefix(f"{output}/_staging")  # only A, as committed
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_apps.cli", "replay", "--source", f"{root}/archive-b", "--protocol", "canal-json",
+         *TIDB, "--output", output, "--emit", "snapshot", "--max-bad-records", "10", "--master", "local[1]"],
+        env={**os.environ, manifest_mod.KILL_ENV: "copying"}, capture_output=True, text=True, timeout=900)
+    # the driver (spark-submit's child) was killed: the command fails
+    assert result.returncode != 0, result.stderr[-3000:]
+    run_id, contents = _independent_reader(output)
+    assert run_id not in (old["run_id"], new["run_id"]) and contents == _contents(new)
+    assert manifest_mod.read_manifest(output)["commit"]["staging"] == f"_staging/{run_id}"
+    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
+    assert _rel(output) == sorted(["_manifest.json", *again["committed"]])
+    assert _independent_reader(output) == (again["run_id"], _contents(new))

@@ -160,7 +160,7 @@ def cdc_replay_scheduled():
     planned = plan()
     staged = stage(planned)
     wait_for_archive(planned) >> staged
-    replayed = ReplayOperator(task_id="replay", plan=staged)
+    replayed = ReplayOperator(task_id="replay", plan=staged, options_variable=VARIABLE)
     publish(planned, staged, validate(planned, staged, replayed.output))
 
 

@@ -2,9 +2,10 @@
 
 Counts reconcile: every decoded event (and every record that could not be decoded) has
 exactly one status, so `read = applied + duplicate + pending + filtered + quarantined`.
-The commit replaces the output as a whole: `_manifest.json` is removed first and written
-last, so an output without one is incomplete; stale objects of earlier runs (those their
-manifest lists) are deleted, anything else is left and reported.
+The commit replaces the output as a whole and atomically for readers: `_manifest.json` is a
+small pointer, written in one PUT, that lists the output's objects; readers follow it (see
+`commit`). Stale objects of earlier runs (those their manifest lists) are deleted, anything
+else is left and reported.
 """
 
 from __future__ import annotations
@@ -238,6 +239,23 @@ def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
 
 
 COMMIT_LOG = "_commit.json"
+STAGING = "_staging"
+# names below _staging/ that are not a run's staging: the Airflow DAGs' staged archive objects
+# and the Kafka output's produced-partition markers (kafka_io)
+_RESERVED_STAGING = ("airflow",)
+KILL_ENV = "CDC_REPLAY_TEST_KILL_AT"
+COMMIT_STEPS = ("logged", "switched", "copying", "copied", "final", "cleaning", "cleaned")
+
+
+def _step(name: str) -> None:
+    """Test hook: SIGKILL this process at a named commit step (tests/test_reliability_matrix.py
+    shows a reader sees the old or the new complete output whatever step a run dies at)."""
+    import os
+
+    if os.environ.get(KILL_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def owned_objects(output: str) -> set[str]:
@@ -267,61 +285,135 @@ def owned_objects(output: str) -> set[str]:
     return owned
 
 
+def _write_manifest(output: str, manifest: dict) -> None:
+    storage.write_bytes(storage.join(output, MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+
+
 def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> None:
-    """Replace the output with the staged objects, then write the manifest. Only objects an
-    earlier run of ours wrote there are deleted; anything else under the output is left
-    alone and reported in the manifest's `foreign_objects` and warnings. `replace=False`
+    """Make the staged objects the output. `_manifest.json` is the pointer readers follow (it
+    lists every object of the output); it is switched in one PUT, so a reader that follows it
+    sees the previous complete output or the new one, never a mix (docs/reliability.md):
+
+    1. `_commit.json` lists every object of ours (the previous ones and the new ones), so a
+       kill from here on still lets the next run clean them;
+    2. the manifest switches to the new output where it is staged (`_staging/<run>/`);
+    3. the staged objects are copied to their final names (server-side on S3, hard links
+       locally) — readers still follow the manifest to the staging copies;
+    4. the manifest switches to the final names;
+    5. the previous run's objects no longer produced, the commit log, this run's staging
+       and what killed runs left in `_staging/` are deleted.
+
+    Only objects an earlier run of ours wrote are deleted; anything else under the output is
+    left alone and reported in the manifest's `foreign_objects` and warnings. `replace=False`
     (lakehouse tables, committed by their own format beside our objects) deletes only the
-    previous quarantine of ours and reports nothing else."""
+    previous quarantine of ours and reports nothing else. A run that finds the manifest still
+    pointing at a staging area (killed between 2 and 4) finishes that commit first
+    (`finish_interrupted`)."""
+    run_staging = storage.relative(staging, output)
     previous = owned_objects(output)
-    staged = storage.list_objects(staging)
     targets = {}
-    for info in staged:
+    for info in storage.list_objects(staging):
         rel = storage.relative(info.uri, staging)
         targets[info.uri] = rel[len("data/"):] if rel.startswith("data/") else rel
     committed = sorted(targets.values())
-    # a kill from here on leaves the log, so the next run still knows which objects are ours
     storage.write_bytes(storage.join(output, COMMIT_LOG), orjson.dumps(
-        {"run_id": manifest["run_id"], "committed": sorted(previous | set(committed))}))
-    storage.delete(storage.join(output, MANIFEST))
-    moved = {}
-    for uri, rel in targets.items():
-        final = storage.join(output, rel)
-        storage.move(uri, final)
-        moved[uri] = final
+        {"run_id": manifest["run_id"], "staging": run_staging, "committed": sorted(previous | set(committed))}))
+    _step("logged")
+    entries = manifest["output"]["objects"] + manifest["quarantine"]["objects"]
+    manifest["committed"] = sorted(previous | set(committed))
+    manifest["commit"] = {"staging": run_staging, "replace": replace}
+    manifest.setdefault("foreign_objects", [])
+    _write_manifest(output, manifest)  # the switch: the new output, where it is staged
+    _step("switched")
+    final = {}
+    for i, (uri, rel) in enumerate(sorted(targets.items())):
+        final[uri] = storage.join(output, rel)
+        storage.copy(uri, final[uri])
+        if i == 0:
+            _step("copying")
+    _step("copied")
     keep = set(committed) | {MANIFEST, COMMIT_LOG}
-    foreign = []
+    stale, foreign = [], []
     for info in storage.list_objects(output):
         rel = storage.relative(info.uri, output)
-        if rel in keep or rel.startswith("_staging/"):
+        if rel in keep or rel.startswith(STAGING + "/"):
             continue
         if not replace:
             if rel in previous and rel.startswith("_quarantine/"):
-                storage.delete(info.uri)
-            continue
-        if rel in previous:
-            storage.delete(info.uri)
+                stale.append(info.uri)
+        elif rel in previous:
+            stale.append(info.uri)
         else:
             foreign.append(rel)
-    for entry in manifest["output"]["objects"] + manifest["quarantine"]["objects"]:
-        entry["uri"] = moved.get(entry["uri"], entry["uri"])
+    for entry in entries:
+        entry["uri"] = final.get(entry["uri"], entry["uri"])
     manifest["committed"] = committed
+    del manifest["commit"]
     manifest["foreign_objects"] = foreign
+    manifest["warnings"] = [w for w in manifest["warnings"] if not w.startswith(_FOREIGN_WARNING)]
     if foreign:
         manifest["warnings"].append(
-            f"{len(foreign)} objects under the output were not written by cdc-replay and were left in place: "
-            + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
-    storage.write_bytes(storage.join(output, MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+            f"{len(foreign)}{_FOREIGN_WARNING}" + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
+    _write_manifest(output, manifest)  # the switch to the final names
+    _step("final")
+    for i, uri in enumerate(stale):
+        storage.delete(uri)
+        if i == 0:
+            _step("cleaning")
     storage.delete(storage.join(output, COMMIT_LOG))
     storage.delete_prefix(staging)
-    staging_root = storage.join(output, "_staging")
-    if not storage.is_s3(staging_root):
-        import os
+    _delete_leftover_staging(output)
+    _step("cleaned")
 
+
+_FOREIGN_WARNING = " objects under the output were not written by cdc-replay and were left in place: "
+
+
+def _delete_leftover_staging(output: str) -> None:
+    """What killed runs left in `<output>/_staging/<run>/` (the manifest no longer names it).
+    `_staging/` is cdc-replay's own: the Airflow DAGs' `_staging/airflow/` and names starting
+    with `_` (Kafka markers) are kept."""
+    root = storage.join(output, STAGING)
+    for info in storage.list_objects(root):
+        name = storage.relative(info.uri, root).split("/", 1)[0]
+        if name not in _RESERVED_STAGING and not name.startswith("_") and "/" in storage.relative(info.uri, root):
+            storage.delete(info.uri)
+    if not storage.is_s3(root):
+        import os
+        import shutil
+
+        for name in os.listdir(root) if os.path.isdir(root) else ():
+            path = os.path.join(root, name)
+            if name not in _RESERVED_STAGING and not name.startswith("_") and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
         try:
-            os.rmdir(staging_root)
+            os.rmdir(root)
         except OSError:
             pass
+
+
+def finish_interrupted(output: str) -> bool:
+    """A commit killed after the manifest switched to its staging area (steps 2-4 of `commit`)
+    is finished: its staged objects get their final names and the manifest follows. Run before
+    a run writes its own staging (a retry with the same run id stages in the same place)."""
+    uri = storage.join(output, MANIFEST)
+    if not storage.exists(uri):
+        return False
+    try:
+        manifest = orjson.loads(storage.read_bytes(uri))
+    except (orjson.JSONDecodeError, OSError):
+        return False
+    pending = manifest.get("commit")
+    if not pending:
+        return False
+    commit(output, storage.join(output, pending["staging"]), manifest, replace=pending.get("replace", True))
+    return True
+
+
+def current_objects(manifest: dict) -> list:
+    """The output's data objects as the manifest lists them (readers follow this list, never
+    a listing of the prefix, which may hold a commit in progress or leftovers)."""
+    return [storage.ObjectInfo(e["uri"], e.get("bytes") or 0) for e in manifest["output"]["objects"]]
 
 
 def read_manifest(output: str) -> dict:

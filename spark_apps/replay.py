@@ -316,6 +316,12 @@ def run(args: ReplayArgs, spark=None) -> dict:
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
     output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
     staging = storage.join(_home(args, output), "_staging", run_id)
+    # a commit killed after its manifest switched to its staging area is finished first (a
+    # retry with the same run id stages in the same place); what else a killed run with this
+    # id staged is not part of this run
+    if manifest_mod.finish_interrupted(_home(args, output)):
+        log.info("[replay %s] finished the commit an earlier run left interrupted in %s", run_id, _home(args, output))
+    storage.delete_prefix(staging)
     layout_plan = None
     if kafka_io.is_kafka(source):
         objects = []
@@ -642,8 +648,7 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
     """The base snapshot's rows as applied row events placed at the window's start."""
     from pyspark.sql import functions as F
 
-    uri = storage.normalize(args.base_snapshot)
-    objects = _archive_objects(uri)
+    objects = manifest_mod.current_objects(base)  # the manifest's list, never a listing (a commit may be under way)
     options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()}
     # credentials are masked in the manifest: this run's options of the same name supply them
     given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}

@@ -491,6 +491,23 @@ def move(src: str, dst: str) -> None:
     os.replace(src, dst)
 
 
+def copy(src: str, dst: str) -> None:
+    """Copy one object (server-side on S3; locally a hard link when it can, replacing `dst`
+    in one rename)."""
+    if is_s3(src):
+        sb, sk = _split_s3(src)
+        db, dk = _split_s3(dst)
+        s3_client().copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
+        return
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 def delete(uri: str) -> None:
     if is_s3(uri):
         bucket, key = _split_s3(uri)

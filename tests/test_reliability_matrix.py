@@ -570,3 +570,141 @@ def test_a_replay_of_mutated_messages_always_completes(spark, tmp_path_factory, 
     for q in quarantined:
         assert q["offset"] in by_offset and q["protocol"] == "canal-json" and q["error"], q
         assert q["object"].endswith(".jsonl.gz") and q["line"] == q["offset"] + 1
+
+
+# ------------------------------------------------------------------ 2. commits are atomic for readers (S3)
+
+def _independent_reader(output):
+    """The documented reader rule (docs/reliability.md), with boto3 alone: read
+    `<output>/_manifest.json`, take its object lists, read exactly those objects. Returns the
+    run id and the objects' contents (a sorted list: names differ between the staged and the
+    final copies, contents do not)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+    def get(uri):
+        bucket, _, key = uri[len("s3://"):].partition("/")
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    doc = json.loads(get(f"{output}/_manifest.json"))
+    uris = [e["uri"] for e in doc["output"]["objects"] + doc["quarantine"]["objects"]]
+    return doc["run_id"], sorted(get(u) for u in uris)
+
+
+def _contents(manifest):
+    return sorted(storage.read_bytes(e["uri"]) for e in manifest["output"]["objects"] + manifest["quarantine"]["objects"])
+
+
+def _clone(src, dst):
+    """Every object under `src` copied below `dst`, manifests with their URIs rewritten."""
+    for info in storage.list_objects(src):
+        target = storage.join(dst, storage.relative(info.uri, src))
+        if info.uri.endswith(".json"):
+            storage.write_bytes(target, storage.read_bytes(info.uri).replace(src.encode(), dst.encode()))
+        else:
+            storage.copy(info.uri, target)
+
+
+@pytest.fixture(scope="module")
+def two_outputs(spark, s3_endpoint):
+    """On the loopback S3 server: an output committed by a replay of archive A (old), and a
+    replay of archive B (other data, a bad line for a quarantine object) into the same output,
+    stopped just before its commit: the staged objects and the manifest it would commit."""
+    from spark_apps import replay
+    from spark_apps.generate import generate, write_archive
+
+    root = "s3://atomic-commit"
+    storage.ensure_bucket(root)
+    write_archive(generate(transactions=15, partitions=3, seed=1).records, f"{root}/archive-a")
+    write_archive(generate(transactions=25, partitions=2, seed=2).records, f"{root}/archive-b", bad_lines=1)
+    old = replay.run(args_of(f"{root}/archive-a", f"{root}/base"), spark=spark)
+    captured = {}
+    real_commit = replay.manifest_mod.commit
+    replay.manifest_mod.commit = lambda home, staging, manifest, replace=True: captured.update(
+        staging=staging, manifest=manifest)
+    try:
+        replay.run(args_of(f"{root}/archive-b", f"{root}/base", "--max-bad-records", "10"), spark=spark)
+    finally:
+        replay.manifest_mod.commit = real_commit
+    new = captured["manifest"]
+    assert new["quarantine"]["objects"] and old["run_id"] != new["run_id"]
+    return root, old, new, captured["staging"]
+
+
+def _commit_in_a_process(output, staging, manifest, kill_at):
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+        f.write(orjson.dumps(manifest))
+    code = ("import sys, orjson; from spark_apps import manifest as m; "
+            "m.commit(sys.argv[1], sys.argv[2], orjson.loads(open(sys.argv[3], 'rb').read()))")
+    env = {**os.environ, manifest_mod.KILL_ENV: kill_at}
+    return subprocess.run([sys.executable, "-c", code, output, staging, f.name], env=env, capture_output=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("step", manifest_mod.COMMIT_STEPS)
+def test_a_reader_sees_the_old_or_the_new_output_whatever_step_the_commit_is_killed_at(two_outputs, step):
+    """The commit of replay B is SIGKILLed at each step; our readers (summary, the object list
+    --base-snapshot decodes) and an independent one following the documented rule see all of
+    A or all of B, never a mix; the next successful commit finishes and cleans everything."""
+    root, old, new, staging = two_outputs
+    output = f"{root}/killed-{step}"
+    _clone(f"{root}/base", output)  # A committed, B staged below _staging/<run>/
+    doc = orjson.loads(orjson.dumps(new).replace(f"{root}/base".encode(), output.encode()))
+    run_staging = staging.replace(f"{root}/base", output)
+    old_contents, new_contents = _contents(old), sorted(storage.read_bytes(u.uri) for u in storage.list_objects(staging))
+
+    result = _commit_in_a_process(output, run_staging, doc, step)
+    assert result.returncode == -9, result.stderr.decode()[-2000:]
+
+    run_id, contents = _independent_reader(output)
+    expected = {old["run_id"]: old_contents, new["run_id"]: new_contents}[run_id]
+    assert contents == expected
+    ours = manifest_mod.read_manifest(output)
+    assert f"cdc-replay run {run_id}" in manifest_mod.summary(ours)
+    base_objects = manifest_mod.current_objects(ours)
+    assert sorted(storage.read_bytes(o.uri) for o in base_objects) == sorted(
+        storage.read_bytes(e["uri"]) for e in (old if run_id == old["run_id"] else new)["output"]["objects"])
+    assert run_id == (old["run_id"] if step == "logged" else new["run_id"])
+
+    # the next run: finishes an interrupted commit, then stages and commits its own (B again)
+    manifest_mod.finish_interrupted(output)
+    assert _independent_reader(output) == (run_id, expected)
+    third = orjson.loads(orjson.dumps(doc).replace(run_staging.encode(), f"{output}/_staging/r3".encode()))
+    third["run_id"] = "r3"
+    _clone(f"{root}/base/_staging/{new['run_id']}", f"{output}/_staging/r3")
+    manifest_mod.commit(output, f"{output}/_staging/r3", third)
+    left = _rel(output)
+    assert left == sorted(["_manifest.json", *third["committed"]])  # no staging, log or stale object left
+    assert _independent_reader(output) == ("r3", new_contents) and third["foreign_objects"] == []
+
+
+def test_a_replay_killed_in_its_commit_is_finished_by_the_next_run(spark, two_outputs):
+    """End to end through `cdc-replay replay`: the run is SIGKILLed while copying its staged
+    objects into place; readers see its complete output (the manifest names the staged copies);
+    the next replay finishes that commit, commits its own, and leaves no staging behind."""
+    from spark_apps import replay
+
+    root, old, new, staging = two_outputs
+    output = f"{root}/killed-cli"
+    _clone(f"{root}/base", output)
+    storage.delete_prefix(f"{output}/_staging")  # only A, as committed
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_apps.cli", "replay", "--source", f"{root}/archive-b", "--protocol", "canal-json",
+         *TIDB, "--output", output, "--emit", "snapshot", "--max-bad-records", "10", "--master", "local[1]"],
+        env={**os.environ, manifest_mod.KILL_ENV: "copying"}, capture_output=True, text=True, timeout=900)
+    # the driver (spark-submit's child) was killed: the command fails
+    assert result.returncode != 0, result.stderr[-3000:]
+    run_id, contents = _independent_reader(output)
+    assert run_id not in (old["run_id"], new["run_id"]) and contents == _contents(new)
+    assert manifest_mod.read_manifest(output)["commit"]["staging"] == f"_staging/{run_id}"
+    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
+    assert _rel(output) == sorted(["_manifest.json", *again["committed"]])
+    assert _independent_reader(output) == (again["run_id"], _contents(new))

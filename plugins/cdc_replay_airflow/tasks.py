@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from typing import Any
 
 from spark_apps import masking
@@ -27,6 +28,7 @@ from cdc_replay_airflow.metrics import (
     run_metrics,
     ts_time,
 )
+from cdc_replay_airflow.request import _options as _option_pairs
 from cdc_replay_airflow.request import (
     RequestError,
     ReplayRequest,
@@ -69,7 +71,40 @@ def check(conf: dict) -> dict:
     log.info("Request checked: replay %s [%s%s] -> %s (%s%s)", request.source, request.protocol,
              "".join(f" {k}={masking.mask_option(k, v)}" for k, v in request.protocol_options), request.output, request.emit,
              f", tables {','.join(request.tables)}" if request.tables else "")
-    return request.as_dict()
+    return xcom_safe(request.as_dict())
+
+
+OPTION_FIELDS = ("protocol_options", "target_options")
+
+
+def xcom_safe(request: dict) -> dict:
+    """The request (as_dict) with credentials in option values masked: what a task returns is
+    an XCom, kept in Airflow's database and shown in the UI. The replay task takes the real
+    values again from where the DAG run got them (`restore_secrets`)."""
+    return {**request, **{f: masking.mask_options(dict(request.get(f) or {})) for f in OPTION_FIELDS}}
+
+
+def restore_secrets(request: dict, given: dict | None) -> dict:
+    """The request with its masked option values taken from `given` (the DAG run's params or
+    the scheduled DAG's Variable: where the values came from before `xcom_safe`)."""
+    restored = dict(request)
+    for field in OPTION_FIELDS:
+        options = dict(request.get(field) or {})
+        masked = {k for k, v in options.items() if isinstance(v, str) and masking.MASK in v}
+        if not masked:
+            continue
+        try:
+            real = dict(_option_pairs(field, (given or {}).get(field)))
+        except RequestError:
+            real = {}
+        for name in masked:
+            value = real.get(name)
+            if value is None or masking.mask_option(name, value) != options[name]:
+                raise Refused(f"{field}: {name} holds a credential, masked in the task's XCom, and the DAG run's "
+                              "request no longer holds it: trigger the run again")
+            options[name] = value
+        restored[field] = options
+    return restored
 
 
 SCHEDULE_SETTINGS = ("lateness_minutes", "require_complete")
@@ -157,7 +192,7 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
                    "interval's objects is replayed"),
              f", on top of the snapshot {base_snapshot}" if base_snapshot else
              (f", starting from the table schemas of {schema_from}" if schema_from else ""))
-    return {"request": request.as_dict(), "interval": [start.isoformat(), end.isoformat()],
+    return {"request": xcom_safe(request.as_dict()), "interval": [start.isoformat(), end.isoformat()],
             "objects_window": objects_window, "output_base": base_output, "schema_from": schema_from,
             "chain_missing": chain_missing, "lake_window": lake,
             "require_complete": bool(settings.get("require_complete", True)) and windowed}
@@ -281,7 +316,7 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     if servers is not None:
         app_request = app_request.with_kafka_servers(servers)
     if mode == "carried":
-        return {"request": app_request.as_dict(), "original": request, "staged": staged,
+        return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
     if schema_from:
         schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
@@ -291,7 +326,7 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
             app_request = app_request.replace(schema=schema_uri)
             log.info("Starting schemas: %d tables as the previous interval left them (%s), in %s", len(schemas),
                      schema_from, schema_uri)
-    return {"request": app_request.as_dict(), "original": request, "staged": staged,
+    return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
             "run_id": safe_run_id(dag_id, run_id)}
 
 
@@ -346,7 +381,9 @@ def carry_forward(hook, plan: dict) -> dict:
     if request.emit == "snapshot" and prev is not None:
         pairs = []
         for entry in prev["output"]["objects"]:
-            target = f"{output}/{relative(entry['uri'], previous)}"
+            # a manifest left by a commit killed after its switch names the staged copies
+            name = re.sub(r"^_staging/[^/]+/(data/)?", "", relative(entry["uri"], previous))
+            target = f"{output}/{name}"
             pairs.append((entry["uri"], target, entry.get("bytes") or 0))
             copied.append({**entry, "uri": target})
         log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)

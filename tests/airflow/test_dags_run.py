@@ -70,8 +70,12 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     storage.ensure_bucket("s3://sched-lake")
     archive = write_two_hour_archive("s3://sched-archive/tidb/shop", corrupt_in_hour_2=1)
     base = "s3://sched-lake/replay/shop-topics"
+    # a credential in an option value (claim-check storage is read only for claim-check messages)
+    secret = "XcomS3cret-42"
     config = {"source": "s3://sched-archive/tidb/shop", "protocol": "canal-json",
-              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "topics",
+              "protocol_options": {"enable-tidb-extension": "true",
+                                   "claim-check-storage-uri": f"s3://claims/big?secret-access-key={secret}"},
+              "output": base, "emit": "topics",
               "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 0}
     # what an earlier attempt of hour 01 left in its staging area, and an object no run of ours
     # wrote (issue 16: left in place and reported, never deleted)
@@ -104,6 +108,14 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
         uris = {row[0] for row in db.execute(
             "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_run_id=?", (run_id,))}
     assert uris == {base, hour0}
+    # no credential in what the tasks pushed to XCom or the replay task's rendered fields (the UI)
+    with _db(airflow_home) as db:
+        pushed = [row[0] for row in db.execute("select value from xcom where run_id=?", (run_id,))]
+        rendered = [row[0] for row in db.execute(
+            "select rendered_fields from rendered_task_instance_fields where run_id=?", (run_id,))]
+    assert len(pushed) >= 4 and rendered
+    assert not any(secret in str(value) for value in pushed + rendered)
+    assert any("secret-access-key=***" in str(value) for value in pushed)
 
     second = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T02:00:00+00:00"], env)
     text2 = second.stdout + second.stderr

@@ -101,15 +101,20 @@ class ReplayOperator(SparkSubmitOperator):
     :param aws_conn_id: Airflow AWS connection for S3 (credentials, endpoint, region).
     :param python: the Python of the Spark driver and workers (default: this interpreter,
         or $CDC_REPLAY_PYTHON).
+    :param options_variable: credentials in option values are masked in the plan (an XCom);
+        their real values are taken from the DAG run's params (the backfill form) or, when
+        given, from this Airflow Variable (the scheduled DAG's request).
     """
 
     template_fields = (*SparkSubmitOperator.template_fields, "plan")
     ui_color = "#e8f2fc"
 
     def __init__(self, *, plan: Any, aws_conn_id: str = "aws_default", conn_id: str = "spark_default",
-                 python: str | None = None, **kwargs: Any) -> None:
+                 python: str | None = None, options_variable: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=REPLAY_APP, name="cdc-replay", conn_id=conn_id, **kwargs)
         self.plan = plan
+        self.options_variable = options_variable
+        self._given: dict | None = None  # where masked option values are restored from (execute)
         self.aws_conn_id = aws_conn_id
         self.python = python  # resolved when the task runs (the worker's interpreter by default)
         self._subprocess_env: dict[str, str] = {}
@@ -122,7 +127,9 @@ class ReplayOperator(SparkSubmitOperator):
         returned hook builds the command (`_build_spark_submit_command`) and runs it."""
         from cdc_replay_airflow.hooks.archive import ArchiveHook
 
-        request = ReplayRequest.from_dict(self.plan["request"])
+        from cdc_replay_airflow.tasks import restore_secrets
+
+        request = ReplayRequest.from_dict(restore_secrets(self.plan["request"], self._given))
         python = self.python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
         master = ReplaySubmitHook(conn_id=self._conn_id).master
         py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
@@ -151,13 +158,19 @@ class ReplayOperator(SparkSubmitOperator):
             manifest = carry_forward(ArchiveHook(self.aws_conn_id), self.plan)
             return {"run_id": self.plan["run_id"], "output": manifest["output"]["uri"], "master": None,
                     "quarantine_over_limit": False, "carried_from": manifest["carried_from"]}
+        if self.options_variable:
+            from airflow.sdk import Variable
+
+            self._given = Variable.get(self.options_variable, default=None, deserialize_json=True)
+        else:
+            self._given = dict(context.get("params") or {})
         request, hook = self.prepare()
         run_id = self.plan["run_id"]
         self.log.info("Replaying %s [%s] -> %s (%s) on Spark master %s; S3 through %s", request.source,
                       request.protocol, request.output, request.emit, hook.master, self._archive.describe())
-        leftover = self._archive.delete_prefix(f"{request.output.rstrip('/')}/_staging/{run_id}")
-        if leftover:  # an earlier attempt's partial output must not be committed with this one
-            self.log.info("Removed %d objects an earlier attempt left in the app's staging area", leftover)
+        # what an earlier attempt left in the app's staging area (_staging/<run id>/) the app
+        # handles itself: a commit killed after its manifest switched there is finished first
+        # (the manifest names those objects), anything else is removed before it stages
         super().execute(context)
         return {"run_id": run_id, "output": request.output, "master": hook.master,
                 "quarantine_over_limit": hook.returncode == EXIT_QUARANTINE}

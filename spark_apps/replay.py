@@ -682,8 +682,7 @@ class _OutputPlan:
             "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>, "
             "row_columns array<struct<names: array<string>, default: binary>>")
-        known = spark.createDataFrame(sorted(history.known), "database string, table string")
-        return intervals, known
+        return intervals, sorted(history.known)  # held in the plan: no broadcast job
 
     def _effects(self, rows):
         from spark_apps import transforms as T
@@ -770,14 +769,18 @@ class _OutputPlan:
 
         return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
 
-    def _watermark_rows(self, topics_df, marks_df):
-        """Watermark events for every partition of every output topic."""
+    def _watermark_rows(self, topics_df, marks):
+        """Watermark events for every partition of every output topic; `marks`: a DataFrame of
+        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job)."""
         from pyspark.sql import functions as F
 
         from spark_apps.schema import EVENT_STRUCT
 
-        parts = self.spark.range(self.partitions).select(F.col("id").cast("int").alias("out_partition"))
-        base = topics_df.crossJoin(parts).crossJoin(marks_df)
+        base = topics_df.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
+        if isinstance(marks, int):
+            base = base.withColumn("wm", F.lit(marks).cast("bigint"))
+        else:
+            base = base.crossJoin(marks)
         columns = []
         for field in EVENT_STRUCT.fields:
             if field.name == "kind":
@@ -820,8 +823,7 @@ class _OutputPlan:
         live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
         out = self._event_columns(live, extra=("timeline",))
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
-            marks = self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint")
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks).withColumn(
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), int(self.cut["point"][0])).withColumn(
                 "timeline", F.col("sort_point")))
         written = self._write_kafka(out, projector(self._schemas()))
         latest.unpersist()

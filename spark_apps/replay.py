@@ -547,7 +547,7 @@ def _summarise(tagged, shapes: bool) -> dict:
         if g["_ddl"] is not None:
             ddl_rows += [{**g["_ddl"].asDict(), "database": g["database"], "table": g["table"]}] * g["events"]
         if g["_shape"] is not None:
-            skey = (g["database"], g["table"], tuple((c["name"], c["type"]) for c in g["_shape"]))
+            skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in g["_shape"]))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": g["_shape"],
                                            "first": g["first"], "last": g["last"], "events": 0})
             s["first"], s["last"] = min(s["first"], g["first"]), max(s["last"], g["last"])

@@ -379,14 +379,18 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     # lines that are not records (stage "archive") may still name their place: counted apart
     records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    partition_stats = [r.asDict() for r in records.groupBy("topic", "partition").agg(
+    # one action: the statistics, and the distinct DDL statements of each partition (every
+    # decoded event carries its record's topic); sorted here, not by a Spark sort
+    partition_stats = sorted((r.asDict() for r in records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
         *gaps_mod.offset_columns(),
-    ).orderBy("topic", "partition").collect()]
+        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
+    ).collect()), key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
+    ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
     try:
@@ -409,7 +413,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    tagged = T.tag_status(T.infer_commit_ts(_ddl_where_sql_says(spark, decoded), needs_inference),
+    tagged = T.tag_status(T.infer_commit_ts(_ddl_where_sql_says(spark, decoded, ddl_statements), needs_inference),
                           tables=args.table_patterns(),
                           cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
 
@@ -420,34 +424,35 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
     history = SchemaHistory(initial)
-    ddl_log, ddl_failures = _apply_ddl(history, tagged, args.protocol)
+    # one action over `tagged` (which materialises it): the counts, the applied DDL events and
+    # the column sets of the applied rows (only when a schema can be known to compare them with)
+    # counts also per commit-time bucket: the manifest's timeline (the monitoring page's chart)
+    frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
+    summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
+                         bucket=T.commit_bucket(*frame) if frame else None)
     decoded.unpersist()  # `tagged` is materialised now
+    ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
-    conflicts = _schema_conflicts(history, tagged) if history.known else []
+    conflicts = _schema_conflicts(history, summary["shapes"]) if history.known else []
     if starting and starting.versions:
         log.info("[replay %s] --schema: %d objects, %d TiCDC storage-sink table versions cross-checked",
                  run_id, starting.sources, len(starting.versions))
         conflicts += schema_files.version_conflicts(history, starting.versions)
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
+    counts = summary["counts"]
     if args.require_schema:
-        tagged = _quarantine_unknown_tables(tagged, history)
+        tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
 
-    # counts per status, and per commit-time bucket for the timeline (the page's chart)
-    frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
-    bucket = T.commit_bucket(*frame) if frame else F.lit(None).cast("int")
-    counts = [r.asDict() for r in tagged.groupBy("status", "kind", "database", "table", "error_stage",
-                                                 bucket.alias("bucket")).agg(
-        F.count(F.lit(1)).alias("events"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-    ).collect()]
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
+    # (no Spark job when the counts say nothing is quarantined)
     quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
                           .repartition(spark.sparkContext.defaultParallelism, "object")
                           .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
-                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()]
+                          .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()
+                          ] if any(c["status"] == "quarantined" and c["events"] for c in counts) else []
     reasons = _quarantine_reasons(tagged, counts, ddl_failures)
 
     # 5. the output
@@ -556,22 +561,22 @@ def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dic
     return {"complete": not partial, "changed_rows_only": sorted(partial)}
 
 
-def _ddl_where_sql_says(spark, decoded):
+def _ddl_where_sql_says(spark, decoded, statements):
     """DDL events whose statement names another database than the message (Canal: the
     session's `"database":"inventory"` with ``CREATE TABLE `xj_`.`user02` ``) take the
     database and table the statement names, so --tables, per-table counts and the output see
     the table the DDL changes. DDL statements are few: their distinct texts are read on the
-    driver, and the small mapping is broadcast."""
+    driver (`statements`: the distinct (database, table, statement) of the DDL events, from the
+    partition statistics), and the small mapping is broadcast."""
     from pyspark.sql import functions as F
 
     from spark_apps.ddl import statement_table
 
-    pairs = (decoded.where(F.col("kind") == Kind.DDL).select("database", "table", "ddl_query").distinct().collect())
     mapping = []
-    for row in pairs:
-        target = statement_table(row["ddl_query"] or "")
-        if target is not None and target[0].lower() != (row["database"] or "").lower():
-            mapping.append((row["database"], row["table"], row["ddl_query"], target[0], target[1]))
+    for database, table, query in sorted(statements, key=lambda d: tuple((v is not None, v or "") for v in d)):
+        target = statement_table(query or "")
+        if target is not None and target[0].lower() != (database or "").lower():
+            mapping.append((database, table, query, target[0], target[1]))
     if not mapping:
         return decoded
     targets = spark.createDataFrame(mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
@@ -585,13 +590,69 @@ def _ddl_where_sql_says(spark, decoded):
             .drop("_db", "_tb", "_q", "_target_db", "_target_tb"))
 
 
-def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, list]:
+def _summarise(tagged, shapes: bool, bucket=None) -> dict:
+    """The small aggregates the run needs from the tagged events, from one Spark action:
+
+    * `counts`: events, lowest and highest commit ts per (status, kind, database, table,
+      error_stage, bucket), `bucket` being the commit-time bucket of the timeline (a column,
+      transforms.commit_bucket; null without one);
+    * `ddl`: the applied DDL events, in timeline order (DDL events are few);
+    * `shapes` (when `shapes`): the distinct column sets (lower-case name, type) of the applied
+      rows' new images per table, with the first and last timeline point and events of each.
+
+    One group-by whose key also holds the DDL event (applied DDL only) and the row's column set
+    (applied rows only): both are null for every other event, so the groups stay few."""
     from pyspark.sql import functions as F
 
-    rows = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.DDL))
-            .select("database", "table", "ddl_query", "commit_ts", "timeline", "object", "line",
-                    "topic", "partition", "offset")
-            .orderBy("timeline", "partition", "offset").collect())
+    applied = F.col("status") == "applied"
+    ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
+        "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
+    shape = F.lit(None) if not shapes else F.when(
+        applied & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull(),
+        F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
+                                                             c["mysql_type"].alias("type")))))
+    bucket = F.lit(None).cast("int") if bucket is None else bucket
+    groups = tagged.groupBy("status", "kind", "database", "table", "error_stage", bucket.alias("_bucket"),
+                            ddl.alias("_ddl"), shape.alias("_shape")).agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+        F.min("timeline").alias("first"), F.max("timeline").alias("last"),
+    ).collect()
+
+    def lowest(a, b):
+        return b if a is None else a if b is None else min(a, b)
+
+    def highest(a, b):
+        return b if a is None else a if b is None else max(a, b)
+
+    counts, by_shape, ddl_rows = {}, {}, []
+    for g in groups:
+        key = (g["status"], g["kind"], g["database"], g["table"], g["error_stage"], g["_bucket"])
+        c = counts.setdefault(key, {"status": key[0], "kind": key[1], "database": key[2], "table": key[3],
+                                    "error_stage": key[4], "bucket": key[5], "events": 0, "min_commit_ts": None,
+                                    "max_commit_ts": None})
+        c["events"] += g["events"]
+        c["min_commit_ts"] = lowest(c["min_commit_ts"], g["min_commit_ts"])
+        c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
+        if g["_ddl"] is not None:
+            ddl_rows += [{**g["_ddl"].asDict(), "database": g["database"], "table": g["table"]}] * g["events"]
+        if g["_shape"] is not None:
+            skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in g["_shape"]))
+            s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": g["_shape"],
+                                           "first": g["first"], "last": g["last"], "events": 0})
+            s["first"], s["last"] = min(s["first"], g["first"]), max(s["last"], g["last"])
+            s["events"] += g["events"]
+
+    def nulls_first(value):
+        return (value is not None, value if value is not None else 0)
+
+    ddl_rows.sort(key=lambda r: (list(r["timeline"]), nulls_first(r["partition"]), nulls_first(r["offset"]),
+                                 nulls_first(r["event_index"])))
+    return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values())}
+
+
+def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:
+    """Apply the applied DDL events (`_summarise`'s `ddl`, in timeline order) to the history."""
     applied, failures = [], []
     for row in rows:
         try:
@@ -604,40 +665,49 @@ def _apply_ddl(history: SchemaHistory, tagged, protocol: str) -> tuple[list, lis
     return applied, failures
 
 
-def _quarantine_unknown_tables(tagged, history: SchemaHistory):
+def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistory):
     """--require-schema: row events of tables neither the archive's DDL nor --schema (nor a
-    base snapshot) describes are quarantined instead of read with their in-band schema."""
+    base snapshot) describes are quarantined instead of read with their in-band schema.
+    Returns the events and the counts (`_summarise`'s) with those rows moved to quarantined."""
     from pyspark.sql import functions as F
 
-    tables = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW))
-              .select("database", "table").distinct().collect())
-    unknown = [(r["database"], r["table"]) for r in tables if not history.is_described(r["database"], r["table"] or "")]
+    tables = {(c["database"], c["table"]) for c in counts if c["status"] == "applied" and c["kind"] == Kind.ROW}
+    unknown = sorted(((d, t) for d, t in tables if not history.is_described(d, t or "")),
+                     key=lambda k: (k[0] or "", k[1] or ""))
     if not unknown:
-        return tagged
+        return tagged, counts
     condition = F.lit(False)
     for database, table in unknown:
         condition = condition | ((F.col("database") == database) & (F.col("table") == table))
     hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
     reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
                       F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
-    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
-            .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
-            .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+    tagged = (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
+              .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
+              .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+    # the same move in the counts (a null database or table matches no condition above)
+    moved = {(d, t) for d, t in unknown if d is not None and t is not None}
+    merged: dict = {}
+    for c in counts:
+        if c["status"] == "applied" and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
+            c = {**c, "status": "quarantined", "error_stage": "schema"}
+        key = (c["status"], c["kind"], c["database"], c["table"], c["error_stage"], c.get("bucket"))
+        if key in merged:
+            m = merged[key]
+            m["events"] += c["events"]
+            for name, pick in (("min_commit_ts", min), ("max_commit_ts", max)):
+                values = [v for v in (m[name], c[name]) if v is not None]
+                m[name] = pick(values) if values else None
+        else:
+            merged[key] = dict(c)
+    return tagged, list(merged.values())
 
 
-def _schema_conflicts(history: SchemaHistory, tagged) -> list[str]:
-    """Distinct column sets the applied rows carry, compared with the DDL history."""
-    from pyspark.sql import functions as F
-
+def _schema_conflicts(history: SchemaHistory, shapes: list[dict]) -> list[str]:
+    """Distinct column sets the applied rows carry (`_summarise`'s `shapes`), compared with the
+    DDL history."""
     from spark_apps.ddl import schema_conflicts
 
-    shapes = (tagged.where((F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull())
-              .select("database", "table", "timeline",
-                      F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
-                                                                          c["mysql_type"].alias("type")))).alias("columns"))
-              .groupBy("database", "table", "columns")
-              .agg(F.min("timeline").alias("first"), F.max("timeline").alias("last"), F.count(F.lit(1)).alias("events"))
-              .collect())
     shapes = sorted(shapes, key=lambda r: (r["database"] or "", r["table"] or "", list(r["first"] or []), str(r["columns"])))
     return schema_conflicts(history, [
         {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
@@ -701,8 +771,7 @@ class _OutputPlan:
             "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>, "
             "row_columns array<struct<names: array<string>, default: binary>>")
-        known = spark.createDataFrame(sorted(history.known), "database string, table string")
-        return intervals, known
+        return intervals, sorted(history.known)  # held in the plan: no broadcast job
 
     def _effects(self, rows):
         from spark_apps import transforms as T
@@ -825,14 +894,18 @@ class _OutputPlan:
 
         return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
 
-    def _watermark_rows(self, topics_df, marks_df):
-        """Watermark events for every partition of every output topic."""
+    def _watermark_rows(self, topics_df, marks):
+        """Watermark events for every partition of every output topic; `marks`: a DataFrame of
+        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job)."""
         from pyspark.sql import functions as F
 
         from spark_apps.schema import EVENT_STRUCT
 
-        parts = self.spark.range(self.partitions).select(F.col("id").cast("int").alias("out_partition"))
-        base = topics_df.crossJoin(parts).crossJoin(marks_df)
+        base = topics_df.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
+        if isinstance(marks, int):
+            base = base.withColumn("wm", F.lit(marks).cast("bigint"))
+        else:
+            base = base.crossJoin(marks)
         columns = []
         for field in EVENT_STRUCT.fields:
             if field.name == "kind":
@@ -879,8 +952,7 @@ class _OutputPlan:
         live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
         out = self._event_columns(live, extra=("timeline",))
         if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
-            marks = self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint")
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks).withColumn(
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), int(self.cut["point"][0])).withColumn(
                 "timeline", F.col("sort_point")))
         written = self._write_kafka(out, projector(self._schemas()))
         latest.unpersist()

@@ -244,7 +244,8 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
     incarnations.
 
     `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
-    mentioned, lower case) are small and broadcast. Tables no DDL mentioned keep their names."""
+    mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
+    broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
         return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
                 .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
@@ -263,10 +264,17 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
         "left",
     ).select("ev.*", F.col("iv.final_database").alias("_final_db"), F.col("iv.final_table").alias("_final_tb"),
              F.col("iv.key_aliases").alias("key_aliases"), F.col("iv.row_columns").alias("row_columns"))
-    kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
-    flagged = matched.join(
-        F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
-    )
+    if isinstance(known, DataFrame):
+        kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
+        flagged = matched.join(
+            F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
+        )
+    else:
+        pair = F.struct(F.col("_db").alias("d"), F.col("_tb").alias("t"))
+        names = F.array(*[F.struct(F.lit(d).cast("string").alias("d"), F.lit(t).cast("string").alias("t"))
+                          for d, t in sorted(known)]) if known else F.array().cast("array<struct<d: string, t: string>>")
+        # true or null, as the left join's flag
+        flagged = matched.withColumn("_known", F.when(F.array_contains(names, pair), F.lit(True)))
     kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
     return (
         kept.withColumn("final_database", F.coalesce(F.col("_final_db"), F.col("database")))

@@ -491,7 +491,7 @@ def summary(manifest: dict) -> str:
         lines.append(f"  quarantine       {q['records']:,} records at {q['location']}")
         for r in (q.get("reasons") or [])[:5]:
             where = r["sample"]
-            lines.append(f"    {r['records']:,} x [{r['stage']}] {r['reason']} (first: {where['object']}"
+            lines.append(f"    {r['records']:,} x [{r['stage']}] {r['reason']} (first: {where.get('object') or '-'}"
                          + (f" line {where['line']}" if where.get("line") is not None else "")
                          + (f", offset {where['offset']}" if where.get("offset") is not None else "") + ")")
     for warning in manifest["warnings"]:

@@ -453,7 +453,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                           .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()
                           ] if any(c["status"] == "quarantined" and c["events"] for c in counts) else []
-    reasons = _quarantine_reasons(tagged, counts, ddl_failures)
+    reasons = _quarantine_reasons(summary["reasons"], counts, ddl_failures)
 
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
@@ -511,18 +511,16 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     return manifest
 
 
-def _quarantine_reasons(tagged, counts: list[dict], ddl_failures: list[dict]) -> list[dict]:
+def _quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_failures: list[dict]) -> list[dict]:
     """Why records were quarantined, a sample each (the monitoring page and the summary show
-    them); a Spark job only when the counts say something was quarantined."""
-    from spark_apps import transforms as T
-
-    reasons = []
-    if any(c["status"] == "quarantined" for c in counts):
-        for row in T.quarantine_reasons(tagged).collect():
-            sample = row["sample"].asDict()
-            sample["error"] = masking.mask_text(sample["error"])
-            reasons.append({"stage": row["stage"], "reason": masking.mask_text(row["reason"]),
-                            "records": row["records"], "sample": sample})
+    them): the summary's reason classes, plus what the driver moved (--require-schema) or
+    refused (DDL) after it, masked like the quarantine objects."""
+    reasons = [{**r, "reason": masking.mask_text(r["reason"]),
+                "sample": {**r["sample"], "error": masking.mask_text(r["sample"]["error"])}} for r in summary_reasons]
+    moved = sum(c["events"] for c in counts if c["status"] == "quarantined" and c["error_stage"] == "schema")
+    if moved and not any(r["stage"] == "schema" for r in reasons):
+        reasons.append({"stage": "schema", "reason": "no schema is known for the table (--require-schema)",
+                        "records": moved, "sample": {}})
     if ddl_failures:
         first = ddl_failures[0]
         reasons.append({"stage": "ddl", "reason": "DDL not applied", "records": len(ddl_failures),
@@ -604,6 +602,8 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     (applied rows only): both are null for every other event, so the groups stay few."""
     from pyspark.sql import functions as F
 
+    from spark_apps import transforms as T
+
     applied = F.col("status") == "applied"
     ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
@@ -612,11 +612,16 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
                                                              c["mysql_type"].alias("type")))))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
+    # quarantined records: their reason class is a key, their first record (by place) a sample
+    quarantined = F.col("status") == "quarantined"
+    reason = F.when(quarantined, T.reason_class(F.col("error")))
+    sample = F.min_by(F.when(quarantined, F.struct("object", "line", "topic", "partition", "offset", "error")),
+                      F.when(quarantined, F.struct("object", "line", "offset")))
     groups = tagged.groupBy("status", "kind", "database", "table", "error_stage", bucket.alias("_bucket"),
-                            ddl.alias("_ddl"), shape.alias("_shape")).agg(
+                            ddl.alias("_ddl"), shape.alias("_shape"), reason.alias("_reason")).agg(
         F.count(F.lit(1)).alias("events"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.min("timeline").alias("first"), F.max("timeline").alias("last"),
+        F.min("timeline").alias("first"), F.max("timeline").alias("last"), sample.alias("_sample"),
     ).collect()
 
     def lowest(a, b):
@@ -625,8 +630,16 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     def highest(a, b):
         return b if a is None else a if b is None else max(a, b)
 
-    counts, by_shape, ddl_rows = {}, {}, []
+    counts, by_shape, ddl_rows, reasons = {}, {}, [], {}
     for g in groups:
+        if g["status"] == "quarantined" and g["_sample"] is not None:
+            r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
+                                                                     "records": 0, "sample": g["_sample"].asDict()})
+            r["records"] += g["events"]
+            place = g["_sample"].asDict()
+            if (place["object"] or "", place["line"] or 0, place["offset"] or 0) < (
+                    r["sample"]["object"] or "", r["sample"]["line"] or 0, r["sample"]["offset"] or 0):
+                r["sample"] = place
         key = (g["status"], g["kind"], g["database"], g["table"], g["error_stage"], g["_bucket"])
         c = counts.setdefault(key, {"status": key[0], "kind": key[1], "database": key[2], "table": key[3],
                                     "error_stage": key[4], "bucket": key[5], "events": 0, "min_commit_ts": None,
@@ -648,7 +661,9 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
 
     ddl_rows.sort(key=lambda r: (list(r["timeline"]), nulls_first(r["partition"]), nulls_first(r["offset"]),
                                  nulls_first(r["event_index"])))
-    return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values())}
+    listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
+    return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
+            "reasons": listed[:T.REASONS_LISTED]}
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:

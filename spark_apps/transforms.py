@@ -395,17 +395,6 @@ def reason_class(error: Column) -> Column:
     return F.substring(F.regexp_replace(text, r"\d+", "N"), 1, 160)
 
 
-def quarantine_reasons(tagged: DataFrame) -> DataFrame:
-    """Quarantined records per stage and reason class, most frequent first, each with the first
-    record (by object and line: the same on a rerun) as a sample to look at."""
-    sample = F.struct("object", "line", "topic", "partition", "offset", "error")
-    return (tagged.where(F.col("status") == "quarantined")
-            .groupBy(F.col("error_stage").alias("stage"), reason_class(F.col("error")).alias("reason"))
-            .agg(F.count(F.lit(1)).alias("records"), F.min_by(sample, F.struct("object", "line", "offset")).alias("sample"))
-            .orderBy(F.desc("records"), "stage", "reason")
-            .limit(REASONS_LISTED))
-
-
 TIMELINE_BUCKETS = 60  # commit-time buckets of the manifest's timeline (the monitoring page's chart)
 
 

@@ -353,7 +353,10 @@ def carry_forward(hook, plan: dict) -> dict:
     `carried_from`. What the archive is known complete up to stays the previous interval's:
     no watermark was read, so with `require_complete` validate refuses to publish it (see
     metrics.check_complete). The first interval carries an empty output. Like the app's
-    commit, the output prefix is replaced as a whole and the manifest is written last."""
+    commit, the output prefix is replaced as a whole and atomically for readers that follow
+    `_manifest.json`: the manifest first names the previous interval's objects where they are
+    (a complete snapshot at once), then this output's copies; only then are the earlier objects
+    of this output deleted. A reader sees the old output or the new, whole, at every moment."""
     import time
 
     request = ReplayRequest.from_dict(plan["request"])
@@ -376,8 +379,7 @@ def carry_forward(hook, plan: dict) -> dict:
             owned.update(earlier.get("committed") or [relative(e["uri"], output) for e in (
                 earlier.get("output", {}).get("objects", []) + earlier.get("quarantine", {}).get("objects", []))
                 if e.get("uri", "").startswith(output + "/")])
-    hook.delete(f"{output}/_manifest.json")  # an output without its manifest is incomplete
-    copied = []
+    copied, pairs = [], []
     if request.emit == "snapshot" and prev is not None:
         pairs = []
         for entry in prev["output"]["objects"]:
@@ -386,8 +388,6 @@ def carry_forward(hook, plan: dict) -> dict:
             target = f"{output}/{name}"
             pairs.append((entry["uri"], target, entry.get("bytes") or 0))
             copied.append({**entry, "uri": target})
-        log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
-        hook.copy_all(pairs, lambda done, total, done_bytes: None)
     keep = {entry["uri"] for entry in copied}
     staging_root = f"{output}/_staging/"
     stale, foreign = [], []
@@ -395,10 +395,6 @@ def carry_forward(hook, plan: dict) -> dict:
         if o.uri in keep or o.uri.startswith(staging_root) or o.uri == f"{output}/_manifest.json":
             continue
         (stale if relative(o.uri, output) in owned else foreign).append(o)
-    for obj in stale:
-        hook.delete(obj.uri)
-    if stale:
-        log.info("Removed %d objects of an earlier run of this interval from %s", len(stale), output)
     foreign_names = [relative(o.uri, output) for o in foreign]
     if foreign_names:
         log.warning("Left %d objects cdc-replay did not write under %s: %s", len(foreign_names), output,
@@ -459,7 +455,23 @@ def carry_forward(hook, plan: dict) -> dict:
         "committed": sorted(relative(e["uri"], output) for e in copied),
         "foreign_objects": foreign_names,
     }
+    # 1. the pointer switches to a complete output at once: the previous interval's objects where
+    #    they are; what this output held stays listed as ours (a killed commit is cleaned later)
+    new_names = set(manifest["committed"])
+    if pairs:
+        first = {**manifest, "output": {**out, "objects": [{**e, "uri": src} for e, (src, _, _) in zip(copied, pairs)]},
+                 "committed": sorted(owned | new_names)}
+        hook.write_json(f"{output}/_manifest.json", first)
+        log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
+        hook.copy_all(pairs, lambda done, total, done_bytes: None)
+    elif stale:
+        hook.write_json(f"{output}/_manifest.json", {**manifest, "committed": sorted(owned | new_names)})
+    # 2. then to this output's own copies, and 3. the earlier objects nothing names any more go
     hook.write_json(f"{output}/_manifest.json", manifest)
+    for obj in stale:
+        hook.delete(obj.uri)
+    if stale:
+        log.info("Removed %d objects of an earlier run of this interval from %s", len(stale), output)
     log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,
              f"{out['records']:,}", f"{out['rows']:,}", len(schemas), ts_time(until), note)
     return manifest

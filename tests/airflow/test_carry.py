@@ -209,3 +209,49 @@ def test_an_empty_interval_with_a_broken_chain_is_refused(tmp_path):
     with pytest.raises(Refused, match="the output of the interval ending at 2026-01-01T01:00:00"):
         stage(hook, planned["request"], dag_id="d", run_id="r1", interval=(h(1), h(2)),
               chain_missing=planned["chain_missing"])
+
+
+def test_a_reader_sees_the_old_or_the_new_carried_output_at_every_step(tmp_path):
+    """The carry-forward commit, watched after every write, copy and delete: the output's
+    manifest always names a complete set of existing objects, the old output's or the new one's
+    (here the new copy overwrites an old object of the same name)."""
+    lake = tmp_path / "lake"
+    committed_output(str(lake / "20260101T000000Z"), "snapshot", until=tso(h(1)) - 1, complete=tso(h(1)) + 5)
+    out = lake / "20260101T010000Z"
+    committed_output(str(out), "snapshot", until=tso(h(2)) - 1, complete=tso(h(2)) + 5, rows=5)  # the old output
+
+    def contents(manifest_path) -> list[bytes]:
+        manifest = json.loads(open(manifest_path).read())
+        return sorted(open(o["uri"], "rb").read() for o in manifest["output"]["objects"])
+
+    old = contents(out / "_manifest.json")
+    new = contents(lake / "20260101T000000Z" / "_manifest.json")
+    assert old != new
+    seen = []
+
+    class Watched(ArchiveHook):
+        def _check(self, after: str) -> None:
+            state = contents(out / "_manifest.json")
+            assert state in (old, new), f"after {after}: the manifest names neither output"
+            seen.append("old" if state == old else "new")
+
+        def write_json(self, uri, value):
+            super().write_json(uri, value)
+            self._check(f"writing {uri}")
+
+        def copy_all(self, pairs, progress):
+            for pair in pairs:  # one object at a time, watched in between
+                super().copy_all([pair], progress)
+                self._check(f"copying to {pair[1]}")
+
+        def delete(self, uri):
+            super().delete(uri)
+            self._check(f"deleting {uri}")
+
+    hook = Watched(aws_conn_id=None)
+    planned = plan_interval(config(tmp_path, "snapshot"), h(1), h(2), first_start=START, previous=(h(0), h(1)),
+                            exists=hook.exists)
+    staged = stage(hook, planned["request"], dag_id="d", run_id="r1", interval=(h(1), h(2)),
+                   schema_from=planned["schema_from"], chain_missing=planned["chain_missing"])
+    carry_forward(hook, staged)
+    assert contents(out / "_manifest.json") == new and seen[-1] == "new" and "old" not in seen[seen.index("new"):]

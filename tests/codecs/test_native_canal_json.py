@@ -253,3 +253,37 @@ def test_decoder_choice_says_why(monkeypatch):
     monkeypatch.setenv(native_decode.ENV, "fast")
     with pytest.raises(ValueError, match="auto, native, python"):
         native_decode.choose("canal-json", {})
+
+
+# ----------------------------------------------------------------------------- the replay
+
+def _files(root) -> dict[str, bytes]:
+    import pathlib
+
+    base = pathlib.Path(root)
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+            if p.is_file() and p.name != "_manifest.json" and "_staging" not in p.parts}
+
+
+@pytest.mark.spark
+def test_a_replay_writes_the_same_bytes_with_either_decoder_and_says_which(spark, monkeypatch, tmp_path):
+    from spark_apps.generate import generate, write_archive
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.replay import run
+
+    gen = generate(transactions=120, partitions=2, bad_values=2, seed=5)
+    source = str(tmp_path / "archive")
+    write_archive(gen.records, source, records_per_object=100, bad_lines=1)
+    manifests, outputs = {}, {}
+    for mode in ("native", "python"):
+        monkeypatch.setenv(native_decode.ENV, mode)
+        output = str(tmp_path / mode)
+        argv = ["--source", source, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
+                "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]
+        manifests[mode] = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+        outputs[mode] = _files(output)
+    assert manifests["native"]["decoder"]["path"] == "native"
+    assert manifests["python"]["decoder"] == {"path": "python", "reason": f"forced by {native_decode.ENV}=python"}
+    assert manifests["native"]["counts"] == manifests["python"]["counts"]
+    assert manifests["native"]["counts"]["quarantined"] >= 3
+    assert outputs["native"] == outputs["python"] and any("_quarantine" in name for name in outputs["native"])

@@ -135,6 +135,7 @@ EDGE = [
     {**BASE, "type": "TIDB_WATERMARK", "_tidb": {"watermarkTs": 1.5}},
     {**BASE, "type": ["INSERT"]},
     {**BASE, "data": [{"\u00c9t\u00e9": "1", "id": "2"}], "pkNames": ["\u00e9T\u00c9"]},
+    {**BASE, "mysqlType": {"id": "enum('a", "v": "set(", "w": "  "}, "data": [{"id": "1", "v": "1", "w": "2"}]},
 ]
 RAW_EDGE = [
     None,  # a tombstone

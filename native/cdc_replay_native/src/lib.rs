@@ -112,9 +112,6 @@ impl ListCol {
         self.offsets.truncate(n + 1);
         self.valid.truncate(n);
     }
-    fn child_len(&self) -> usize {
-        *self.offsets.last().unwrap() as usize
-    }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
         let (bitmap, nulls) = pack(&self.valid);
         PyTuple::new(
@@ -442,7 +439,10 @@ impl CanalJsonDecoder {
             Some(Value::String(s)) => Some(s.as_str()),
             Some(_) => return Ok(Err(Fallback)),
         };
-        let ri = self.rule(py, type_text)?;
+        let ri = match self.rule(py, type_text) {
+            Ok(i) => i,
+            Err(_) => return Ok(Err(Fallback)), // the reference fails on this type: Python quarantines
+        };
         let rule = &self.rules[ri];
         let mut flags = rule.flags;
         if pk.contains(&name) {
@@ -675,8 +675,9 @@ impl CanalJsonDecoder {
                 }
                 None => None,
             };
-            // the key columns must be in the row that carries the key (archive_io.event_problem)
-            let keyed = if op == "delete" { &image } else { &image };
+            // the key columns must be in the row that carries the key (archive_io.event_problem):
+            // `data` is the after image, or the before image of a DELETE
+            let keyed = &image;
             for k in pk {
                 let found = keyed.iter().any(|c| c.name == *k)
                     || (k.is_ascii()
@@ -813,7 +814,6 @@ impl CanalJsonDecoder {
         d.set_item("extras", b.extras.export(py))?;
         d.set_item("extra_keys", b.extra_keys.export(py))?;
         d.set_item("extra_values", b.extra_values.export(py))?;
-        let _ = b.key_columns.child_len();
         Ok(d)
     }
 }

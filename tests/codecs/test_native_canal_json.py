@@ -149,6 +149,9 @@ RAW_EDGE = [
     b'\xff{"type":"INSERT"}',
     b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"\xe4\xb8\xad"}]}',
     b'{"type":"INSERT","database":"d","table":"t","es":1e3,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","es":-0,"ts":-0,"id":-0,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","ts":18446744073709551615,"id":-7,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":100000000000000000000000},"data":[{"a":"1"}]}',
     b'{"type":"INSERT","database":"d","table":"t","es":100000000000000000000000,"data":[{"a":"1"}]}',
 ]
 

@@ -23,7 +23,7 @@ from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
 from cdc_codecs.events import Kind, Op
 
-from . import layouts, masking, storage
+from . import layouts, masking, native_decode, storage
 from .layouts.base import quarantine_row
 from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
 
@@ -101,11 +101,13 @@ def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
     return events
 
 
-def decode_object(codec, uri: str, params: str | None = None) -> Iterator[tuple[KafkaRecord | None, list[dict]]]:
+def decode_object(codec, uri: str, params: str | None = None,
+                  defer: bool = False) -> Iterator[tuple[KafkaRecord | None, list[dict]]]:
     """(record, rows of DECODED_ARROW_SCHEMA) for one planned archive object (`params`: its
     layout plan item, default a Kafka-record object): its events, a quarantine row for every
     record the layout could not read or whose value is not the protocol, and for damage (a
-    corrupt or truncated object: every complete record before it is kept)."""
+    corrupt or truncated object: every complete record before it is kept). `defer`: records
+    come with their line number instead of rows, for the compiled decoder to take in batches."""
     line_no = 0
     last = None
     try:
@@ -116,7 +118,7 @@ def decode_object(codec, uri: str, params: str | None = None) -> Iterator[tuple[
                 continue
             record, line_no = entry
             last = record
-            yield record, decode_one(codec, record, line_no)
+            yield record, (line_no if defer else decode_one(codec, record, line_no))
     except storage.DamagedObject as e:
         after = (f"; last good record {last.topic}/{last.partition} offset {last.offset}" if last
                  else "; no complete record before it")
@@ -181,9 +183,12 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
     S3 read settings (chunk size, attempts) travel with the function to the tasks."""
     read_settings = storage.settings()
 
+    mode = native_decode.requested_mode()  # the driver's choice reaches the executors
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         storage.configure(read_settings)
         codec = get_codec(protocol, options, read_object=read_object)
+        native = native_decode.decoder_for(codec, mode)
         for batch in batches:
             uris = batch.column("uri").to_pylist()
             params = batch.column("params").to_pylist() if "params" in batch.schema.names else [None] * len(uris)
@@ -197,19 +202,58 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
                         count += len(group[1])
                         yield group
 
+                if native is not None:
+                    before = native.native_records, native.python_records
+                    for out in _native_object(native, codec, uri, item_params):
+                        count += out.num_rows
+                        yield out
+                    log.info("decoded %s: %d rows in %.1fs (records: %d by the compiled decoder, %d by the "
+                             "Python codec)", uri, count, time.monotonic() - started,
+                             native.native_records - before[0], native.python_records - before[1])
+                    continue
                 yield from _batches(counted(decode_object(codec, uri, item_params)), DECODED_ARROW_SCHEMA)
                 log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
 
     return run
 
 
+def _native_object(native, codec, uri: str, params: str | None) -> Iterator[pa.RecordBatch]:
+    """One archive object through the compiled decoder, BATCH_ROWS records at a time; rows the
+    layout makes itself (quarantine, damage) keep their place between the records."""
+    pending: list[tuple[KafkaRecord, int | None]] = []
+    made: list = []
+    for record, rows in decode_object(codec, uri, params, defer=True):
+        if record is None:
+            if pending:
+                yield _native_records(native, codec, pending)
+                pending = []
+            made.append((None, rows))
+            continue
+        if made:
+            yield _to_batch(made, DECODED_ARROW_SCHEMA)
+            made = []
+        pending.append((record, rows))
+        if len(pending) >= BATCH_ROWS:
+            yield _native_records(native, codec, pending)
+            pending = []
+    if pending:
+        yield _native_records(native, codec, pending)
+    if made:
+        yield _to_batch(made, DECODED_ARROW_SCHEMA)
+
+
 def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
     """mapInArrow function for records already in a DataFrame (topic, partition, offset,
     timestamp, key, value[, object, line]) -> batches of DECODED_ARROW_SCHEMA."""
+    mode = native_decode.requested_mode()  # the driver's choice reaches the executors
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options, read_object=read_object)
+        native = native_decode.decoder_for(codec, mode)
         for batch in batches:
+            if native is not None:
+                yield _native_batch(native, codec, batch)
+                continue
             columns = batch.to_pydict()
             n = batch.num_rows
             objects = columns.get("object", [None] * n)
@@ -222,8 +266,67 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
                                      tuple((h["key"], h["value"]) for h in headers[i] or ()), objects[i])
                 groups.append((record, decode_one(codec, record, lines[i])))
             yield from _batches(groups, DECODED_ARROW_SCHEMA)
+        if native is not None:
+            log.info("%s decoded: %d records by the compiled decoder, %d by the Python codec",
+                     protocol, native.native_records, native.python_records)
 
     return run
+
+
+def _python_rows(codec, records: list[tuple[KafkaRecord, int | None]], indices) -> tuple[pa.RecordBatch | None, list[int]]:
+    """The Python codec's rows (quarantine rows included) for the records the compiled
+    decoder left, with each row's record index."""
+    groups = [(record, decode_one(codec, record, line)) for record, line in records]
+    if not groups:
+        return None, []
+    index = [i for i, (_, rows) in zip(indices, groups) for _ in rows]
+    return _to_batch(groups, DECODED_ARROW_SCHEMA), index
+
+
+def _native_batch(native, codec, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of records decoded by the compiled decoder, the records it cannot take by
+    the Python codec, in record order."""
+    n = batch.num_rows
+    names = batch.schema.names
+
+    def column(name, typ):
+        return batch.column(name) if name in names else pa.nulls(n, typ)
+
+    source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
+              "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
+              "object": column("object", pa.string()), "line": column("line", pa.int64())}
+    events, idx, fallback = native.decode(batch.column("value"), source)
+    indices = [int(i) for i in fallback.nonzero()[0]]
+    if not indices:
+        return events
+    sub = batch.take(pa.array(indices, pa.int64())).to_pydict()
+    m = len(indices)
+    objects = sub.get("object", [None] * m)
+    lines = sub.get("line", [None] * m)
+    headers = sub.get("headers", [None] * m)
+    records = [(KafkaRecord(sub["topic"][j], sub["partition"][j], sub["offset"][j], sub["timestamp"][j],
+                            sub["key"][j], sub["value"][j], tuple((h["key"], h["value"]) for h in headers[j] or ()),
+                            objects[j]), lines[j]) for j in range(m)]
+    python, python_idx = _python_rows(codec, records, indices)
+    return native_decode.merge(events, idx, python, python_idx)
+
+
+def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]) -> pa.RecordBatch:
+    """Records read from an archive object (record, line) through the compiled decoder."""
+    source = {
+        "topic": pa.array([r.topic for r, _ in records], pa.string()),
+        "partition": pa.array([r.partition for r, _ in records], pa.int32()),
+        "offset": pa.array([r.offset for r, _ in records], pa.int64()),
+        "record_timestamp": pa.array([r.timestamp for r, _ in records], pa.int64()),
+        "object": pa.array([r.object for r, _ in records], pa.string()),
+        "line": pa.array([line for _, line in records], pa.int64()),
+    }
+    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source)
+    indices = [int(i) for i in fallback.nonzero()[0]]
+    if not indices:
+        return events
+    python, python_idx = _python_rows(codec, [records[i] for i in indices], indices)
+    return native_decode.merge(events, idx, python, python_idx)
 
 
 # ------------------------------------------------------------------------------- writing

@@ -293,6 +293,18 @@ def _plan_layout(args: ReplayArgs, source: str):
         raise ReplayError(str(e)) from e
 
 
+def _decoder(codec) -> dict:
+    """Which decoder the executors use (the compiled one, or the Python codec and why); the
+    executors' logs count the records each path decoded."""
+    from spark_apps import native_decode
+
+    try:
+        path, reason = native_decode.choose(codec.name, codec.config)
+    except (ValueError, RuntimeError) as e:  # a bad CDC_REPLAY_DECODER, or =native without the module
+        raise ReplayError(f"{native_decode.ENV}: {e}") from None
+    return {"path": path, "reason": reason}
+
+
 def _decode(spark, objects, protocol: str, options: dict, counter=None):
     """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
     decoded rows, each object read and decoded in a Spark task; `counter` (an accumulator)
@@ -339,6 +351,8 @@ def run(args: ReplayArgs, spark=None) -> dict:
             args.schema = layout_plan.schema_uri
         log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),
                  sum(o.size for o in objects) / 1e6, source, args.protocol, layout_plan.found)
+    decoder = _decoder(source_codec)
+    log.info("[replay %s] decoder: %s (%s)", run_id, decoder["path"], decoder["reason"])
 
     own_session = spark is None
     if own_session:
@@ -498,6 +512,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     )
     if layout_plan is not None:
         manifest["layout"] = layout_plan.manifest()
+    manifest["decoder"] = _decoder(source_codec)
     if output_plan.lake_tables is not None:
         manifest["output"]["lakehouse"] = output_plan.lake_tables
     if output_plan.kafka is not None:

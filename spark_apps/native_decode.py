@@ -1,0 +1,200 @@
+"""The compiled canal-json decoder (native/cdc_replay_native, Rust + PyO3) behind the Python codec.
+
+The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
+canonical events with no Python object per value; this module wraps those buffers into a batch
+of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-check, anything
+malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
+stays the reference: the output, quarantine rows included, is the same either way
+(tests/codecs/test_native_canal_json.py). docs/engine.md says why this design.
+
+`CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
+extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
+the mapInArrow function, so executors follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from cdc_codecs.canal_json import _column_rule
+from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
+
+from .schema import DECODED_ARROW_SCHEMA
+
+log = logging.getLogger("cdc_replay")
+
+try:
+    import cdc_replay_native
+except ImportError as e:  # not built (scripts/bootstrap builds it): the Python codec decodes
+    cdc_replay_native = None
+    UNAVAILABLE = f"the compiled decoder cdc_replay_native is not importable ({e}); run scripts/bootstrap"
+else:
+    UNAVAILABLE = None
+
+ENV = "CDC_REPLAY_DECODER"
+MODES = ("auto", "native", "python")
+PROTOCOLS = ("canal-json",)
+
+
+def requested_mode() -> str:
+    """auto | native | python: $CDC_REPLAY_DECODER, else auto."""
+    mode = (os.environ.get(ENV) or "auto").strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"decoder={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def choose(protocol: str, options: dict | None = None, mode: str | None = None) -> tuple[str, str]:
+    """("native" | "python", why) for a protocol and its codec options, on this machine."""
+    mode = mode or requested_mode()
+    if mode == "python":
+        return "python", f"forced by {ENV}=python"
+    if protocol not in PROTOCOLS:
+        return "python", f"no compiled decoder for {protocol}"
+    if (options or {}).get("large-message-handle-compression", "none") not in ("", "none"):
+        return "python", "large-message-handle-compression: values are compressed"
+    if cdc_replay_native is None:
+        if mode == "native":
+            raise RuntimeError(UNAVAILABLE)
+        return "python", UNAVAILABLE
+    return "native", "compiled canal-json decoder (records it cannot take exactly go to the Python codec)"
+
+
+def _rule(type_text):
+    """The Python reference's rule for a type text, in the shape the extension caches."""
+    type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, False)
+    labels = mysql_type.labels
+    return type_lower, flags, binary, java_float, list(labels) if labels else None, mysql_type.base == "enum"
+
+
+def _bytes_view(buffer):
+    """An Arrow buffer as unsigned bytes for the extension (pyarrow exports signed chars)."""
+    return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
+
+
+def _buf(data):
+    return None if data is None else pa.py_buffer(data)
+
+
+def _strings(parts, typ, n):
+    validity, offsets, data, nulls = parts
+    return pa.Array.from_buffers(typ, n, [_buf(validity), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _int64s(parts, n):
+    validity, values, nulls = parts
+    return pa.Array.from_buffers(pa.int64(), n, [_buf(validity), pa.py_buffer(values)], null_count=nulls)
+
+
+def _list(parts, typ, n, child):
+    validity, offsets, nulls = parts
+    return pa.Array.from_buffers(typ, n, [_buf(validity), pa.py_buffer(offsets)], null_count=nulls, children=[child])
+
+
+def _image(out, name, typ):
+    items = out[name + "_items"]
+    m = len(items["flags"]) // 4
+    fields = [f for f in COLUMN_TYPE]
+    children = [
+        _strings(items["name"], pa.string(), m),
+        _strings(items["mysql_type"], pa.string(), m),
+        pa.Array.from_buffers(pa.int32(), m, [None, pa.py_buffer(items["flags"])]),
+        _strings(items["value"], pa.binary(), m),
+        _strings(items["label"], pa.string(), m),
+    ]
+    struct = pa.StructArray.from_arrays(children, fields=fields)
+    return _list(out[name], typ, out["events"], struct)
+
+
+class NativeCanalJson:
+    """One executor's compiled decoder for a configured canal-json codec."""
+
+    def __init__(self, codec):
+        self.codec = codec
+        self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
+        self.native_records = 0
+        self.python_records = 0
+
+    def decode(self, values: pa.Array, source: dict[str, pa.Array]) -> tuple[pa.RecordBatch, pa.Array, np.ndarray]:
+        """(events of the records decoded here, each event's record index, a bool array: True
+        where the Python codec must decode the record).
+
+        `source`: topic, partition, offset, record_timestamp, object, line arrays of the records."""
+        n = len(values)
+        if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
+            large = True
+        else:
+            large = False
+            if not pa.types.is_binary(values.type):
+                values = values.cast(pa.binary())
+        validity, offsets, data = values.buffers()[:3]
+        out = self.decoder.decode(_bytes_view(validity) if values.null_count else None, _bytes_view(offsets),
+                                  _bytes_view(data), values.offset, n, large)
+        status = np.frombuffer(out["status"], dtype=np.uint8)
+        fallback = status == 0
+        done = int(n - fallback.sum())
+        self.native_records += done
+        self.python_records += n - done
+        events = out["events"]
+        rec_idx = pa.array(np.frombuffer(out["rec_idx"], dtype=np.int32))
+        fields = EVENT_SCHEMA
+        extras_type = fields.field("extras").type
+        extras_child = pa.StructArray.from_arrays(
+            [_strings(out["extra_keys"], pa.string(), len(out["extra_keys"][1]) // 4 - 1),
+             _strings(out["extra_values"], pa.string(), len(out["extra_values"][1]) // 4 - 1)],
+            fields=[extras_type.key_field, extras_type.item_field])
+        key_items = _strings(out["key_items"], pa.string(), len(out["key_items"][1]) // 4 - 1)
+        columns = {
+            "kind": _strings(out["kind"], pa.string(), events),
+            "op": _strings(out["op"], pa.string(), events),
+            "commit_ts": _int64s(out["commit_ts"], events),
+            "execute_ts_ms": _int64s(out["execute_ts_ms"], events),
+            "database": _strings(out["database"], pa.string(), events),
+            "table": _strings(out["table"], pa.string(), events),
+            "key_columns": _list(out["key_columns"], fields.field("key_columns").type, events, key_items),
+            "before": _image(out, "before", fields.field("before").type),
+            "after": _image(out, "after", fields.field("after").type),
+            "watermark_ts": _int64s(out["watermark_ts"], events),
+            "tx_id": _strings(out["tx_id"], pa.string(), events),
+            "extras": _list(out["extras"], extras_type, events, extras_child),
+            "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
+        }
+        for name in ("topic", "partition", "offset", "record_timestamp", "object", "line"):
+            columns[name] = source[name].take(rec_idx)
+        arrays = []
+        for field in DECODED_ARROW_SCHEMA:
+            array = columns.get(field.name)
+            if array is None:
+                array = pa.nulls(events, field.type)
+            elif array.type != field.type:
+                array = array.cast(field.type)
+            arrays.append(array)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=DECODED_ARROW_SCHEMA)
+        return batch, rec_idx, fallback
+
+
+def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch | None,
+          python_idx: list[int]) -> pa.RecordBatch:
+    """Both paths' rows in record order (each path keeps its records' event order)."""
+    if python is None or python.num_rows == 0:
+        return native
+    if native.num_rows == 0:
+        return python
+    keys = np.concatenate([native_idx.to_numpy(zero_copy_only=False), np.asarray(python_idx, dtype=np.int32)])
+    order = np.argsort(keys, kind="stable")
+    table = pa.Table.from_batches([native, python.select(native.schema.names)])
+    return table.take(pa.array(order)).combine_chunks().to_batches()[0]
+
+
+def decoder_for(codec, mode: str):
+    """A NativeCanalJson for the codec when `mode` allows and the extension is here, else None
+    (said once in the executor's log)."""
+    path, why = choose(codec.name, codec.config, mode)
+    if path != "native":
+        log.info("decoding %s with the Python codec: %s", codec.name, why)
+        return None
+    return NativeCanalJson(codec)

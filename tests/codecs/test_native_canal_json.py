@@ -1,0 +1,293 @@
+"""The compiled canal-json decoder (native/cdc_replay_native) against the Python codec, the
+reference: golden vectors, a generated archive and hypothesis-fuzzed records decoded by both
+paths must give identical DECODED_ARROW_SCHEMA rows, quarantine rows included."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_codecs import get_codec
+from spark_apps import native_decode
+from spark_apps.archive_io import decode_objects_fn, decode_records_fn
+from spark_apps.schema import DECODED_ARROW_SCHEMA
+
+from .. import strategies
+from . import test_canal_json as golden
+
+pytestmark = pytest.mark.skipif(
+    native_decode.cdc_replay_native is None,
+    reason=f"{native_decode.UNAVAILABLE} (scripts/bootstrap builds it with maturin; needs cargo)")
+
+TIDB = {"enable-tidb-extension": "true"}
+RECORDS = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                     ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
+                     ("object", pa.string()), ("line", pa.int64())])
+
+
+def records_batch(values: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict({
+        "topic": ["orders"] * n, "partition": [i % 3 for i in range(n)], "offset": list(range(100, 100 + n)),
+        "timestamp": [1700000000000 + i for i in range(n)], "key": [None] * n, "value": values,
+        "object": ["s3://b/orders/0/x.jsonl.gz"] * n, "line": list(range(1, n + 1))}, schema=RECORDS)
+
+
+def decode_both(monkeypatch, values, options=TIDB) -> tuple[list[dict], list[dict], pa.Table]:
+    """The rows of one batch of record values by the Python codec and by the compiled path."""
+    batch = records_batch(values)
+    out = {}
+    for mode in ("python", "native"):
+        monkeypatch.setenv(native_decode.ENV, mode)
+        table = pa.Table.from_batches(list(decode_records_fn("canal-json", options)(iter([batch]))),
+                                      schema=DECODED_ARROW_SCHEMA)
+        table.validate(full=True)
+        out[mode] = table
+    return out["python"].to_pylist(), out["native"].to_pylist(), out["native"]
+
+
+def assert_same(monkeypatch, values, options=TIDB):
+    python, native, _ = decode_both(monkeypatch, values, options)
+    assert len(native) == len(python)
+    for a, b in zip(python, native):
+        assert b == a
+    return python
+
+
+def native_share(values, options=TIDB) -> tuple[int, int]:
+    """(records the compiled decoder took, records it left to Python)."""
+    codec = get_codec("canal-json", options)
+    native = native_decode.NativeCanalJson(codec)
+    batch = records_batch(values)
+    source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
+              "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
+              "object": batch.column("object"), "line": batch.column("line")}
+    native.decode(batch.column("value"), source)
+    return native.native_records, native.python_records
+
+
+def dumps(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ----------------------------------------------------------------------------- golden vectors
+
+GOLDEN = [
+    golden.compact(golden.SEED_INSERT),
+    golden.compact(golden.SEED_WATERMARK),
+    golden.compact(golden.SEED_DDL),
+    golden.tp_int_update(golden.TP_INT_OLD).encode(),
+    golden.tp_int_update({"c_int": "2147483647"}).encode(),  # partial old (Canal)
+    *(value for value, _ in golden.test_bad_values_raise_a_decode_error_naming_protocol_and_location
+      .pytestmark[0].args[1]),
+]
+
+# shapes real producers write beside the seed's, and the unusual ones the compiled path must
+# hand to Python (or take exactly)
+BASE = {"id": 0, "database": "shop", "table": "orders", "pkNames": ["id"], "isDdl": False, "type": "INSERT",
+        "es": 1700000000123, "ts": 1700000000456, "sql": "", "sqlType": {"id": 4, "v": 12},
+        "mysqlType": {"id": "int", "v": "varchar"}, "old": None, "data": [{"id": "1", "v": "x"}],
+        "_tidb": {"commitTs": 445678901234567890}}
+
+EDGE = [
+    {**BASE, "mysqlType": {"id": "int unsigned", "e": "enum('a','b''c','D')", "s": "set('x','y')",
+                           "b": "varbinary(8)", "t": "TEXT", "f": "double"},
+     "data": [{"id": "4294967295", "e": "2", "s": "3", "b": "\u00ff\u0000a", "t": "\u4e2d\U0001f600", "f": "1.5"}]},
+    {**BASE, "mysqlType": {"id": "int", "e": "enum('a','b')", "s": "set('x','y')"},
+     "data": [{"id": "1", "e": "0", "s": "0"}, {"id": "2", "e": "3", "s": "4"}, {"id": "3", "e": "-1", "s": "x"},
+              {"id": "4", "e": "x", "s": None}, {"id": "5", "e": " 1", "s": "+1"}]},
+    {**BASE, "type": "DELETE", "pkNames": ["ID"], "data": [{"id": "1", "v": None}]},  # key case differs
+    {**BASE, "pkNames": ["missing"]},  # the key is not in the row: quarantined
+    {**BASE, "pkNames": None},
+    {**BASE, "pkNames": []},
+    {**BASE, "pkNames": [""]},
+    {**BASE, "database": ""},
+    {**BASE, "table": None},
+    {**BASE, "mysqlType": None},
+    {**BASE, "mysqlType": {}},
+    {**BASE, "mysqlType": {"id": 4}},
+    {**BASE, "mysqlType": {"id": None, "v": "blob"}, "data": [{"id": "1", "v": "\u0100"}]},
+    {**BASE, "id": 17, "ts": "99", "es": "1700000000000", "gtid": "3E11FA47-71CA-11E1-9E33-C80AA9429562:23"},
+    {**BASE, "id": "abc", "ts": None, "es": None, "gtid": ""},
+    {**BASE, "id": 1.5},
+    {**BASE, "ts": True},
+    {**BASE, "es": -5},
+    {**BASE, "es": 1 << 63},
+    {**BASE, "_tidb": None},
+    {**BASE, "_tidb": []},
+    {**BASE, "_tidb": {"commitTs": "12"}},
+    {**BASE, "_tidb": {"commitTs": 1, "claimCheckLocation": "file:///nowhere/x.json"}},
+    {**BASE, "_tidb": {"onlyHandleKey": False}},
+    {**BASE, "type": "UPDATE", "old": [{"v": "old"}, {"v": "extra row"}], "data": [{"id": "1", "v": "new"}]},
+    {**BASE, "type": "UPDATE", "old": [{"zz": "only in old", "v": "o"}], "data": [{"id": "1", "v": "new"}]},
+    {**BASE, "type": "UPDATE", "old": [], "data": [{"id": "1", "v": "new"}]},
+    {**BASE, "type": "UPDATE", "old": [None], "data": [{"id": "1", "v": "new"}]},
+    {**BASE, "type": "INSERT", "old": "ignored", "data": [{"id": "1", "v": "x"}, {"id": "2", "v": "y"}]},
+    {**BASE, "data": [{"id": "1", "v": 5}]},
+    {**BASE, "data": [["id"]]},
+    {**BASE, "isDdl": True, "type": "ALTER", "sql": "ALTER TABLE t ADD COLUMN c INT", "data": None},
+    {**BASE, "isDdl": "yes"},
+    {**BASE, "type": "TIDB_WATERMARK", "_tidb": {"watermarkTs": "123"}},
+    {**BASE, "type": "TIDB_WATERMARK", "_tidb": {"watermarkTs": 1.5}},
+    {**BASE, "type": ["INSERT"]},
+    {**BASE, "data": [{"\u00c9t\u00e9": "1", "id": "2"}], "pkNames": ["\u00e9T\u00c9"]},
+    {**BASE, "mysqlType": {"id": "enum('a", "v": "set(", "w": "  "}, "data": [{"id": "1", "v": "1", "w": "2"}]},
+]
+RAW_EDGE = [
+    None,  # a tombstone
+    b"",
+    b"   ",
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"1","a":"2"}]}',  # duplicate keys
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"\\ud800"}]}',  # lone surrogate
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"\\ud83d\\ude00"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"1"}]} trailing',
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"1"}]}\n',
+    b'\xff{"type":"INSERT"}',
+    b'{"type":"INSERT","database":"d","table":"t","data":[{"a":"\xe4\xb8\xad"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","es":1e3,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","es":-0,"ts":-0,"id":-0,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","ts":18446744073709551615,"id":-7,"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":100000000000000000000000},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","es":100000000000000000000000,"data":[{"a":"1"}]}',
+]
+
+
+def test_golden_vectors_decode_the_same(monkeypatch):
+    python = assert_same(monkeypatch, GOLDEN)
+    assert {r["kind"] for r in python} >= {"row", "watermark", "ddl", "quarantine"}
+
+
+def test_edge_cases_decode_the_same(monkeypatch):
+    python = assert_same(monkeypatch, [dumps(d) for d in EDGE] + RAW_EDGE)
+    assert sum(r["kind"] == "quarantine" for r in python) >= 10
+
+
+def test_canal_flavor_decodes_the_same_and_leaves_java_floats_to_python(monkeypatch):
+    options = {"flat-message-flavor": "canal"}
+    values = [dumps({**BASE, "mysqlType": {"id": "int", "v": "float"}, "data": [{"id": "1", "v": "1.0E10"}]}),
+              dumps({**BASE, "mysqlType": {"id": "int", "v": "double"}, "data": [{"id": "1", "v": None}]}),
+              dumps(BASE)]
+    assert_same(monkeypatch, values, options)
+    assert native_share(values, options) == (2, 1)
+
+
+def test_the_compiled_path_takes_ordinary_rows_and_watermarks_and_leaves_ddl():
+    values = [golden.compact(golden.SEED_INSERT), golden.compact(golden.SEED_WATERMARK),
+              golden.compact(golden.SEED_DDL), b"not json"]
+    assert native_share(values) == (2, 2)
+
+
+def test_a_generated_archive_decodes_the_same_through_the_object_reader(monkeypatch, tmp_path):
+    from spark_apps.generate import generate, write_archive
+
+    gen = generate(transactions=300, partitions=2, bad_values=3, seed=11)
+    uris = write_archive(gen.records, str(tmp_path / "archive"), records_per_object=200)
+    batch = pa.RecordBatch.from_pydict({"uri": [str(u) for u in uris]})
+    out = {}
+    for mode in ("python", "native"):
+        monkeypatch.setenv(native_decode.ENV, mode)
+        batches = list(decode_objects_fn("canal-json", TIDB)(iter([batch])))
+        table = pa.Table.from_batches(batches, schema=DECODED_ARROW_SCHEMA)
+        table.validate(full=True)
+        out[mode] = table.to_pylist()
+    assert len(out["native"]) == len(out["python"]) > 300
+    assert out["native"] == out["python"]
+    kinds = {r["kind"] for r in out["python"]}
+    assert {"row", "ddl", "watermark"} <= kinds
+
+
+# ----------------------------------------------------------------------------- fuzzing
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 65), 1 << 65) | st.floats(allow_nan=False)
+    | st.text(max_size=6) | st.sampled_from(["", "0", "12", "INSERT", "UPDATE", "TIDB_WATERMARK"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+FIELDS = ["id", "database", "table", "pkNames", "isDdl", "type", "es", "ts", "mysqlType", "old", "data", "_tidb",
+          "gtid"]
+
+
+@st.composite
+def encoded_records(draw):
+    """A message the canal-json encoder writes for an arbitrary event, sometimes with one field
+    (or one value inside data/old/mysqlType/_tidb) replaced by an arbitrary JSON value."""
+    event = draw(strategies.events())
+    options = {**TIDB, "content-compatible": str(draw(st.booleans())),
+               "only-output-updated-columns": str(draw(st.booleans()))}
+    [message] = get_codec("canal-json", options).encode([event], topic="t", partition=0)
+    mutation = draw(st.integers(0, 3))
+    if mutation == 0:
+        return message.value
+    doc = json.loads(message.value)
+    if mutation == 1:
+        doc[draw(st.sampled_from(FIELDS))] = draw(JSON_VALUES)
+    elif mutation == 2:
+        target = draw(st.sampled_from(["data", "old", "mysqlType", "_tidb"]))
+        inner = doc.get(target)
+        if isinstance(inner, list) and inner and isinstance(inner[0], dict) and inner[0]:
+            inner[0][draw(st.sampled_from(sorted(inner[0])))] = draw(JSON_VALUES)
+        elif isinstance(inner, dict) and inner:
+            inner[draw(st.sampled_from(sorted(inner)))] = draw(JSON_VALUES)
+    else:
+        doc.pop(draw(st.sampled_from(FIELDS)), None)
+    return dumps(doc)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=st.lists(encoded_records(), min_size=1, max_size=6))
+def test_fuzzed_records_decode_the_same(values):
+    mp = pytest.MonkeyPatch()
+    try:
+        assert_same(mp, values)
+    finally:
+        mp.undo()
+
+
+def test_decoder_choice_says_why(monkeypatch):
+    monkeypatch.setenv(native_decode.ENV, "python")
+    assert native_decode.choose("canal-json", {}) == ("python", f"forced by {native_decode.ENV}=python")
+    monkeypatch.setenv(native_decode.ENV, "auto")
+    assert native_decode.choose("canal-json", {})[0] == "native"
+    assert native_decode.choose("craft", {})[0] == "python"
+    assert native_decode.choose("canal-json", {"large-message-handle-compression": "lz4"})[0] == "python"
+    monkeypatch.setenv(native_decode.ENV, "fast")
+    with pytest.raises(ValueError, match="auto, native, python"):
+        native_decode.choose("canal-json", {})
+
+
+# ----------------------------------------------------------------------------- the replay
+
+def _files(root) -> dict[str, bytes]:
+    import pathlib
+
+    base = pathlib.Path(root)
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+            if p.is_file() and p.name != "_manifest.json" and "_staging" not in p.parts}
+
+
+@pytest.mark.spark
+def test_a_replay_writes_the_same_bytes_with_either_decoder_and_says_which(spark, monkeypatch, tmp_path):
+    from spark_apps.generate import generate, write_archive
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.replay import run
+
+    gen = generate(transactions=120, partitions=2, bad_values=2, seed=5)
+    source = str(tmp_path / "archive")
+    write_archive(gen.records, source, records_per_object=100, bad_lines=1)
+    manifests, outputs = {}, {}
+    for mode in ("native", "python"):
+        monkeypatch.setenv(native_decode.ENV, mode)
+        output = str(tmp_path / mode)
+        argv = ["--source", source, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
+                "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]
+        manifests[mode] = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+        outputs[mode] = _files(output)
+    assert manifests["native"]["decoder"]["path"] == "native"
+    assert manifests["python"]["decoder"] == {"path": "python", "reason": f"forced by {native_decode.ENV}=python"}
+    assert manifests["native"]["counts"] == manifests["python"]["counts"]
+    assert manifests["native"]["counts"]["quarantined"] >= 3
+    assert outputs["native"] == outputs["python"] and any("_quarantine" in name for name in outputs["native"])

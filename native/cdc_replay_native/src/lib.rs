@@ -81,17 +81,23 @@ impl I64Col {
         self.valid.truncate(n);
     }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
-        let (bitmap, nulls) = pack(&self.valid);
-        PyTuple::new(
-            py,
-            [
-                bitmap.into_pyobject(py).unwrap().into_any(),
-                PyBytes::new(py, as_bytes(&self.values)).into_any(),
-                nulls.into_pyobject(py).unwrap().into_any(),
-            ],
-        )
-        .unwrap()
+        export_fixed(py, &self.valid, as_bytes(&self.values))
     }
+}
+
+/// (validity bitmap or None, the fixed-width buffer, null count): what Python wraps with
+/// `pa.Array.from_buffers` for a column of fixed-width values or list offsets.
+fn export_fixed<'py>(py: Python<'py>, valid: &[u8], data: &[u8]) -> Bound<'py, PyTuple> {
+    let (bitmap, nulls) = pack(valid);
+    PyTuple::new(
+        py,
+        [
+            bitmap.into_pyobject(py).unwrap().into_any(),
+            PyBytes::new(py, data).into_any(),
+            nulls.into_pyobject(py).unwrap().into_any(),
+        ],
+    )
+    .unwrap()
 }
 
 /// List offsets with validity (the child column is built beside it).
@@ -113,16 +119,7 @@ impl ListCol {
         self.valid.truncate(n);
     }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
-        let (bitmap, nulls) = pack(&self.valid);
-        PyTuple::new(
-            py,
-            [
-                bitmap.into_pyobject(py).unwrap().into_any(),
-                PyBytes::new(py, as_bytes(&self.offsets)).into_any(),
-                nulls.into_pyobject(py).unwrap().into_any(),
-            ],
-        )
-        .unwrap()
+        export_fixed(py, &self.valid, as_bytes(&self.offsets))
     }
 }
 

@@ -20,7 +20,6 @@ if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cdc_codecs import Kind, Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
-from cdc_codecs.archive import is_archive_object  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
@@ -275,11 +274,6 @@ def _validate_kafka(args: ReplayArgs) -> None:
 def _home(args: ReplayArgs, output: str) -> str:
     """Where the manifest, quarantine and staging go: the output, or for a Kafka output --manifest-uri."""
     return storage.normalize(args.manifest_uri) if kafka_io.is_kafka(output) else output
-
-
-def _archive_objects(prefix: str) -> list:
-    prefix = storage.normalize(prefix)
-    return [o for o in storage.list_objects(prefix) if is_archive_object(storage.relative(o.uri, prefix))]
 
 
 def _plan_layout(args: ReplayArgs, source: str):

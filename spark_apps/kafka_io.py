@@ -180,7 +180,7 @@ class KafkaPartitionWriter:
         consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "cdc-replay-offsets",
                              "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=60)
+            high = _end_offset(consumer, TopicPartition(self.topic, self.partition))
         finally:
             consumer.close()
         started = _read_marker(_marker(self.markers, "started", self.topic, self.partition))
@@ -239,6 +239,28 @@ class KafkaPartitionWriter:
         self.written.append(row)
 
 
+# a partition just created (or whose leader moved) answers these until a leader is elected
+_RETRIABLE = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT",
+              "NOT_COORDINATOR", "_TRANSPORT")
+
+
+def _end_offset(consumer, partition, wait_s: float = 60) -> int:
+    """The partition's high watermark, waiting out leader elections instead of failing the task."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=30)[1]
+        except KafkaException as e:
+            if not any(code in str(e) for code in _RETRIABLE) or time.monotonic() > deadline:
+                raise
+            log.info("%s/%d: %s; retrying", partition.topic, partition.partition, e)
+            time.sleep(0.5)
+
+
 def writer_factory(servers: str, partitions: int, markers: str, done: dict) -> Callable:
     def make(base, topic, partition, max_records):
         return KafkaPartitionWriter(servers, topic, partition, partitions, markers, done.get((topic, partition)))
@@ -268,8 +290,10 @@ def ensure_topic(servers: str, topic: str, partitions: int, needed_partition: in
         metadata = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
         count = len(metadata.partitions) if metadata is not None and metadata.error is None else 0
         if count > needed_partition:
-            return
-        if count and time.monotonic() > deadline - 50:
+            led = metadata.partitions[needed_partition]
+            if led.error is None and led.leader >= 0:
+                return
+        if 0 < count <= needed_partition and time.monotonic() > deadline - 50:
             raise RuntimeError(f"output topic {topic} has {count} partitions; the replay places records in "
                                f"partition {needed_partition} (--target-partitions / the source's partitions)")
         if time.monotonic() > deadline:

@@ -432,11 +432,15 @@ def _evolve_iceberg_schema(tx, schema: pa.Schema, renames: dict[str, str] | None
     {old: new}), new ones added, gone ones dropped, widened types taken (pyiceberg's
     union_by_name). Each step is a schema update of the same transaction: one commit."""
     current = {f.name for f in tx.table_metadata.schema().fields}
-    renames = {old: new for old, new in (renames or {}).items() if old in current and old != new}
+    renames = {old: new for old, new in (renames or {}).items()
+               if old in current and old != new and (new not in current or new in renames)}
     if renames:
-        with tx.update_schema() as update:
-            for old, new in renames.items():
-                update.rename_column(old, new)
+        try:
+            with tx.update_schema() as update:
+                for old, new in renames.items():
+                    update.rename_column(old, new)
+        except ValueError:  # names swapped or reused: a drop plus an add (the data is rewritten anyway)
+            pass
         current = {f.name for f in tx.table_metadata.schema().fields}
     wanted = set(schema.names)
     if current == wanted and _same_types(tx, schema):
@@ -508,7 +512,7 @@ class TablePlan:
                      "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1]}
             if key in self.dropped:
                 props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
-            done = self.target.commit(key[0], key[1], schema, files, props)
+            done = self.target.commit(key[0], key[1], schema, files, props, self._renames_since(key, self.last.get(key)))
             result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
                             "committed_by": self.run["run_id"], "dropped": key in self.dropped}
         return result
@@ -619,6 +623,16 @@ class TablePlan:
             result[name] = {**base, **done, "unchanged": False, "committed_by": self.run["run_id"],
                             "dropped": action == "dropped", "mode": props["mode"]}
         return result
+
+    def _renames_since(self, key, last: dict | None) -> dict[str, str]:
+        """{name at the table's last cut: name now} for columns RENAME COLUMN renamed since then
+        (Iceberg keeps their field ids)."""
+        known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+        if known is None or not last or last.get("cut_commit_ts") in (None, "None") or last.get("dropped") == "true":
+            return {}
+        at = [int(last["cut_commit_ts"]), 2**63]
+        return {c.name_at(at): c.name for c in known.columns
+                if list(c.added) <= at[:1] and c.aliases and c.name_at(at) != c.name}
 
     def _renamed_from(self, key, known, since: int, cut_ts) -> tuple | None:
         """(old key, its last commit) when the table had another name at --since (RENAME TABLE

@@ -344,11 +344,12 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     if fmt == "delta":
         assert [len(lake_readers.delta_commits(storage.join(windowed, "d", t))) for t in ("t", "g", "g2")] == [2, 2, 1]
     else:
-        metadata = lake_readers.iceberg_metadata(
-            lake_readers.iceberg_metadata_location(os.path.join(windowed, "_catalog.sqlite"), "d", "t"))
-        assert len(metadata["snapshots"]) == 2
-        ids = {f["name"]: f["id"] for schema in metadata["schemas"] for f in schema["fields"]}
-        assert ids["a"] == ids["a2"]  # RENAME COLUMN is Iceberg's rename: the field id is kept
+        for at in (windowed, output):
+            metadata = lake_readers.iceberg_metadata(
+                lake_readers.iceberg_metadata_location(os.path.join(at, "_catalog.sqlite"), "d", "t"))
+            assert len(metadata["snapshots"]) == 2
+            ids = {f["name"]: f["id"] for schema in metadata["schemas"] for f in schema["fields"]}
+            assert ids["a"] == ids["a2"]  # RENAME COLUMN is Iceberg's rename: the field id is kept
     if fmt == "iceberg":  # pyiceberg reads the first version's files through the table's name mapping
         catalog = lakehouse.load_catalog(output, {})
         metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), "d", "t")

@@ -427,6 +427,20 @@ def same_columns(have: pa.Schema, want: pa.Schema) -> bool:
     return have.names == want.names and all(norm(a.type) == norm(b.type) for a, b in zip(have, want))
 
 
+def _modified(values: pa.Array, field: pa.Field, table: str) -> pa.Array:
+    """A column of the table at --since in its type at the cut (MODIFY COLUMN). FLOAT widened to
+    DOUBLE goes through its shortest text, as a full replay parses it (1.1, not 1.100000023...)."""
+    if values.type == field.type:
+        return values
+    try:
+        if pa.types.is_float32(values.type) and pa.types.is_float64(field.type):
+            return values.cast(pa.string()).cast(field.type)
+        return values.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise LakehouseError(f"table {table}: column {field.name} cannot be converted to {field.type} as the window's "
+                             f"MODIFY COLUMN asks ({e}); replay without --since to write the table in full") from e
+
+
 def _evolve_iceberg_schema(tx, schema: pa.Schema, renames: dict[str, str] | None = None) -> None:
     """The table's columns become the cut's: renamed ones keep their field id (`renames`
     {old: new}), new ones added, gone ones dropped, widened types taken (pyiceberg's
@@ -706,8 +720,8 @@ class TablePlan:
 
         for batch in self.target.batches_at(*source, source_last.get("version")):
             n = batch.num_rows
-            columns = [batch.column(batch.schema.get_field_index(match)).cast(field.type) if match is not None
-                       else pa.repeat(fill, n) for field, match, fill in plan]
+            columns = [_modified(batch.column(batch.schema.get_field_index(match)), field, self.target.name(*key))
+                       if match is not None else pa.repeat(fill, n) for field, match, fill in plan]
             converted = pa.RecordBatch.from_arrays(columns, schema=want)
             keep = [values not in window for values in zip(*(converted.column(k).to_pylist() for k in keys))]
             converted = converted.filter(pa.array(keep, pa.bool_()))
@@ -716,7 +730,7 @@ class TablePlan:
                 pending += converted.num_rows
             if pending >= 1_000_000:
                 flush()
-        batches += upserts.to_batches()
+        batches += upserts.to_batches() or ([] if files else [pa.RecordBatch.from_pylist([], schema=want)])
         flush()
         rows = sum(f["rows"] for f in files)
         props["rows"] = rows

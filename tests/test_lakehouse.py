@@ -126,6 +126,19 @@ def test_type_mapping():
         lakehouse.table_parts("{table}", "shop", "orders")
 
 
+def test_a_modified_column_reads_as_a_full_replay_gives_it():
+    """A window's MODIFY COLUMN: old values cast to the cut's type as a full replay decodes them
+    from their text (FLOAT -> DOUBLE: 1.1, not 1.100000023841858); an impossible one is refused."""
+    modified = lambda values, text: lakehouse._modified(values, pa.field("c", lakehouse.arrow_type(parse_type(text))), "d.t")  # noqa: E731
+    assert modified(pa.array([1.1, None], pa.float32()), "double").to_pylist() == [1.1, None]
+    assert modified(pa.array([7, 2**31 - 1], pa.int32()), "bigint").to_pylist() == [7, 2**31 - 1]
+    assert modified(pa.array([5], pa.int32()), "varchar(10)").to_pylist() == ["5"]
+    assert modified(pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)), "decimal(12,3)").to_pylist() == [
+        decimal.Decimal("1.250")]
+    with pytest.raises(lakehouse.LakehouseError, match="column c cannot be converted"):
+        modified(pa.array(["abc"]), "int")
+
+
 @pytest.mark.spark
 def test_delta_snapshots_are_versions_by_commit_ts(spark, archive, tmp_path):
     generated, source, middle = archive

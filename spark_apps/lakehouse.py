@@ -535,8 +535,10 @@ class TablePlan:
     # ----------------------------------------------------- an incremental window (--since)
     def commit_window(self, changes: list[dict], since: int) -> dict:
         """Apply a window's changes (files of the last change per key, `_op` upsert/delete) to
-        each table with MERGE semantics, one version per table. Every table is checked before
-        any is committed; what cannot be merged stops the run (ReplayError via LakehouseError)."""
+        each table with MERGE semantics, one version per table; a table whose columns changed
+        in the window, or renamed into its name, is rebuilt (`_rebuild`). Every table is checked
+        before any is committed; what cannot be applied stops the run (ReplayError via
+        LakehouseError)."""
         import io as _io
 
         import pyarrow.compute as pc

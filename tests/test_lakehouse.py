@@ -302,7 +302,8 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     s.drop_column("t", "b")
     s.rename_column("t", "a", "a2")
     s.modify_column("t", "c", "bigint")
-    s.insert("t", id=2, a2="two", c=2**40)
+    s.add_column("t", "n", "varchar(8)")  # no default: NULL for the rows from before
+    s.insert("t", id=2, a2="two", c=2**40, n="x")
     s.rename_table(("g", "g2"))
     s.insert("g2", id=2, v=2)
     s.drop_table("gone")
@@ -352,6 +353,7 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     assert read(final_cut, windowed) == s.state() and read(first_cut, windowed) == s.state_at(first_cut)
     assert read(final_cut, windowed, types=True) == read(final_cut, types=True)
     assert dict(read(final_cut, windowed, types=True)[("d", "t")])["c"] == '"long"'  # MODIFY int -> bigint
+    assert s.state()[("d", "t")][(b"1",)] == {"id": b"1", "a2": b"one", "c": b"5", "n": None}
     again = replay(spark, source, windowed, fmt, *argv, "--since", str(first_cut))
     assert all(e["unchanged"] for e in again["output"]["lakehouse"].values())
     if fmt == "delta":
@@ -371,7 +373,7 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     if fmt == "delta":
         from deltalake import DeltaTable
 
-        assert [f.name for f in DeltaTable(tables["d.t"]["location"]).schema().fields] == ["id", "a2", "c"]
+        assert [f.name for f in DeltaTable(tables["d.t"]["location"]).schema().fields] == ["id", "a2", "c", "n"]
 
 
 @pytest.mark.spark

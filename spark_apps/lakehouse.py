@@ -228,13 +228,38 @@ class Target:
         table = self.catalog.load_table(tuple(table_parts(self.template, database, table)))
         return schema_to_pyarrow(table.schema(), include_field_ids=False)
 
+    def schema_at(self, database, table, version) -> list[str]:
+        """The column names of the table at `version` (Delta version / Iceberg snapshot id)."""
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            return [f.name for f in DeltaTable(self.location(database, table), version=int(version),
+                                               storage_options=delta_storage_options()).schema().fields]
+        table = self.catalog.load_table(tuple(table_parts(self.template, database, table)))
+        schema_id = table.snapshot_by_id(int(version)).schema_id
+        return [f.name for f in next(s for s in table.schemas().values() if s.schema_id == schema_id).fields]
+
+    def batches_at(self, database, table, version):
+        """The table's rows at `version`, batch by batch (a window rebuilding the table)."""
+        if self.fmt == "delta":
+            from deltalake import DeltaTable
+
+            dataset = DeltaTable(self.location(database, table), version=int(version),
+                                 storage_options=delta_storage_options()).to_pyarrow_dataset()
+            yield from dataset.to_batches()
+            return
+        table = self.catalog.load_table(tuple(table_parts(self.template, database, table)))
+        yield from table.scan(snapshot_id=int(version)).to_arrow_batch_reader()
+
     # ----------------------------------------------------- commit
-    def commit(self, database, table, schema: pa.Schema, files: list[dict], properties: dict[str, str]) -> dict:
-        """Replace the table's content with `files` (WRITTEN rows) in one atomic commit."""
+    def commit(self, database, table, schema: pa.Schema, files: list[dict], properties: dict[str, str],
+               renames: dict[str, str] | None = None) -> dict:
+        """Replace the table's content with `files` (WRITTEN rows) in one atomic commit.
+        `renames` {old: new}: columns Iceberg renames (same field id) rather than drops and adds."""
         props = {META + k: str(v) for k, v in properties.items()}
         if self.fmt == "delta":
             return self._commit_delta(database, table, schema, files, props)
-        return self._commit_iceberg(database, table, schema, files, props)
+        return self._commit_iceberg(database, table, schema, files, props, renames or {})
 
     def _commit_delta(self, database, table, schema, files, props) -> dict:
         from deltalake import DeltaTable, Schema
@@ -257,7 +282,7 @@ class Target:
         version = DeltaTable(location, storage_options=options).version()
         return {"table": self.name(database, table), "location": location, "version": version}
 
-    def _commit_iceberg(self, database, table, schema, files, props) -> dict:
+    def _commit_iceberg(self, database, table, schema, files, props, renames=None) -> dict:
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         ident = tuple(table_parts(self.template, database, table))
@@ -270,7 +295,7 @@ class Target:
         else:
             tx = self.catalog.load_table(ident).transaction()
             new = False
-            _evolve_iceberg_schema(tx, schema)
+            _evolve_iceberg_schema(tx, schema, renames or {})
         # the data files carry no Iceberg field ids: readers map their columns by name
         tx.set_properties({"schema.name-mapping.default": _name_mapping(tx.table_metadata)})
         io = tx._table.io
@@ -366,15 +391,13 @@ def _name_mapping(metadata) -> str:
 
     current = create_mapping_from_schema(metadata.schema())
     taken = {n for f in current.root for n in f.names}
-    ids = {f.field_id for f in current.root}
-    fields = list(current.root)
+    names = {f.field_id: list(f.names) for f in current.root}
     for schema in reversed(metadata.schemas):
         for field in schema.fields:
-            if field.field_id not in ids and field.name not in taken:
-                fields.append(MappedField(field_id=field.field_id, names=[field.name]))
-                ids.add(field.field_id)
+            if field.name not in taken:  # a renamed field keeps its old name too
+                names.setdefault(field.field_id, []).append(field.name)
                 taken.add(field.name)
-    return NameMapping(fields).model_dump_json()
+    return NameMapping([MappedField(field_id=i, names=n) for i, n in names.items()]).model_dump_json()
 
 
 def _key_filter(changes: pa.Table, column: str):
@@ -404,10 +427,35 @@ def same_columns(have: pa.Schema, want: pa.Schema) -> bool:
     return have.names == want.names and all(norm(a.type) == norm(b.type) for a, b in zip(have, want))
 
 
-def _evolve_iceberg_schema(tx, schema: pa.Schema) -> None:
-    """The table's columns become the cut's: new ones added, gone ones dropped, widened types
-    taken (pyiceberg's union_by_name)."""
+def _modified(values: pa.Array, field: pa.Field, table: str) -> pa.Array:
+    """A column of the table at --since in its type at the cut (MODIFY COLUMN). FLOAT widened to
+    DOUBLE goes through its shortest text, as a full replay parses it (1.1, not 1.100000023...)."""
+    if values.type == field.type:
+        return values
+    try:
+        if pa.types.is_float32(values.type) and pa.types.is_float64(field.type):
+            return values.cast(pa.string()).cast(field.type)
+        return values.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise LakehouseError(f"table {table}: column {field.name} cannot be converted to {field.type} as the window's "
+                             f"MODIFY COLUMN asks ({e}); replay without --since to write the table in full") from e
+
+
+def _evolve_iceberg_schema(tx, schema: pa.Schema, renames: dict[str, str] | None = None) -> None:
+    """The table's columns become the cut's: renamed ones keep their field id (`renames`
+    {old: new}), new ones added, gone ones dropped, widened types taken (pyiceberg's
+    union_by_name). Each step is a schema update of the same transaction: one commit."""
     current = {f.name for f in tx.table_metadata.schema().fields}
+    renames = {old: new for old, new in (renames or {}).items()
+               if old in current and old != new and (new not in current or new in renames)}
+    if renames:
+        try:
+            with tx.update_schema() as update:
+                for old, new in renames.items():
+                    update.rename_column(old, new)
+        except ValueError:  # names swapped or reused: a drop plus an add (the data is rewritten anyway)
+            pass
+        current = {f.name for f in tx.table_metadata.schema().fields}
     wanted = set(schema.names)
     if current == wanted and _same_types(tx, schema):
         return
@@ -478,7 +526,7 @@ class TablePlan:
                      "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1]}
             if key in self.dropped:
                 props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
-            done = self.target.commit(key[0], key[1], schema, files, props)
+            done = self.target.commit(key[0], key[1], schema, files, props, self._renames_since(key, self.last.get(key)))
             result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
                             "committed_by": self.run["run_id"], "dropped": key in self.dropped}
         return result
@@ -487,8 +535,10 @@ class TablePlan:
     # ----------------------------------------------------- an incremental window (--since)
     def commit_window(self, changes: list[dict], since: int) -> dict:
         """Apply a window's changes (files of the last change per key, `_op` upsert/delete) to
-        each table with MERGE semantics, one version per table. Every table is checked before
-        any is committed; what cannot be merged stops the run (ReplayError via LakehouseError)."""
+        each table with MERGE semantics, one version per table; a table whose columns changed
+        in the window, or renamed into its name, is rebuilt (`_rebuild`). Every table is checked
+        before any is committed; what cannot be applied stops the run (ReplayError via
+        LakehouseError)."""
         import io as _io
 
         import pyarrow.compute as pc
@@ -517,9 +567,12 @@ class TablePlan:
                 raise LakehouseError(f"table {name} is at cut {last_cut}, after this run's cut {cut_ts}: "
                                      "a window cannot take it back")
             elif last is None and known is not None and not started_in_window:
-                raise LakehouseError(f"table {name} existed before --since {since} (renamed to this name in the "
-                                     "window?) but has no table at the output: its earlier rows are not in the "
-                                     "window; replay without --since to write the tables in full")
+                earlier = self._renamed_from(key, known, since, cut_ts)
+                if earlier is None:
+                    raise LakehouseError(f"table {name} existed before --since {since} (renamed to this name in "
+                                         "the window?) but has no table at the output: its earlier rows are not "
+                                         "in the window; replay without --since to write the tables in full")
+                actions[key] = ("rebuild", earlier)  # RENAME TABLE in the window: the old table's rows
             elif last is None or started_in_window:
                 # created or truncated in the window (its rows are all here), or a table no DDL
                 # describes seen for the first time
@@ -530,13 +583,16 @@ class TablePlan:
             else:
                 want = self._schema(key, [], False)
                 if want is not None and not same_columns(self.target.current_schema(*key), want):
-                    raise LakehouseError(f"table {name}: its columns changed in the window (DDL after --since "
-                                         f"{since}); a window MERGE applies row changes only: replay without "
-                                         "--since to write the table in full")
-                actions[key] = "merge"
+                    actions[key] = ("rebuild", (key, last))  # columns changed in the window
+                else:
+                    actions[key] = "merge"
         result = {}
-        for key, action in actions.items():
+        # rebuilds first: a table renamed in the window reads the old name's table before the
+        # old name's empty ("dropped") version is committed, so a failed run can be rerun
+        for key, action in sorted(actions.items(), key=lambda item: not isinstance(item[1], tuple)):
             name, files = self.target.name(*key), by_table[key]
+            if isinstance(action, tuple):
+                action, (source, source_last) = action
             base = {"source_database": key[0], "source_table": key[1], "table": name,
                     "location": self.target.location(*key), "cut_commit_ts": cut_ts, "since": since}
             if action == "unchanged":
@@ -556,7 +612,13 @@ class TablePlan:
             props = {"cut_commit_ts": cut_ts, "cut": self.cut.get("description", ""), "run_id": self.run["run_id"],
                      "source": self.run["source"], "protocol": self.run.get("protocol"), "emit": self.emit,
                      "since": since, "source_database": key[0], "source_table": key[1]}
-            if action == "merge":
+            if action == "rebuild":
+                props["mode"] = "rebuild"
+                props["window_changes"] = changes_table.num_rows
+                if source != key:
+                    props["renamed_from"] = ".".join(s or "" for s in source)
+                done = self._rebuild(key, source, source_last, since, want, changes_table, props)
+            elif action == "merge":
                 props["mode"] = "merge"
                 props["window_changes"] = changes_table.num_rows
                 done = self.target.merge(key[0], key[1], changes_table, self._keys(key, want), props)
@@ -577,6 +639,106 @@ class TablePlan:
             result[name] = {**base, **done, "unchanged": False, "committed_by": self.run["run_id"],
                             "dropped": action == "dropped", "mode": props["mode"]}
         return result
+
+    def _renames_since(self, key, last: dict | None) -> dict[str, str]:
+        """{name at the table's last cut: name now} for columns RENAME COLUMN renamed since then
+        (Iceberg keeps their field ids)."""
+        known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+        if known is None or not last or last.get("cut_commit_ts") in (None, "None") or last.get("dropped") == "true":
+            return {}
+        at = [int(last["cut_commit_ts"]), 2**63]
+        return {c.name_at(at): c.name for c in known.columns
+                if list(c.added) <= at[:1] and c.aliases and c.name_at(at) != c.name}
+
+    def _renamed_from(self, key, known, since: int, cut_ts) -> tuple | None:
+        """(old key, its last commit) when the table had another name at --since (RENAME TABLE
+        in the window) and that name's table at the output is at a cut in [since, this cut]."""
+        at_since = [(d, t) for start, d, t in known.names if not start or list(start) <= [since]]
+        if not at_since:
+            return None
+        old = at_since[-1]
+        if ((old[0] or "").lower(), (old[1] or "").lower()) == ((key[0] or "").lower(), (key[1] or "").lower()):
+            return None
+        last = self.target.last_commit(*old)
+        if last is None or last.get("dropped") == "true" or last.get("cut_commit_ts") in (None, "None"):
+            return None
+        if not since <= int(last["cut_commit_ts"]) <= (cut_ts if cut_ts is not None else 2**63):
+            return None
+        return old, last
+
+    def _rebuild(self, key, source, source_last: dict, since: int, want: pa.Schema, changes: pa.Table,
+                 props: dict) -> dict:
+        """A window whose DDL changed the table's columns or renamed it: the rows of the table
+        at --since (`source`, at its recorded version) are brought to the cut's columns as a
+        full replay has them (renamed columns keep their values, columns added in the window
+        take their DDL default, dropped ones go, types widened by a cast), the window's last
+        change per key replaces or deletes its key, and everything is committed as one
+        replacing version whose schema change is the format's own (Iceberg: rename/delete/add/
+        update column in the same transaction; Delta: the new schema in the overwrite commit,
+        since delta-rs writes no column-mapped tables). The table's files are rewritten (by
+        the driver, streamed batch by batch): a DEFAULT for old rows needs rewriting anyway."""
+        import io as _io
+
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from .parquet_out import typed_column
+
+        known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
+        after_since = [since, 2**63]  # DDL at the --since commit ts is in the table already
+        old_names = self.target.current_schema(*source).names if source == key else \
+            self.target.schema_at(*source, source_last.get("version"))
+        plan, renames = [], {}
+        for field in want:
+            column = known.column(field.name) if known is not None else None
+            if column is not None and list(column.added) > [since]:
+                default, _ = typed_column([column.default], parse_type(column.mysql_type),
+                                          [column.default_label], arrow_type)
+                plan.append((field, None, default[0].cast(field.type)))
+                continue
+            was = column.name_at(after_since) if column is not None else field.name
+            match = next((n for n in old_names if n.lower() == was.lower()), None)
+            if match is not None and match != field.name:
+                renames[match] = field.name
+            plan.append((field, match, pa.scalar(None, field.type)))
+        keys = self._keys(key, want)
+        window = set(zip(*(changes.column(k).to_pylist() for k in keys)))
+        upserts = changes.filter(pc.not_equal(changes.column("_op"), "delete")).select(want.names).cast(want)
+
+        files, batches, pending = [], [], 0
+
+        def flush():
+            nonlocal batches, pending
+            if not batches:
+                return
+            part = pa.Table.from_batches(batches, want)
+            uri = storage.join(self.target.location(*key), "data",
+                               f"{self.run['run_id']}-rebuild-{len(files):04d}.parquet")
+            sink = _io.BytesIO()
+            pq.write_table(part, sink, compression="zstd")
+            storage.write_bytes(uri, sink.getvalue())
+            files.append({"uri": uri, "bytes": len(sink.getvalue()), "rows": part.num_rows})
+            batches, pending = [], 0
+
+        for batch in self.target.batches_at(*source, source_last.get("version")):
+            n = batch.num_rows
+            columns = [_modified(batch.column(batch.schema.get_field_index(match)), field, self.target.name(*key))
+                       if match is not None else pa.repeat(fill, n) for field, match, fill in plan]
+            converted = pa.RecordBatch.from_arrays(columns, schema=want)
+            keep = [values not in window for values in zip(*(converted.column(k).to_pylist() for k in keys))]
+            converted = converted.filter(pa.array(keep, pa.bool_()))
+            if converted.num_rows:
+                batches.append(converted)
+                pending += converted.num_rows
+            if pending >= 1_000_000:
+                flush()
+        batches += upserts.to_batches() or ([] if files else [pa.RecordBatch.from_pylist([], schema=want)])
+        flush()
+        rows = sum(f["rows"] for f in files)
+        props["rows"] = rows
+        done = self.target.commit(key[0], key[1], want, files, props, renames)
+        done["rows"] = rows
+        return done
 
     def _keys(self, key, schema: pa.Schema) -> list[str]:
         """The row identity at the cut: primary key, else a NOT NULL UNIQUE key, else every column."""

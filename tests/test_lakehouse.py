@@ -126,6 +126,19 @@ def test_type_mapping():
         lakehouse.table_parts("{table}", "shop", "orders")
 
 
+def test_a_modified_column_reads_as_a_full_replay_gives_it():
+    """A window's MODIFY COLUMN: old values cast to the cut's type as a full replay decodes them
+    from their text (FLOAT -> DOUBLE: 1.1, not 1.100000023841858); an impossible one is refused."""
+    modified = lambda values, text: lakehouse._modified(values, pa.field("c", lakehouse.arrow_type(parse_type(text))), "d.t")  # noqa: E731
+    assert modified(pa.array([1.1, None], pa.float32()), "double").to_pylist() == [1.1, None]
+    assert modified(pa.array([7, 2**31 - 1], pa.int32()), "bigint").to_pylist() == [7, 2**31 - 1]
+    assert modified(pa.array([5], pa.int32()), "varchar(10)").to_pylist() == ["5"]
+    assert modified(pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)), "decimal(12,3)").to_pylist() == [
+        decimal.Decimal("1.250")]
+    with pytest.raises(lakehouse.LakehouseError, match="column c cannot be converted"):
+        modified(pa.array(["abc"]), "int")
+
+
 @pytest.mark.spark
 def test_delta_snapshots_are_versions_by_commit_ts(spark, archive, tmp_path):
     generated, source, middle = archive
@@ -269,7 +282,9 @@ def test_lakehouse_arguments_are_checked(tmp_path):
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fmt):
     """ADD/DROP/RENAME/MODIFY COLUMN, RENAME TABLE, TRUNCATE, DROP TABLE between two runs: the
-    version of each cut reads as the scenario's state at that cut (tables/columns included)."""
+    version of each cut reads as the scenario's state at that cut (tables/columns included).
+    The same DDL in an incremental window (--since the first cut) gives the tables a full
+    replay gives, row by row and column type by column type (spec reader), one version each."""
     from .scenario import Scenario
     from .test_ddl_replay import archive as scenario_archive
 
@@ -287,42 +302,69 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     s.drop_column("t", "b")
     s.rename_column("t", "a", "a2")
     s.modify_column("t", "c", "bigint")
-    s.insert("t", id=2, a2="two", c=2**40)
+    s.add_column("t", "n", "varchar(8)")  # no default: NULL for the rows from before
+    s.insert("t", id=2, a2="two", c=2**40, n="x")
     s.rename_table(("g", "g2"))
     s.insert("g2", id=2, v=2)
     s.drop_table("gone")
     s.truncate("tr")
+    s.insert("tr", id=2)
     source = str(tmp_path / "archive")
     scenario_archive(s, source)
 
-    output = str(tmp_path / fmt)
+    output, windowed = str(tmp_path / fmt), str(tmp_path / f"{fmt}-window")
     argv = ["--protocol-option", "content-compatible=true"]
     replay(spark, source, output, fmt, *argv, "--as-of", str(first_cut))
-    if fmt == "delta":  # a window cannot merge column changes or a renamed table: refused, nothing committed
-        with pytest.raises(ReplayError, match="no table at the output|its columns changed in the window"):
-            replay(spark, source, output, fmt, *argv, "--since", str(first_cut))
+    replay(spark, source, windowed, fmt, *argv, "--as-of", str(first_cut))
+    window = replay(spark, source, windowed, fmt, *argv, "--since", str(first_cut))
     manifest = replay(spark, source, output, fmt, *argv)
     final_cut = manifest["cut"]["commit_ts"]
     tables = manifest["output"]["lakehouse"]
-    assert tables["d.gone"]["dropped"] and tables["d.g"]["dropped"] and tables["d.tr"]["rows"] == 0
+    assert tables["d.gone"]["dropped"] and tables["d.g"]["dropped"] and tables["d.tr"]["rows"] == 1
+    merged = window["output"]["lakehouse"]
+    assert window["cut"]["commit_ts"] == final_cut and sorted(merged) == sorted(tables)
+    assert {n: (e["mode"], e["dropped"]) for n, e in merged.items()} == {
+        "d.t": ("rebuild", False), "d.g2": ("rebuild", False), "d.g": ("replace", True),
+        "d.gone": ("replace", True), "d.tr": ("replace", False)}
 
-    def read(cut):
+    def read(cut, at=output, types=False):
         state = {}
         for name, entry in tables.items():
             db, table = name.split(".")
             if fmt == "delta":
-                version = delta_version_at(entry["location"], cut)
-                rows = lake_readers.delta_read(entry["location"], version)[1] if version is not None else []
+                location = storage.join(at, db, table)
+                version = delta_version_at(location, cut)
+                rows = lake_readers.delta_read(location, version)[1] if version is not None else []
+                schema = lake_readers.delta_schema(location, version) if version is not None else None
             else:
-                metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), db, table)
+                metadata = lake_readers.iceberg_metadata_location(os.path.join(at, "_catalog.sqlite"), db, table)
                 snapshot = iceberg_snapshot_at(metadata, cut)
                 rows = lake_readers.iceberg_read(metadata, snapshot)[1] if snapshot is not None else []
-            if rows:
+                schema = lake_readers.iceberg_schema(metadata, snapshot) if snapshot is not None else None
+            if types:
+                state[(db, table)] = schema
+            elif rows:
                 state[(db, table)] = {(canonical(r["id"]),): {k: canonical(v) for k, v in r.items()} for r in rows}
         return state
 
     assert read(first_cut) == s.state_at(first_cut)
     assert read(final_cut) == s.state()
+    # the window: equal to the full replay, and one version per table per run (a rerun: none)
+    assert read(final_cut, windowed) == s.state() and read(first_cut, windowed) == s.state_at(first_cut)
+    assert read(final_cut, windowed, types=True) == read(final_cut, types=True)
+    assert dict(read(final_cut, windowed, types=True)[("d", "t")])["c"] == '"long"'  # MODIFY int -> bigint
+    assert s.state()[("d", "t")][(b"1",)] == {"id": b"1", "a2": b"one", "c": b"5", "n": None}
+    again = replay(spark, source, windowed, fmt, *argv, "--since", str(first_cut))
+    assert all(e["unchanged"] for e in again["output"]["lakehouse"].values())
+    if fmt == "delta":
+        assert [len(lake_readers.delta_commits(storage.join(windowed, "d", t))) for t in ("t", "g", "g2")] == [2, 2, 1]
+    else:
+        for at in (windowed, output):
+            metadata = lake_readers.iceberg_metadata(
+                lake_readers.iceberg_metadata_location(os.path.join(at, "_catalog.sqlite"), "d", "t"))
+            assert len(metadata["snapshots"]) == 2
+            ids = {f["name"]: f["id"] for schema in metadata["schemas"] for f in schema["fields"]}
+            assert ids["a"] == ids["a2"]  # RENAME COLUMN is Iceberg's rename: the field id is kept
     if fmt == "iceberg":  # pyiceberg reads the first version's files through the table's name mapping
         catalog = lakehouse.load_catalog(output, {})
         metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), "d", "t")
@@ -331,7 +373,7 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
     if fmt == "delta":
         from deltalake import DeltaTable
 
-        assert [f.name for f in DeltaTable(tables["d.t"]["location"]).schema().fields] == ["id", "a2", "c"]
+        assert [f.name for f in DeltaTable(tables["d.t"]["location"]).schema().fields] == ["id", "a2", "c", "n"]
 
 
 @pytest.mark.spark

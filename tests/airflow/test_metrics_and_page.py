@@ -125,8 +125,17 @@ def test_lakehouse_tables_become_one_asset_each():
     html = render_page([{"dag_id": "cdc_replay_manual", "run_id": "manual__1", "state": "success",
                          "metrics": m}], prefix="/cdc-replay")
     for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",
-                 "new version", f"(window merged after {tso(8000):,})"):
+                 "new version", f"(window merged after {tso(8000):,})", "2026-01-01 00:00:09.000"):
         assert text in html, text
+    # each location is a link: s3:// to the S3 console's folder view, a local path as file://
+    assert ('<a class="location" href="https://s3.console.aws.amazon.com/s3/buckets/lake?prefix=out/shop/customers/'
+            '&amp;showversions=false"') in html
+    assert '<a class="location" href="file:///lake/out/shop/orders"' in html
+    plain = render_page([{"dag_id": "cdc_replay_manual", "run_id": "manual__1", "state": "success", "metrics": m}],
+                        prefix="/cdc-replay", s3_console="https://minio.local/browser/{bucket}/{prefix}")
+    assert 'href="https://minio.local/browser/lake/out/shop/customers/"' in plain
+    assert "s3.console" not in render_page([{"dag_id": "d", "run_id": "r", "state": "success", "metrics": m}],
+                                           prefix="/cdc-replay", s3_console="")
 
 
 def _runs():
@@ -187,6 +196,7 @@ def test_the_chart_uses_timelines():
 
 
 OVERFLOW = """JSON.stringify({page: document.documentElement.scrollWidth, viewport: window.innerWidth,
+  links: [...document.querySelectorAll('a.location')].map(a => [a.innerText, a.href]),
   wide: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > window.innerWidth + 1)
         .map(t => t.rows[0].innerText.slice(0, 60) + ': ' + Math.round(t.getBoundingClientRect().right))})"""
 
@@ -215,7 +225,10 @@ def test_quarantine_reasons_and_every_table_fit_at_1400_px(tmp_path):
         m = run_metrics(manifest, dag_id="cdc_replay_scheduled", run_id=f"scheduled__2026-01-0{i + 1}T00:00:00+00:00",
                         request=REQUEST, staged=STAGED)
         m["lakehouse"] = [{"table": "shop.order_line_items_archive", "location": long_uri + "/shop/order_line_items",
-                           "version": 12, "cut_commit_ts": tso(9000), "rows": 123456, "unchanged": False}]
+                           "version": 12, "cut_commit_ts": tso(9000), "rows": 123456, "unchanged": False},
+                          {"table": "shop.order notes", "location": "/data/lake/shop/order notes", "version": 3,
+                           "cut_commit_ts": tso(9000), "rows": 5, "unchanged": False, "mode": "rebuild",
+                           "since": tso(8000)}]
         runs.append({"dag_id": "cdc_replay_scheduled", "run_id": f"scheduled__2026-01-0{i + 1}T00:00:00+00:00",
                      "state": "success", "metrics": m})
     html = render_page(runs, prefix="/cdc-replay", user="admin")
@@ -230,3 +243,9 @@ def test_quarantine_reasons_and_every_table_fit_at_1400_px(tmp_path):
     finally:
         browser.close()
     assert result["viewport"] == 1400 and result["wide"] == [] and result["page"] <= 1400, result
+    # the table locations are links the browser resolves: the S3 console, and file:// for a local path
+    assert result["links"][:2] == [
+        [long_uri + "/shop/order_line_items", "https://s3.console.aws.amazon.com/s3/buckets/company-data-lake-"
+         "production-eu-west-1?prefix=cdc/replays/tidb-cluster-main/shop/snapshots/hourly/shop/order_line_items/"
+         "&showversions=false"],
+        ["/data/lake/shop/order notes", "file:///data/lake/shop/order%20notes"]], result["links"]

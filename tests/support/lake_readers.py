@@ -75,6 +75,17 @@ def delta_read(location: str, version: int | None = None) -> tuple[list[str], li
     return names, _concat([_parquet(storage.join(location, unquote(p))) for p in sorted(live)], names)
 
 
+def delta_schema(location: str, version: int | None = None) -> list[tuple[str, str]]:
+    """[(column, Delta type)] of the table at `version`, from the last metaData action."""
+    schema = None
+    for commit in delta_commits(location):
+        if version is not None and commit["version"] > version:
+            break
+        if commit["metaData"] is not None:
+            schema = json.loads(commit["metaData"]["schemaString"])
+    return [(f["name"], json.dumps(f["type"])) for f in schema["fields"]]
+
+
 # ------------------------------------------------------------------ Iceberg
 def iceberg_metadata_location(catalog_db: str, namespace: str, table: str) -> str:
     """The current metadata file, read from the SQL catalog's own table (the JDBC/SQL catalog
@@ -118,3 +129,12 @@ def iceberg_read(metadata_location: str, snapshot_id: int | None = None) -> tupl
             if entry["status"] != 2 and entry["data_file"].get("content", 0) == 0:  # 2 = DELETED
                 files.append(entry["data_file"]["file_path"])
     return names, _concat([_parquet(f) for f in sorted(files)], names)
+
+
+def iceberg_schema(metadata_location: str, snapshot_id: int | None = None) -> list[tuple[str, str]]:
+    """[(column, Iceberg type)] of the schema the snapshot was written with."""
+    metadata = iceberg_metadata(metadata_location)
+    snapshot_id = snapshot_id if snapshot_id is not None else metadata["current-snapshot-id"]
+    snapshot = next(s for s in metadata["snapshots"] if s["snapshot-id"] == snapshot_id)
+    schema = next(s for s in metadata["schemas"] if s["schema-id"] == snapshot.get("schema-id", metadata["current-schema-id"]))
+    return [(f["name"], json.dumps(f["type"])) for f in schema["fields"]]

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse
 from airflow.api_fastapi.core_api.security import GetUserDep
 
 from cdc_replay_airflow.metrics import METRICS_KEY
-from cdc_replay_airflow.ui.render import render_page
+from cdc_replay_airflow.ui.render import S3_CONSOLE, render_page
 
 URL_PREFIX = "/cdc-replay"
 DAG_IDS = ("cdc_replay_manual", "cdc_replay_scheduled", "cdc_replay_backfill")  # the last: deprecated alias
@@ -79,8 +79,11 @@ def page(user: GetUserDep, dag_id: str | None = Query(None), run_id: str | None 
          limit: int = Query(50, ge=1, le=500)) -> HTMLResponse:
     runs = load_runs(dag_id, run_id, limit)
     name = getattr(user, "get_name", lambda: None)() or getattr(user, "username", None)
+    from airflow.configuration import conf
+
     return HTMLResponse(render_page(runs, prefix=URL_PREFIX, dag_id=dag_id, run_id=run_id, user=name,
-                                    generated_at=dt.datetime.now(dt.timezone.utc)))
+                                    generated_at=dt.datetime.now(dt.timezone.utc),
+                                    s3_console=conf.get("cdc_replay", "s3_console_url", fallback=S3_CONSOLE)))
 
 
 @app.get("/api/runs", summary="The page's data as JSON")

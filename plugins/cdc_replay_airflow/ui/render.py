@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from html import escape
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]
@@ -67,6 +67,40 @@ def _lag(seconds) -> str:
 
 def _ms(ts: int) -> int:
     return ts >> 18
+
+
+# where an s3:// table location links to: the AWS S3 console's folder view; a MinIO or other
+# store's console by the Airflow option [cdc_replay] s3_console_url ("" = no link, text only)
+S3_CONSOLE = "https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={prefix}&showversions=false"
+
+
+def location_href(location: str, s3_console: str | None = S3_CONSOLE) -> str | None:
+    """A link a browser can follow to a table's location: a local path as a file:// URL, an
+    s3:// location as the console's view of its folder; None for anything else."""
+    if location.startswith("s3://"):
+        if not s3_console:
+            return None
+        bucket, _, key = location[len("s3://"):].partition("/")
+        return s3_console.format(bucket=quote(bucket, safe=""), prefix=quote(key.rstrip("/") + "/", safe="/"))
+    if location.startswith("file://"):
+        return location
+    if location.startswith("/"):
+        return "file://" + quote(location)
+    return None
+
+
+def _location(location: str, s3_console: str | None) -> str:
+    href = location_href(location, s3_console)
+    text = f"<code>{escape(location)}</code>"
+    if href is None:
+        return text
+    return f'<a class="location" href="{escape(href)}" target="_blank" rel="noopener noreferrer">{text}</a>'
+
+
+def _cut_time(ts) -> str:
+    if not ts or ts <= 0:
+        return ""
+    return "<br>" + _time(dt.datetime.fromtimestamp(_ms(ts) / 1000, dt.timezone.utc).isoformat())
 
 
 def table_colors(runs: list[dict]) -> dict[str, str]:
@@ -203,7 +237,7 @@ def _run_link(prefix: str, run: dict) -> str:
     return f'<a href="{escape(prefix)}/?{escape(query)}">{escape(run["run_id"])}</a>'
 
 
-def _run_detail(run: dict, colors: dict[str, str]) -> str:
+def _run_detail(run: dict, colors: dict[str, str], s3_console: str | None = S3_CONSOLE) -> str:
     m = run["metrics"]
     c = m["counts"]
     rows = []
@@ -220,11 +254,12 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
         f'<tr><td>{escape(p["topic"])}/{p["partition"]}</td><td class="n">{_n(p["records"])}</td>'
         f'<td>{_time(p["watermark_time"])}</td><td class="n">{_lag(p["lag_s"])}</td></tr>' for p in m["partitions"])
     lake_rows = "".join(
-        f'<tr><td>{escape(t["table"])}</td><td class="wrap"><code>{escape(t["location"])}</code></td>'
-        f'<td class="n"><code>{escape(str(t["version"]))}</code></td><td><code>{_n(t["cut_commit_ts"])}</code></td>'
-        f'<td class="n">{_n(t["rows"])}</td>'
+        f'<tr><td>{escape(t["table"])}</td><td class="wrap">{_location(t["location"], s3_console)}</td>'
+        f'<td class="n"><code>{escape(str(t["version"]))}</code></td><td><code>{_n(t["cut_commit_ts"])}</code>'
+        f'{_cut_time(t["cut_commit_ts"])}</td><td class="n">{_n(t["rows"])}</td>'
         f'<td>{"dropped" if t.get("dropped") else "unchanged (same cut)" if t.get("unchanged") else "new version"}'
         f'{" (window merged after " + _n(t["since"]) + ")" if t.get("mode") == "merge" and not t.get("unchanged") else ""}'
+        f'{" (window after " + _n(t["since"]) + " with schema changes: rewritten)" if t.get("mode") == "rebuild" and not t.get("unchanged") else ""}'
         '</td></tr>'
         for t in m.get("lakehouse") or [])
     lake = (f'<table style="width:auto"><tr><th>lakehouse table</th><th>location</th><th class="n">version</th>'
@@ -279,7 +314,8 @@ def _run_detail(run: dict, colors: dict[str, str]) -> str:
 
 
 def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run_id: str | None = None,
-                user: str | None = None, generated_at: dt.datetime | None = None) -> str:
+                user: str | None = None, generated_at: dt.datetime | None = None,
+                s3_console: str | None = S3_CONSOLE) -> str:
     colors = table_colors(runs)
     generated_at = generated_at or dt.datetime.now(dt.timezone.utc)
     with_metrics = [r for r in runs if r.get("metrics")]
@@ -310,7 +346,7 @@ def render_page(runs: list[dict], *, prefix: str, dag_id: str | None = None, run
 <div class="scroll"><table><tr><th>DAG</th><th>run</th><th>state</th><th class="n">events read</th><th class="n">emitted</th>
 <th class="n">deduplicated</th><th class="n">quarantined</th><th>statuses</th>
 <th>commit time range</th><th class="n">watermark lag</th><th>output</th></tr>{''.join(run_rows)}</table></div>
-<h2>Per run and table</h2>{''.join(_run_detail(r, colors) for r in with_metrics)}"""
+<h2>Per run and table</h2>{''.join(_run_detail(r, colors, s3_console) for r in with_metrics)}"""
         if runs else '<div class="empty">No runs of the cdc-replay DAGs yet. Trigger <b>cdc_replay_manual</b> '
                      'or unpause <b>cdc_replay_scheduled</b>.</div>')
     return f"""<!doctype html>

@@ -135,6 +135,7 @@ def check_access(servers: str, config: dict, timeout: float = 30) -> None:
     admin = AdminClient({"bootstrap.servers": servers, **config, "error_cb": errors.append})
     deadline = time.monotonic() + timeout
     while True:
+        admin.poll(0)  # serves error_cb
         auth = [e for e in errors if e.code() in _AUTH_CODES]
         if auth:
             mechanism = config.get("sasl.mechanism")
@@ -145,6 +146,9 @@ def check_access(servers: str, config: dict, timeout: float = 30) -> None:
             admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
             return
         except KafkaException as e:
+            admin.poll(0)
+            if any(e.code() in _AUTH_CODES for e in errors):
+                continue
             if time.monotonic() > deadline:
                 raise KafkaAccessError(f"Kafka {servers} did not answer within {timeout:.0f}s: "
                                        f"{_first_line(str(e))}") from None

@@ -322,3 +322,10 @@ def test_interval_windows_chain_by_offsets_against_the_broker(broker, tmp_path):
     covered = sorted((r["partition"], o) for w in (w0, w1, w2) for r in w["partitions"] for o in range(r["from"], r["to"]))
     assert covered == sorted([(0, o) for o in range(9)] + [(1, o) for o in range(5)])
     assert SASL_PASSWORD not in "".join(o.uri + hook.read_bytes(o.uri).decode() for o in hook.list_objects(home))
+    # the table schemas interval 3 starts from: the latest earlier interval that has an output
+    assert kw.previous_output(hook, home, h[2]) is None
+    hook.write_json(f"{home}/20260101T000000Z/_manifest.json", {"schemas": []})
+    assert kw.previous_output(hook, home, h[2]) == f"{home}/20260101T000000Z"
+    hook.write_json(f"{home}/20260101T010000Z/_manifest.json", {"schemas": []})
+    assert kw.previous_output(hook, home, h[2]) == f"{home}/20260101T010000Z"
+    assert kw.previous_output(hook, home, h[0]) is None

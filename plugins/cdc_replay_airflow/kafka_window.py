@@ -36,7 +36,7 @@ def record_uri(home: str, start: dt.datetime, end: dt.datetime) -> str:
 
 def watermarks(servers: str, config: dict, topics: list[str]) -> dict[tuple[str, int], tuple[int, int]]:
     """(low, high) watermark of every partition of the topics."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     consumer = _consumer(servers, config)
     try:
@@ -149,3 +149,25 @@ def describe(window: dict) -> list[str]:
     """One line per partition, for the task log."""
     return [f"{r['topic']}/{r['partition']}: offsets [{r['from']}, {r['to']}) = {r['records']} records "
             f"(end by {r['end_by']})" for r in window["partitions"]]
+
+
+def previous_output(hook, home: str, start: dt.datetime) -> str | None:
+    """The output of the latest interval before `start` that committed one, following the window
+    records back (an interval without records has a window record but no output): the table
+    schemas this interval starts from are in its manifest."""
+    from cdc_replay_airflow.window import interval_output
+
+    records = [o.uri for o in hook.list_objects(f"{home.rstrip('/')}/{FOLDER}")]
+    label = interval_label(start)
+    while True:
+        ending = [u for u in records if u.endswith(f"-{label}.json")]
+        if not ending:
+            return None
+        name = ending[-1].rsplit("/", 1)[1]
+        begin = name[: -len(f"-{label}.json")]
+        output = f"{home.rstrip('/')}/{begin}"
+        if output == interval_output(home, start) or begin == label:
+            return None
+        if hook.exists(f"{output}/_manifest.json"):
+            return output
+        label = begin

@@ -138,7 +138,7 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
         check_codecs(request)
     except RequestError as e:
         raise Refused(f"refused before any work started: Variable cdc_replay_scheduled: {e}") from e
-    if request.kafka_source and (request.emit == "snapshot" or request.target_format in ("delta", "iceberg")):
+    if request.kafka_source and request.emit == "snapshot":
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: emit: a kafka:// source is "
                       "replayed interval by interval as offset windows, whose changes are emitted as topics or "
                       "history (a snapshot of Kafka topics: the backfill DAG)")
@@ -287,6 +287,8 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                               f"{interval[1].isoformat()}) (recorded: the next interval starts where it ends)")
         req = req.replace(starting_offsets=json.dumps(window["starting"], sort_keys=True),
                           ending_offsets=json.dumps(window["ending"], sort_keys=True))
+        # DDL in this window applies to the tables as the previous intervals left them
+        schema_from = kw.previous_output(hook, kafka_window["home"], interval[0])
     if req.kafka_source:  # read by Spark's Kafka connector: nothing to list
         app_request = req.with_kafka_servers(servers)
         staged = {"source": req.source, "read_from": app_request.source, "mode": "kafka",
@@ -298,6 +300,14 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                                              "written_at": dt.datetime.now(dt.timezone.utc).isoformat()})
         log.info("The replay reads %s from %s to %s offsets", app_request.source, req.starting_offsets,
                  req.ending_offsets)
+        if window is not None and schema_from:
+            schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
+            if schemas:
+                schema_uri = f"{staging}/schema.sql"
+                hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
+                app_request = app_request.replace(schema=schema_uri)
+                log.info("Starting schemas: %d tables as the previous interval left them (%s), in %s",
+                         len(schemas), schema_from, schema_uri)
         return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id)}
     log.info("Listing %s (%s)", req.source, hook.describe())
@@ -323,6 +333,8 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
         if chain_missing:
             raise Refused(chain_missing)
+        if not chosen and req.kafka_output:  # nothing to produce, and no output to carry forward
+            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
         if not chosen and lake_window:  # the tables stay at their cut; the next interval merges from there
             raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}; "
                               f"the tables at {req.output} stay at their cut")

@@ -251,3 +251,20 @@ def test_a_kafka_interval_replays_every_event_of_its_window_into_its_own_output(
     assert request["manifest_uri"] == "s3://lake/sched/20260101T010000Z" and request["output"] == "kafka://"
     assert planned["kafka_window"] == {"home": "s3://lake/sched", "first": False}
     assert planned["require_complete"] is False
+
+
+def test_an_archive_interval_into_kafka_keeps_its_manifest_per_interval():
+    import datetime as dt
+
+    from cdc_replay_airflow.tasks import plan_interval
+
+    start = dt.datetime(2026, 1, 1, 1, tzinfo=dt.timezone.utc)
+    previous = (start - dt.timedelta(hours=1), start)
+    planned = plan_interval({"source": "s3://archive/shop", "protocol": "canal-json", "output": "kafka://",
+                             "manifest_uri": "s3://lake/sched", "emit": "topics"},
+                            start, start + dt.timedelta(hours=1), first_start=previous[0], previous=previous,
+                            exists=lambda uri: uri == "s3://lake/sched/20260101T000000Z/_manifest.json")
+    request = planned["request"]
+    assert request["output"] == "kafka://" and request["manifest_uri"] == "s3://lake/sched/20260101T010000Z"
+    assert planned["schema_from"] == "s3://lake/sched/20260101T000000Z" and planned["output_base"] == "s3://lake/sched"
+    assert request["since"] == (1767229200000 << 18) - 1 and "kafka_window" not in planned

@@ -8,6 +8,13 @@ Secor write them) or else its LastModified time. Objects are read by two interva
 just before the end of an interval can be archived in the next one), but the commit ts window
 (`--since TSO(start)-1 --until TSO(end)-1`) puts every change in exactly one interval's output.
 
+A `kafka://topics` source is read by offsets instead: each interval reads from where the previous
+interval ended (the first from `starting_offsets`, default earliest) up to the first record stamped
+at or after the interval's end (or the high watermark when there is none yet), recorded in
+`<output>/_kafka_windows/` so that a rerun reads the same records; emit topics or history, every
+event of the window replayed (docs/kafka.md). A `kafka://` output produces each interval's records,
+its manifest at `<manifest_uri>/<interval start>`.
+
 Each interval writes its own output, `<output>/<interval start, e.g. 20260101T000000Z>`, replaced
 as a whole when the interval runs again: catchup and `airflow backfill create` replay history
 interval by interval, and re-running an interval is idempotent. `emit: topics` (or `history`) gives
@@ -101,14 +108,19 @@ def cdc_replay_scheduled():
 
         from cdc_replay_airflow import tasks
         from cdc_replay_airflow.hooks.archive import ArchiveHook
+        from cdc_replay_airflow.hooks.kafka import bootstrap_servers, client_config
 
         ti = get_current_context()["ti"]
-        start, end = (dt.datetime.fromisoformat(t) for t in planned["objects_window"])
+        # archive objects: those archived in [start, end + lateness); a Kafka source: the offset
+        # window of the data interval itself (kafka_window), read once end + lateness has passed
+        window = planned["interval"] if planned.get("kafka_window") else planned["objects_window"]
+        start, end = (dt.datetime.fromisoformat(t) for t in window)
         try:
             return tasks.stage(ArchiveHook(), planned["request"], dag_id=ti.dag_id, run_id=ti.run_id,
                                interval=(start, end), schema_from=planned.get("schema_from"),
                                chain_missing=planned.get("chain_missing"),
-                               lake_window=bool(planned.get("lake_window")))
+                               lake_window=bool(planned.get("lake_window")), kafka_servers=bootstrap_servers,
+                               kafka_window=planned.get("kafka_window"), kafka_config=client_config)
         except LookupError as e:
             raise AirflowSkipException(f"{e}: nothing to replay") from e
         except tasks.Refused as e:
@@ -149,8 +161,13 @@ def cdc_replay_scheduled():
         published = tasks.publish(ArchiveHook(), staged, metrics)
         base = planned["output_base"].rstrip("/")
         extra = {**tasks.asset_extra(published), "interval": planned["interval"]}
-        for uri in (base, published["output"]):  # the series, and this interval's output
-            asset = Asset(uri if uri.startswith("s3://") else f"file://{uri}")
+        output = published["output"]
+        if output.startswith("kafka://"):  # one asset per topic produced into, as kafka://servers/topic
+            outputs = [f"{output}/{topic}" for topic in sorted({p["topic"] for p in published.get("produced") or []})]
+        else:
+            outputs = [base, output]  # the series, and this interval's output
+        for uri in outputs:
+            asset = Asset(uri if uri.startswith(("s3://", "kafka://")) else f"file://{uri}")
             context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=extra)
         for uri, table_extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
             context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=table_extra)

@@ -43,8 +43,121 @@ PRODUCER_CONF = {
 }
 
 
+# the client settings of the cluster (security.protocol, sasl.*, ssl.*: librdkafka's names, as an
+# Airflow Kafka connection's extra holds them), JSON in the environment: never in argv or logs
+CONFIG_ENV = "CDC_REPLAY_KAFKA_CONFIG"
+# librdkafka settings Spark's Kafka connector (the Java client) takes under the same name
+_SAME_IN_JAVA = ("security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
+                 "sasl.kerberos.service.name", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password")
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
 class KafkaUriError(ValueError):
     pass
+
+
+class KafkaAccessError(RuntimeError):
+    """The cluster cannot be reached or refuses the credentials (one line, no secret)."""
+
+
+def client_config(environ=None) -> dict:
+    """The cluster's client settings from $CDC_REPLAY_KAFKA_CONFIG (librdkafka names), without
+    bootstrap.servers (the kafka:// URI names the brokers)."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(CONFIG_ENV)
+    if not raw:
+        return {}
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        raise KafkaUriError(f"${CONFIG_ENV} is not a JSON object of client settings") from None
+    if not isinstance(config, dict):
+        raise KafkaUriError(f"${CONFIG_ENV} is not a JSON object of client settings")
+    if "sasl.mechanisms" in config and "sasl.mechanism" not in config:  # librdkafka's alias
+        config["sasl.mechanism"] = config.pop("sasl.mechanisms")
+    return {k: v for k, v in config.items() if k != "bootstrap.servers"}
+
+
+def described(config: dict) -> dict:
+    """The settings as a manifest or a log may show them (secrets masked)."""
+    from spark_apps import masking
+
+    return {k: masking.MASK if "jaas" in k else masking.mask_option(k, str(v)) for k, v in config.items()}
+
+
+def spark_options(config: dict) -> dict:
+    """The same settings for Spark's Kafka source: `kafka.`-prefixed Java client names (SASL
+    credentials as a JAAS login line, a PEM CA file as a PEM truststore). Settings with no Java
+    equivalent are logged by name and not passed."""
+    options, unused = {}, []
+    for key, value in config.items():
+        if key in _SAME_IN_JAVA:
+            options[f"kafka.{key}"] = str(value)
+        elif key == "ssl.ca.location":
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = str(value)
+        elif key in ("sasl.username", "sasl.password"):
+            continue
+        elif key.startswith("java."):  # escape hatch: java.<name> is passed as kafka.<name>
+            options[f"kafka.{key[len('java.'):]}"] = str(value)
+        else:
+            unused.append(key)
+    if "sasl.username" in config:
+        mechanism = str(config.get("sasl.mechanism", "PLAIN")).upper()
+        if mechanism not in _LOGIN_MODULES:
+            raise KafkaUriError(f"sasl.mechanism {mechanism}: Spark's Kafka source is given username/password for "
+                                f"{', '.join(_LOGIN_MODULES)} only (give java.sasl.jaas.config for others)")
+
+        def quoted(text) -> str:
+            return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        options["kafka.sasl.jaas.config"] = (f"{_LOGIN_MODULES[mechanism]} required username="
+                                             f"{quoted(config['sasl.username'])} password="
+                                             f"{quoted(config.get('sasl.password', ''))};")
+    if unused:
+        log.info("Kafka client settings not passed to Spark's Kafka source (no Java equivalent): %s",
+                 ", ".join(sorted(unused)))
+    return options
+
+
+def check_access(servers: str, config: dict, timeout: float = 30) -> None:
+    """One metadata request before Spark starts: unreachable brokers or refused credentials
+    fail the run with one line instead of Spark's retries and stack traces."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list = []
+    admin = AdminClient({"bootstrap.servers": servers, **config, "error_cb": errors.append})
+    deadline = time.monotonic() + timeout
+    while True:
+        admin.poll(0)  # serves error_cb
+        auth = [e for e in errors if e.code() in _AUTH_CODES]
+        if auth:
+            mechanism = config.get("sasl.mechanism")
+            who = f" as {config['sasl.username']!r}" if config.get("sasl.username") else ""
+            raise KafkaAccessError(f"Kafka {servers} refused the credentials ({config.get('security.protocol')}"
+                                   f"{' ' + mechanism if mechanism else ''}{who}): {_first_line(auth[0].str())}")
+        try:
+            admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            return
+        except KafkaException as e:
+            admin.poll(0)
+            if any(e.code() in _AUTH_CODES for e in errors):
+                continue
+            if time.monotonic() > deadline:
+                raise KafkaAccessError(f"Kafka {servers} did not answer within {timeout:.0f}s: "
+                                       f"{_first_line(str(e))}") from None
+
+
+def _first_line(text: str) -> str:
+    from spark_apps import masking
+
+    return masking.mask_text(text.strip().splitlines()[0] if text.strip() else text)
 
 
 def is_kafka(uri: str | None) -> bool:
@@ -85,7 +198,8 @@ def check_offsets(value: str, option: str, *, ending: bool) -> None:
         raise KafkaUriError(f"{option}: -2 (earliest) is not allowed as an ending offset (Spark's rule)")
 
 
-def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, options: dict):
+def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, options: dict,
+                 config: dict | None = None):
     """The source topics' records between the offsets, decoded: DECODED_STRUCT rows."""
     from pyspark.sql import functions as F
 
@@ -99,6 +213,7 @@ def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, opt
            .option("startingOffsets", starting)
            .option("endingOffsets", ending)
            .option("includeHeaders", "true")
+           .options(**spark_options(config or {}))
            .load())
     records = raw.select(
         "topic", F.col("partition").cast("int").alias("partition"), "offset",
@@ -150,8 +265,9 @@ class KafkaPartitionWriter:
     objects; `flush` waits for every delivery report and records the partition as finished."""
 
     def __init__(self, servers: str, topic: str, partition: int, partitions: int, markers: str,
-                 done: dict | None):
+                 done: dict | None, config: dict | None = None):
         self.servers, self.topic, self.partition, self.markers = servers, topic, partition, markers
+        self.config = dict(config or {})
         self.done = done
         self.offset = 0
         self.fed_events = self.fed_rows = 0
@@ -165,8 +281,8 @@ class KafkaPartitionWriter:
         if done is None:
             from confluent_kafka import Producer
 
-            self.producer = Producer({"bootstrap.servers": servers, **PRODUCER_CONF})
-            ensure_topic(servers, topic, partitions, partition)
+            self.producer = Producer({"bootstrap.servers": servers, **self.config, **PRODUCER_CONF})
+            ensure_topic(servers, topic, partitions, partition, self.config)
             self._start()
 
     def _start(self) -> None:
@@ -177,7 +293,7 @@ class KafkaPartitionWriter:
         many. Exact while the replay is the only writer of its target partitions."""
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "cdc-replay-offsets",
+        consumer = Consumer({"bootstrap.servers": self.servers, **self.config, "group.id": "cdc-replay-offsets",
                              "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
             high = _end_offset(consumer, TopicPartition(self.topic, self.partition))
@@ -240,6 +356,7 @@ class KafkaPartitionWriter:
 
 
 # a partition just created (or whose leader moved) answers these until a leader is elected
+_AUTH_CODES = (-169, 58)  # librdkafka's _AUTHENTICATION, Kafka's SASL_AUTHENTICATION_FAILED
 _RETRIABLE = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT",
               "NOT_COORDINATOR", "_TRANSPORT")
 
@@ -261,14 +378,15 @@ def _end_offset(consumer, partition, wait_s: float = 60) -> int:
             time.sleep(0.5)
 
 
-def writer_factory(servers: str, partitions: int, markers: str, done: dict) -> Callable:
+def writer_factory(servers: str, partitions: int, markers: str, done: dict, config: dict | None = None) -> Callable:
     def make(base, topic, partition, max_records):
-        return KafkaPartitionWriter(servers, topic, partition, partitions, markers, done.get((topic, partition)))
+        return KafkaPartitionWriter(servers, topic, partition, partitions, markers, done.get((topic, partition)),
+                                    config)
 
     return make
 
 
-def ensure_topic(servers: str, topic: str, partitions: int, needed_partition: int) -> None:
+def ensure_topic(servers: str, topic: str, partitions: int, needed_partition: int, config: dict | None = None) -> None:
     """Create the output topic with `partitions` partitions when missing (tasks may race: the
     losers see it exists); refuse a topic too small for the partition a record goes to."""
     import time
@@ -276,7 +394,7 @@ def ensure_topic(servers: str, topic: str, partitions: int, needed_partition: in
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": servers})
+    admin = AdminClient({"bootstrap.servers": servers, **(config or {})})
     metadata = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
     if metadata is None or metadata.error is not None:
         future = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]

@@ -136,7 +136,9 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
         "duration_s": round(finished - started, 1),
         "source": {"uri": source, "protocol": args.protocol, "options": masking.mask_options(source_options),
-                   "objects": len(objects), "bytes": sum(o.size for o in objects)},
+                   "objects": len(objects), "bytes": sum(o.size for o in objects),
+                   **({"starting_offsets": args.starting_offsets, "ending_offsets": args.ending_offsets}
+                      if source.startswith("kafka://") else {})},
         "output": {
             "uri": output, "emit": args.emit, "format": args.output_format,
             "protocol": target_protocol if args.output_format == "kafka" else None,

@@ -265,7 +265,11 @@ def _validate_kafka(args: ReplayArgs) -> None:
                 raise ReplayError("--manifest-uri is object storage (a local directory or s3://), not Kafka")
         elif args.manifest_uri:
             raise ReplayError("--manifest-uri applies to a kafka:// --output (other outputs hold their manifest)")
-    except kafka_io.KafkaUriError as e:
+        # the cluster's security settings ($CDC_REPLAY_KAFKA_CONFIG): checked with one request now
+        config = kafka_io.client_config() if kafka_io.is_kafka(args.source) or kafka_io.is_kafka(args.output) else {}
+        for uri in {u for u in (args.source, args.output) if kafka_io.is_kafka(u)}:
+            kafka_io.check_access(kafka_io.parse_uri(uri, topics_required=uri == args.source)[0], config)
+    except (kafka_io.KafkaUriError, kafka_io.KafkaAccessError) as e:
         raise ReplayError(str(e)) from e
     if args.base_snapshot and kafka_io.is_kafka(args.base_snapshot):
         raise ReplayError("--base-snapshot must be an archive (a snapshot run's output), not Kafka")
@@ -378,7 +382,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     if kafka_io.is_kafka(source):
         decoded = kafka_io.read_decoded(spark, source, args.starting_offsets, args.ending_offsets, args.protocol,
-                                        parse_option_pairs(args.protocol_option))
+                                        parse_option_pairs(args.protocol_option), kafka_io.client_config())
     else:
         decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
                           progress.records)
@@ -548,6 +552,7 @@ def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
     out["rows"] = sum(w["rows"] for w in out["objects"])
     out["kafka"] = {"bootstrap_servers": kafka["servers"], "fingerprint": kafka["fingerprint"],
                     "producer": {k: v for k, v in kafka_io.PRODUCER_CONF.items()},
+                    "client": kafka_io.described(kafka["config"]),
                     "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
                     "markers": kafka["markers"], "manifest_uri": home}
     manifest["quarantine"]["location"] = storage.join(home, "_quarantine")
@@ -780,7 +785,8 @@ class _OutputPlan:
         if done:
             log.info("%d output partitions already produced by an earlier run of this replay (fingerprint %s): "
                      "skipped", len(done), fingerprint)
-        self.kafka = {"servers": servers, "fingerprint": fingerprint, "markers": markers, "done": done}
+        self.kafka = {"servers": servers, "fingerprint": fingerprint, "markers": markers, "done": done,
+                      "config": kafka_io.client_config()}
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
@@ -820,7 +826,8 @@ class _OutputPlan:
         if self.kafka is not None:
             from spark_apps.kafka_io import writer_factory
 
-            writer = writer_factory(self.kafka["servers"], self.partitions, self.kafka["markers"], self.kafka["done"])
+            writer = writer_factory(self.kafka["servers"], self.partitions, self.kafka["markers"], self.kafka["done"],
+                                    self.kafka["config"])
         fn = write_topics_fn(self.target_protocol, self.target_options, storage.join(self.staging, "data"),
                              self.args.max_records_per_object, prepare, writer)
         return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]

@@ -24,6 +24,7 @@ from spark_apps.generate import generate, write_archive
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
+SASL_USER, SASL_PASSWORD = "replay", "Pw-sasl-4711"
 PROTOCOL = ["--protocol", "open-protocol"]
 
 
@@ -31,17 +32,18 @@ PROTOCOL = ["--protocol", "open-protocol"]
 def broker():
     from tests.support.kafka import KafkaBroker
 
-    server = KafkaBroker().start()
+    server = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}).start()
     print(f"\nKafka {server.version} broker on {server.bootstrap} ready in {server.startup_seconds:.1f}s")
     yield server
     server.stop()
 
 
-def replay(*args):
+def replay(*args, env=None, check=True):
     result = subprocess.run([*CDC_REPLAY, "replay", *args, "--max-bad-records", "10", "--master", "local[2]",
                              "--spark-conf", "spark.sql.shuffle.partitions=4"],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+                            capture_output=True, text=True, timeout=900, env=env)
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result
 
 
@@ -220,3 +222,110 @@ def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path
         third.add(key, value, headers)
     third.flush()
     assert third.producer is None and consume(broker.bootstrap, ["resumed"]) == got
+
+
+def test_sasl_credentials_reach_spark_and_the_producer_and_a_wrong_password_fails_in_one_line(broker, tmp_path):
+    """A SASL_PLAINTEXT (PLAIN) listener: the client settings (librdkafka names, as a Kafka
+    connection's extra holds them) reach Spark's Kafka source as kafka.* options and the
+    producers as their config, through the environment; never argv, output or manifest."""
+    import os
+
+    from spark_apps import kafka_io
+
+    generated = generate(transactions=20, partitions=2, seed=3, topic="secured", protocol="open-protocol", options={})
+    broker.create_topic("secured", 2)
+    produce(broker.bootstrap, generated.records)
+    config = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": SASL_USER,
+              "sasl.password": SASL_PASSWORD}
+    env = {**os.environ, kafka_io.CONFIG_ENV: json.dumps(config)}
+    source, output = f"kafka://{broker.sasl_bootstrap}/secured", f"kafka://{broker.sasl_bootstrap}"
+    args = ["--source", source, *PROTOCOL, "--output", output, "--manifest-uri", str(tmp_path / "m"),
+            "--emit", "topics", "--target-topic", "out-{topic}", "--as-of", str(generated.cut_ts)]
+    result = replay(*args, env=env)
+    manifest_text = (tmp_path / "m" / "_manifest.json").read_text()
+    manifest = json.loads(manifest_text)
+    assert manifest["counts"]["records"] == len(generated.records) and manifest["counts"]["reconciled"]
+    got = consume(broker.bootstrap, ["out-secured"])
+    assert sum(len(v) for v in got.values()) == manifest["output"]["records"] > 0
+    assert manifest["output"]["kafka"]["client"] == {**config, "sasl.password": "***"}
+    assert SASL_PASSWORD not in result.stdout + result.stderr + manifest_text
+
+    # without credentials the SASL listener is not reachable by PLAINTEXT clients; a wrong
+    # password: one line, exit 2, before Spark starts
+    wrong = replay(*args, env={**env, kafka_io.CONFIG_ENV: json.dumps({**config, "sasl.password": "nope"})},
+                   check=False)
+    errors = [line for line in wrong.stderr.splitlines() if line.startswith("cdc-replay: error:")]
+    assert wrong.returncode == 2 and len(errors) == 1, wrong.stderr[-3000:]
+    assert f"Kafka {broker.sasl_bootstrap} refused the credentials (SASL_PLAINTEXT PLAIN as 'replay')" in errors[0]
+    assert "SparkSession" not in wrong.stdout + wrong.stderr and "nope" not in wrong.stderr
+
+
+def test_spark_options_translate_the_client_settings():
+    from spark_apps.kafka_io import spark_options
+
+    options = spark_options({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                             "sasl.username": "u", "sasl.password": 'p"w', "ssl.ca.location": "/ca.pem",
+                             "java.ssl.truststore.password": "x", "socket.keepalive.enable": True})
+    assert options == {
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/ca.pem",
+        "kafka.ssl.truststore.password": "x",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="u" password="p\\"w";'}
+
+
+def test_interval_windows_chain_by_offsets_against_the_broker(broker, tmp_path):
+    """The scheduled DAG's Kafka windows (cdc_replay_airflow.kafka_window), against the broker:
+    interval 2 starts exactly where interval 1 ended, together they cover every offset once, a
+    rerun reuses its recorded window even after more records arrived, and a late record (stamped
+    in an interval whose window was already cut) is read by the next interval."""
+    import datetime as dt
+
+    from confluent_kafka import Producer
+
+    from cdc_replay_airflow import kafka_window as kw
+    from cdc_replay_airflow.hooks.archive import ArchiveHook
+
+    utc = dt.timezone.utc
+    h = [dt.datetime(2026, 1, 1, hour, tzinfo=utc) for hour in range(4)]
+    broker.create_topic("windows", 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+    def send(partition, moment, n, tag):
+        for i in range(n):
+            producer.produce("windows", value=f"{tag}{i}".encode(), partition=partition,
+                             timestamp=int(moment.timestamp() * 1000) + i * 1000)
+        assert producer.flush(30) == 0
+
+    send(0, h[0], 5, "a"), send(1, h[0], 3, "b"), send(0, h[1], 4, "c")  # partition 1: nothing in hour 1
+    hook, home = ArchiveHook(aws_conn_id=None), str(tmp_path / "series")
+    config = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": SASL_USER,
+              "sasl.password": SASL_PASSWORD}
+
+    def window(i, first=False):
+        return kw.plan_window(hook, home, h[i], h[i + 1], first=first, starting_offsets="earliest",
+                              servers=broker.sasl_bootstrap, topics=["windows"], config=config)
+
+    with pytest.raises(kw.WindowError, match="replay the intervals in order"):
+        window(1)  # interval 1's window is not recorded yet
+    w0 = window(0, first=True)
+    assert w0["starting"] == {"windows": {"0": 0, "1": 0}} and w0["ending"] == {"windows": {"0": 5, "1": 3}}
+    assert [r["end_by"] for r in w0["partitions"]] == ["timestamp", "high watermark"]
+    w1 = window(1)
+    assert w1["starting"] == w0["ending"] and w1["ending"] == {"windows": {"0": 9, "1": 3}}
+    send(1, h[1], 2, "late"), send(0, h[3], 1, "d")  # after interval 1's window was cut
+    assert window(1) == w1 and window(0, first=True) == w0  # reruns: their own recorded windows
+    w2 = window(2)
+    assert w2["starting"] == w1["ending"] and w2["ending"] == {"windows": {"0": 9, "1": 5}}
+    assert [(r["partition"], r["from"], r["to"]) for r in w2["partitions"]] == [(0, 9, 9), (1, 3, 5)]
+    # every offset of the topic in exactly one window
+    covered = sorted((r["partition"], o) for w in (w0, w1, w2) for r in w["partitions"] for o in range(r["from"], r["to"]))
+    assert covered == sorted([(0, o) for o in range(9)] + [(1, o) for o in range(5)])
+    assert SASL_PASSWORD not in "".join(o.uri + hook.read_bytes(o.uri).decode() for o in hook.list_objects(home))
+    # the table schemas interval 3 starts from: the latest earlier interval that has an output
+    assert kw.previous_output(hook, home, h[2]) is None
+    hook.write_json(f"{home}/20260101T000000Z/_manifest.json", {"schemas": []})
+    assert kw.previous_output(hook, home, h[2]) == f"{home}/20260101T000000Z"
+    hook.write_json(f"{home}/20260101T010000Z/_manifest.json", {"schemas": []})
+    assert kw.previous_output(hook, home, h[2]) == f"{home}/20260101T010000Z"
+    assert kw.previous_output(hook, home, h[0]) is None

@@ -165,6 +165,8 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
         "quarantine": {"records": manifest["quarantine"]["records"], "location": manifest["quarantine"]["location"],
                        "reasons": manifest["quarantine"].get("reasons") or []},
         "produced": produced(out),
+        # a scheduled interval's Kafka offset window: [from, to) per source partition
+        "kafka_window": staged.get("kafka_window"),
         "warnings": manifest.get("warnings", []),
         # holes in the source partitions' Kafka offsets (manifests before issue 12 have none)
         "gaps": manifest.get("gaps") or {"count": 0, "missing_offsets": 0, "listed": []},

@@ -138,19 +138,25 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
         check_codecs(request)
     except RequestError as e:
         raise Refused(f"refused before any work started: Variable cdc_replay_scheduled: {e}") from e
-    if request.kafka_source or request.kafka_output:
-        raise Refused("refused before any work started: Variable cdc_replay_scheduled: source/output: Kafka "
-                      "sources and outputs are replayed by the backfill DAG (intervals select archive objects)")
+    if request.kafka_source and request.emit == "snapshot":
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: emit: a kafka:// source is "
+                      "replayed interval by interval as offset windows, whose changes are emitted as topics or "
+                      "history (a snapshot of Kafka topics: the backfill DAG)")
+    if request.kafka_source and request.ending_offsets != "latest":
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: ending_offsets: is set "
+                      "from the data interval; remove it (starting_offsets applies to the first interval)")
     lateness = settings.get("lateness_minutes")
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
                       f"{lateness!r} is not a whole number of minutes >= 0")
     caps = app_capabilities()
+    if request.kafka_source:
+        return _plan_kafka_interval(request, start, end, first_start=first_start, lateness=lateness)
     windowed = caps.accepts("--since") and caps.accepts("--until")
     late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
     if not windowed:
         late = dt.timedelta(0)  # without a commit ts window, overlapping objects would be replayed twice
-    base_output = request.output
+    base_output = request.manifest_uri if request.kafka_output else request.output
     since = tso_of(start) - 1 if windowed else None
     until = tso_of(end) - 1 if windowed else None
     base_snapshot = schema_from = chain_missing = None
@@ -180,8 +186,9 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
                 f"({previous_output or 'no earlier successful run ends there'}) is missing: replay the intervals in "
                 "order from the DAG's start"
                 + ("" if request.emit == "snapshot" else ", or give the starting schemas in the Variable's 'schema'"))
-    request = request.replace(output=base_output if lake else interval_output(base_output, start), since=since,
-                              until=until,
+    interval_home = base_output if lake else interval_output(base_output, start)
+    request = request.replace(output=request.output if request.kafka_output else interval_home, since=since,
+                              until=until, manifest_uri=interval_home if request.kafka_output else None,
                               base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema)
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
@@ -198,6 +205,31 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
             "require_complete": bool(settings.get("require_complete", True)) and windowed}
 
 
+# a Kafka offset window is replayed whole: the cut at the highest TSO takes every event read (the
+# offsets, not commit ts, split the stream between intervals; events after the window's last
+# watermark would otherwise stay pending and no later interval reads them again)
+EVERY_EVENT_READ = (1 << 63) - 1
+
+
+def _plan_kafka_interval(request: ReplayRequest, start: dt.datetime, end: dt.datetime, *,
+                         first_start: dt.datetime | None, lateness: int | None) -> dict:
+    """A kafka:// source's interval: the records of its offset window (computed by `stage`,
+    kafka_window.plan_window), every event of them replayed (no commit ts window)."""
+    late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
+    base_output = request.manifest_uri if request.kafka_output else request.output
+    request = request.replace(output=request.output if request.kafka_output else interval_output(base_output, start),
+                              manifest_uri=interval_output(base_output, start) if request.kafka_output else None,
+                              since=None, until=EVERY_EVENT_READ)
+    objects_window = [start.isoformat(), (end + late).isoformat()]
+    log.info("Interval [%s, %s): the records of %s from where the previous interval ended up to the first record "
+             "stamped at or after %s (read once %s has passed) -> %s", start.isoformat(), end.isoformat(),
+             request.source, end.isoformat(), objects_window[1], request.home)
+    return {"request": xcom_safe(request.as_dict()), "interval": [start.isoformat(), end.isoformat()],
+            "objects_window": objects_window, "output_base": base_output, "schema_from": None,
+            "chain_missing": None, "lake_window": False, "require_complete": False,
+            "kafka_window": {"home": base_output, "first": first_start is not None and start <= first_start}}
+
+
 def _staging(output: str) -> str:
     return f"{output.rstrip('/')}/{STAGING}"
 
@@ -210,7 +242,7 @@ def _items(objects: list[ArchiveObject], source: str) -> list[dict]:
 def stage(hook, request: dict, *, dag_id: str, run_id: str,
           interval: tuple[dt.datetime, dt.datetime] | None = None, schema_from: str | None = None,
           chain_missing: str | None = None, kafka_servers=None,
-          lake_window: bool = False) -> dict:
+          lake_window: bool = False, kafka_window: dict | None = None, kafka_config=None) -> dict:
     """List the objects the replay will read and write their manifest.
 
     Without an interval the app reads the source as it is (nothing is copied). With one, the
@@ -226,25 +258,57 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
     req = ReplayRequest.from_dict(request)
     servers = None
     if req.kafka_source or req.kafka_output:  # `kafka_servers(conn_id)`: hooks.kafka.bootstrap_servers
-        if interval is not None:
-            raise LookupError("Kafka sources and outputs are replayed by the backfill DAG (a data interval selects "
-                              "archive objects by archive time)")
+        if req.kafka_source and interval is not None and kafka_window is None:
+            raise LookupError("a kafka:// source in a data interval needs its offset window (the scheduled DAG's plan)")
         servers = kafka_servers(req.kafka_connection)
         log.info("Kafka connection %s: bootstrap servers %s", req.kafka_connection, servers)
     staging = _staging(req.home)
     cleared = hook.delete_prefix(staging)
     if cleared:
         log.info("Removed %d objects left in %s by an earlier attempt", cleared, staging)
+    window = None
+    if req.kafka_source and interval is not None:  # the interval's offsets (kafka_window)
+        import json
+
+        from cdc_replay_airflow import kafka_window as kw
+
+        config = kafka_config(req.kafka_connection) if kafka_config else {}
+        topics = req.source[len("kafka://"):].split(",")
+        try:
+            window = kw.plan_window(hook, kafka_window["home"], *interval, first=kafka_window["first"],
+                                    starting_offsets=req.starting_offsets, servers=servers, topics=topics,
+                                    config=config)
+        except kw.WindowError as e:
+            raise Refused(str(e)) from e
+        for line in kw.describe(window):
+            log.info("Kafka window %s", line)
+        if not any(r["records"] for r in window["partitions"]):
+            raise LookupError(f"no record in the Kafka window of [{interval[0].isoformat()}, "
+                              f"{interval[1].isoformat()}) (recorded: the next interval starts where it ends)")
+        req = req.replace(starting_offsets=json.dumps(window["starting"], sort_keys=True),
+                          ending_offsets=json.dumps(window["ending"], sort_keys=True))
+        # DDL in this window applies to the tables as the previous intervals left them
+        schema_from = kw.previous_output(hook, kafka_window["home"], interval[0])
     if req.kafka_source:  # read by Spark's Kafka connector: nothing to list
         app_request = req.with_kafka_servers(servers)
-        staged = {"source": req.source, "read_from": app_request.source, "mode": "kafka", "window": None,
+        staged = {"source": req.source, "read_from": app_request.source, "mode": "kafka",
+                  "window": [t.isoformat() for t in interval] if interval else None,
                   "objects": 0, "bytes": 0, "manifest": f"{staging}/{STAGED_MANIFEST}",
-                  "offsets": [req.starting_offsets, req.ending_offsets]}
+                  "offsets": [req.starting_offsets, req.ending_offsets],
+                  "kafka_window": window["partitions"] if window else None}
         hook.write_json(staged["manifest"], {**staged, "dag_id": dag_id, "run_id": run_id, "items": [],
                                              "written_at": dt.datetime.now(dt.timezone.utc).isoformat()})
         log.info("The replay reads %s from %s to %s offsets", app_request.source, req.starting_offsets,
                  req.ending_offsets)
-        return {"request": app_request.as_dict(), "original": request, "staged": staged,
+        if window is not None and schema_from:
+            schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
+            if schemas:
+                schema_uri = f"{staging}/schema.sql"
+                hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
+                app_request = app_request.replace(schema=schema_uri)
+                log.info("Starting schemas: %d tables as the previous interval left them (%s), in %s",
+                         len(schemas), schema_from, schema_uri)
+        return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id)}
     log.info("Listing %s (%s)", req.source, hook.describe())
     listed = hook.list_objects(req.source)
@@ -269,6 +333,8 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
         if chain_missing:
             raise Refused(chain_missing)
+        if not chosen and req.kafka_output:  # nothing to produce, and no output to carry forward
+            raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
         if not chosen and lake_window:  # the tables stay at their cut; the next interval merges from there
             raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}; "
                               f"the tables at {req.output} stay at their cut")

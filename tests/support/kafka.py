@@ -71,11 +71,16 @@ def jars(version: str = KAFKA_VERSION) -> str:
 class KafkaBroker:
     """One KRaft node on loopback. `bootstrap` is host:port for clients."""
 
-    def __init__(self, version: str = KAFKA_VERSION):
+    def __init__(self, version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None):
+        """`sasl_users` ({user: password}): also a SASL_PLAINTEXT listener (PLAIN mechanism)
+        accepting them, at `sasl_bootstrap`; the PLAINTEXT one stays for the test's own clients."""
         self.version = version
         self.folder = tempfile.mkdtemp(prefix="cdc-replay-kafka-")
         self.port, self.controller_port = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_port = free_port() if self.sasl_users else None
+        self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}" if self.sasl_users else None
         self.process: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
 
@@ -102,6 +107,14 @@ class KafkaBroker:
             # keep every record: retention is by record timestamp, and generated archives are dated in the past
             "log.retention.ms": "-1",
         }
+        if self.sasl_users:
+            settings["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            settings["advertised.listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            settings["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            settings["sasl.enabled.mechanisms"] = "PLAIN"
+            users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
+            settings["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};")
         with open(path, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())
         return path

@@ -93,6 +93,29 @@ def _mask_in_airflow(secret: dict) -> None:
                 mask_secret(text)
 
 
+def kafka_environment(request: ReplayRequest) -> dict[str, str]:
+    """The Kafka connection's client settings (SASL/SSL) for the app, in its environment only;
+    their secret values are masked in Airflow's logs."""
+    if not (request.kafka_source or request.kafka_output):
+        return {}
+    import json
+
+    from cdc_replay_airflow.hooks.kafka import client_config
+    from spark_apps.kafka_io import CONFIG_ENV
+
+    config = client_config(request.kafka_connection)
+    if not config:
+        return {}
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - older Airflow
+        mask_secret = None
+    for key, value in config.items():
+        if mask_secret is not None and (masking.mask_option(key, str(value)) != str(value) or "jaas" in key):
+            mask_secret(str(value))
+    return {CONFIG_ENV: json.dumps(config)}
+
+
 class ReplayOperator(SparkSubmitOperator):
     """Run one replay.
 
@@ -145,7 +168,7 @@ class ReplayOperator(SparkSubmitOperator):
         _mask_in_airflow(secret)
         self._archive = ArchiveHook(self.aws_conn_id)
         self._subprocess_env = {**subprocess_environment(python), **self._archive.environment(),
-                                **masking.environment(secret)}
+                                **masking.environment(secret), **kafka_environment(request)}
         self._hook = None
         self._hook = self._get_hook()
         return request, self._hook

@@ -281,6 +281,14 @@ def _run_detail(run: dict, colors: dict[str, str], s3_console: str | None = S3_C
     produced = (f'<table style="width:auto"><tr><th>produced to Kafka</th><th class="n">first offset</th>'
                 f'<th class="n">last offset</th><th class="n">records</th><th></th></tr>{produced_rows}</table>'
                 if produced_rows else "")
+    read_rows = "".join(
+        f'<tr><td>{escape(w["topic"])}/{w["partition"]}</td><td class="n"><code>{_n(w["from"])}</code></td>'
+        f'<td class="n"><code>{_n(w["to"])}</code></td><td class="n">{_n(w["records"])}</td>'
+        f'<td>end by {escape(w["end_by"])}</td></tr>'
+        for w in m.get("kafka_window") or [])
+    produced += (f'<table style="width:auto"><tr><th>read from Kafka</th><th class="n">from offset</th>'
+                 f'<th class="n">to offset (excl.)</th><th class="n">records</th><th></th></tr>{read_rows}</table>'
+                 if read_rows else "")
     interval = m.get("data_interval") or [None, None]
     warnings = "".join(f'<div class="warn">⚠ {escape(w)}</div>' for w in m.get("warnings", []))
     error = f'<div class="err">✖ {escape(m["error"])}</div>' if m.get("error") else ""

@@ -147,16 +147,26 @@ def spark_env() -> dict:
     return env
 
 
-def run_replay(argv: list[str]) -> int:
-    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
-    from . import masking
+def check_replay(argv: list[str]) -> str | None:
+    """Why `cdc-replay replay <argv>` is refused before Spark starts (None: it is not): the
+    request contract's rules (spark_apps.contract), then what needs the network."""
     from .options import ReplayArgs, parser as app_parser
     from .replay import ReplayError, validate
 
     try:
         validate(ReplayArgs.from_namespace(app_parser().parse_args(argv)))
     except ReplayError as e:
-        print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
+        return str(e)
+    return None
+
+
+def run_replay(argv: list[str]) -> int:
+    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
+    from . import masking
+
+    refused = check_replay(argv)
+    if refused is not None:
+        print(f"cdc-replay: error: {masking.mask_text(refused)}", file=sys.stderr)
         return 2
     # credentials in option values go through the environment, not spark-submit's arguments
     kept, secret = masking.split_argv(argv)

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from spark_apps import masking
+from spark_apps.contract import LAKE_FORMATS, LAST_CUT
 
 from cdc_replay_airflow.metrics import (
     Incomplete,
@@ -32,7 +33,6 @@ from cdc_replay_airflow.request import _options as _option_pairs
 from cdc_replay_airflow.request import (
     RequestError,
     ReplayRequest,
-    app_capabilities,
     check_codecs,
     parse_request,
     safe_run_id,
@@ -145,22 +145,18 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
                       f"{lateness!r} is not a whole number of minutes >= 0")
-    caps = app_capabilities()
-    windowed = caps.accepts("--since") and caps.accepts("--until")
     late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
-    if not windowed:
-        late = dt.timedelta(0)  # without a commit ts window, overlapping objects would be replayed twice
     base_output = request.output
-    since = tso_of(start) - 1 if windowed else None
-    until = tso_of(end) - 1 if windowed else None
+    since = tso_of(start) - 1
+    until = tso_of(end) - 1
     base_snapshot = schema_from = chain_missing = None
     # Delta/Iceberg snapshots: one set of tables at the output, each interval merged into them
     # (`--since last`: from the cut their metadata holds, so an interval without objects, which
     # is skipped, loses nothing); the other outputs are one prefix per interval
-    lake = windowed and request.emit == "snapshot" and request.target_format in ("delta", "iceberg")
+    lake = request.emit == "snapshot" and request.target_format in LAKE_FORMATS
     if lake:
-        since = "last"
-    elif windowed:
+        since = LAST_CUT
+    else:
         # the previous interval's output carries what this one starts from: its snapshot (emit
         # snapshot) or the table schemas at its end (DDL in this window needs them)
         previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
@@ -186,16 +182,14 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
              objects_window[0], objects_window[1], request.output,
-             f"changes committed in the interval (--since {since} --until {until})" if windowed and since is not None
-             else (f"changes up to --until {until}" if windowed else
-                   "no commit ts window (the installed replay app has no --since/--until): every event of the "
-                   "interval's objects is replayed"),
+             f"changes committed in the interval (--since {since} --until {until})" if since is not None
+             else f"changes up to --until {until}",
              f", on top of the snapshot {base_snapshot}" if base_snapshot else
              (f", starting from the table schemas of {schema_from}" if schema_from else ""))
     return {"request": xcom_safe(request.as_dict()), "interval": [start.isoformat(), end.isoformat()],
             "objects_window": objects_window, "output_base": base_output, "schema_from": schema_from,
             "chain_missing": chain_missing, "lake_window": lake,
-            "require_complete": bool(settings.get("require_complete", True)) and windowed}
+            "require_complete": bool(settings.get("require_complete", True))}
 
 
 def _staging(output: str) -> str:

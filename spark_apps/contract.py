@@ -432,16 +432,24 @@ def to_argv(args, *, master: bool = True) -> list[str]:
     return argv
 
 
-class _Refusing(argparse.ArgumentParser):
-    """argparse's refusals as RequestError (with argparse's own message), not exit 2."""
+def argparse_refusal(message: str) -> RequestError:
+    """argparse's message ("argument --as-of: X") as the contract words it ("--as-of: X", the
+    same text the Airflow form gives for that field)."""
+    match = re.match(r"argument (--[\w-]+)(?:/[^:]*)?: (.*)", message, re.S)
+    if not match:
+        return RequestError("arguments", message)
+    return RequestError(match.group(1), f"{match.group(1)}: {match.group(2)}")
+
+
+class RefusingParser(argparse.ArgumentParser):
+    """An argument parser whose refusals are RequestError (the contract's words), not exit 2."""
 
     def error(self, message):
-        match = re.match(r"argument (--[\w-]+)", message)
-        raise RequestError(match.group(1) if match else "arguments", message)
+        raise argparse_refusal(message)
 
 
 def parse(argv: list[str]):
     """The app's arguments -> ReplayArgs (RequestError for what argparse refuses)."""
     from spark_apps.options import ReplayArgs, parser
 
-    return ReplayArgs.from_namespace(parser(_Refusing).parse_args(argv))
+    return ReplayArgs.from_namespace(parser(RefusingParser).parse_args(argv))

@@ -183,8 +183,8 @@ def _commit_ts(field: str, value: Any) -> int | str | None:
         raise RequestError(field, f"{value!r} is not a commit ts")
     try:
         return (contract.since_ts if field == "since" else contract.commit_ts)(value)
-    except ValueError as e:
-        raise RequestError(field, str(e)) from None
+    except ValueError as e:  # worded as the command line words it
+        raise RequestError(field, f"--{field.replace('_', '-')}: {e}") from None
 
 
 def _int(field: str, value: Any, minimum: int, default: int | None) -> int | None:

@@ -60,6 +60,10 @@ class Kind:
     ROW = "row"
     DDL = "ddl"
     WATERMARK = "watermark"
+    # the app's own: a record that could not be decoded, an archive object without records
+    QUARANTINE = "quarantine"
+    EMPTY = "empty"
+    DECODED = (ROW, DDL, WATERMARK)
 
 
 # --- naming: what the app writes below its output (or --manifest-uri) --------------------------
@@ -68,6 +72,11 @@ MANIFEST = "_manifest.json"
 STAGING = "_staging"
 QUARANTINE = "_quarantine"
 CATALOG = "_catalog.sqlite"
+COMMIT_LOG = "_commit.json"  # the commit's own log (spark_apps.manifest.commit)
+# below _staging/ but not a run's staging: the Airflow DAGs' staged archive objects and the Kafka
+# output's produced-partition markers
+AIRFLOW_STAGING = f"{STAGING}/airflow"
+PRODUCED_MARKERS = f"{STAGING}/_produced"
 MANIFEST_VERSION = 1  # `version` in _manifest.json; readers take older versions (no field: 0)
 
 
@@ -81,7 +90,7 @@ def join(base: str, *parts: str) -> str:
     return result
 
 
-def manifest_uri(home: str) -> str:
+def manifest_path(home: str) -> str:
     return join(home, MANIFEST)
 
 

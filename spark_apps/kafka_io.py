@@ -25,6 +25,7 @@ from . import storage
 log = logging.getLogger("cdc_replay")
 
 from .contract import KAFKA as SCHEME  # noqa: E402
+from .contract import PRODUCED_MARKERS  # noqa: E402
 
 # idempotent producer: acks=all and per-partition sequence numbers, so retries neither duplicate
 # nor reorder records within a partition (up to 5 requests in flight keep that guarantee);
@@ -85,7 +86,7 @@ def fingerprint(args, partition_stats: list[dict], cut: dict) -> str:
 
 def markers_base(manifest_uri: str, print_: str) -> str:
     # under _staging/, which committing a manifest leaves alone (manifest.commit)
-    return storage.join(storage.normalize(manifest_uri), "_staging", "_produced", print_)
+    return storage.join(storage.normalize(manifest_uri), PRODUCED_MARKERS, print_)
 
 
 def _marker(base: str, state: str, topic: str, partition: int) -> str:

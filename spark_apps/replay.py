@@ -19,7 +19,7 @@ import uuid
 if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cdc_codecs import Kind, Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
+from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
@@ -27,7 +27,7 @@ from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps import contract  # noqa: E402
-from spark_apps.contract import LAST_CUT  # noqa: E402
+from spark_apps.contract import LAST_CUT, QUARANTINE, Kind, Status  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
 
 log = logging.getLogger("cdc_replay")
@@ -249,7 +249,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
     output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
-    staging = storage.join(_home(args, output), "_staging", run_id)
+    staging = contract.staging_prefix(_home(args, output), run_id)
     # a commit killed after its manifest switched to its staging area is finished first (a
     # retry with the same run id stages in the same place); what else a killed run with this
     # id staged is not part of this run
@@ -354,7 +354,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                           cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
-    quarantine_base = storage.join(staging, "_quarantine")
+    quarantine_base = storage.join(staging, QUARANTINE)
     starting = _starting_schemas(args.schema) if args.schema else None
     initial = "\n".join([starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else "",
@@ -384,16 +384,16 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
     # (no Spark job when the counts say nothing is quarantined)
-    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == Status.QUARANTINED)
                           .repartition(spark.sparkContext.defaultParallelism, "object")
                           .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()
-                          ] if any(c["status"] == "quarantined" and c["events"] for c in counts) else []
+                          ] if any(c["status"] == Status.QUARANTINED and c["events"] for c in counts) else []
     reasons = _quarantine_reasons(summary["reasons"], counts, ddl_failures)
 
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
-    applied = tagged.where(F.col("status") == "applied")
+    applied = tagged.where(F.col("status") == Status.APPLIED)
     base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
     target = codec_class(target_protocol)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
@@ -454,7 +454,7 @@ def _quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_fai
     refused (DDL) after it, masked like the quarantine objects."""
     reasons = [{**r, "reason": masking.mask_text(r["reason"]),
                 "sample": {**r["sample"], "error": masking.mask_text(r["sample"]["error"])}} for r in summary_reasons]
-    moved = sum(c["events"] for c in counts if c["status"] == "quarantined" and c["error_stage"] == "schema")
+    moved = sum(c["events"] for c in counts if c["status"] == Status.QUARANTINED and c["error_stage"] == "schema")
     if moved and not any(r["stage"] == "schema" for r in reasons):
         reasons.append({"stage": "schema", "reason": "no schema is known for the table (--require-schema)",
                         "records": moved, "sample": {}})
@@ -478,7 +478,7 @@ def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
                     "producer": {k: v for k, v in kafka_io.PRODUCER_CONF.items()},
                     "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
                     "markers": kafka["markers"], "manifest_uri": home}
-    manifest["quarantine"]["location"] = storage.join(home, "_quarantine")
+    manifest["quarantine"]["location"] = storage.join(home, QUARANTINE)
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
@@ -541,7 +541,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
 
     from spark_apps import transforms as T
 
-    applied = F.col("status") == "applied"
+    applied = F.col("status") == Status.APPLIED
     ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
     shape = F.lit(None) if not shapes else F.when(
@@ -550,7 +550,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
                                                              c["mysql_type"].alias("type")))))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
     # quarantined records: their reason class is a key, their first record (by place) a sample
-    quarantined = F.col("status") == "quarantined"
+    quarantined = F.col("status") == Status.QUARANTINED
     reason = F.when(quarantined, T.reason_class(F.col("error")))
     sample = F.min_by(F.when(quarantined, F.struct("object", "line", "topic", "partition", "offset", "error")),
                       F.when(quarantined, F.struct("object", "line", "offset")))
@@ -569,7 +569,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
 
     counts, by_shape, ddl_rows, reasons = {}, {}, [], {}
     for g in groups:
-        if g["status"] == "quarantined" and g["_sample"] is not None:
+        if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
                                                                      "records": 0, "sample": g["_sample"].asDict()})
             r["records"] += g["events"]
@@ -623,7 +623,7 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     Returns the events and the counts (`_summarise`'s) with those rows moved to quarantined."""
     from pyspark.sql import functions as F
 
-    tables = {(c["database"], c["table"]) for c in counts if c["status"] == "applied" and c["kind"] == Kind.ROW}
+    tables = {(c["database"], c["table"]) for c in counts if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW}
     unknown = sorted(((d, t) for d, t in tables if not history.is_described(d, t or "")),
                      key=lambda k: (k[0] or "", k[1] or ""))
     if not unknown:
@@ -631,18 +631,18 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     condition = F.lit(False)
     for database, table in unknown:
         condition = condition | ((F.col("database") == database) & (F.col("table") == table))
-    hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
+    hit = (F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW) & condition
     reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
                       F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
     tagged = (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
               .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
-              .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+              .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
     # the same move in the counts (a null database or table matches no condition above)
     moved = {(d, t) for d, t in unknown if d is not None and t is not None}
     merged: dict = {}
     for c in counts:
-        if c["status"] == "applied" and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
-            c = {**c, "status": "quarantined", "error_stage": "schema"}
+        if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
+            c = {**c, "status": Status.QUARANTINED, "error_stage": "schema"}
         key = (c["status"], c["kind"], c["database"], c["table"], c["error_stage"], c.get("bucket"))
         if key in merged:
             m = merged[key]
@@ -684,7 +684,7 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
-            .withColumn("status", F.lit("applied")))
+            .withColumn("status", F.lit(Status.APPLIED)))
     return rows.select(*columns)
 
 

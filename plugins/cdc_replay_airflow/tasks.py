@@ -19,7 +19,18 @@ import re
 from typing import Any
 
 from spark_apps import masking
-from spark_apps.contract import LAKE_FORMATS, LAST_CUT
+from spark_apps.contract import (
+    AIRFLOW_STAGING,
+    COMMIT_LOG,
+    LAKE_FORMATS,
+    LAST_CUT,
+    MANIFEST,
+    Status,
+    manifest_path,
+    quarantine_prefix,
+    staging_prefix,
+)
+from spark_apps.contract import STAGING as STAGING_DIR
 
 from cdc_replay_airflow.metrics import (
     Incomplete,
@@ -49,7 +60,7 @@ from cdc_replay_airflow.window import (
 
 log = logging.getLogger("cdc_replay")
 
-STAGING = "_staging/airflow"  # below the output: the app's commit leaves _staging/ alone
+STAGING = AIRFLOW_STAGING  # below the output: the app's commit leaves _staging/ alone
 STAGED_MANIFEST = "staged.json"
 
 
@@ -160,7 +171,7 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
         # the previous interval's output carries what this one starts from: its snapshot (emit
         # snapshot) or the table schemas at its end (DDL in this window needs them)
         previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
-        chained = bool(previous_output and exists and exists(f"{previous_output}/_manifest.json"))
+        chained = bool(previous_output and exists and exists(manifest_path(previous_output)))
         first = first_start is not None and start <= first_start
         if chained and request.emit == "snapshot":
             base_snapshot = previous_output
@@ -313,7 +324,7 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
     if schema_from:
-        schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
+        schemas = hook.read_json(manifest_path(schema_from)).get("schemas") or []
         if schemas:
             schema_uri = f"{staging}/schema.sql"
             hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
@@ -358,13 +369,13 @@ def carry_forward(hook, plan: dict) -> dict:
     previous = plan["carry"].get("from")
     window = plan["carry"].get("objects_window") or [None, None]
     started = time.time()
-    prev = hook.read_json(f"{previous}/_manifest.json") if previous else None
+    prev = hook.read_json(manifest_path(previous)) if previous else None
     if prev is not None and prev["output"]["emit"] != request.emit:
         raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
                       "intervals of one series must have one emit mode")
     # what earlier runs of ours committed here (the only objects the commit may delete)
     owned = set()
-    for name in ("_manifest.json", "_commit.json"):
+    for name in (MANIFEST, COMMIT_LOG):
         if hook.exists(f"{output}/{name}"):
             try:
                 earlier = hook.read_json(f"{output}/{name}")
@@ -378,15 +389,15 @@ def carry_forward(hook, plan: dict) -> dict:
         pairs = []
         for entry in prev["output"]["objects"]:
             # a manifest left by a commit killed after its switch names the staged copies
-            name = re.sub(r"^_staging/[^/]+/(data/)?", "", relative(entry["uri"], previous))
+            name = re.sub(rf"^{STAGING_DIR}/[^/]+/(data/)?", "", relative(entry["uri"], previous))
             target = f"{output}/{name}"
             pairs.append((entry["uri"], target, entry.get("bytes") or 0))
             copied.append({**entry, "uri": target})
     keep = {entry["uri"] for entry in copied}
-    staging_root = f"{output}/_staging/"
+    staging_root = staging_prefix(output) + "/"
     stale, foreign = [], []
     for o in hook.list_objects(output):
-        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == f"{output}/_manifest.json":
+        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == manifest_path(output):
             continue
         (stale if relative(o.uri, output) in owned else foreign).append(o)
     foreign_names = [relative(o.uri, output) for o in foreign]
@@ -411,7 +422,7 @@ def carry_forward(hook, plan: dict) -> dict:
         complete = None
     if request.emit == "snapshot" and prev is not None:
         out.update(objects=copied, records=sum(e["records"] for e in copied), rows=sum(e["rows"] for e in copied))
-        tables = [{**t, **{s: 0 for s in ("applied", "duplicate", "pending", "filtered", "quarantined")},
+        tables = [{**t, **{s: 0 for s in Status.COUNTED},
                    "min_commit_ts": None, "max_commit_ts": None} for t in prev["tables"]]
     else:
         out.update(objects=[], records=0, rows=0, topics=[], nulled=0)
@@ -436,12 +447,11 @@ def carry_forward(hook, plan: dict) -> dict:
                 "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}",
                 "warnings": [note]},
         "partitions": [],
-        "counts": {"records": 0, "read": 0, "applied": 0, "duplicate": 0, "pending": 0, "filtered": 0,
-                   "quarantined": 0, "reconciled": True},
+        "counts": {"records": 0, "read": 0, **{s: 0 for s in Status.COUNTED}, "reconciled": True},
         "commit_ts_range": [None, None],
         "tables": tables,
         "ddl": [],
-        "quarantine": {"location": f"{output}/_quarantine", "records": 0, "objects": [], "ddl": []},
+        "quarantine": {"location": quarantine_prefix(output), "records": 0, "objects": [], "ddl": []},
         "schema_conflicts": [],
         "warnings": [note] + ([f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
                                "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []),
@@ -455,13 +465,13 @@ def carry_forward(hook, plan: dict) -> dict:
     if pairs:
         first = {**manifest, "output": {**out, "objects": [{**e, "uri": src} for e, (src, _, _) in zip(copied, pairs)]},
                  "committed": sorted(owned | new_names)}
-        hook.write_json(f"{output}/_manifest.json", first)
+        hook.write_json(manifest_path(output), first)
         log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
         hook.copy_all(pairs, lambda done, total, done_bytes: None)
     elif stale:
-        hook.write_json(f"{output}/_manifest.json", {**manifest, "committed": sorted(owned | new_names)})
+        hook.write_json(manifest_path(output), {**manifest, "committed": sorted(owned | new_names)})
     # 2. then to this output's own copies, and 3. the earlier objects nothing names any more go
-    hook.write_json(f"{output}/_manifest.json", manifest)
+    hook.write_json(manifest_path(output), manifest)
     for obj in stale:
         hook.delete(obj.uri)
     if stale:
@@ -477,7 +487,7 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     metrics.check_complete too). Returns the metrics; raises ValidationError (metrics attached as
     .metrics) when the output must not be published — Incomplete when a retry may succeed."""
     request = plan["request"]
-    manifest_uri = f"{ReplayRequest.from_dict(request).home}/_manifest.json"
+    manifest_uri = manifest_path(ReplayRequest.from_dict(request).home)
     if not hook.exists(manifest_uri):
         raise ValidationError(f"{manifest_uri} does not exist: the replay did not commit its output")
     manifest = hook.read_json(manifest_uri)

@@ -242,7 +242,7 @@ def summary_command(output: str) -> int:
     import orjson
 
     from . import storage
-    from .manifest import MANIFEST, read_manifest, summary
+    from .manifest import MANIFEST, ManifestError, read_manifest, summary
 
     output = storage.normalize(output)
 
@@ -262,6 +262,8 @@ def summary_command(output: str) -> int:
         text = summary(manifest)
     except storage.AccessError as e:
         return refuse(str(e))
+    except ManifestError as e:
+        return refuse(f"{storage.join(output, MANIFEST)}: {e}")
     except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         return refuse(f"{storage.join(output, MANIFEST)} is not a cdc-replay manifest this version reads "
                       f"({type(e).__name__}: {e})")

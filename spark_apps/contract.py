@@ -77,7 +77,6 @@ COMMIT_LOG = "_commit.json"  # the commit's own log (spark_apps.manifest.commit)
 # output's produced-partition markers
 AIRFLOW_STAGING = f"{STAGING}/airflow"
 PRODUCED_MARKERS = f"{STAGING}/_produced"
-MANIFEST_VERSION = 1  # `version` in _manifest.json; readers take older versions (no field: 0)
 
 
 def join(base: str, *parts: str) -> str:
@@ -130,6 +129,41 @@ def in_staging(home: str, uri: str) -> bool:
     if not uri.startswith("s3://"):
         staging, uri = _local(staging), _local(uri)
     return (uri.rstrip("/") + "/").startswith(staging.rstrip("/") + "/")
+
+
+# --- the manifest -------------------------------------------------------------------------------
+
+# `version` of _manifest.json. spark_apps.manifest.build is its only builder (the app's runs and
+# the Airflow carry-forward of an interval without objects); read_manifest_doc its reader.
+# 0: no `version` field (before 2026-11-25). 1: `version`; every section below always present.
+MANIFEST_VERSION = 1
+# sections added over time, with the value that means "none" (what an older manifest lacks)
+MANIFEST_DEFAULTS = {"window": {}, "schemas": [], "schema_conflicts": [], "coverage": None, "timeline": None,
+                     "warnings": [], "ddl": [], "partitions": [],
+                     "gaps": {"count": 0, "missing_offsets": 0, "listed": []}}
+
+
+class ManifestError(ValueError):
+    """A manifest this version cannot read (written by a newer cdc-replay, or not a manifest)."""
+
+
+def read_manifest_doc(doc) -> dict:
+    """A manifest of this version or an older one, as this version: sections an older one lacks
+    get their empty value; a newer version is refused (its meaning may have changed)."""
+    if not isinstance(doc, dict) or not {"run_id", "output", "counts", "cut"} <= set(doc):
+        raise ManifestError("not a cdc-replay manifest (no run_id, output, counts and cut)")
+    version = doc.get("version", 0)
+    if not isinstance(version, int) or version > MANIFEST_VERSION:
+        raise ManifestError(f"manifest version {version!r} was written by a newer cdc-replay; this one reads "
+                            f"versions up to {MANIFEST_VERSION}")
+    out = {**{k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+              for k, v in MANIFEST_DEFAULTS.items()}, **doc, "version": MANIFEST_VERSION}
+    quarantine = dict(out.get("quarantine") or {})
+    quarantine.setdefault("reasons", [])
+    quarantine.setdefault("ddl", [])
+    quarantine.setdefault("objects", [])
+    out["quarantine"] = quarantine
+    return out
 
 
 # --- commit ts ----------------------------------------------------------------------------------

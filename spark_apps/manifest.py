@@ -18,7 +18,18 @@ from collections import defaultdict
 import orjson
 
 from . import masking, storage
-from .contract import AIRFLOW_STAGING, COMMIT_LOG, MANIFEST, QUARANTINE, STAGING, Kind, Status  # noqa: F401
+from .contract import (  # noqa: F401  (the names and the document are the contract's)
+    AIRFLOW_STAGING,
+    COMMIT_LOG,
+    MANIFEST,
+    MANIFEST_VERSION,
+    QUARANTINE,
+    STAGING,
+    Kind,
+    ManifestError,
+    Status,
+    read_manifest_doc,
+)
 
 
 class CutError(ValueError):
@@ -130,6 +141,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "first " + ", ".join(f"{g['topic']}/{g['partition']} {g['from']}..{g['to']}" for g in list(gap_list)[:3])
         + ": a missing or truncated archive object? (gaps in the manifest)"]
     return {
+        "version": MANIFEST_VERSION,
         "run_id": run_id,
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
@@ -185,6 +197,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "schema_conflicts": list(schema_conflicts),
         # snapshot/history: tables whose rows the archive did not all carry (it began after them)
         "coverage": coverage,
+        "timeline": None,  # the run adds it (timeline())
         "warnings": list(cut.get("warnings", [])) + gap_warnings + ([
             "the output holds only the rows the archive changed for " + ", ".join(coverage["changed_rows_only"])
             + " (created before the archive began; give --base-snapshot for every row)"]
@@ -414,7 +427,8 @@ def current_objects(manifest: dict) -> list:
 
 
 def read_manifest(output: str) -> dict:
-    return orjson.loads(storage.read_bytes(storage.join(storage.normalize(output), MANIFEST)))
+    """The output's manifest, of this version or an older one (contract.read_manifest_doc)."""
+    return read_manifest_doc(orjson.loads(storage.read_bytes(storage.join(storage.normalize(output), MANIFEST))))
 
 
 def _n(value) -> str:

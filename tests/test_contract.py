@@ -203,5 +203,33 @@ def test_registries_are_the_codecs_and_the_layouts():
 
     assert {p: cdc_codecs.codec_class(p).writable for p in cdc_codecs.protocols()} == contract.PROTOCOLS
     assert tuple(layouts.LAYOUTS) == contract.LAYOUTS
-    assert {v for k, v in vars(cdc_codecs.Kind).items() if k.isupper()} == \
-        {v for k, v in vars(contract.Kind).items() if k.isupper()}
+    assert {v for k, v in vars(cdc_codecs.Kind).items() if k.isupper()} == set(contract.Kind.DECODED)
+
+
+def test_manifests_of_older_versions_are_read_and_newer_refused(tmp_path):
+    """The manifest's only builder stamps its version; the reader takes a manifest written
+    before versions (no field, no gaps/timeline/reasons) as this version and refuses a newer one
+    in one line (`cdc-replay summary`, exit 2)."""
+    import json
+    from types import SimpleNamespace
+
+    from spark_apps import manifest as manifest_mod
+
+    args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format="kafka", target_topic="{topic}",
+                           dispatcher="index-value", table_patterns=lambda: [])
+    built = manifest_mod.build(
+        run_id="r", args=args, source="/a", output=str(tmp_path), started=0, objects=[], partition_stats=[],
+        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
+        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
+        target_protocol="canal-json", target_options={})
+    assert built["version"] == contract.MANIFEST_VERSION
+    old = {k: v for k, v in built.items() if k not in ("version", "gaps", "timeline", "coverage", "window")}
+    old["quarantine"] = {k: v for k, v in built["quarantine"].items() if k != "reasons"}
+    (tmp_path / contract.MANIFEST).write_text(json.dumps(old))
+    read = manifest_mod.read_manifest(str(tmp_path))
+    assert read["version"] == contract.MANIFEST_VERSION and read["gaps"]["count"] == 0
+    assert read["quarantine"]["reasons"] == [] and "events read" in manifest_mod.summary(read)
+    (tmp_path / contract.MANIFEST).write_text(json.dumps({**built, "version": contract.MANIFEST_VERSION + 1}))
+    assert cli.main(["summary", str(tmp_path)]) == 2
+    with pytest.raises(contract.ManifestError, match="written by a newer cdc-replay"):
+        manifest_mod.read_manifest(str(tmp_path))

@@ -25,9 +25,11 @@ from spark_apps.contract import (
     LAKE_FORMATS,
     LAST_CUT,
     MANIFEST,
+    ManifestError,
     Status,
     manifest_path,
     quarantine_prefix,
+    read_manifest_doc,
     staging_prefix,
 )
 from spark_apps.contract import STAGING as STAGING_DIR
@@ -43,6 +45,7 @@ from cdc_replay_airflow.metrics import (
 from cdc_replay_airflow.request import _options as _option_pairs
 from cdc_replay_airflow.request import (
     RequestError,
+    app_args,
     ReplayRequest,
     check_codecs,
     parse_request,
@@ -324,7 +327,7 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
     if schema_from:
-        schemas = hook.read_json(manifest_path(schema_from)).get("schemas") or []
+        schemas = read_manifest_doc(hook.read_json(manifest_path(schema_from))).get("schemas") or []
         if schemas:
             schema_uri = f"{staging}/schema.sql"
             hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
@@ -369,7 +372,7 @@ def carry_forward(hook, plan: dict) -> dict:
     previous = plan["carry"].get("from")
     window = plan["carry"].get("objects_window") or [None, None]
     started = time.time()
-    prev = hook.read_json(manifest_path(previous)) if previous else None
+    prev = read_manifest_doc(hook.read_json(manifest_path(previous))) if previous else None
     if prev is not None and prev["output"]["emit"] != request.emit:
         raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
                       "intervals of one series must have one emit mode")
@@ -405,60 +408,41 @@ def carry_forward(hook, plan: dict) -> dict:
         log.warning("Left %d objects cdc-replay did not write under %s: %s", len(foreign_names), output,
                     ", ".join(foreign_names[:5]))
 
-    kafka = request.output_format == "kafka"
+    from spark_apps import manifest as manifest_mod
+
     if prev is not None:
-        out = {**prev["output"], "uri": output}
         schemas = list(prev.get("schemas") or [])
-        source_options = prev["source"]["options"]
         complete = prev["cut"].get("complete_commit_ts")
     else:
-        out = {"uri": output, "emit": request.emit, "format": request.output_format,
-               "protocol": (request.target_protocol or request.protocol) if kafka else None,
-               "options": masking.mask_options(dict(request.target_options)) if kafka else {},
-               "topic_template": request.target_topic, "dispatcher": request.dispatcher,
-               "tables_filter": list(request.tables)}
         schemas = _schema_statements(hook, request.schema)
-        source_options = dict(request.protocol_options)
         complete = None
-    if request.emit == "snapshot" and prev is not None:
-        out.update(objects=copied, records=sum(e["records"] for e in copied), rows=sum(e["rows"] for e in copied))
-        tables = [{**t, **{s: 0 for s in Status.COUNTED},
-                   "min_commit_ts": None, "max_commit_ts": None} for t in prev["tables"]]
-    else:
-        out.update(objects=[], records=0, rows=0, topics=[], nulled=0)
-        tables = []
+    carried = request.emit == "snapshot" and prev is not None
+    # a snapshot keeps its tables' rows (and what the archive first showed of them), with no events
+    table_rows = [{k: t[k] for k in ("database", "table", "rows", "keys_first_updated", "keys_first_deleted") if k in t}
+                  for t in prev["tables"]] if carried else []
     note = (f"no archive object was archived in [{window[0]}, {window[1]}): "
             + (f"carried forward from {previous}" if previous else "an empty output"))
     until = request.until
-    finished = time.time()
-    manifest = {
-        "run_id": plan["run_id"],
-        "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-        "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
-        "duration_s": round(finished - started, 1),
-        "source": {"uri": request.source, "protocol": request.protocol,
-                   "options": masking.mask_options(source_options), "objects": 0, "bytes": 0},
-        "output": out,
-        "window": {"since": request.since, "until": until,
-                   "base_snapshot": previous if request.emit == "snapshot" else None,
-                   "base_cut": prev["cut"]["commit_ts"] if prev is not None and request.emit == "snapshot" else None},
-        "schemas": schemas,
-        "cut": {"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
-                "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}",
-                "warnings": [note]},
-        "partitions": [],
-        "counts": {"records": 0, "read": 0, **{s: 0 for s in Status.COUNTED}, "reconciled": True},
-        "commit_ts_range": [None, None],
-        "tables": tables,
-        "ddl": [],
-        "quarantine": {"location": quarantine_prefix(output), "records": 0, "objects": [], "ddl": []},
-        "schema_conflicts": [],
-        "warnings": [note] + ([f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
-                               "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []),
-        "carried_from": previous,
-        "committed": sorted(relative(e["uri"], output) for e in copied),
-        "foreign_objects": foreign_names,
-    }
+    # the app's builder, with nothing read: counts of 0 that reconcile, the cut at the window's end
+    manifest = manifest_mod.build(
+        run_id=plan["run_id"], args=app_args(request), source=request.source, output=output, started=started,
+        objects=[], partition_stats=[], counts=[], ddl_log=[], ddl_failures=[], quarantine_objects=[],
+        cut={"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
+             "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}", "warnings": [note]},
+        written=[{"topic": "", "events": 0, **e} for e in copied] if carried else [],
+        source_options=dict(request.protocol_options), target_protocol=request.target_protocol or request.protocol,
+        target_options=dict(request.target_options), table_rows=table_rows, schemas=schemas,
+        window={"since": request.since, "until": until, "base_snapshot": previous if request.emit == "snapshot" else None,
+                "base_cut": prev["cut"]["commit_ts"] if carried else None})
+    out = manifest["output"]
+    if carried:  # what the previous output's objects hold, as its manifest says
+        out.update(topics=prev["output"].get("topics", []), nulled=prev["output"].get("nulled", 0))
+    if prev is not None and prev["output"].get("lakehouse"):
+        out["lakehouse"] = prev["output"]["lakehouse"]
+    manifest["warnings"] += [f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
+                             "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []
+    manifest.update(carried_from=previous, committed=sorted(relative(e["uri"], output) for e in copied),
+                    foreign_objects=foreign_names)
     # 1. the pointer switches to a complete output at once: the previous interval's objects where
     #    they are; what this output held stays listed as ours (a killed commit is cleaned later)
     new_names = set(manifest["committed"])
@@ -490,7 +474,10 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     manifest_uri = manifest_path(ReplayRequest.from_dict(request).home)
     if not hook.exists(manifest_uri):
         raise ValidationError(f"{manifest_uri} does not exist: the replay did not commit its output")
-    manifest = hook.read_json(manifest_uri)
+    try:
+        manifest = read_manifest_doc(hook.read_json(manifest_uri))
+    except ManifestError as e:
+        raise ValidationError(f"{manifest_uri}: {e}") from None
     metrics = run_metrics(manifest, dag_id=dag_id, run_id=run_id, request=plan["original"],
                           staged=plan["staged"], data_interval=data_interval)
     metrics["timeline"] = _timeline(manifest)

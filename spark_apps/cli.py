@@ -263,7 +263,7 @@ def summary_command(output: str) -> int:
     except storage.AccessError as e:
         return refuse(str(e))
     except ManifestError as e:
-        return refuse(f"{storage.join(output, MANIFEST)}: {e}")
+        return refuse(f"{storage.join(output, MANIFEST)} {e}")
     except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         return refuse(f"{storage.join(output, MANIFEST)} is not a cdc-replay manifest this version reads "
                       f"({type(e).__name__}: {e})")

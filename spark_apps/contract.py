@@ -144,17 +144,17 @@ MANIFEST_DEFAULTS = {"window": {}, "schemas": [], "schema_conflicts": [], "cover
 
 
 class ManifestError(ValueError):
-    """A manifest this version cannot read (written by a newer cdc-replay, or not a manifest)."""
+    """A manifest this version cannot read; str() follows the manifest's name ("<uri> is not ...")."""
 
 
 def read_manifest_doc(doc) -> dict:
     """A manifest of this version or an older one, as this version: sections an older one lacks
     get their empty value; a newer version is refused (its meaning may have changed)."""
-    if not isinstance(doc, dict) or not {"run_id", "output", "counts", "cut"} <= set(doc):
-        raise ManifestError("not a cdc-replay manifest (no run_id, output, counts and cut)")
+    if not isinstance(doc, dict) or not {"run_id", "output"} <= set(doc):
+        raise ManifestError("is not a cdc-replay manifest (no run_id and output)")
     version = doc.get("version", 0)
     if not isinstance(version, int) or version > MANIFEST_VERSION:
-        raise ManifestError(f"manifest version {version!r} was written by a newer cdc-replay; this one reads "
+        raise ManifestError(f"was written by a newer cdc-replay (manifest version {version!r}); this one reads "
                             f"versions up to {MANIFEST_VERSION}")
     out = {**{k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
               for k, v in MANIFEST_DEFAULTS.items()}, **doc, "version": MANIFEST_VERSION}

@@ -26,9 +26,9 @@ _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
 # Kafka in the form: the bootstrap servers come from an Airflow connection (`kafka_connection`,
 # default kafka_default), so the source names topics only and the output just says kafka
-KAFKA = "kafka://"
+KAFKA = contract.KAFKA
 KAFKA_SOURCE_PATTERN = r"^kafka://[A-Za-z0-9._\-]+(,[A-Za-z0-9._\-]+)*$"
-KAFKA_OUTPUT = "kafka://"
+KAFKA_OUTPUT = contract.KAFKA
 
 
 class RequestError(ValueError):

@@ -477,7 +477,7 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     try:
         manifest = read_manifest_doc(hook.read_json(manifest_uri))
     except ManifestError as e:
-        raise ValidationError(f"{manifest_uri}: {e}") from None
+        raise ValidationError(f"{manifest_uri} {e}") from None
     metrics = run_metrics(manifest, dag_id=dag_id, run_id=run_id, request=plan["original"],
                           staged=plan["staged"], data_interval=data_interval)
     metrics["timeline"] = _timeline(manifest)

@@ -1,6 +1,7 @@
 """Command-line options of the replay app, shared by `cdc-replay replay` and the Spark app
 itself (spark-submit spark_apps/replay.py ...), so both accept exactly the same arguments.
-Importing this module imports no Spark: `cdc-replay --help` stays fast."""
+Their choices, the commit-ts rule and every rule on a whole request are the request contract's
+(spark_apps.contract). Importing this module imports no Spark: `cdc-replay --help` stays fast."""
 
 from __future__ import annotations
 

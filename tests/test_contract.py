@@ -75,6 +75,10 @@ ROWS = [
     ("output inside the source", ["--output", "SRC/out"], {"output": "SRC/out"}, "overlaps --source"),
     ("source inside the output", ["--output", "ROOT"], {"output": "ROOT"}, "overlaps --source"),
     ("output inside the schema", ["--schema", "OUT/schema.sql"], {"schema": "OUT/schema.sql"}, "overlaps --schema"),
+    ("no partitions", ["--emit", "topics", "--target-partitions", "0"], {"emit": "topics", "target_partitions": 0},
+     "--target-partitions must be at least 1"),
+    ("negative quarantine limit", ["--max-bad-records", "-1"], {"max_bad_records": -1},
+     "--max-bad-records must be 0 or more"),
     ("bad topic placeholder", ["--emit", "topics", "--target-topic", "{db}"], {"emit": "topics", "target_topic": "{db}"},
      "unknown placeholder {db}"),
 ]

@@ -187,7 +187,8 @@ def _commit_ts(field: str, value: Any) -> int | str | None:
         raise RequestError(field, f"--{field.replace('_', '-')}: {e}") from None
 
 
-def _int(field: str, value: Any, minimum: int, default: int | None) -> int | None:
+def _int(field: str, value: Any, default: int | None) -> int | None:
+    """An integer (or its digits as text); its range is the contract's rule."""
     if value in (None, ""):
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -195,8 +196,6 @@ def _int(field: str, value: Any, minimum: int, default: int | None) -> int | Non
             value = int(value)
         else:
             raise RequestError(field, f"{value!r} is not an integer")
-    if value < minimum:
-        raise RequestError(field, f"{value} is below the minimum {minimum}")
     return value
 
 
@@ -286,9 +285,9 @@ def parse_request(conf: Mapping[str, Any]) -> ReplayRequest:
         until=_commit_ts("until", conf.get("until")),
         schema=_uri("schema", conf.get("schema"), required=False),
         target_options=_options("target_options", conf.get("target_options")),
-        target_partitions=_int("target_partitions", conf.get("target_partitions"), 1, None),
+        target_partitions=_int("target_partitions", conf.get("target_partitions"), None),
         base_snapshot=_uri("base_snapshot", conf.get("base_snapshot"), required=False),
-        max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0, 0),
+        max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0),
         kafka_connection=kafka_connection, manifest_uri=_uri("manifest_uri", conf.get("manifest_uri"), required=False),
         catalog=_options("catalog", conf.get("catalog")),
     )

@@ -237,3 +237,33 @@ def test_manifests_of_older_versions_are_read_and_newer_refused(tmp_path):
     assert cli.main(["summary", str(tmp_path)]) == 2
     with pytest.raises(contract.ManifestError, match="written by a newer cdc-replay"):
         manifest_mod.read_manifest(str(tmp_path))
+
+
+def test_no_bare_status_or_kind_strings_outside_the_contract():
+    """Statuses and kinds are named (contract.Status, contract.Kind) wherever the app and the
+    Airflow package compare or write them. Allowed: manifest keys (`m["quarantine"]`, `"ddl": [...]`,
+    `.get("quarantine")`), a column alias, and error stages (`"stage": "ddl"`)."""
+    import ast
+    import pathlib
+    import tokenize
+
+    values = {v for cls in (contract.Status, contract.Kind) for k, v in vars(cls).items()
+              if k.isupper() and isinstance(v, str)}
+    root = pathlib.Path(__file__).parent.parent
+    bare = []
+    for folder in ("spark_apps", "plugins", "dags"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "contract.py":
+                continue
+            with open(path) as f:
+                tokens = [t for t in tokenize.generate_tokens(f.readline) if t.type not in (
+                    tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)]
+            for i, t in enumerate(tokens):
+                if t.type != tokenize.STRING or t.string[0] not in "'\"" or ast.literal_eval(t.string) not in values:
+                    continue
+                before, after = [x.string for x in tokens[max(i - 2, 0):i]], tokens[i + 1].string
+                if before[-1] == "[" or after == ":" or before in (["get", "("], ["alias", "("]) or \
+                        (before[-1] == ":" and before[0] in ('"stage"', '"error_stage"')):
+                    continue
+                bare.append(f"{path.relative_to(root)}:{t.start[0]} {t.string}")
+    assert not bare

@@ -21,11 +21,12 @@ from cdc_codecs import get_codec
 from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
-from cdc_codecs.events import Kind, Op
+from cdc_codecs.events import Op
 
 from . import layouts, masking, native_decode, storage
+from .contract import Kind
 from .layouts.base import quarantine_row
-from .schema import DECODED_ARROW_SCHEMA, QUARANTINE_KIND, WRITTEN_ARROW_SCHEMA
+from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 
@@ -89,7 +90,7 @@ def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
     except Exception as e:  # noqa: BLE001 - never fatal: the record is quarantined, named
         return [_quarantine_row(record.object, line_no, "decode", f"{codec.name}: {type(e).__name__}: {e}", record)]
     if not events:
-        return [{"kind": "empty", "object": record.object, "line": line_no, "event_index": 0,
+        return [{"kind": Kind.EMPTY, "object": record.object, "line": line_no, "event_index": 0,
                  "topic": record.topic, "partition": record.partition, "offset": record.offset}]
     for event in events:
         problem = event_problem(event)
@@ -415,7 +416,7 @@ def write_topics_fn(
             def fed(group=group, writer=writer):
                 for _, event in group:
                     writer.fed_events += 1
-                    writer.fed_rows += event["kind"] == "row"
+                    writer.fed_rows += event["kind"] == Kind.ROW
                     last["event"] = event
                     yield event
 

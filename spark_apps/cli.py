@@ -36,6 +36,17 @@ exit status: 0 success, 2 bad arguments or input, 3 more quarantined records tha
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refusals of an option's value worded as the request contract words them (the same text
+    the app and the Airflow form give), then exit 2 as argparse does."""
+
+    def error(self, message):
+        from .contract import argparse_refusal
+
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {argparse_refusal(message).message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc-replay",
@@ -44,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "emit point-in-time snapshots or re-encoded topics in any protocol.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     replay = sub.add_parser("replay", help="replay an archive (runs the Spark app)", epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -147,16 +158,26 @@ def spark_env() -> dict:
     return env
 
 
-def run_replay(argv: list[str]) -> int:
-    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
-    from . import masking
-    from .options import ReplayArgs, parser as app_parser
+def check_replay(argv: list[str]) -> str | None:
+    """Why `cdc-replay replay <argv>` is refused before Spark starts (None: it is not): the
+    request contract's rules (spark_apps.contract), then what needs the network."""
+    from .contract import RequestError, parse
     from .replay import ReplayError, validate
 
     try:
-        validate(ReplayArgs.from_namespace(app_parser().parse_args(argv)))
-    except ReplayError as e:
-        print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
+        validate(parse(argv))
+    except (RequestError, ReplayError) as e:
+        return str(e)
+    return None
+
+
+def run_replay(argv: list[str]) -> int:
+    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
+    from . import masking
+
+    refused = check_replay(argv)
+    if refused is not None:
+        print(f"cdc-replay: error: {masking.mask_text(refused)}", file=sys.stderr)
         return 2
     # credentials in option values go through the environment, not spark-submit's arguments
     kept, secret = masking.split_argv(argv)
@@ -221,7 +242,7 @@ def summary_command(output: str) -> int:
     import orjson
 
     from . import storage
-    from .manifest import MANIFEST, read_manifest, summary
+    from .manifest import MANIFEST, ManifestError, read_manifest, summary
 
     output = storage.normalize(output)
 
@@ -241,6 +262,8 @@ def summary_command(output: str) -> int:
         text = summary(manifest)
     except storage.AccessError as e:
         return refuse(str(e))
+    except ManifestError as e:
+        return refuse(f"{storage.join(output, MANIFEST)} {e}")
     except (orjson.JSONDecodeError, KeyError, TypeError) as e:
         return refuse(f"{storage.join(output, MANIFEST)} is not a cdc-replay manifest this version reads "
                       f"({type(e).__name__}: {e})")

@@ -20,6 +20,7 @@ from cdc_codecs import get_codec
 from cdc_codecs.archive import is_archive_object, parse_line
 
 from . import airflow_local, storage
+from .contract import Kind
 from .generate import generate, write_archive
 from .local_s3 import DEMO_CREDENTIALS, moto_server
 from .manifest import read_manifest, summary
@@ -37,7 +38,7 @@ def read_snapshot(output: str, protocol: str = "canal-json", options=None) -> di
             continue
         for line in storage.iter_lines(info.uri):
             for event in codec.decode(parse_line(line)):
-                if event["kind"] != "row":
+                if event["kind"] != Kind.ROW:
                     continue
                 row = {c["name"]: c["value"] for c in event["after"]}
                 key = tuple(row[k] for k in (event["key_columns"] or list(row)))
@@ -134,7 +135,7 @@ def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: 
         for (db, table), rows in sorted(snapshot.items()):
             print(f"\n[demo] {db}.{table}: {len(rows)} rows; the first 3:")
             sample = [rows[k] for k in sorted(rows, key=lambda k: int(k[0]))[:3]]
-            types = {c["name"]: c["mysql_type"] for e in generated.events if e["kind"] == "row" and e["table"] == table
+            types = {c["name"]: c["mysql_type"] for e in generated.events if e["kind"] == Kind.ROW and e["table"] == table
                      for c in (e["after"] or e["before"])}
             columns = list(sample[0]) if sample else []
             print("  " + " | ".join(columns))

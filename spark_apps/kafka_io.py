@@ -24,7 +24,8 @@ from . import storage
 
 log = logging.getLogger("cdc_replay")
 
-SCHEME = "kafka://"
+from .contract import KAFKA as SCHEME  # noqa: E402
+from .contract import PRODUCED_MARKERS  # noqa: E402
 
 # idempotent producer: acks=all and per-partition sequence numbers, so retries neither duplicate
 # nor reorder records within a partition (up to 5 requests in flight keep that guarantee);
@@ -43,6 +44,11 @@ PRODUCER_CONF = {
 }
 
 
+# the URI grammar and offset rules are the request contract's (one set of rules for every entry point)
+from .contract import KafkaUriError, check_offsets, is_kafka  # noqa: E402,F401
+from .contract import parse_kafka_uri as parse_uri  # noqa: E402,F401
+
+
 # the client settings of the cluster (security.protocol, sasl.*, ssl.*: librdkafka's names, as an
 # Airflow Kafka connection's extra holds them), JSON in the environment: never in argv or logs
 CONFIG_ENV = "CDC_REPLAY_KAFKA_CONFIG"
@@ -52,10 +58,6 @@ _SAME_IN_JAVA = ("security.protocol", "sasl.mechanism", "ssl.endpoint.identifica
 _LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                   "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                   "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
-
-
-class KafkaUriError(ValueError):
-    pass
 
 
 class KafkaAccessError(RuntimeError):
@@ -160,44 +162,6 @@ def _first_line(text: str) -> str:
     return masking.mask_text(text.strip().splitlines()[0] if text.strip() else text)
 
 
-def is_kafka(uri: str | None) -> bool:
-    return bool(uri) and uri.startswith(SCHEME)
-
-
-def parse_uri(uri: str, *, topics_required: bool) -> tuple[str, list[str]]:
-    """kafka://servers[/topic,...] -> (bootstrap servers, topics)."""
-    rest = uri[len(SCHEME):]
-    servers, _, path = rest.partition("/")
-    topics = [t.strip() for t in path.split(",") if t.strip()]
-    if not servers or any(":" not in s for s in servers.split(",")):
-        raise KafkaUriError(f"{uri}: expected kafka://host:port[,host:port]{'/topic[,topic]' if topics_required else ''}")
-    if topics_required and not topics:
-        raise KafkaUriError(f"{uri}: name the topics to read, e.g. kafka://{servers}/topic1,topic2")
-    if not topics_required and topics:
-        raise KafkaUriError(f"{uri}: a Kafka output takes no topics in the URI; name them with --target-topic")
-    return servers, topics
-
-
-def check_offsets(value: str, option: str, *, ending: bool) -> None:
-    """Spark's Kafka source accepts earliest/latest or JSON {"topic": {"partition": offset}},
-    -2 meaning earliest and -1 latest (an ending offset cannot be earliest)."""
-    if value in ("earliest", "latest"):
-        if ending and value == "earliest":
-            raise KafkaUriError(f"{option} earliest would read nothing; use latest or per-partition offsets")
-        return
-    try:
-        doc = json.loads(value)
-    except ValueError:
-        raise KafkaUriError(f"{option} must be earliest, latest or JSON like "
-                            f'{{"topic": {{"0": 42, "1": -2}}}}, not {value!r}') from None
-    if not isinstance(doc, dict) or not all(
-            isinstance(parts, dict) and all(str(p).isdigit() and isinstance(o, int) and o >= -2 for p, o in parts.items())
-            for parts in doc.values()):
-        raise KafkaUriError(f"{option} JSON must map topics to {{partition: offset}} with offsets >= -2, not {value}")
-    if ending and any(o == -2 for parts in doc.values() for o in parts.values()):
-        raise KafkaUriError(f"{option}: -2 (earliest) is not allowed as an ending offset (Spark's rule)")
-
-
 def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, options: dict,
                  config: dict | None = None):
     """The source topics' records between the offsets, decoded: DECODED_STRUCT rows."""
@@ -237,7 +201,7 @@ def fingerprint(args, partition_stats: list[dict], cut: dict) -> str:
 
 def markers_base(manifest_uri: str, print_: str) -> str:
     # under _staging/, which committing a manifest leaves alone (manifest.commit)
-    return storage.join(storage.normalize(manifest_uri), "_staging", "_produced", print_)
+    return storage.join(storage.normalize(manifest_uri), PRODUCED_MARKERS, print_)
 
 
 def _marker(base: str, state: str, topic: str, partition: int) -> str:

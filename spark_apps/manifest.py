@@ -18,8 +18,18 @@ from collections import defaultdict
 import orjson
 
 from . import masking, storage
-
-MANIFEST = "_manifest.json"
+from .contract import (  # noqa: F401  (the names and the document are the contract's)
+    AIRFLOW_STAGING,
+    COMMIT_LOG,
+    MANIFEST,
+    MANIFEST_VERSION,
+    QUARANTINE,
+    STAGING,
+    Kind,
+    ManifestError,
+    Status,
+    read_manifest_doc,
+)
 
 
 class CutError(ValueError):
@@ -91,22 +101,22 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     ranges: dict = {}
     for row in counts:
         status, kind = row["status"], row["kind"]
-        if status != "empty":
+        if status != Status.EMPTY:
             by_status[status] += row["events"]
-        if status == "applied":
+        if status == Status.APPLIED:
             applied_by_kind[kind] += row["events"]
-        if kind in ("row", "ddl") and row["table"] is not None:
+        if kind in (Kind.ROW, Kind.DDL) and row["table"] is not None:
             entry = tables[(row["database"], row["table"])]
             entry[status] += row["events"]
-            if status == "applied" and row["min_commit_ts"] is not None:
+            if status == Status.APPLIED and row["min_commit_ts"] is not None:
                 lo, hi = ranges.get((row["database"], row["table"]), (row["min_commit_ts"], row["max_commit_ts"]))
                 ranges[(row["database"], row["table"])] = (min(lo, row["min_commit_ts"]), max(hi, row["max_commit_ts"]))
     # DDL that could not be applied moves from applied to quarantined
-    by_status["applied"] -= len(ddl_failures)
-    by_status["quarantined"] += len(ddl_failures)
-    applied_by_kind["ddl"] -= len(ddl_failures)
+    by_status[Status.APPLIED] -= len(ddl_failures)
+    by_status[Status.QUARANTINED] += len(ddl_failures)
+    applied_by_kind[Kind.DDL] -= len(ddl_failures)
     read = sum(by_status.values())
-    parts = ("applied", "duplicate", "pending", "filtered", "quarantined")
+    parts = Status.COUNTED
     data_objects = sorted(written, key=lambda w: w["uri"])  # collected in task order: sorted for reruns
     rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
     first_touch = {(r["database"], r["table"]): {k: r[k] for k in ("keys_first_updated", "keys_first_deleted") if k in r}
@@ -131,6 +141,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "first " + ", ".join(f"{g['topic']}/{g['partition']} {g['from']}..{g['to']}" for g in list(gap_list)[:3])
         + ": a missing or truncated archive object? (gaps in the manifest)"]
     return {
+        "version": MANIFEST_VERSION,
         "run_id": run_id,
         "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
@@ -159,13 +170,13 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "counts": {
             # records with Kafka coordinates, plus archive lines that were not records at all
             "records": sum(p["records"] for p in partition_stats) + sum(
-                r["events"] for r in counts if r["status"] == "quarantined" and r.get("error_stage") == "archive"),
+                r["events"] for r in counts if r["status"] == Status.QUARANTINED and r.get("error_stage") == "archive"),
             "read": read,
             **{p: by_status.get(p, 0) for p in parts},
             "reconciled": read == sum(by_status.get(p, 0) for p in parts),
             # applied events by kind: DDL and watermarks are applied (to the schema, to the
             # cut) but are not table rows
-            "applied_by_kind": {k: applied_by_kind.get(k, 0) for k in ("row", "ddl", "watermark")},
+            "applied_by_kind": {k: applied_by_kind.get(k, 0) for k in Kind.DECODED},
             # distinct (topic, partition, offset): a record read twice (overlapping archive
             # objects) is one offset; its second copy's events are counted as duplicate
             "offsets": sum(p.get("offsets") or 0 for p in partition_stats),
@@ -180,14 +191,15 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "tables": table_list,
         "ddl": ddl_log,
         "quarantine": {
-            "location": storage.join(output, "_quarantine"),
-            "records": by_status.get("quarantined", 0),
+            "location": storage.join(output, QUARANTINE),
+            "records": by_status.get(Status.QUARANTINED, 0),
             "objects": sorted(quarantine_objects, key=lambda w: w["uri"]),
             "ddl": ddl_failures,
         },
         "schema_conflicts": list(schema_conflicts),
         # snapshot/history: tables whose rows the archive did not all carry (it began after them)
         "coverage": coverage,
+        "timeline": None,  # the run adds it (timeline())
         "warnings": list(cut.get("warnings", [])) + gap_warnings + ([
             "the output holds only the rows the archive changed for " + ", ".join(coverage["changed_rows_only"])
             + " (created before the archive began; give --base-snapshot for every row)"]
@@ -240,11 +252,9 @@ def write_ddl_quarantine(base: str, failures: list[dict]) -> None:
     storage.write_bytes(storage.join(base, "ddl.jsonl.gz"), data)
 
 
-COMMIT_LOG = "_commit.json"
-STAGING = "_staging"
-# names below _staging/ that are not a run's staging: the Airflow DAGs' staged archive objects
-# and the Kafka output's produced-partition markers (kafka_io)
-_RESERVED_STAGING = ("airflow",)
+# names below _staging/ that are not a run's staging (the contract's AIRFLOW_STAGING; the
+# produced-partition markers start with _)
+_RESERVED_STAGING = (AIRFLOW_STAGING.split("/", 1)[1],)
 KILL_ENV = "CDC_REPLAY_TEST_KILL_AT"
 COMMIT_STEPS = ("logged", "switched", "copying", "copied", "final", "cleaning", "cleaned")
 
@@ -419,7 +429,8 @@ def current_objects(manifest: dict) -> list:
 
 
 def read_manifest(output: str) -> dict:
-    return orjson.loads(storage.read_bytes(storage.join(storage.normalize(output), MANIFEST)))
+    """The output's manifest, of this version or an older one (contract.read_manifest_doc)."""
+    return read_manifest_doc(orjson.loads(storage.read_bytes(storage.join(storage.normalize(output), MANIFEST))))
 
 
 def _n(value) -> str:

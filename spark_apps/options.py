@@ -1,15 +1,24 @@
 """Command-line options of the replay app, shared by `cdc-replay replay` and the Spark app
 itself (spark-submit spark_apps/replay.py ...), so both accept exactly the same arguments.
-Importing this module imports no Spark: `cdc-replay --help` stays fast."""
+Their choices, the commit-ts rule and every rule on a whole request are the request contract's
+(spark_apps.contract). Importing this module imports no Spark: `cdc-replay --help` stays fast."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import argparse
 import dataclasses
-import fnmatch
-import re
+
+from spark_apps.contract import (  # noqa: F401  (the commit-ts rule and registries are the contract's)
+    DISPATCHERS,
+    EMITS,
+    LAST_CUT,
+    LAYOUTS,
+    TARGET_FORMATS,
+    TARGET_LAYOUTS,
+    commit_ts,
+    since_ts,
+    tso_of,
+)
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +29,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                          "holds one Kafka record per line; .gz, .zst, .lz4 and .snappy objects are decompressed). Or Kafka topics: "
                          "kafka://host:port/topic1,topic2 (docs/kafka.md)")
     io.add_argument("--layout", default="auto",
-                    choices=("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3"),
+                    choices=LAYOUTS,
                     help="how the source holds the records (docs/layouts.md): kafka-records (our JSON lines), "
                          "ticdc-storage (TiCDC's cloud storage sink: data files, index files, schema files and "
                          "the root metadata checkpoint), kafka-connect-s3 (the Kafka Connect S3 sink's Avro, "
@@ -50,11 +59,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                          "partition, first/last offset, counts), the quarantine and the produced-partition "
                          "markers go (local directory or s3://bucket/prefix)")
     what = parser.add_argument_group("what to emit")
-    what.add_argument("--emit", required=True, choices=("snapshot", "topics", "history"),
+    what.add_argument("--emit", required=True, choices=EMITS,
                       help="snapshot: one INSERT per live row at the cut; topics: the ordered, "
                            "deduplicated stream (rows and DDL) re-encoded; history: SCD type 2 versions "
                            "of every row (valid-from / valid-to commit ts, operation) as Parquet")
-    what.add_argument("--target-format", choices=("kafka", "parquet", "delta", "iceberg"),
+    what.add_argument("--target-format", choices=TARGET_FORMATS,
                       help="kafka (default for snapshot/topics): a Kafka-record archive in --target-protocol; "
                            "parquet (snapshot, and the default for history): one Parquet dataset per table "
                            "at <output>/<db>/<table>/ with typed columns; delta / iceberg (snapshot, history): "
@@ -67,7 +76,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                       help="Iceberg catalog property for pyiceberg (repeatable), e.g. "
                            "uri=postgresql+psycopg2://u:p@host/db; default: a SQL catalog on SQLite at "
                            "<output>/_catalog.sqlite with <output> as warehouse")
-    what.add_argument("--target-layout", default="kafka-records", choices=("kafka-records", "ticdc-storage"),
+    what.add_argument("--target-layout", default="kafka-records", choices=TARGET_LAYOUTS,
                       help="layout of a Kafka output (docs/layouts.md): kafka-records (default) or ticdc-storage, "
                            "row events per table as TiCDC's cloud storage sink writes them (canal-json data "
                            "files, index files, root metadata with the cut as checkpoint-ts), which --layout "
@@ -117,7 +126,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--target-partitions", type=int, metavar="N",
                       help="partitions per output topic (default: as many as the source topics have)")
     what.add_argument("--dispatcher", default="index-value",
-                      choices=("index-value", "table", "ts", "canal", "canal-table"),
+                      choices=DISPATCHERS,
                       help="output partition of a row, placed exactly as the producer does: TiCDC's "
                            "index-value (default: crc32 of database+table XOR crc32 of each handle-key column's "
                            "name+value, %% N), table (crc32 of database+table), ts (commit ts %% N); Canal's "
@@ -215,49 +224,7 @@ class ReplayArgs:
         return [p.strip() for p in (self.tables or "").split(",") if p.strip()]
 
 
-def tso_of(moment: dt.datetime) -> int:
-    """The TiDB TSO of a moment: milliseconds since the epoch, shifted left 18 bits."""
-    if moment.tzinfo is None:
-        raise ValueError("a time zone is required")
-    return int(round(moment.timestamp() * 1000)) << 18
-
-
-def commit_ts(text: str) -> int:
-    """A commit ts given as a TSO integer or as an ISO-8601 time with a zone (the same rule
-    for the command line and the Airflow form); ValueError says which forms are accepted."""
-    text = str(text).strip()
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{text!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone (add Z or +00:00)")
-    return tso_of(moment)
-
-
-commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"
-
-LAST_CUT = "last"
-
-
-def since_ts(text: str) -> int | str:
-    """--since: a commit ts, or `last` (a lakehouse snapshot: the tables' last committed cut)."""
-    return LAST_CUT if str(text).strip().lower() == LAST_CUT else commit_ts(text)
-
-
-since_ts.__name__ = "commit ts (or last)"
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="replay", description="Replay a Kafka-record archive with Spark.")
+def parser(cls=argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p = cls(prog="replay", description="Replay a Kafka-record archive with Spark.")
     add_replay_arguments(p)
     return p
-
-
-def validate_table_patterns(patterns: list[str]) -> None:
-    for pattern in patterns:
-        if not pattern.strip() or pattern.count(".") > 1:
-            raise ValueError(f"--tables pattern {pattern!r} is not of the form db.table (wildcards allowed)")
-        re.compile(fnmatch.translate(pattern))

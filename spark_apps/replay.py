@@ -19,14 +19,16 @@ import uuid
 if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cdc_codecs import Kind, Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
+from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
-from spark_apps.options import LAST_CUT, ReplayArgs, parser, validate_table_patterns  # noqa: E402
+from spark_apps import contract  # noqa: E402
+from spark_apps.contract import LAST_CUT, QUARANTINE, Kind, Status  # noqa: E402
+from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
 
 log = logging.getLogger("cdc_replay")
 
@@ -87,86 +89,49 @@ def _base_manifest(args: ReplayArgs) -> dict | None:
     return base
 
 
-def _refuse_overlaps(args: ReplayArgs) -> None:
-    """The output is replaced as a whole: it must not be, contain or lie inside anything the
-    run reads (the archive, a base snapshot, starting schemas). A kafka:// output keeps its
-    manifest, quarantine and markers in --manifest-uri: that is what must lie outside."""
-    option_out, home = ("--manifest-uri", args.manifest_uri) if kafka_io.is_kafka(args.output) else ("--output", args.output)
-    if not home:
-        return
-    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
-        if uri and not kafka_io.is_kafka(uri) and storage.overlaps(home, uri) and not _in_staging(home, uri):
-            raise ReplayError(f"{option_out} {home} overlaps {option} {uri}: the output (with its _quarantine/ and "
-                              f"_staging/) is replaced when the run commits, so it must lie outside what the run reads")
-
-
-def _in_staging(output: str, uri: str) -> bool:
-    """Inside <output>/_staging/: where the Airflow DAGs stage the archive objects they hand
-    to the app. The commit never touches _staging/ (and each run stages under its own id), so
-    reading from there cannot read or replace an output."""
-    staging = storage.join(output.rstrip("/"), "_staging")
-    if storage.is_s3(uri) != storage.is_s3(staging):
-        return False
-    if not storage.is_s3(uri):
-        staging, uri = os.path.realpath(storage.normalize(staging)), os.path.realpath(storage.normalize(uri))
-    return (uri.rstrip("/") + "/").startswith(staging.rstrip("/") + "/")
-
-
 def _validate_lakehouse(args: ReplayArgs) -> None:
+    """What the worker's environment decides (an Iceberg catalog for an s3:// output)."""
     from spark_apps import lakehouse
 
-    if args.emit not in ("snapshot", "history"):
-        raise ReplayError(f"--target-format {args.output_format} applies to --emit snapshot and history")
     try:
-        lakehouse.table_parts(args.target_table, "db", "table")
         if args.output_format == "iceberg":
             lakehouse.iceberg_catalog_properties(storage.normalize(args.output), parse_option_pairs(args.catalog))
     except lakehouse.LakehouseError as e:
         raise ReplayError(str(e)) from e
 
 
+def check(args: ReplayArgs) -> None:
+    """The request contract's rules (spark_apps.contract), as every entry point applies them."""
+    try:
+        contract.check(args)
+        contract.check_codecs(args)
+    except contract.RequestError as e:
+        raise ReplayError(e.message) from None
+
+
+def parse_args(argv: list[str]) -> ReplayArgs:
+    """The app's arguments, parsed and checked before any Spark starts (ReplayError)."""
+    try:
+        args = contract.parse(argv)
+    except contract.RequestError as e:
+        raise ReplayError(e.message) from None
+    check(args)
+    return args
+
+
 def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
-    _refuse_overlaps(args)
+    check(args)
     try:  # S3 reads of this process; Spark tasks get the same settings (archive_io)
         storage.configure(args.read_settings())
     except ValueError as e:
         raise ReplayError(f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
-    try:
-        source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
-        target_protocol = args.target_protocol or args.protocol
-        target_options = parse_option_pairs(args.target_option)
-        get_codec(target_protocol, target_options)
-        if not codec_class(target_protocol).writable:
-            raise ReplayError(f"{target_protocol} is read, not written: give --target-protocol (e.g. canal-json "
-                              "with --target-option enable-tidb-extension=true)")
-    except CodecError as e:
-        raise ReplayError(str(e)) from e
-    try:
-        validate_table_patterns(args.table_patterns())
-    except ValueError as e:
-        raise ReplayError(str(e)) from e
-    if args.target_partitions is not None and args.target_partitions < 1:
-        raise ReplayError("--target-partitions must be at least 1")
-    if args.max_bad_records < 0:
-        raise ReplayError("--max-bad-records must be 0 or more")
-    for name in ("as_of", "until", "since"):
-        value = getattr(args, name)
-        if value is not None and value != LAST_CUT and value < 0:
-            raise ReplayError(f"--{name.replace('_', '-')} must be a commit ts (a non-negative TSO)")
-    if args.as_of is not None and args.until is not None:
-        raise ReplayError("--as-of and --until are the same bound: give one of them")
-    if args.emit == "history" and args.output_format not in ("parquet", "delta", "iceberg"):
-        raise ReplayError("--emit history is written as Parquet, Delta or Iceberg (--target-format parquet|delta|iceberg)")
+    source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
+    target_protocol = args.target_protocol or args.protocol
+    target_options = parse_option_pairs(args.target_option)
     if args.output_format in ("delta", "iceberg"):
         _validate_lakehouse(args)
-    if args.emit == "topics" and args.output_format != "kafka":
-        raise ReplayError("--emit topics is written as a Kafka-record archive (--target-format kafka)")
-    if args.target_layout == "ticdc-storage" and (args.output_format != "kafka" or target_protocol != "canal-json"):
-        raise ReplayError("--target-layout ticdc-storage writes canal-json data files: use --target-protocol "
-                          "canal-json (with --target-option enable-tidb-extension=true) and --emit snapshot or topics")
-    _validate_kafka(args)
     # then what needs the network: one quick request per S3 location, before Spark starts
     for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
                         ("--schema", args.schema), ("--manifest-uri", args.manifest_uri)):
@@ -175,25 +140,18 @@ def validate(args: ReplayArgs) -> tuple:
                 storage.check_bucket(storage.normalize(uri), option)
             except storage.AccessError as e:
                 raise ReplayError(str(e)) from None
-    lake_window = args.output_format in ("delta", "iceberg") and args.emit == "snapshot" and args.since is not None
-    if lake_window:
+    _check_kafka_access(args)
+    if args.output_format in ("delta", "iceberg") and args.emit == "snapshot" and args.since is not None:
         _lake_window(args)
-    elif args.since == LAST_CUT:
-        raise ReplayError("--since last applies to --emit snapshot with --target-format delta or iceberg")
     base = _base_manifest(args)
     if base is not None:
-        if args.emit == "topics":
-            raise ReplayError("--base-snapshot applies to --emit snapshot; topics of a window need only --since")
         base_cut = base["cut"]["commit_ts"]
         if args.since is not None and args.since != base_cut:
             raise ReplayError(f"--since {args.since} differs from the base snapshot's cut {base_cut}: the window "
                               "must start where the base snapshot ends")
         args.since = base_cut
-    elif args.since is not None and args.emit == "snapshot" and not lake_window:
-        raise ReplayError("a snapshot of a window needs --base-snapshot (the snapshot at --since); "
-                          "without it, use --emit topics or history for the window's changes")
-    if args.since is not None and args.upper is not None and args.upper <= args.since:
-        raise ReplayError(f"the window is empty: --since {args.since} is not below --until/--as-of {args.upper}")
+        if args.upper is not None and args.upper <= args.since:
+            raise ReplayError(f"the window is empty: --since {args.since} is not below --until/--as-of {args.upper}")
     if args.schema:
         starting = _starting_schemas(args.schema)
         try:
@@ -210,9 +168,6 @@ def _lake_window(args: ReplayArgs) -> None:
     still at it). Sets args.since (None: no table yet, a full run) and args.lake_schemas."""
     from spark_apps import lakehouse
 
-    if args.base_snapshot:
-        raise ReplayError("--base-snapshot is not used with --target-format delta/iceberg: the tables hold the "
-                          "state at --since, and the window is merged into them")
     output = storage.normalize(args.output)
     try:
         previous = manifest_mod.read_manifest(output)
@@ -245,34 +200,18 @@ def _lake_window(args: ReplayArgs) -> None:
     args.lake_schemas = list(previous.get("schemas", []))
 
 
-def _validate_kafka(args: ReplayArgs) -> None:
-    """kafka:// sources and outputs (spark_apps.kafka_io, docs/kafka.md)."""
+def _check_kafka_access(args: ReplayArgs) -> None:
+    """The cluster's security settings ($CDC_REPLAY_KAFKA_CONFIG) and one request per kafka://
+    location before Spark starts (the URI and offset rules are the contract's, checked earlier)."""
+    uris = {u for u in (args.source, args.output) if kafka_io.is_kafka(u)}
+    if not uris:
+        return
     try:
-        if kafka_io.is_kafka(args.source):
-            kafka_io.parse_uri(args.source, topics_required=True)
-            kafka_io.check_offsets(args.starting_offsets, "--starting-offsets", ending=False)
-            kafka_io.check_offsets(args.ending_offsets, "--ending-offsets", ending=True)
-        elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
-            raise ReplayError("--starting-offsets / --ending-offsets apply to a kafka:// --source")
-        if kafka_io.is_kafka(args.output):
-            kafka_io.parse_uri(args.output, topics_required=False)
-            if args.output_format != "kafka":
-                raise ReplayError("a kafka:// --output takes Kafka records (--emit topics or snapshot)")
-            if not args.manifest_uri:
-                raise ReplayError("a kafka:// --output needs --manifest-uri: where the manifest of what was "
-                                  "produced, the quarantine and the produced-partition markers go")
-            if kafka_io.is_kafka(args.manifest_uri):
-                raise ReplayError("--manifest-uri is object storage (a local directory or s3://), not Kafka")
-        elif args.manifest_uri:
-            raise ReplayError("--manifest-uri applies to a kafka:// --output (other outputs hold their manifest)")
-        # the cluster's security settings ($CDC_REPLAY_KAFKA_CONFIG): checked with one request now
-        config = kafka_io.client_config() if kafka_io.is_kafka(args.source) or kafka_io.is_kafka(args.output) else {}
-        for uri in {u for u in (args.source, args.output) if kafka_io.is_kafka(u)}:
+        config = kafka_io.client_config()
+        for uri in uris:
             kafka_io.check_access(kafka_io.parse_uri(uri, topics_required=uri == args.source)[0], config)
     except (kafka_io.KafkaUriError, kafka_io.KafkaAccessError) as e:
         raise ReplayError(str(e)) from e
-    if args.base_snapshot and kafka_io.is_kafka(args.base_snapshot):
-        raise ReplayError("--base-snapshot must be an archive (a snapshot run's output), not Kafka")
 
 
 def _home(args: ReplayArgs, output: str) -> str:
@@ -325,7 +264,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
     output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
-    staging = storage.join(_home(args, output), "_staging", run_id)
+    staging = contract.staging_prefix(_home(args, output), run_id)
     # a commit killed after its manifest switched to its staging area is finished first (a
     # retry with the same run id stages in the same place); what else a killed run with this
     # id staged is not part of this run
@@ -430,7 +369,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                           cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
-    quarantine_base = storage.join(staging, "_quarantine")
+    quarantine_base = storage.join(staging, QUARANTINE)
     starting = _starting_schemas(args.schema) if args.schema else None
     initial = "\n".join([starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else "",
@@ -460,16 +399,16 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
     # (no Spark job when the counts say nothing is quarantined)
-    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == "quarantined")
+    quarantine_objects = [r.asDict() for r in tagged.where(F.col("status") == Status.QUARANTINED)
                           .repartition(spark.sparkContext.defaultParallelism, "object")
                           .sortWithinPartitions("object", "line", "event_index", "topic", "partition", "offset")
                           .mapInArrow(write_quarantine_fn(args.protocol, quarantine_base), WRITTEN_STRUCT).collect()
-                          ] if any(c["status"] == "quarantined" and c["events"] for c in counts) else []
+                          ] if any(c["status"] == Status.QUARANTINED and c["events"] for c in counts) else []
     reasons = _quarantine_reasons(summary["reasons"], counts, ddl_failures)
 
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
-    applied = tagged.where(F.col("status") == "applied")
+    applied = tagged.where(F.col("status") == Status.APPLIED)
     base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
     target = codec_class(target_protocol)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
@@ -530,7 +469,7 @@ def _quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_fai
     refused (DDL) after it, masked like the quarantine objects."""
     reasons = [{**r, "reason": masking.mask_text(r["reason"]),
                 "sample": {**r["sample"], "error": masking.mask_text(r["sample"]["error"])}} for r in summary_reasons]
-    moved = sum(c["events"] for c in counts if c["status"] == "quarantined" and c["error_stage"] == "schema")
+    moved = sum(c["events"] for c in counts if c["status"] == Status.QUARANTINED and c["error_stage"] == "schema")
     if moved and not any(r["stage"] == "schema" for r in reasons):
         reasons.append({"stage": "schema", "reason": "no schema is known for the table (--require-schema)",
                         "records": moved, "sample": {}})
@@ -555,7 +494,7 @@ def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
                     "client": kafka_io.described(kafka["config"]),
                     "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
                     "markers": kafka["markers"], "manifest_uri": home}
-    manifest["quarantine"]["location"] = storage.join(home, "_quarantine")
+    manifest["quarantine"]["location"] = storage.join(home, QUARANTINE)
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
@@ -618,7 +557,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
 
     from spark_apps import transforms as T
 
-    applied = F.col("status") == "applied"
+    applied = F.col("status") == Status.APPLIED
     ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
     shape = F.lit(None) if not shapes else F.when(
@@ -627,7 +566,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
                                                              c["mysql_type"].alias("type")))))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
     # quarantined records: their reason class is a key, their first record (by place) a sample
-    quarantined = F.col("status") == "quarantined"
+    quarantined = F.col("status") == Status.QUARANTINED
     reason = F.when(quarantined, T.reason_class(F.col("error")))
     sample = F.min_by(F.when(quarantined, F.struct("object", "line", "topic", "partition", "offset", "error")),
                       F.when(quarantined, F.struct("object", "line", "offset")))
@@ -646,7 +585,7 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
 
     counts, by_shape, ddl_rows, reasons = {}, {}, [], {}
     for g in groups:
-        if g["status"] == "quarantined" and g["_sample"] is not None:
+        if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
                                                                      "records": 0, "sample": g["_sample"].asDict()})
             r["records"] += g["events"]
@@ -700,7 +639,7 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     Returns the events and the counts (`_summarise`'s) with those rows moved to quarantined."""
     from pyspark.sql import functions as F
 
-    tables = {(c["database"], c["table"]) for c in counts if c["status"] == "applied" and c["kind"] == Kind.ROW}
+    tables = {(c["database"], c["table"]) for c in counts if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW}
     unknown = sorted(((d, t) for d, t in tables if not history.is_described(d, t or "")),
                      key=lambda k: (k[0] or "", k[1] or ""))
     if not unknown:
@@ -708,18 +647,18 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     condition = F.lit(False)
     for database, table in unknown:
         condition = condition | ((F.col("database") == database) & (F.col("table") == table))
-    hit = (F.col("status") == "applied") & (F.col("kind") == Kind.ROW) & condition
+    hit = (F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW) & condition
     reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
                       F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
     tagged = (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
               .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
-              .withColumn("status", F.when(hit, F.lit("quarantined")).otherwise(F.col("status"))))
+              .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
     # the same move in the counts (a null database or table matches no condition above)
     moved = {(d, t) for d, t in unknown if d is not None and t is not None}
     merged: dict = {}
     for c in counts:
-        if c["status"] == "applied" and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
-            c = {**c, "status": "quarantined", "error_stage": "schema"}
+        if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
+            c = {**c, "status": Status.QUARANTINED, "error_stage": "schema"}
         key = (c["status"], c["kind"], c["database"], c["table"], c["error_stage"], c.get("bucket"))
         if key in merged:
             m = merged[key]
@@ -761,7 +700,7 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
-            .withColumn("status", F.lit("applied")))
+            .withColumn("status", F.lit(Status.APPLIED)))
     return rows.select(*columns)
 
 
@@ -1067,8 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else argv
-    args = ReplayArgs.from_namespace(parser().parse_args(masking.argv_from_environment(argv)))
     try:
+        args = parse_args(masking.argv_from_environment(argv))
         manifest = run(args)
     except ReplayError as e:
         print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)

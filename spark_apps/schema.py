@@ -7,9 +7,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_codecs.events import EVENT_FIELDS, EVENT_SCHEMA
 
+from .contract import Kind
+
 # Decoded rows: the canonical event plus, for records that could not be read or decoded, the
 # reason and the raw record (kind = "quarantine" then; every event field but the source is null).
-QUARANTINE_KIND = "quarantine"
+QUARANTINE_KIND = Kind.QUARANTINE
 DECODED_ARROW_SCHEMA = pa.schema(
     EVENT_FIELDS
     + [

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from .contract import join, overlaps  # noqa: F401  (the naming rules are the contract's)
+
 _S3_CLIENTS: dict = {}
 log = logging.getLogger("cdc_replay")
 
@@ -73,15 +75,6 @@ def is_s3(uri: str) -> bool:
     return uri.startswith("s3://")
 
 
-def join(base: str, *parts: str) -> str:
-    result = base.rstrip("/")
-    for part in parts:
-        part = part.strip("/")
-        if part:
-            result = f"{result}/{part}"
-    return result
-
-
 def normalize(uri: str) -> str:
     """Absolute local paths (file:// accepted); s3 URIs unchanged, without a trailing slash."""
     if is_s3(uri):
@@ -89,17 +82,6 @@ def normalize(uri: str) -> str:
     if uri.startswith("file://"):
         uri = uri[len("file://"):]
     return os.path.abspath(uri)
-
-
-def overlaps(a: str, b: str) -> bool:
-    """True when one location is the other or lies inside it (symlinks resolved locally),
-    so writing or replacing one would touch the other."""
-    if is_s3(a) != is_s3(b):
-        return False
-    if not is_s3(a):
-        a, b = os.path.realpath(normalize(a)), os.path.realpath(normalize(b))
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
 
 
 def _split_s3(uri: str) -> tuple[str, str]:

@@ -22,12 +22,13 @@ import re
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_codecs.events import ColumnFlag, Kind, Op
+from cdc_codecs.events import ColumnFlag, Op
 
+from .contract import Kind, Status
 from .schema import QUARANTINE_KIND
 
 ROW_COLUMNS_TYPE = "array<struct<names: array<string>, default: binary>>"
-STATUSES = ("quarantined", "empty", "filtered", "duplicate", "pending", "applied")
+STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.DUPLICATE, Status.PENDING, Status.APPLIED)
 
 
 def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
@@ -145,14 +146,14 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
     before_window = F.lit(False) if since is None else (
         (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") <= point_literal([since])))
     status = (
-        F.when(redelivered_bad & ~F.col("_first"), "duplicate")
-        .when(F.col("kind") == QUARANTINE_KIND, "quarantined")
-        .when(F.col("kind") == "empty", "empty")
-        .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, "filtered")
-        .when(before_window, "filtered")
-        .when(~F.col("_first"), "duplicate")
-        .when(above_cut, "pending")
-        .otherwise("applied")
+        F.when(redelivered_bad & ~F.col("_first"), Status.DUPLICATE)
+        .when(F.col("kind") == QUARANTINE_KIND, Status.QUARANTINED)
+        .when(F.col("kind") == Kind.EMPTY, Status.EMPTY)
+        .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, Status.FILTERED)
+        .when(before_window, Status.FILTERED)
+        .when(~F.col("_first"), Status.DUPLICATE)
+        .when(above_cut, Status.PENDING)
+        .otherwise(Status.APPLIED)
     )
     return df.withColumn("status", status).drop("_first", "_identity")
 

@@ -265,7 +265,7 @@ def test_lakehouse_arguments_are_checked(tmp_path):
     with pytest.raises(ReplayError, match="needs a catalog"):
         run(ReplayArgs.from_namespace(parser().parse_args(argv)))
     argv[argv.index("snapshot")] = "topics"
-    with pytest.raises(ReplayError, match="applies to --emit snapshot and history"):
+    with pytest.raises(ReplayError, match="--emit topics is written as a Kafka-record archive"):
         run(ReplayArgs.from_namespace(parser().parse_args(argv)))
     argv[argv.index("topics")] = "snapshot"
     with pytest.raises(ReplayError, match="namespace.table"):

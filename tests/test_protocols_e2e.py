@@ -54,7 +54,6 @@ def test_snapshot_and_topics_closure(spark, protocol, tmp_path):
 def test_avro_stream_converted_to_canal_json_gets_old_values_from_history(spark, tmp_path):
     """Avro UPDATEs carry no old values and DELETEs only the key; canal-json needs both:
     they come from each key's previous change."""
-    import orjson
 
     from cdc_codecs import get_codec
     from cdc_codecs.archive import parse_line

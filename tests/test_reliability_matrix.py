@@ -56,11 +56,11 @@ def test_objects_staged_below_the_outputs_staging_area_are_not_an_overlap(tmp_pa
     output = tmp_path / "out"
     staged = output / "_staging" / "airflow" / "objects"
     staged.mkdir(parents=True)
-    from spark_apps.replay import _refuse_overlaps
+    from spark_apps.replay import check  # the contract's rules (spark_apps.contract.check)
 
-    _refuse_overlaps(args_of(str(staged), str(output)))  # accepted
+    check(args_of(str(staged), str(output)))  # accepted
     with pytest.raises(ReplayError, match="overlaps --source"):
-        _refuse_overlaps(args_of(str(output / "data"), str(output)))
+        check(args_of(str(output / "data"), str(output)))
 
 
 def test_s3_output_overlap_is_refused_and_siblings_are_not(tmp_path):

@@ -20,13 +20,12 @@ from cdc_replay_airflow.request import (
     PROTOCOLS,
     TABLE_PATTERN,
     URI_PATTERN,
-    app_capabilities,
 )
+from spark_apps.contract import DISPATCHERS, EMITS, TARGET_FORMATS
 
 DAG_ID = "cdc_replay_manual"
 DEPRECATED_DAG_ID = "cdc_replay_backfill"
 ALIAS = "cdc_replay_outputs"
-CAPS = app_capabilities()
 
 
 # A commit ts is a TSO (integer, or its digits as text) or an ISO-8601 time. No `type`: a list of
@@ -78,7 +77,7 @@ PARAMS = {
                               "of a window needs a base snapshot (the snapshot at since); Delta / Iceberg tables need "
                               "none: the window is merged into them, `last` = the cut they hold."),
     "until": _commit_ts_param("Until", "End of a window, inclusive (the same bound as as_of: give one)."),
-    "emit": Param("snapshot", type="string", enum=list(CAPS.emit_modes), title="Emit",
+    "emit": Param("snapshot", type="string", enum=list(EMITS), title="Emit",
                   description="snapshot: one INSERT per live row at the cut; topics: the ordered, deduplicated "
                               "stream (rows and DDL) re-encoded; history: SCD type 2 versions of every row "
                               "(Parquet)", section="Output"),
@@ -90,7 +89,7 @@ PARAMS = {
                             additionalProperties={"type": ["string", "boolean", "integer"]},
                             title="Target protocol options", description="codec options of the target protocol",
                             section="Output"),
-    "dispatcher": Param("index-value", type="string", enum=list(CAPS.dispatchers), title="Partition dispatcher",
+    "dispatcher": Param("index-value", type="string", enum=list(DISPATCHERS), title="Partition dispatcher",
                         description="output partition of a row, as the producer places it: TiCDC's hash of its "
                                     "key (index-value), of its table, commit ts modulo partitions (ts), or Canal's "
                                     "key / table hash (canal, canal-table)", section="Output"),
@@ -107,50 +106,42 @@ PARAMS = {
                              description="fail the run when more records than this are quarantined",
                              section="Output"),
 }
-if CAPS.accepts("--target-format"):
-    PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *CAPS.target_formats],
-                                    values_display={"null": "the emit mode's default"}, title="Target format", description="kafka: a Kafka-record archive in the target "
-                                    "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
-                                    "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
-                                    "Iceberg table per source table, a new table version per run stamped with the "
-                                    "cut (snapshot, history; docs/lakehouse.md)", section="Output")
-if CAPS.accepts("--target-table"):
-    PARAMS["target_table"] = Param("{schema}.{table}", type=["null", "string"], pattern=r"^[^\s]+\.[^\s]+$",
-                                   title="Table name (Delta / Iceberg)", description="namespace.table with "
-                                   "{schema} and {table} replaced; Delta tables live at <output>/<namespace>/<table>",
-                                   section="Output")
-if CAPS.accepts("--catalog"):
-    PARAMS["catalog"] = Param({}, type=["null", "object"], additionalProperties={"type": ["string", "integer", "boolean"]},
-                              title="Iceberg catalog", description="pyiceberg catalog properties: uri=sqlite:////"
-                              "path/catalog.sqlite or uri=postgresql+psycopg2://user:pass@host/db (SQL catalog), "
-                              "type=filesystem (Hadoop layout, local paths), type=rest + uri=...; empty = a SQLite "
-                              "catalog in a local output (docs/lakehouse.md)", section="Output")
-if CAPS.accepts("--manifest-uri"):
-    PARAMS["manifest_uri"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Manifest URI",
-                                   description="with a kafka:// output: where the manifest of what was produced "
-                                   "(topic, partition, first/last offset, counts) and the quarantine go",
-                                   section="Output")
-if CAPS.accepts("--base-snapshot"):
-    PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
-                                    title="Base snapshot", description="output of an earlier snapshot run: the "
-                                    "window's changes are applied on top of it (since defaults to its cut)",
-                                    section="What to replay")
-if CAPS.accepts("--require-schema"):
-    PARAMS["require_schema"] = Param(False, type=["null", "boolean"], title="Require schemas",
-                                     description="quarantine rows of tables that no DDL, starting schema or base "
-                                                 "snapshot describes (default: read them with the schema the "
-                                                 "messages carry)", section="Source")
-if CAPS.accepts("--require-contiguous"):
-    PARAMS["require_contiguous"] = Param(False, type=["null", "boolean"],
-                                         title="Require contiguous offsets",
-                                         description="fail the run when a source partition's Kafka offsets have "
-                                                     "holes (a missing or truncated archive object); without it "
-                                                     "the holes are only reported", section="Source")
-if CAPS.accepts("--schema"):
-    PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
-                             description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
-                                         "created before the archive starts, a TiCDC storage-sink schema file, or "
-                                         "a prefix holding both (e.g. the storage sink's root)", section="Source")
+PARAMS["target_format"] = Param(None, type=["null", "string"], enum=[None, *TARGET_FORMATS],
+                                values_display={"null": "the emit mode's default"}, title="Target format", description="kafka: a Kafka-record archive in the target "
+                                "protocol (default for snapshot and topics); parquet: one typed Parquet dataset "
+                                "per table (snapshot; the default for history); delta / iceberg: one Delta Lake / "
+                                "Iceberg table per source table, a new table version per run stamped with the "
+                                "cut (snapshot, history; docs/lakehouse.md)", section="Output")
+PARAMS["target_table"] = Param("{schema}.{table}", type=["null", "string"], pattern=r"^[^\s]+\.[^\s]+$",
+                               title="Table name (Delta / Iceberg)", description="namespace.table with "
+                               "{schema} and {table} replaced; Delta tables live at <output>/<namespace>/<table>",
+                               section="Output")
+PARAMS["catalog"] = Param({}, type=["null", "object"], additionalProperties={"type": ["string", "integer", "boolean"]},
+                          title="Iceberg catalog", description="pyiceberg catalog properties: uri=sqlite:////"
+                          "path/catalog.sqlite or uri=postgresql+psycopg2://user:pass@host/db (SQL catalog), "
+                          "type=filesystem (Hadoop layout, local paths), type=rest + uri=...; empty = a SQLite "
+                          "catalog in a local output (docs/lakehouse.md)", section="Output")
+PARAMS["manifest_uri"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Manifest URI",
+                               description="with a kafka:// output: where the manifest of what was produced "
+                               "(topic, partition, first/last offset, counts) and the quarantine go",
+                               section="Output")
+PARAMS["base_snapshot"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$",
+                                title="Base snapshot", description="output of an earlier snapshot run: the "
+                                "window's changes are applied on top of it (since defaults to its cut)",
+                                section="What to replay")
+PARAMS["require_schema"] = Param(False, type=["null", "boolean"], title="Require schemas",
+                                 description="quarantine rows of tables that no DDL, starting schema or base "
+                                             "snapshot describes (default: read them with the schema the "
+                                             "messages carry)", section="Source")
+PARAMS["require_contiguous"] = Param(False, type=["null", "boolean"],
+                                     title="Require contiguous offsets",
+                                     description="fail the run when a source partition's Kafka offsets have "
+                                                 "holes (a missing or truncated archive object); without it "
+                                                 "the holes are only reported", section="Source")
+PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|^$", title="Starting schemas",
+                         description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
+                                     "created before the archive starts, a TiCDC storage-sink schema file, or "
+                                     "a prefix holding both (e.g. the storage sink's root)", section="Source")
 
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from spark_apps.contract import Status
+
 METRICS_KEY = "cdc_replay_metrics"
-STATUSES = ("applied", "duplicate", "pending", "filtered", "quarantined")
+STATUSES = Status.COUNTED
 
 
 class ValidationError(RuntimeError):
@@ -77,7 +79,7 @@ def check_manifest(manifest: dict, *, run_id: str, staged: dict, max_bad_records
     out = manifest["output"]
     if sum(o["records"] for o in out["objects"]) != out["records"]:
         problems.append("the output's object list does not add up to its record count")
-    table_sum = {s: sum(t[s] for t in manifest["tables"]) for s in ("applied", "duplicate", "quarantined")}
+    table_sum = {s: sum(t[s] for t in manifest["tables"]) for s in (Status.APPLIED, Status.DUPLICATE, Status.QUARANTINED)}
     if table_sum["applied"] > counts["applied"] or table_sum["duplicate"] > counts["duplicate"]:
         problems.append(f"per-table counts exceed the run's: {table_sum}")
     if problems:

@@ -19,6 +19,18 @@ import re
 from typing import Any
 
 from spark_apps import masking
+from spark_apps.contract import (
+    AIRFLOW_STAGING,
+    COMMIT_LOG,
+    LAKE_FORMATS,
+    LAST_CUT,
+    MANIFEST,
+    ManifestError,
+    manifest_path,
+    read_manifest_doc,
+    staging_prefix,
+)
+from spark_apps.contract import STAGING as STAGING_DIR
 
 from cdc_replay_airflow.metrics import (
     Incomplete,
@@ -31,8 +43,8 @@ from cdc_replay_airflow.metrics import (
 from cdc_replay_airflow.request import _options as _option_pairs
 from cdc_replay_airflow.request import (
     RequestError,
+    app_args,
     ReplayRequest,
-    app_capabilities,
     check_codecs,
     parse_request,
     safe_run_id,
@@ -49,7 +61,7 @@ from cdc_replay_airflow.window import (
 
 log = logging.getLogger("cdc_replay")
 
-STAGING = "_staging/airflow"  # below the output: the app's commit leaves _staging/ alone
+STAGING = AIRFLOW_STAGING  # below the output: the app's commit leaves _staging/ alone
 STAGED_MANIFEST = "staged.json"
 
 
@@ -149,28 +161,24 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
                       f"{lateness!r} is not a whole number of minutes >= 0")
-    caps = app_capabilities()
     if request.kafka_source:
         return _plan_kafka_interval(request, start, end, first_start=first_start, lateness=lateness)
-    windowed = caps.accepts("--since") and caps.accepts("--until")
     late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
-    if not windowed:
-        late = dt.timedelta(0)  # without a commit ts window, overlapping objects would be replayed twice
     base_output = request.manifest_uri if request.kafka_output else request.output
-    since = tso_of(start) - 1 if windowed else None
-    until = tso_of(end) - 1 if windowed else None
+    since = tso_of(start) - 1
+    until = tso_of(end) - 1
     base_snapshot = schema_from = chain_missing = None
     # Delta/Iceberg snapshots: one set of tables at the output, each interval merged into them
     # (`--since last`: from the cut their metadata holds, so an interval without objects, which
     # is skipped, loses nothing); the other outputs are one prefix per interval
-    lake = windowed and request.emit == "snapshot" and request.target_format in ("delta", "iceberg")
+    lake = request.emit == "snapshot" and request.target_format in LAKE_FORMATS
     if lake:
-        since = "last"
-    elif windowed:
+        since = LAST_CUT
+    else:
         # the previous interval's output carries what this one starts from: its snapshot (emit
         # snapshot) or the table schemas at its end (DDL in this window needs them)
         previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
-        chained = bool(previous_output and exists and exists(f"{previous_output}/_manifest.json"))
+        chained = bool(previous_output and exists and exists(manifest_path(previous_output)))
         first = first_start is not None and start <= first_start
         if chained and request.emit == "snapshot":
             base_snapshot = previous_output
@@ -193,16 +201,14 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
              objects_window[0], objects_window[1], request.output,
-             f"changes committed in the interval (--since {since} --until {until})" if windowed and since is not None
-             else (f"changes up to --until {until}" if windowed else
-                   "no commit ts window (the installed replay app has no --since/--until): every event of the "
-                   "interval's objects is replayed"),
+             f"changes committed in the interval (--since {since} --until {until})" if since is not None
+             else f"changes up to --until {until}",
              f", on top of the snapshot {base_snapshot}" if base_snapshot else
              (f", starting from the table schemas of {schema_from}" if schema_from else ""))
     return {"request": xcom_safe(request.as_dict()), "interval": [start.isoformat(), end.isoformat()],
             "objects_window": objects_window, "output_base": base_output, "schema_from": schema_from,
             "chain_missing": chain_missing, "lake_window": lake,
-            "require_complete": bool(settings.get("require_complete", True)) and windowed}
+            "require_complete": bool(settings.get("require_complete", True))}
 
 
 # a Kafka offset window is replayed whole: the cut at the highest TSO takes every event read (the
@@ -385,7 +391,7 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         return {"request": xcom_safe(app_request.as_dict()), "original": xcom_safe(request), "staged": staged,
                 "run_id": safe_run_id(dag_id, run_id), "carry": {"from": carry_from, "objects_window": window}}
     if schema_from:
-        schemas = hook.read_json(f"{schema_from}/_manifest.json").get("schemas") or []
+        schemas = read_manifest_doc(hook.read_json(manifest_path(schema_from))).get("schemas") or []
         if schemas:
             schema_uri = f"{staging}/schema.sql"
             hook.write_text(schema_uri, "".join(f"{statement};\n" for statement in schemas))
@@ -430,13 +436,13 @@ def carry_forward(hook, plan: dict) -> dict:
     previous = plan["carry"].get("from")
     window = plan["carry"].get("objects_window") or [None, None]
     started = time.time()
-    prev = hook.read_json(f"{previous}/_manifest.json") if previous else None
+    prev = read_manifest_doc(hook.read_json(manifest_path(previous))) if previous else None
     if prev is not None and prev["output"]["emit"] != request.emit:
         raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
                       "intervals of one series must have one emit mode")
     # what earlier runs of ours committed here (the only objects the commit may delete)
     owned = set()
-    for name in ("_manifest.json", "_commit.json"):
+    for name in (MANIFEST, COMMIT_LOG):
         if hook.exists(f"{output}/{name}"):
             try:
                 earlier = hook.read_json(f"{output}/{name}")
@@ -450,15 +456,15 @@ def carry_forward(hook, plan: dict) -> dict:
         pairs = []
         for entry in prev["output"]["objects"]:
             # a manifest left by a commit killed after its switch names the staged copies
-            name = re.sub(r"^_staging/[^/]+/(data/)?", "", relative(entry["uri"], previous))
+            name = re.sub(rf"^{STAGING_DIR}/[^/]+/(data/)?", "", relative(entry["uri"], previous))
             target = f"{output}/{name}"
             pairs.append((entry["uri"], target, entry.get("bytes") or 0))
             copied.append({**entry, "uri": target})
     keep = {entry["uri"] for entry in copied}
-    staging_root = f"{output}/_staging/"
+    staging_root = staging_prefix(output) + "/"
     stale, foreign = [], []
     for o in hook.list_objects(output):
-        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == f"{output}/_manifest.json":
+        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == manifest_path(output):
             continue
         (stale if relative(o.uri, output) in owned else foreign).append(o)
     foreign_names = [relative(o.uri, output) for o in foreign]
@@ -466,74 +472,54 @@ def carry_forward(hook, plan: dict) -> dict:
         log.warning("Left %d objects cdc-replay did not write under %s: %s", len(foreign_names), output,
                     ", ".join(foreign_names[:5]))
 
-    kafka = request.output_format == "kafka"
+    from spark_apps import manifest as manifest_mod
+
     if prev is not None:
-        out = {**prev["output"], "uri": output}
         schemas = list(prev.get("schemas") or [])
-        source_options = prev["source"]["options"]
         complete = prev["cut"].get("complete_commit_ts")
     else:
-        out = {"uri": output, "emit": request.emit, "format": request.output_format,
-               "protocol": (request.target_protocol or request.protocol) if kafka else None,
-               "options": masking.mask_options(dict(request.target_options)) if kafka else {},
-               "topic_template": request.target_topic, "dispatcher": request.dispatcher,
-               "tables_filter": list(request.tables)}
         schemas = _schema_statements(hook, request.schema)
-        source_options = dict(request.protocol_options)
         complete = None
-    if request.emit == "snapshot" and prev is not None:
-        out.update(objects=copied, records=sum(e["records"] for e in copied), rows=sum(e["rows"] for e in copied))
-        tables = [{**t, **{s: 0 for s in ("applied", "duplicate", "pending", "filtered", "quarantined")},
-                   "min_commit_ts": None, "max_commit_ts": None} for t in prev["tables"]]
-    else:
-        out.update(objects=[], records=0, rows=0, topics=[], nulled=0)
-        tables = []
+    carried = request.emit == "snapshot" and prev is not None
+    # a snapshot keeps its tables' rows (and what the archive first showed of them), with no events
+    table_rows = [{k: t[k] for k in ("database", "table", "rows", "keys_first_updated", "keys_first_deleted") if k in t}
+                  for t in prev["tables"]] if carried else []
     note = (f"no archive object was archived in [{window[0]}, {window[1]}): "
             + (f"carried forward from {previous}" if previous else "an empty output"))
     until = request.until
-    finished = time.time()
-    manifest = {
-        "run_id": plan["run_id"],
-        "started_at": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
-        "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
-        "duration_s": round(finished - started, 1),
-        "source": {"uri": request.source, "protocol": request.protocol,
-                   "options": masking.mask_options(source_options), "objects": 0, "bytes": 0},
-        "output": out,
-        "window": {"since": request.since, "until": until,
-                   "base_snapshot": previous if request.emit == "snapshot" else None,
-                   "base_cut": prev["cut"]["commit_ts"] if prev is not None and request.emit == "snapshot" else None},
-        "schemas": schemas,
-        "cut": {"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
-                "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}",
-                "warnings": [note]},
-        "partitions": [],
-        "counts": {"records": 0, "read": 0, "applied": 0, "duplicate": 0, "pending": 0, "filtered": 0,
-                   "quarantined": 0, "reconciled": True},
-        "commit_ts_range": [None, None],
-        "tables": tables,
-        "ddl": [],
-        "quarantine": {"location": f"{output}/_quarantine", "records": 0, "objects": [], "ddl": []},
-        "schema_conflicts": [],
-        "warnings": [note] + ([f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
-                               "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []),
-        "carried_from": previous,
-        "committed": sorted(relative(e["uri"], output) for e in copied),
-        "foreign_objects": foreign_names,
-    }
+    # the app's builder, with nothing read: counts of 0 that reconcile, the cut at the window's end
+    manifest = manifest_mod.build(
+        run_id=plan["run_id"], args=app_args(request), source=request.source, output=output, started=started,
+        objects=[], partition_stats=[], counts=[], ddl_log=[], ddl_failures=[], quarantine_objects=[],
+        cut={"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
+             "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}", "warnings": [note]},
+        written=[{"topic": "", "events": 0, **e} for e in copied] if carried else [],
+        source_options=dict(request.protocol_options), target_protocol=request.target_protocol or request.protocol,
+        target_options=dict(request.target_options), table_rows=table_rows, schemas=schemas,
+        window={"since": request.since, "until": until, "base_snapshot": previous if request.emit == "snapshot" else None,
+                "base_cut": prev["cut"]["commit_ts"] if carried else None})
+    out = manifest["output"]
+    if carried:  # what the previous output's objects hold, as its manifest says
+        out.update(topics=prev["output"].get("topics", []), nulled=prev["output"].get("nulled", 0))
+    if prev is not None and prev["output"].get("lakehouse"):
+        out["lakehouse"] = prev["output"]["lakehouse"]
+    manifest["warnings"] += [f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
+                             "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []
+    manifest.update(carried_from=previous, committed=sorted(relative(e["uri"], output) for e in copied),
+                    foreign_objects=foreign_names)
     # 1. the pointer switches to a complete output at once: the previous interval's objects where
     #    they are; what this output held stays listed as ours (a killed commit is cleaned later)
     new_names = set(manifest["committed"])
     if pairs:
         first = {**manifest, "output": {**out, "objects": [{**e, "uri": src} for e, (src, _, _) in zip(copied, pairs)]},
                  "committed": sorted(owned | new_names)}
-        hook.write_json(f"{output}/_manifest.json", first)
+        hook.write_json(manifest_path(output), first)
         log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
         hook.copy_all(pairs, lambda done, total, done_bytes: None)
     elif stale:
-        hook.write_json(f"{output}/_manifest.json", {**manifest, "committed": sorted(owned | new_names)})
+        hook.write_json(manifest_path(output), {**manifest, "committed": sorted(owned | new_names)})
     # 2. then to this output's own copies, and 3. the earlier objects nothing names any more go
-    hook.write_json(f"{output}/_manifest.json", manifest)
+    hook.write_json(manifest_path(output), manifest)
     for obj in stale:
         hook.delete(obj.uri)
     if stale:
@@ -549,10 +535,13 @@ def validate(hook, plan: dict, *, dag_id: str, run_id: str, data_interval=(None,
     metrics.check_complete too). Returns the metrics; raises ValidationError (metrics attached as
     .metrics) when the output must not be published — Incomplete when a retry may succeed."""
     request = plan["request"]
-    manifest_uri = f"{ReplayRequest.from_dict(request).home}/_manifest.json"
+    manifest_uri = manifest_path(ReplayRequest.from_dict(request).home)
     if not hook.exists(manifest_uri):
         raise ValidationError(f"{manifest_uri} does not exist: the replay did not commit its output")
-    manifest = hook.read_json(manifest_uri)
+    try:
+        manifest = read_manifest_doc(hook.read_json(manifest_uri))
+    except ManifestError as e:
+        raise ValidationError(f"{manifest_uri} {e}") from None
     metrics = run_metrics(manifest, dag_id=dag_id, run_id=run_id, request=plan["original"],
                           staged=plan["staged"], data_interval=data_interval)
     metrics["timeline"] = _timeline(manifest)

@@ -45,6 +45,7 @@ from cdc_codecs.base import KafkaRecord
 from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
+from ..contract import Kind
 from .base import LayoutError, Plan, ddl_row, item, watermark_row
 
 NAME = "ticdc-storage"
@@ -304,7 +305,7 @@ def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, p
         def rows():
             for batch in batches:
                 for event in events_from_batch(batch):
-                    if event["kind"] != "row":
+                    if event["kind"] != Kind.ROW:
                         continue
                     if prepare is not None:
                         event = prepare(event)

@@ -113,6 +113,9 @@ def test_an_empty_snapshot_interval_carries_the_previous_snapshot(tmp_path):
     assert data == {k: v for k, v in _files(lake / "20260101T000000Z").items() if k != "_manifest.json"}
     assert (out / "notes.txt").read_bytes() == b"mine" and manifest["foreign_objects"] == ["notes.txt"]
     assert manifest["carried_from"] == str(lake / "20260101T000000Z")
+    # built by the app's own builder (spark_apps.manifest.build): its version, its table rows
+    assert manifest["version"] == manifest_mod.MANIFEST_VERSION and manifest["counts"]["reconciled"]
+    assert [(t["table"], t["rows"], t["applied"]) for t in manifest["tables"]] == [("orders", 3, 0)]
     # what the app checks of a --base-snapshot, and the next interval's --since
     assert manifest["output"]["emit"] == "snapshot" and manifest["output"]["format"] == "kafka"
     assert manifest["cut"]["commit_ts"] == tso(h(2)) - 1 == planned["request"]["until"]

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from cdc_replay_airflow.hooks.replay import ReplaySubmitHook
+from cdc_replay_airflow.hooks.replay import spark_master
 
 from .tools import require_tool
 
@@ -72,7 +72,7 @@ def test_services(config):
 def test_spark_default_is_the_master_and_s3_is_minio(config, monkeypatch):
     env = config["services"]["airflow-scheduler"]["environment"]
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", env["AIRFLOW_CONN_SPARK_DEFAULT"])
-    assert ReplaySubmitHook(conn_id="spark_default").master == "spark://spark-master:7077"
+    assert spark_master("spark_default") == "spark://spark-master:7077"
     aws = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
     assert aws["conn_type"] == "aws" and aws["extra"]["endpoint_url"] == "http://minio:9000"
     assert aws["login"] == config["services"]["minio"]["environment"]["MINIO_ROOT_USER"]

@@ -9,14 +9,13 @@ import zipfile
 
 import pytest
 
-from cdc_replay_airflow.hooks.replay import ReplaySubmitHook
+from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, exit_status, spark_master
 from cdc_replay_airflow.operators.replay import (
     ReplayOperator,
     extra_spark_conf,
     submit_settings,
     subprocess_environment,
 )
-from cdc_replay_airflow.progress import SparkProgress
 from cdc_replay_airflow.request import parse_request, replay_arguments
 from spark_apps.launch import LOCAL_DRIVER_MEMORY, LOG4J, REPLAY_APP, spark_submit_command
 
@@ -73,8 +72,9 @@ def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
     operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"},
                               python="/venv/bin/python")
-    _request, hook = operator.prepare()
-    assert isinstance(hook, ReplaySubmitHook) and hook.master == master
+    operator.prepare()
+    assert operator.master == master == spark_master("spark_default")
+    hook = operator._get_hook()  # the hook SparkSubmitOperator builds from its public arguments
     command = hook._build_spark_submit_command(operator.application)
     py_files = operator.py_files
     if master.startswith("local"):
@@ -95,26 +95,42 @@ def test_aws_credentials_go_to_the_subprocess_only(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws", "login": "AKIAX", "password": "sekrit-1", '
                                                    '"extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1"}}')
     operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"})
-    _request, hook = operator.prepare()
-    command = hook._build_spark_submit_command(operator.application)
-    assert not any("sekrit" in part or "AKIAX" in part for part in command)
+    # the templated fields as Airflow renders and stores them, before the task runs
     for name in operator.template_fields:
         assert "sekrit-1" not in repr(getattr(operator, name, None))
+    assert not operator.overwrite_rtif_after_execution  # not stored again once env_vars holds them
+    operator.prepare()
+    hook = operator._get_hook()
+    command = hook._build_spark_submit_command(operator.application)
+    assert not any("sekrit" in part or "AKIAX" in part for part in command)
     assert hook._env["AWS_SECRET_ACCESS_KEY"] == "sekrit-1" and hook._env["AWS_ACCESS_KEY_ID"] == "AKIAX"
     assert hook._env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" and hook._env["AWS_REGION"] == "eu-west-1"
 
 
-def test_spark_console_progress_bars_become_a_line_per_ten_percent():
-    """For runs given --spark-conf spark.ui.showConsoleProgress=true (the app logs its own
-    progress every 10 s; the bar, if enabled, is condensed rather than flooding the log)."""
-    progress = SparkProgress()
-    logged = []
-    for line in ["[Stage 3:>      (0 + 2) / 8]", "[Stage 3:=>     (1 + 2) / 8]", "[Stage 3:==>    (1 + 2) / 8]",
-                 "[Stage 3:===>   (5 + 2) / 8][Stage 4:>   (0 + 0) / 4]", "some app line"]:
-        messages, is_bar = progress.feed(line)
-        logged += messages
-        assert is_bar == line.startswith("[Stage")
-    assert logged == ["Spark stage 3: 0% (0 of 8 tasks done, 2 running)",
-                      "Spark stage 3: 12% (1 of 8 tasks done, 2 running)",
-                      "Spark stage 3: 62% (5 of 8 tasks done, 2 running)",
-                      "Spark stage 4: 0% (0 of 4 tasks done, 0 running)"]
+@pytest.mark.parametrize("status, outcome", [(0, "ok"), (3, "over limit"), (2, "no retry"), (1, "retry")])
+def test_the_apps_exit_status_through_the_providers_public_api(tmp_path, monkeypatch, status, outcome):
+    """The Spark provider's own hook runs spark-submit (here a stand-in on the PATH the operator
+    gives the subprocess: the Python environment's bin first); the operator reads the exit
+    status from the AirflowException the hook raises: 3 (quarantine over the limit) lets the
+    validate task fail the run, 2 (bad input) fails without retries, other failures retry."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "spark-submit").write_text(f"#!/bin/sh\necho \"[replay r] reading and decoding\"\nexit {status}\n")
+    (bin_dir / "spark-submit").chmod(0o755)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://local%5B1%5D")
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
+    monkeypatch.delenv("CDC_REPLAY_SPARK_CONF", raising=False)
+    operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"},
+                              python=str(bin_dir / "python"))
+    if outcome == "no retry":
+        with pytest.raises(AirflowFailException, match="exit status 2"):
+            operator.execute({"params": {}})
+    elif outcome == "retry":
+        with pytest.raises(AirflowException) as e:
+            operator.execute({"params": {}})
+        assert not isinstance(e.value, AirflowFailException) and exit_status(e.value) == 1
+    else:
+        result = operator.execute({"params": {}})
+        assert result["quarantine_over_limit"] == (status == EXIT_QUARANTINE) and result["master"] == "local[1]"

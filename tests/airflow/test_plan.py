@@ -63,7 +63,7 @@ def test_a_broken_chain_is_reported():
 @pytest.mark.parametrize("change, words", [
     ({"since": 5}, "since: is set from the data interval"),
     ({"lateness_minutes": -1}, "lateness_minutes: -1 is not a whole number"),
-    ({"protocol": "x"}, "Variable cdc_replay_scheduled: protocol: 'x' is not one of"),
+    ({"protocol": "x"}, "Variable cdc_replay_scheduled: protocol: unknown protocol 'x'; valid protocols"),
 ])
 def test_bad_configuration_is_refused(change, words):
     with pytest.raises(Refused, match="refused before any work started") as e:

@@ -35,7 +35,8 @@ def _argv_and_env(monkeypatch, plan: dict, given: dict | None) -> tuple[str, str
     monkeypatch.delenv("CDC_REPLAY_SPARK_CONF", raising=False)
     operator = ReplayOperator(task_id="replay", plan=plan, python="/venv/bin/python")
     operator._given = given  # what execute() reads from the DAG run's params / the Variable
-    _request, hook = operator.prepare()
+    operator.prepare()
+    hook = operator._get_hook()  # the hook SparkSubmitOperator builds from its public arguments
     return " ".join(hook._build_spark_submit_command(operator.application)), hook._env.get(masking.ENV, "")
 
 

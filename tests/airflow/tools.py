@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import os
 import re
 import shutil
 import subprocess

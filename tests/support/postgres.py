@@ -51,12 +51,6 @@ def _run_as() -> str | None:
     return SYSTEM_USER
 
 
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     """`with PostgresServer() as pg: pg.uri("mydb")` — a started server; `create_database`
     makes a database on it. Errors carry the server log's tail."""

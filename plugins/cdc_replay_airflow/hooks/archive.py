@@ -6,6 +6,11 @@ the Amazon provider reads them: login = access key id, password = secret access 
 `service_config.s3.endpoint_url`) and `aws_session_token`. Without that connection, boto3's
 own chain applies (AWS_* variables, AWS_ENDPOINT_URL). Every secret is registered with
 Airflow's masker before anything is logged. Absolute local paths work too (development).
+
+Why not the Amazon provider's S3Hook: the project does not depend on
+apache-airflow-providers-amazon, a large provider (every AWS service) for the four connection
+settings used here. Its connection's other options (role_arn, profiles, session kwargs) are not
+read; boto3's own chain (environment, instance role) covers those deployments (docs/airflow.md).
 """
 
 from __future__ import annotations

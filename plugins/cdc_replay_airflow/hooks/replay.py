@@ -1,75 +1,49 @@
-"""ReplaySubmitHook: the Spark provider's SparkSubmitHook, plus what the replay app needs.
+"""What the replay operator needs around the Spark provider's SparkSubmitHook, through its public
+API only (constructor arguments, `submit`, the AirflowException it raises): no subclass.
 
-* Spark's console progress bar becomes one log line per stage per 10% (cdc_replay_airflow.progress).
-* The app's exit status is kept: 2 means bad arguments or input (retrying cannot help, so the
-  task fails without retries), 3 means more records were quarantined than --max-bad-records
-  (the output is committed; the validate task reads the manifest and fails the run loudly).
+* The app's exit status: SparkSubmitHook.submit raises AirflowException("... Error code is: N.")
+  when spark-submit fails; `exit_status` reads N. 2 means bad arguments or input (retrying
+  cannot help, so the task fails without retries), 3 means more records were quarantined than
+  --max-bad-records (the output is committed; the validate task reads the manifest and fails
+  the run loudly).
+* The Spark master of a connection, resolved as the provider documents its Spark connection
+  (the operator needs it before the hook runs: the app gets it as --master, and a cluster gets
+  our packages shipped).
+* Progress: the app logs its own progress lines (records decoded, records/s, each stage's task
+  rate and time left; spark_apps.progress), which the hook logs as they come; the app keeps
+  Spark's console bar off (spark_apps.replay.build_session) unless a run asks for it with
+  `--spark-conf spark.ui.showConsoleProgress=true`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-from cdc_replay_airflow.progress import SparkProgress
+import re
 
 EXIT_BAD_INPUT = 2
 EXIT_QUARANTINE = 3
+_ERROR_CODE = re.compile(r"Error code is: (-?\d+)")
 
 
-class ReplaySubmitHook(SparkSubmitHook):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_replay()
+def exit_status(error: BaseException) -> int | None:
+    """spark-submit's exit status, from the message of the AirflowException SparkSubmitHook.submit
+    raises ("Cannot execute: ... Error code is: 3."); None when it names none."""
+    match = _ERROR_CODE.search(str(error))
+    return int(match.group(1)) if match else None
 
-    def _init_replay(self, env: dict[str, str] | None = None) -> None:
-        self.returncode: int | None = None
-        self._progress = SparkProgress()
-        self._extra_env = dict(env or {})
 
-    @classmethod
-    def adopt(cls, hook: SparkSubmitHook, env: dict[str, str] | None = None) -> "ReplaySubmitHook":
-        """Make the hook SparkSubmitOperator built (from its many arguments) a ReplaySubmitHook,
-        adding `env` to the subprocess environment."""
-        hook.__class__ = cls
-        hook._init_replay(env)
-        return hook
+def spark_master(conn_id: str) -> str:
+    """The master URL of a Spark connection, as the Spark provider reads it: a `spark` connection
+    whose host holds a URL (or has no port) is that master (local[*], spark://m:7077, yarn);
+    otherwise <conn type>://<host>[:<port>]. No connection: yarn (the provider's default)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowException
 
-    def _build_spark_common_args(self) -> list[str]:
-        args = super()._build_spark_common_args()
-        if self._extra_env:  # for the spark-submit subprocess only (os.environ + these)
-            self._env = {**(self._env or {}), **self._extra_env}
-        return args
-
-    @property
-    def master(self) -> str:
-        return self._connection["master"]
-
-    def _process_spark_submit_log(self, itr) -> None:
-        return super()._process_spark_submit_log(self._filter(itr))
-
-    def _filter(self, itr):
-        for line in itr:
-            messages, is_bar = self._progress.feed(line)
-            for message in messages:
-                self.log.info(message)
-            if not is_bar and line.strip():
-                yield line
-
-    def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        try:
-            result = super().submit(application, **kwargs)
-            self.returncode = 0
-            return result
-        except AirflowException as e:
-            self.returncode = self._submit_sp.returncode if self._submit_sp is not None else None
-            if self.returncode == EXIT_QUARANTINE:
-                self.log.warning("The replay quarantined more records than --max-bad-records allows; its output "
-                                 "and manifest are committed, and the validate task will fail the run.")
-                return None
-            if self.returncode == EXIT_BAD_INPUT:
-                raise AirflowFailException(f"the replay app refused its arguments or input (exit status 2), "
-                                           f"so retrying cannot help: {e}") from e
-            raise
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowException:
+        return "yarn"
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master

@@ -5,8 +5,13 @@ such as spark://master:7077 when configured).
 Thin: the spark-submit pieces come from pure functions (`submit_settings`, and
 `cdc_replay_airflow.request.replay_arguments` for the app's arguments), which build the same
 command as `cdc-replay replay` (spark_apps.launch.spark_submit_command); the hook runs it.
-S3 access comes from the Airflow AWS connection through ArchiveHook.environment(), passed to
-the subprocess only (never to a templated field, so it never shows in the UI or the logs).
+The Spark provider is used through its public API only: SparkSubmitOperator's arguments (the
+subprocess environment is its `env_vars`), and the exit status read from the AirflowException
+its hook raises (cdc_replay_airflow.hooks.replay). S3 access comes from the Airflow AWS
+connection through ArchiveHook.environment(); that environment and credentials in option values
+are set when the task runs, after Airflow has rendered and stored the templated fields (this
+operator does not store them again after execution), and every secret is registered with
+Airflow's masker, so none shows in the UI or the logs.
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from cdc_replay_airflow.hooks.replay import EXIT_QUARANTINE, ReplaySubmitHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from cdc_replay_airflow.hooks.replay import EXIT_BAD_INPUT, EXIT_QUARANTINE, exit_status, spark_master
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps import masking
 from spark_apps.launch import REPLAY_APP, build_py_files, is_local, spark_submit_command
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
+# masters for which SparkSubmitHook turns env_vars into --conf arguments, and what must not go there
+CONF_ENV_MASTERS = ("yarn", "k8s://")
+# the Kafka client settings ($CDC_REPLAY_KAFKA_CONFIG, spark_apps.kafka_io.CONFIG_ENV) may hold SASL passwords
+SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", masking.ENV, "CDC_REPLAY_KAFKA_CONFIG")
 
 
 def extra_spark_conf(value: str | None) -> tuple[str, ...]:
@@ -131,30 +142,29 @@ class ReplayOperator(SparkSubmitOperator):
 
     template_fields = (*SparkSubmitOperator.template_fields, "plan")
     ui_color = "#e8f2fc"
+    overwrite_rtif_after_execution = False  # env_vars holds credentials once the task runs
 
     def __init__(self, *, plan: Any, aws_conn_id: str = "aws_default", conn_id: str = "spark_default",
                  python: str | None = None, options_variable: str | None = None, **kwargs: Any) -> None:
         super().__init__(application=REPLAY_APP, name="cdc-replay", conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
         self.plan = plan
         self.options_variable = options_variable
         self._given: dict | None = None  # where masked option values are restored from (execute)
         self.aws_conn_id = aws_conn_id
         self.python = python  # resolved when the task runs (the worker's interpreter by default)
-        self._subprocess_env: dict[str, str] = {}
+        self.master: str | None = None
 
-    def _get_hook(self) -> ReplaySubmitHook:
-        return ReplaySubmitHook.adopt(super()._get_hook(), self._subprocess_env)
-
-    def prepare(self) -> tuple[ReplayRequest, ReplaySubmitHook]:
-        """Resolve the Spark master from the connection and set the spark-submit pieces; the
-        returned hook builds the command (`_build_spark_submit_command`) and runs it."""
+    def prepare(self) -> ReplayRequest:
+        """Resolve the Spark master from the connection and set SparkSubmitOperator's arguments
+        (application, name, conf, py_files, application_args, env_vars) for this run."""
         from cdc_replay_airflow.hooks.archive import ArchiveHook
 
         from cdc_replay_airflow.tasks import restore_secrets
 
         request = ReplayRequest.from_dict(restore_secrets(self.plan["request"], self._given))
         python = self.python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
-        master = ReplaySubmitHook(conn_id=self._conn_id).master
+        master = self.master = spark_master(self.spark_conn_id)
         py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
                                    py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)))
@@ -167,11 +177,19 @@ class ReplayOperator(SparkSubmitOperator):
         self.application_args, secret = masking.split_argv(settings["application_args"])
         _mask_in_airflow(secret)
         self._archive = ArchiveHook(self.aws_conn_id)
-        self._subprocess_env = {**subprocess_environment(python), **self._archive.environment(),
-                                **masking.environment(secret), **kafka_environment(request)}
-        self._hook = None
-        self._hook = self._get_hook()
-        return request, self._hook
+        env = {**subprocess_environment(python), **self._archive.environment(), **masking.environment(secret),
+               **kafka_environment(request)}
+        if master.startswith(CONF_ENV_MASTERS):
+            # the provider hands env_vars to YARN / Kubernetes as `--conf spark.*Env.K=V` on
+            # spark-submit's command line: no credential goes there (the cluster's own
+            # credentials apply, docs/airflow.md)
+            dropped = sorted(k for k in env if k in SECRET_ENV)
+            if dropped:
+                self.log.warning("Spark master %s: %s not passed to spark-submit (it would put them on its command "
+                                 "line); the cluster's own credentials apply", master, ", ".join(dropped))
+            env = {k: v for k, v in env.items() if k not in SECRET_ENV}
+        self.env_vars = {**(self.env_vars or {}), **env}
+        return request
 
     def execute(self, context: Any) -> dict:
         if self.plan.get("carry") is not None:  # no archive object in the interval: no Spark job
@@ -187,13 +205,25 @@ class ReplayOperator(SparkSubmitOperator):
             self._given = Variable.get(self.options_variable, default=None, deserialize_json=True)
         else:
             self._given = dict(context.get("params") or {})
-        request, hook = self.prepare()
+        request = self.prepare()
         run_id = self.plan["run_id"]
         self.log.info("Replaying %s [%s] -> %s (%s) on Spark master %s; S3 through %s", request.source,
-                      request.protocol, request.output, request.emit, hook.master, self._archive.describe())
+                      request.protocol, request.output, request.emit, self.master, self._archive.describe())
         # what an earlier attempt left in the app's staging area (_staging/<run id>/) the app
         # handles itself: a commit killed after its manifest switched there is finished first
         # (the manifest names those objects), anything else is removed before it stages
-        super().execute(context)
-        return {"run_id": run_id, "output": request.output, "master": hook.master,
-                "quarantine_over_limit": hook.returncode == EXIT_QUARANTINE}
+        over_limit = False
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            status = exit_status(e)
+            if status == EXIT_BAD_INPUT:
+                raise AirflowFailException(f"the replay app refused its arguments or input (exit status 2), "
+                                           f"so retrying cannot help: {e}") from e
+            if status != EXIT_QUARANTINE:
+                raise
+            self.log.warning("The replay quarantined more records than --max-bad-records allows; its output "
+                             "and manifest are committed, and the validate task will fail the run.")
+            over_limit = True
+        return {"run_id": run_id, "output": request.output, "master": self.master,
+                "quarantine_over_limit": over_limit}

@@ -11,10 +11,12 @@ import datetime as dt
 from html import escape
 from urllib.parse import quote, urlencode
 
+from spark_apps.contract import Status
+
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]
-STATUS_COLORS = {"applied": "#59a14f", "duplicate": "#4e79a7", "pending": "#edc948", "filtered": "#bab0ac",
-                 "quarantined": "#e15759"}
+STATUS_COLORS = {Status.APPLIED: "#59a14f", Status.DUPLICATE: "#4e79a7", Status.PENDING: "#edc948",
+                 Status.FILTERED: "#bab0ac", Status.QUARANTINED: "#e15759"}
 STATE_COLORS = {"success": "#2e7d32", "failed": "#c62828", "running": "#1565c0", "queued": "#6d6d6d",
                 "upstream_failed": "#ef6c00"}
 

@@ -1,0 +1,498 @@
+"""The contract between `cdc-replay replay`, the Spark app and the Airflow package: what a
+replay request may hold and which requests are refused (with which message), the registries
+its choices come from, how a request is rendered to the app's arguments and parsed back, the
+event statuses and kinds, and the names the app gives to what it writes.
+
+One module, imported by all three, so that a request is refused identically wherever it is
+made (tests/test_contract.py runs one table of requests through the command line, the app's
+argument parsing and the Airflow form). It imports only the standard library: DAG files import
+it at parse time, and `cdc-replay --help` stays fast (no Spark, Airflow, sqlglot or boto3; the
+codec check imports the codecs when it is called). The options themselves (their help texts)
+are declared in spark_apps.options, which takes its choices from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import json
+import os
+import re
+
+# --- registries ---------------------------------------------------------------------------------
+
+# The protocols cdc_codecs registers, and whether it writes them (codecs import nothing of ours,
+# and importing them takes ~1.5 s (sqlglot): tests/test_contract.py checks this against
+# cdc_codecs.protocols() and each codec's `writable`).
+PROTOCOLS = {"avro": True, "canal-json": True, "canal-protobuf": True, "craft": True, "csv": False,
+             "oceanbase-avro": True, "open-protocol": True}
+# --layout: how an archive holds its records (spark_apps.layouts registers one reader per name)
+LAYOUTS = ("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3")
+TARGET_LAYOUTS = ("kafka-records", "ticdc-storage")
+EMITS = ("snapshot", "topics", "history")
+TARGET_FORMATS = ("kafka", "parquet", "delta", "iceberg")
+LAKE_FORMATS = ("delta", "iceberg")
+DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")
+TOPIC_PLACEHOLDERS = ("topic", "schema", "table")
+TABLE_PLACEHOLDERS = ("schema", "table")
+DEFAULT_TARGET_TOPIC = "{topic}"
+DEFAULT_TARGET_TABLE = "{schema}.{table}"
+
+
+class Status:
+    """Every decoded event (or undecodable record) has exactly one status; the counts reconcile:
+    read = applied + duplicate + pending + filtered + quarantined. EMPTY marks the summary row
+    of an archive object that held no records (counted as nothing)."""
+
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    PENDING = "pending"
+    FILTERED = "filtered"
+    QUARANTINED = "quarantined"
+    EMPTY = "empty"
+    COUNTED = (APPLIED, DUPLICATE, PENDING, FILTERED, QUARANTINED)
+
+
+class Kind:
+    """Event kinds (the same values as cdc_codecs.Kind, which must not import this module)."""
+
+    ROW = "row"
+    DDL = "ddl"
+    WATERMARK = "watermark"
+    # the app's own: a record that could not be decoded, an archive object without records
+    QUARANTINE = "quarantine"
+    EMPTY = "empty"
+    DECODED = (ROW, DDL, WATERMARK)
+
+
+# --- naming: what the app writes below its output (or --manifest-uri) --------------------------
+
+MANIFEST = "_manifest.json"
+STAGING = "_staging"
+QUARANTINE = "_quarantine"
+CATALOG = "_catalog.sqlite"
+COMMIT_LOG = "_commit.json"  # the commit's own log (spark_apps.manifest.commit)
+# below _staging/ but not a run's staging: the Airflow DAGs' staged archive objects and the Kafka
+# output's produced-partition markers
+AIRFLOW_STAGING = f"{STAGING}/airflow"
+PRODUCED_MARKERS = f"{STAGING}/_produced"
+
+
+def join(base: str, *parts: str) -> str:
+    """`base/part/...` without doubled slashes (S3 URIs and local paths alike)."""
+    result = base.rstrip("/")
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            result = f"{result}/{part}"
+    return result
+
+
+def manifest_path(home: str) -> str:
+    return join(home, MANIFEST)
+
+
+def staging_prefix(home: str, run_id: str | None = None) -> str:
+    """Where a run stages its data (and the Airflow DAGs the archive objects they hand over)."""
+    return join(home, STAGING, *([run_id] if run_id else []))
+
+
+def quarantine_prefix(home: str) -> str:
+    return join(home, QUARANTINE)
+
+
+def _local(uri: str) -> str:
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return os.path.realpath(os.path.abspath(uri))
+
+
+def overlaps(a: str, b: str) -> bool:
+    """True when one location is the other or lies inside it (symlinks resolved locally), so
+    writing or replacing one would touch the other."""
+    if a.startswith("s3://") != b.startswith("s3://"):
+        return False
+    if not a.startswith("s3://"):
+        a, b = _local(a), _local(b)
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def in_staging(home: str, uri: str) -> bool:
+    """Inside <home>/_staging/: where the Airflow DAGs stage the archive objects they hand to the
+    app. The commit never touches _staging/ (each run stages under its own id), so reading from
+    there cannot read or replace an output."""
+    staging = staging_prefix(home)
+    if uri.startswith("s3://") != staging.startswith("s3://"):
+        return False
+    if not uri.startswith("s3://"):
+        staging, uri = _local(staging), _local(uri)
+    return (uri.rstrip("/") + "/").startswith(staging.rstrip("/") + "/")
+
+
+# --- the manifest -------------------------------------------------------------------------------
+
+# `version` of _manifest.json. spark_apps.manifest.build is its only builder (the app's runs and
+# the Airflow carry-forward of an interval without objects); read_manifest_doc its reader.
+# 0: no `version` field (before 2026-11-25). 1: `version`; every section below always present.
+MANIFEST_VERSION = 1
+# sections added over time, with the value that means "none" (what an older manifest lacks)
+MANIFEST_DEFAULTS = {"window": {}, "schemas": [], "schema_conflicts": [], "coverage": None, "timeline": None,
+                     "warnings": [], "ddl": [], "partitions": [],
+                     "gaps": {"count": 0, "missing_offsets": 0, "listed": []}}
+
+
+class ManifestError(ValueError):
+    """A manifest this version cannot read; str() follows the manifest's name ("<uri> is not ...")."""
+
+
+def read_manifest_doc(doc) -> dict:
+    """A manifest of this version or an older one, as this version: sections an older one lacks
+    get their empty value; a newer version is refused (its meaning may have changed)."""
+    if not isinstance(doc, dict) or not {"run_id", "output"} <= set(doc):
+        raise ManifestError("is not a cdc-replay manifest (no run_id and output)")
+    version = doc.get("version", 0)
+    if not isinstance(version, int) or version > MANIFEST_VERSION:
+        raise ManifestError(f"was written by a newer cdc-replay (manifest version {version!r}); this one reads "
+                            f"versions up to {MANIFEST_VERSION}")
+    out = {**{k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+              for k, v in MANIFEST_DEFAULTS.items()}, **doc, "version": MANIFEST_VERSION}
+    quarantine = dict(out.get("quarantine") or {})
+    quarantine.setdefault("reasons", [])
+    quarantine.setdefault("ddl", [])
+    quarantine.setdefault("objects", [])
+    out["quarantine"] = quarantine
+    return out
+
+
+# --- commit ts ----------------------------------------------------------------------------------
+
+LAST_CUT = "last"
+
+
+class Invalid(argparse.ArgumentTypeError, ValueError):
+    """A value that cannot be used; argparse shows its message as is."""
+
+
+def tso_of(moment: dt.datetime) -> int:
+    """The TiDB TSO of a moment: milliseconds since the epoch, shifted left 18 bits."""
+    if moment.tzinfo is None:
+        raise ValueError("a time zone is required")
+    return int(round(moment.timestamp() * 1000)) << 18
+
+
+def time_of_tso(ts: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc)
+
+
+def commit_ts(text) -> int:
+    """A commit ts given as a TSO integer or as an ISO-8601 time with a zone (converted to the
+    TSO of that millisecond); Invalid says which forms are accepted."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise Invalid(f"{text} is negative; a commit ts (TSO) is 0 or more")
+        return text
+    text = str(text).strip()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    if re.fullmatch(r"-\d+", text):
+        raise Invalid(f"{text} is negative; a commit ts (TSO) is 0 or more")
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise Invalid(f"{text!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        raise Invalid(f"{text!r} has no time zone (add Z or +00:00)")
+    return tso_of(moment)
+
+
+commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"
+
+
+def since_ts(text) -> int | str:
+    """--since: a commit ts, or `last` (a lakehouse snapshot: the tables' last committed cut)."""
+    return LAST_CUT if str(text).strip().lower() == LAST_CUT else commit_ts(text)
+
+
+since_ts.__name__ = "commit ts (or last)"
+
+
+# --- Kafka URIs and offsets ---------------------------------------------------------------------
+
+KAFKA = "kafka://"
+
+
+class KafkaUriError(ValueError):
+    pass
+
+
+def is_kafka(uri: str | None) -> bool:
+    return bool(uri) and uri.startswith(KAFKA)
+
+
+def parse_kafka_uri(uri: str, *, topics_required: bool) -> tuple[str, list[str]]:
+    """kafka://servers[/topic,...] -> (bootstrap servers, topics)."""
+    rest = uri[len(KAFKA):]
+    servers, _, path = rest.partition("/")
+    topics = [t.strip() for t in path.split(",") if t.strip()]
+    if not servers or any(":" not in s for s in servers.split(",")):
+        raise KafkaUriError(f"{uri}: expected kafka://host:port[,host:port]{'/topic[,topic]' if topics_required else ''}")
+    if topics_required and not topics:
+        raise KafkaUriError(f"{uri}: name the topics to read, e.g. kafka://{servers}/topic1,topic2")
+    if not topics_required and topics:
+        raise KafkaUriError(f"{uri}: a Kafka output takes no topics in the URI; name them with --target-topic")
+    return servers, topics
+
+
+def check_offsets(value: str, option: str, *, ending: bool) -> None:
+    """Spark's Kafka source accepts earliest/latest or JSON {"topic": {"partition": offset}},
+    -2 meaning earliest and -1 latest (an ending offset cannot be earliest)."""
+    if value in ("earliest", "latest"):
+        if ending and value == "earliest":
+            raise KafkaUriError(f"{option} earliest would read nothing; use latest or per-partition offsets")
+        return
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        raise KafkaUriError(f"{option} must be earliest, latest or JSON like "
+                            f'{{"topic": {{"0": 42, "1": -2}}}}, not {value!r}') from None
+    if not isinstance(doc, dict) or not all(
+            isinstance(parts, dict) and all(str(p).isdigit() and isinstance(o, int) and o >= -2 for p, o in parts.items())
+            for parts in doc.values()):
+        raise KafkaUriError(f"{option} JSON must map topics to {{partition: offset}} with offsets >= -2, not {value}")
+    if ending and any(o == -2 for parts in doc.values() for o in parts.values()):
+        raise KafkaUriError(f"{option}: -2 (earliest) is not allowed as an ending offset (Spark's rule)")
+
+
+# --- the request: rules -------------------------------------------------------------------------
+
+
+class RequestError(ValueError):
+    """A request refused; `option` is the app option at fault (--output ...), str() the message,
+    the same whichever entry point made the request."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+        self.message = message
+
+
+TABLE_PATTERN = r"^[^.\s,]+\.[^.\s,]+$"
+
+
+def check_table_patterns(patterns) -> None:
+    for pattern in patterns:
+        if not re.match(TABLE_PATTERN, pattern.strip()):
+            raise RequestError("--tables", f"--tables pattern {pattern!r} is not of the form db.table (shell "
+                                           "wildcards allowed: shop.*, *.orders)")
+        re.compile(fnmatch.translate(pattern))
+
+
+def _one_of(option: str, value, allowed) -> None:
+    if value not in allowed:
+        raise RequestError(option, f"{option} {value!r} is not one of {', '.join(allowed)}")
+
+
+def _placeholders(option: str, template: str, allowed) -> None:
+    for name in re.findall(r"\{([^}]*)\}", template):
+        if name not in allowed:
+            raise RequestError(option, f"{option} {template!r}: unknown placeholder {{{name}}}; use "
+                                       + " or ".join(f"{{{a}}}" for a in allowed))
+
+
+def check(args) -> None:
+    """Every rule that needs neither the network nor the codecs, in one order; raises
+    RequestError. `args` is a spark_apps.options.ReplayArgs (from the command line, the app's
+    arguments or the Airflow form's request)."""
+    output_format = args.output_format
+    lake = output_format in LAKE_FORMATS
+    for option, protocol in (("--protocol", args.protocol), ("--target-protocol", args.target_protocol)):
+        if protocol is not None and protocol not in PROTOCOLS:
+            raise RequestError(option, f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
+    target_protocol = args.target_protocol or args.protocol
+    if not PROTOCOLS[target_protocol]:
+        raise RequestError("--target-protocol", f"{target_protocol} is read, not written: give --target-protocol "
+                                                "(e.g. canal-json with --target-option enable-tidb-extension=true)")
+    _one_of("--emit", args.emit, EMITS)
+    if args.target_format is not None:
+        _one_of("--target-format", args.target_format, TARGET_FORMATS)
+    _one_of("--layout", args.layout, LAYOUTS)
+    _one_of("--target-layout", args.target_layout, TARGET_LAYOUTS)
+    _one_of("--dispatcher", args.dispatcher, DISPATCHERS)
+    # Kafka sources and outputs (docs/kafka.md)
+    try:
+        if is_kafka(args.source):
+            parse_kafka_uri(args.source, topics_required=True)
+            check_offsets(args.starting_offsets, "--starting-offsets", ending=False)
+            check_offsets(args.ending_offsets, "--ending-offsets", ending=True)
+            if args.layout != "auto":
+                raise RequestError("--layout", "--layout: a kafka:// --source has no archive layout; leave it auto")
+        elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
+            raise RequestError("--starting-offsets", "--starting-offsets / --ending-offsets apply to a kafka:// "
+                                                     "--source")
+    except KafkaUriError as e:
+        raise RequestError("--source", str(e)) from None
+    try:
+        if is_kafka(args.output):
+            parse_kafka_uri(args.output, topics_required=False)
+    except KafkaUriError as e:
+        raise RequestError("--output", str(e)) from None
+    if is_kafka(args.output):
+        if output_format != "kafka":
+            raise RequestError("--output", "a kafka:// --output takes Kafka records (--emit topics or snapshot)")
+        if not args.manifest_uri:
+            raise RequestError("--manifest-uri", "a kafka:// --output needs --manifest-uri: where the manifest of "
+                                                 "what was produced, the quarantine and the produced-partition "
+                                                 "markers go")
+        if is_kafka(args.manifest_uri):
+            raise RequestError("--manifest-uri", "--manifest-uri is object storage (a local directory or s3://), "
+                                                 "not Kafka")
+    elif args.manifest_uri:
+        raise RequestError("--manifest-uri", "--manifest-uri applies to a kafka:// --output (other outputs hold "
+                                             "their manifest)")
+    if is_kafka(args.base_snapshot):
+        raise RequestError("--base-snapshot", "--base-snapshot must be an archive (a snapshot run's output), not "
+                                              "Kafka")
+    # the output is replaced as a whole: it must lie outside everything the run reads
+    option_out, home = ("--manifest-uri", args.manifest_uri) if is_kafka(args.output) else ("--output", args.output)
+    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
+        if home and uri and not is_kafka(uri) and overlaps(home, uri) and not in_staging(home, uri):
+            raise RequestError(option_out, f"{option_out} {home} overlaps {option} {uri}: the output (with its "
+                                           f"{QUARANTINE}/ and {STAGING}/) is replaced when the run commits, so it "
+                                           "must lie outside what the run reads")
+    check_table_patterns(args.table_patterns())
+    if args.target_partitions is not None and args.target_partitions < 1:
+        raise RequestError("--target-partitions", "--target-partitions must be at least 1")
+    if args.max_bad_records < 0:
+        raise RequestError("--max-bad-records", "--max-bad-records must be 0 or more")
+    for name in ("as_of", "until", "since"):
+        value = getattr(args, name)
+        if value is not None and value != LAST_CUT and (not isinstance(value, int) or value < 0):
+            raise RequestError(f"--{name.replace('_', '-')}",
+                               f"--{name.replace('_', '-')} must be a commit ts (a non-negative TSO)")
+    if args.as_of is not None and args.until is not None:
+        raise RequestError("--until", "--as-of and --until are the same bound: give one of them")
+    # what is emitted, and how it is written
+    if args.emit == "history" and output_format not in ("parquet", *LAKE_FORMATS):
+        raise RequestError("--target-format", "--emit history is written as Parquet, Delta or Iceberg "
+                                              "(--target-format parquet|delta|iceberg)")
+    if args.emit == "topics" and output_format != "kafka":
+        raise RequestError("--target-format", "--emit topics is written as a Kafka-record archive "
+                                              "(--target-format kafka)")
+    if args.target_layout == "ticdc-storage" and (output_format != "kafka" or target_protocol != "canal-json"):
+        raise RequestError("--target-layout", "--target-layout ticdc-storage writes canal-json data files: use "
+                                              "--target-protocol canal-json (with --target-option "
+                                              "enable-tidb-extension=true) and --emit snapshot or topics")
+    _placeholders("--target-topic", args.target_topic, TOPIC_PLACEHOLDERS)
+    if not re.fullmatch(r"[A-Za-z0-9._\-{}]+", args.target_topic):
+        raise RequestError("--target-topic", f"--target-topic {args.target_topic!r}: a Kafka topic name has only "
+                                             "letters, digits, . _ -")
+    if args.target_table != DEFAULT_TARGET_TABLE and not lake:
+        raise RequestError("--target-table", "--target-table applies to --target-format delta or iceberg")
+    if args.catalog and output_format != "iceberg":
+        raise RequestError("--catalog", "--catalog applies to --target-format iceberg")
+    _placeholders("--target-table", args.target_table, TABLE_PLACEHOLDERS)
+    if len([p for p in args.target_table.split(".") if p]) < 2:
+        raise RequestError("--target-table", f"--target-table {args.target_table!r} must give at least "
+                                             "namespace.table (e.g. {schema}.{table})")
+    # a window: (since, until]
+    if args.since == LAST_CUT and not (lake and args.emit == "snapshot"):
+        raise RequestError("--since", "--since last applies to --emit snapshot with --target-format delta or iceberg")
+    if args.base_snapshot:
+        if args.emit == "topics":
+            raise RequestError("--base-snapshot", "--base-snapshot applies to --emit snapshot; topics of a window "
+                                                  "need only --since")
+        if lake:
+            raise RequestError("--base-snapshot", "--base-snapshot is not used with --target-format delta/iceberg: "
+                                                  "the tables hold the state at --since, and the window is merged "
+                                                  "into them")
+    elif args.since is not None and args.emit == "snapshot" and not lake:
+        raise RequestError("--since", "a snapshot of a window needs --base-snapshot (the snapshot at --since); "
+                                      "without it, use --emit topics or history for the window's changes")
+    if isinstance(args.since, int) and args.upper is not None and args.upper <= args.since:
+        raise RequestError("--since", f"the window is empty: --since {args.since} is not below --until/--as-of "
+                                      f"{args.upper}")
+
+
+def check_codecs(args) -> None:
+    """Configure the source and target codecs as the app will (unknown option names, bad values).
+    Imports the codecs (~1.5 s): call it before work starts, not while a DAG file is parsed."""
+    from cdc_codecs import get_codec, parse_option_pairs
+    from cdc_codecs.errors import CodecError
+
+    try:
+        get_codec(args.protocol, parse_option_pairs(args.protocol_option))
+    except CodecError as e:
+        raise RequestError("--protocol-option", str(e)) from None
+    try:
+        get_codec(args.target_protocol or args.protocol, parse_option_pairs(args.target_option))
+    except CodecError as e:
+        raise RequestError("--target-option" if args.target_option else "--target-protocol", str(e)) from None
+
+
+# --- rendering and parsing back -----------------------------------------------------------------
+
+# (field, option, default) in the order the arguments are rendered; lists repeat their option
+_RENDERED = (
+    ("source", "--source", None), ("protocol", "--protocol", None), ("layout", "--layout", "auto"),
+    ("layout_option", "--layout-option", []),
+    ("starting_offsets", "--starting-offsets", "earliest"), ("ending_offsets", "--ending-offsets", "latest"),
+    ("protocol_option", "--protocol-option", []), ("output", "--output", None), ("emit", "--emit", None),
+    ("manifest_uri", "--manifest-uri", None), ("target_protocol", "--target-protocol", None),
+    ("target_option", "--target-option", []), ("target_format", "--target-format", None),
+    ("target_layout", "--target-layout", "kafka-records"),
+    ("target_table", "--target-table", DEFAULT_TARGET_TABLE), ("catalog", "--catalog", []),
+    ("as_of", "--as-of", None), ("since", "--since", None), ("until", "--until", None),
+    ("base_snapshot", "--base-snapshot", None), ("schema", "--schema", None),
+    ("require_schema", "--require-schema", False), ("require_contiguous", "--require-contiguous", False),
+    ("tables", "--tables", None), ("target_topic", "--target-topic", DEFAULT_TARGET_TOPIC),
+    ("target_partitions", "--target-partitions", None), ("dispatcher", "--dispatcher", "index-value"),
+    ("max_bad_records", "--max-bad-records", object()),  # always given: the operator's exit 3 rule reads it
+    ("max_records_per_object", "--max-records-per-object", 100_000),
+    ("master", "--master", "local[*]"), ("run_id", "--run-id", None), ("spark_conf", "--spark-conf", []),
+    ("spark_ui", "--spark-ui", False), ("s3_read_chunk_size", "--s3-read-chunk-size", 8 << 20),
+    ("s3_max_attempts", "--s3-max-attempts", None), ("s3_retry_mode", "--s3-retry-mode", None),
+)
+
+
+def to_argv(args, *, master: bool = True) -> list[str]:
+    """The app's arguments for `args` (a ReplayArgs), options at their defaults left out;
+    `parse(to_argv(a)) == a` (tests/test_contract.py). master=False leaves --master to the
+    caller (the Airflow operator takes it from the Spark connection)."""
+    argv: list[str] = []
+    for field, option, default in _RENDERED:
+        value = getattr(args, field)
+        if (field == "master" and not master) or value is None or value == default:
+            continue
+        if isinstance(value, bool):
+            argv.append(option)
+        elif isinstance(value, list):
+            for item in value:
+                argv += [option, str(item)]
+        else:
+            argv += [option, str(value)]
+    return argv
+
+
+def argparse_refusal(message: str) -> RequestError:
+    """argparse's message ("argument --as-of: X") as the contract words it ("--as-of: X", the
+    same text the Airflow form gives for that field)."""
+    match = re.match(r"argument (--[\w-]+)(?:/[^:]*)?: (.*)", message, re.S)
+    if not match:
+        return RequestError("arguments", message)
+    return RequestError(match.group(1), f"{match.group(1)}: {match.group(2)}")
+
+
+class RefusingParser(argparse.ArgumentParser):
+    """An argument parser whose refusals are RequestError (the contract's words), not exit 2."""
+
+    def error(self, message):
+        raise argparse_refusal(message)
+
+
+def parse(argv: list[str]):
+    """The app's arguments -> ReplayArgs (RequestError for what argparse refuses)."""
+    from spark_apps.options import ReplayArgs, parser
+
+    return ReplayArgs.from_namespace(parser(RefusingParser).parse_args(argv))

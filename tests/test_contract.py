@@ -92,11 +92,22 @@ def _paths(tmp_path, value: str) -> str:
     return value
 
 
-def _requests(tmp_path, argv: list[str], fields: dict) -> tuple[list[str], dict]:
+@pytest.fixture(scope="module")
+def kafka_broker():
+    """A real broker for the accepted kafka:// rows: the CLI asks the cluster for its metadata
+    before Spark starts (an unreachable one is refused), so an accepted request needs one."""
+    from tests.support.kafka import KafkaBroker
+
+    server = KafkaBroker().start()
+    yield server
+    server.stop()
+
+
+def _requests(tmp_path, argv: list[str], fields: dict, servers: str = "localhost:9092") -> tuple[list[str], dict]:
     (tmp_path / "src").mkdir(exist_ok=True)
     kafka = "KAFKA" in argv
     argv = [_paths(tmp_path, a) for a in argv if a != "KAFKA"]
-    head = ["--source", "kafka://localhost:9092/shop" if kafka else str(tmp_path / "src"),
+    head = ["--source", f"kafka://{servers}/shop" if kafka else str(tmp_path / "src"),
             "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot"]
     if "--output" not in argv:
         head += ["--output", str(tmp_path / "out")]
@@ -115,10 +126,12 @@ def _parses(argv) -> bool:
 
 
 @pytest.mark.parametrize("name, argv, fields, refusal", ROWS, ids=[r[0] for r in ROWS])
-def test_one_verdict_from_the_cli_the_app_and_the_form(name, argv, fields, refusal, tmp_path, capsys):
+def test_one_verdict_from_the_cli_the_app_and_the_form(name, argv, fields, refusal, tmp_path, capsys, request):
     from cdc_replay_airflow import tasks
 
-    argv, conf = _requests(tmp_path, argv, fields)
+    servers = request.getfixturevalue("kafka_broker").bootstrap if "KAFKA" in argv and refusal is None \
+        else "localhost:9092"
+    argv, conf = _requests(tmp_path, argv, fields, servers)
     # the app's own argument parsing (spark_apps.replay.main's first step; no Spark)
     try:
         app.parse_args(argv)

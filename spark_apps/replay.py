@@ -640,15 +640,18 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         F.min("timeline").alias("first"), F.max("timeline").alias("last"), sample.alias("_sample"),
     )
     # the groups (tables x timeline buckets x column sets) can be thousands per task: past
-    # this many (Spark's default is 128) the hash map would fall back to sorting the events
+    # this many (Spark's default is 128) the hash map would fall back to sorting the events;
+    # a value given with --spark-conf is kept
     conf = tagged.sparkSession.conf
     threshold = "spark.sql.objectHashAggregate.sortBased.fallbackThreshold"
-    saved = conf.get(threshold, None)
-    conf.set(threshold, str(SUMMARY_GROUPS_IN_MEMORY))
+    given = conf.get(threshold, None) is not None
+    if not given:
+        conf.set(threshold, str(SUMMARY_GROUPS_IN_MEMORY))
     try:
         groups = aggregated.collect()
     finally:
-        conf.unset(threshold) if saved is None else conf.set(threshold, saved)
+        if not given:
+            conf.unset(threshold)
 
     def lowest(a, b):
         return b if a is None else a if b is None else min(a, b)

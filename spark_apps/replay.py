@@ -541,6 +541,9 @@ def _ddl_where_sql_says(spark, decoded, statements):
             .drop("_db", "_tb", "_q", "_target_db", "_target_tb"))
 
 
+SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
+
+
 def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     """The small aggregates the run needs from the tagged events, from one Spark action:
 
@@ -551,8 +554,13 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     * `shapes` (when `shapes`): the distinct column sets (lower-case name, type) of the applied
       rows' new images per table, with the first and last timeline point and events of each.
 
-    One group-by whose key also holds the DDL event (applied DDL only) and the row's column set
-    (applied rows only): both are null for every other event, so the groups stay few."""
+    One group-by whose key also holds the row's column set (applied rows only; null for every
+    other event, so the groups stay few); the applied DDL events are collected per group. The
+    column set is the image's names and types as they come (field extraction, no per-row
+    lambda); lower-casing, sorting and merging the sets is done here on the driver. Collecting
+    the DDL (a typed aggregate) lets Spark aggregate in a hash map (ObjectHashAggregate) instead
+    of sorting every event by the group key, which the array and struct buffers (`first`,
+    `last`, the sample) would force (SortAggregate): docs/engine.md, Part 2."""
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
@@ -562,20 +570,32 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
     shape = F.lit(None) if not shapes else F.when(
         applied & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull(),
-        F.array_sort(F.transform("after", lambda c: F.struct(F.lower(c["name"]).alias("name"),
-                                                             c["mysql_type"].alias("type")))))
+        F.struct(F.col("after.name").alias("names"), F.col("after.mysql_type").alias("types")))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
     # quarantined records: their reason class is a key, their first record (by place) a sample
     quarantined = F.col("status") == Status.QUARANTINED
     reason = F.when(quarantined, T.reason_class(F.col("error")))
     sample = F.min_by(F.when(quarantined, F.struct("object", "line", "topic", "partition", "offset", "error")),
                       F.when(quarantined, F.struct("object", "line", "offset")))
-    groups = tagged.groupBy("status", "kind", "database", "table", "error_stage", bucket.alias("_bucket"),
-                            ddl.alias("_ddl"), shape.alias("_shape"), reason.alias("_reason")).agg(
-        F.count(F.lit(1)).alias("events"),
+    aggregated = tagged.groupBy("status", "kind", "database", "table", "error_stage", bucket.alias("_bucket"),
+                                shape.alias("_shape"), reason.alias("_reason")).agg(
+        F.count(F.lit(1)).alias("events"), F.collect_list(ddl).alias("_ddl"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.min("timeline").alias("first"), F.max("timeline").alias("last"), sample.alias("_sample"),
-    ).collect()
+    )
+    # the groups (tables x timeline buckets x column sets) can be thousands per task: past
+    # this many (Spark's default is 128) the hash map would fall back to sorting the events;
+    # a value given with --spark-conf is kept
+    conf = tagged.sparkSession.conf
+    threshold = "spark.sql.objectHashAggregate.sortBased.fallbackThreshold"
+    given = conf.get(threshold, None) is not None
+    if not given:
+        conf.set(threshold, str(SUMMARY_GROUPS_IN_MEMORY))
+    try:
+        groups = aggregated.collect()
+    finally:
+        if not given:
+            conf.unset(threshold)
 
     def lowest(a, b):
         return b if a is None else a if b is None else min(a, b)
@@ -600,11 +620,11 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         c["events"] += g["events"]
         c["min_commit_ts"] = lowest(c["min_commit_ts"], g["min_commit_ts"])
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
-        if g["_ddl"] is not None:
-            ddl_rows += [{**g["_ddl"].asDict(), "database": g["database"], "table": g["table"]}] * g["events"]
+        ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
-            skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in g["_shape"]))
-            s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": g["_shape"],
+            columns = _shape_columns(g["_shape"])
+            skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
+            s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
                                            "first": g["first"], "last": g["last"], "events": 0})
             s["first"], s["last"] = min(s["first"], g["first"]), max(s["last"], g["last"])
             s["events"] += g["events"]
@@ -617,6 +637,18 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
     return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
             "reasons": listed[:T.REASONS_LISTED]}
+
+
+def _shape_columns(shape) -> list:
+    """An image's column set as (lower-case name, type) rows in the order Spark's `array_sort`
+    of those structs gives (by name, then type; a null field first)."""
+    from pyspark.sql import Row
+
+    def nulls_first(value):
+        return (value is not None, value or "")
+
+    pairs = [((n.lower() if n is not None else None), t) for n, t in zip(shape["names"], shape["types"])]
+    return [Row(name=n, type=t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:

@@ -48,3 +48,23 @@ def test_a_snapshot_run_of_a_tiny_archive_stays_within_its_jobs_and_stages(spark
     print(f"{case}: {jobs} jobs, {stages} stages")
     assert jobs <= MAX_JOBS[case], f"{jobs} Spark jobs (at most {MAX_JOBS[case]})"
     assert stages <= MAX_STAGES[case], f"{stages} Spark stages (at most {MAX_STAGES[case]})"
+
+
+def test_the_summary_column_sets_sort_as_spark_sorted_them(spark):
+    """The summary collects an image's names and types as they come and canonicalises them on
+    the driver (replay._shape_columns); the result must be what the former per-row
+    `array_sort(transform(after, c -> struct(lower(name), type)))` gave."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.replay import _shape_columns
+
+    images = [[("b", "int"), ("A", "varchar(8)"), ("a", "int")], [("Ünï", None), ("z", "text"), ("é", "blob")],
+              [("x", None), ("X", "int"), ("ß", "date")], []]
+    df = spark.createDataFrame([(i, [{"name": n, "mysql_type": t} for n, t in img]) for i, img in enumerate(images)],
+                               "i int, after array<struct<name: string, mysql_type: string>>")
+    rows = df.select("i", F.array_sort(F.transform("after", lambda c: F.struct(
+        F.lower(c["name"]).alias("name"), c["mysql_type"].alias("type")))).alias("spark"),
+        F.struct(F.col("after.name").alias("names"), F.col("after.mysql_type").alias("types")).alias("shape"),
+    ).orderBy("i").collect()
+    for row in rows:
+        assert [tuple(c) for c in _shape_columns(row["shape"])] == [tuple(c) for c in row["spark"]]

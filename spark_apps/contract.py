@@ -324,15 +324,21 @@ def check(args) -> None:
     try:
         if is_kafka(args.source):
             parse_kafka_uri(args.source, topics_required=True)
-            check_offsets(args.starting_offsets, "--starting-offsets", ending=False)
-            check_offsets(args.ending_offsets, "--ending-offsets", ending=True)
-            if args.layout != "auto":
-                raise RequestError("--layout", "--layout: a kafka:// --source has no archive layout; leave it auto")
-        elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
-            raise RequestError("--starting-offsets", "--starting-offsets / --ending-offsets apply to a kafka:// "
-                                                     "--source")
     except KafkaUriError as e:
         raise RequestError("--source", str(e)) from None
+    for option, value, ending in (("--starting-offsets", args.starting_offsets, False),
+                                  ("--ending-offsets", args.ending_offsets, True)):
+        try:
+            if is_kafka(args.source):
+                check_offsets(value, option, ending=ending)
+        except KafkaUriError as e:
+            raise RequestError(option, str(e)) from None
+    if is_kafka(args.source):
+        if args.layout != "auto":
+            raise RequestError("--layout", "--layout: a kafka:// --source has no archive layout; leave it auto")
+    elif (args.starting_offsets, args.ending_offsets) != ("earliest", "latest"):
+        raise RequestError("--starting-offsets", "--starting-offsets / --ending-offsets apply to a kafka:// "
+                                                 "--source")
     try:
         if is_kafka(args.output):
             parse_kafka_uri(args.output, topics_required=False)

@@ -177,7 +177,6 @@ def test_kafka_fields_become_the_apps_kafka_uris_and_options():
 
 @pytest.mark.parametrize("conf, field", [
     ({"output": "kafka://", "emit": "topics"}, "manifest_uri"),
-    ({"output": "kafka://", "manifest_uri": "s3://lake/m", "emit": "snapshot"}, "emit"),
     ({"output": "kafka://127.0.0.1:9092", "manifest_uri": "s3://lake/m", "emit": "topics"}, "output"),
     ({"source": "kafka://shop", "starting_offsets": "oldest"}, "starting_offsets"),
     ({"source": "kafka://shop", "ending_offsets": "earliest"}, "ending_offsets"),

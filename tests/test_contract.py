@@ -103,7 +103,16 @@ def kafka_broker():
     server.stop()
 
 
-def _requests(tmp_path, argv: list[str], fields: dict, servers: str = "localhost:9092") -> tuple[list[str], dict]:
+def _unused_servers() -> str:
+    """A loopback address nothing listens on: refused rows never reach the network (the
+    contract refuses first), and no test relies on a fixed service port."""
+    from spark_apps.local_s3 import free_port
+
+    return f"127.0.0.1:{free_port()}"
+
+
+def _requests(tmp_path, argv: list[str], fields: dict, servers: str | None = None) -> tuple[list[str], dict]:
+    servers = servers or _unused_servers()
     (tmp_path / "src").mkdir(exist_ok=True)
     kafka = "KAFKA" in argv
     argv = [_paths(tmp_path, a) for a in argv if a != "KAFKA"]
@@ -130,7 +139,7 @@ def test_one_verdict_from_the_cli_the_app_and_the_form(name, argv, fields, refus
     from cdc_replay_airflow import tasks
 
     servers = request.getfixturevalue("kafka_broker").bootstrap if "KAFKA" in argv and refusal is None \
-        else "localhost:9092"
+        else None
     argv, conf = _requests(tmp_path, argv, fields, servers)
     # the app's own argument parsing (spark_apps.replay.main's first step; no Spark)
     try:
@@ -182,7 +191,8 @@ def test_rendering_parses_back_to_the_same_request(tmp_path):
     args = contract.parse(argv)
     assert args.until == ISO_TSO and args.spark_ui and args.catalog == ["uri=sqlite:////tmp/c.db"]
     assert contract.parse(contract.to_argv(args)) == args
-    kafka = contract.parse(["--source", "kafka://h:9092/t", "--protocol", "avro", "--output", "kafka://h:9092",
+    servers = _unused_servers()
+    kafka = contract.parse(["--source", f"kafka://{servers}/t", "--protocol", "avro", "--output", f"kafka://{servers}",
                             "--manifest-uri", "/tmp/m", "--emit", "topics", "--starting-offsets", '{"t": {"0": 1}}',
                             "--ending-offsets", '{"t": {"0": 9}}', "--as-of", "7"])
     assert contract.parse(contract.to_argv(kafka)) == kafka

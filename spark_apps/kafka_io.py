@@ -260,7 +260,7 @@ class KafkaPartitionWriter:
         consumer = Consumer({"bootstrap.servers": self.servers, **self.config, "group.id": "cdc-replay-offsets",
                              "enable.auto.commit": False, "isolation.level": "read_committed"})
         try:
-            high = _end_offset(consumer, TopicPartition(self.topic, self.partition))
+            _low, high = watermark_offsets(consumer, TopicPartition(self.topic, self.partition))
         finally:
             consumer.close()
         started = _read_marker(_marker(self.markers, "started", self.topic, self.partition))
@@ -325,8 +325,8 @@ _RETRIABLE = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC
               "NOT_COORDINATOR", "_TRANSPORT")
 
 
-def _end_offset(consumer, partition, wait_s: float = 60) -> int:
-    """The partition's high watermark, waiting out leader elections instead of failing the task."""
+def watermark_offsets(consumer, partition, wait_s: float = 60) -> tuple[int, int]:
+    """The partition's (low, high) watermarks, waiting out leader elections instead of failing."""
     import time
 
     from confluent_kafka import KafkaException
@@ -334,7 +334,7 @@ def _end_offset(consumer, partition, wait_s: float = 60) -> int:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return consumer.get_watermark_offsets(partition, timeout=30)[1]
+            return consumer.get_watermark_offsets(partition, timeout=30)
         except KafkaException as e:
             if not any(code in str(e) for code in _RETRIABLE) or time.monotonic() > deadline:
                 raise

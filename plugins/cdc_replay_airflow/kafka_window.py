@@ -38,6 +38,8 @@ def watermarks(servers: str, config: dict, topics: list[str]) -> dict[tuple[str,
     """(low, high) watermark of every partition of the topics."""
     from confluent_kafka import TopicPartition
 
+    from spark_apps.kafka_io import watermark_offsets
+
     consumer = _consumer(servers, config)
     try:
         metadata = consumer.list_topics(timeout=30)
@@ -47,7 +49,7 @@ def watermarks(servers: str, config: dict, topics: list[str]) -> dict[tuple[str,
             if meta is None or meta.error is not None:
                 raise WindowError(f"topic {topic} does not exist on {servers}")
             for p in sorted(meta.partitions):
-                out[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                out[(topic, p)] = watermark_offsets(consumer, TopicPartition(topic, p))
         return out
     finally:
         consumer.close()

@@ -289,8 +289,12 @@ def main() -> int:
     if args.skip_replay:
         spark.stop()
         return 0
-    print("\nfull replay (local archive -> snapshot), each size beside plain-Spark baselines on the same archive:\n")
-    print("| events | records read | replay | seconds | events/s |\n|---:|---:|---|---:|---:|")
+    from peak_memory import PeakMemory
+
+    print("\nfull replay (local archive -> snapshot), each size beside plain-Spark baselines on the same archive;"
+          " peak RSS of the JVM (driver and executors: one process in local mode) and of the Python workers:\n")
+    print("| events | records read | replay | seconds | events/s | vs hand-written | JVM peak MB | Python workers peak MB |"
+          "\n|---:|---:|---|---:|---:|---:|---:|---:|")
     workdir = tempfile.mkdtemp(prefix="cdc-bench-")
     source = os.path.join(workdir, "archive")
     written = 0
@@ -302,15 +306,22 @@ def main() -> int:
             write_history(size, source, chunk, first_event=written)
             print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->", flush=True)
             written = size
-            seconds, manifest = bench_replay(spark, source, workdir)
+            rows = []
+            with PeakMemory() as peak:
+                seconds, manifest = bench_replay(spark, source, workdir)
             read, records = manifest["counts"]["read"], manifest["counts"]["records"]
-            print(f"| {size:,} | {records:,} | cdc-replay (`replay.run`, snapshot) | {seconds:.1f} | "
-                  f"{read / seconds:,.0f} |", flush=True)
+            rows.append(("cdc-replay (`replay.run`, snapshot)", seconds, peak))
             for kind, label in (("native", "baseline: plain Spark SQL, `from_json`, last row per key"),
                                 ("udf", "baseline: the same with a row-at-a-time Python UDF parser")):
                 if kind in args.baselines.split(","):
-                    seconds = bench_naive_replay(spark, source, workdir, kind)
-                    print(f"| {size:,} | {records:,} | {label} | {seconds:.1f} | {read / seconds:,.0f} |", flush=True)
+                    with PeakMemory() as peak:
+                        seconds = bench_naive_replay(spark, source, workdir, kind)
+                    rows.append((label, seconds, peak))
+            hand_written = next((s for label, s, _ in rows if "from_json" in label), None)
+            for label, seconds, peak in rows:
+                ratio = f"{hand_written / seconds:.2f}x" if hand_written else "-"
+                print(f"| {size:,} | {records:,} | {label} | {seconds:.1f} | {read / seconds:,.0f} | {ratio} | "
+                      f"{peak.jvm_mb:,.0f} | {peak.workers_mb:,.0f} |", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     spark.stop()

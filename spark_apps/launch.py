@@ -20,6 +20,48 @@ def is_local(master: str) -> bool:
 
 LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spark's default is 1g)
 
+# Small local runs (docs/engine.md "Small runs"): a replay of a small archive is mostly JVM
+# fixed cost, a third of it the C2 JIT compiler's threads; C1 alone compiles far less but
+# gives slower peak code, so it is chosen only for local masters and sources up to a size.
+SMALL_RUN_ENV = "CDC_REPLAY_SMALL_RUN_MB"
+SMALL_RUN_MB = 16.0  # default threshold (MB of archive objects, as stored); 0 turns it off
+SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def small_run_threshold(env: dict | None = None) -> int:
+    """Bytes up to which a local run counts as small ($CDC_REPLAY_SMALL_RUN_MB, default 16)."""
+    value = (os.environ if env is None else env).get(SMALL_RUN_ENV, "").strip()
+    try:
+        mb = float(value) if value else SMALL_RUN_MB
+    except ValueError:
+        raise ValueError(f"${SMALL_RUN_ENV}={value!r} is not a number of MB") from None
+    if mb < 0:
+        raise ValueError(f"${SMALL_RUN_ENV}={value!r} is negative")
+    return int(mb * 1_000_000)
+
+
+def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
+                      env: dict | None = None) -> tuple[str | None, str]:
+    """(driver JVM options to add, or None; why, for the log): C1-only JIT for a local run of
+    a small source. Never for a cluster master, nor when --spark-conf sets the driver's Java
+    options (the user's value wins), nor when the source's size is unknown (Kafka)."""
+    threshold = small_run_threshold(env)
+    if not is_local(master):
+        return None, f"driver JVM with its default JIT: master {master} is a cluster"
+    if DRIVER_JAVA_OPTIONS in (conf or {}):
+        return None, f"driver JVM options as --spark-conf {DRIVER_JAVA_OPTIONS} gives them"
+    if source_bytes is None:
+        return None, "driver JVM with its default JIT: the source's size is not known before the run"
+    size = f"{source_bytes / 1e6:.1f} MB"
+    if threshold == 0:
+        return None, f"driver JVM with its default JIT: ${SMALL_RUN_ENV}=0 turns the small-run settings off"
+    if source_bytes > threshold:
+        return None, (f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}="
+                      f"{threshold / 1e6:g} MB")
+    return SMALL_RUN_JAVA_OPTIONS, (f"small local run ({size} of source, at most ${SMALL_RUN_ENV}="
+                                    f"{threshold / 1e6:g}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only)")
+
 
 def spark_submit_command(
     app_args: list[str],
@@ -30,14 +72,16 @@ def spark_submit_command(
     spark_submit: str | None = None,
     app: str = REPLAY_APP,
     conf: dict[str, str] | None = None,
+    driver_java_options: str | None = None,
 ) -> list[str]:
     """spark-submit <confs> <app> <app_args>. Workers use `python` (the venv's), not
     whatever `python3` is on PATH; `py_files` ships our packages to a cluster; `conf` (the
     app's --spark-conf) reaches spark-submit too, because settings like spark.driver.memory
-    only work before the JVM starts."""
+    only work before the JVM starts. `driver_java_options` (small_run_options) go after ours."""
     binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
+    java_options = " ".join(o for o in (f"-Dlog4j2.configurationFile=file:{LOG4J}", driver_java_options) if o)
     settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
-                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}"}
+                DRIVER_JAVA_OPTIONS: java_options}
     if is_local(master):
         settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
     settings.update(conf or {})

@@ -10,8 +10,14 @@ Two measurements:
   generated TiCDC canal-json archive of about `--events` events, `--rounds` times, with the load
   average of the machine before each round (the machine is shared).
 
+* `--worker-imports`: the CPU time a forked Python worker spends importing what a decode task
+  needs (pyspark.worker, pyarrow, spark_apps.archive_io), forked from Spark's plain daemon and
+  from spark_apps/worker_daemon.py (which imports the pure-Python part before forking),
+  `--rounds` times each, alternating.
+
     .venv/bin/python bench/bench_small_run.py --stages
     .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3
+    .venv/bin/python bench/bench_small_run.py --worker-imports --rounds 5
 """
 
 from __future__ import annotations
@@ -103,12 +109,44 @@ def cli_round(source: str, output: str) -> tuple[float, float]:
     return wall, cpu
 
 
+WORKER_IMPORTS = """
+import resource, sys
+import pyspark.daemon
+if sys.argv[1] == "preloaded":
+    from spark_apps.worker_daemon import preload
+    preload()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+started = cpu()
+import pyspark.worker, pyarrow, spark_apps.archive_io
+print(cpu() - started)
+"""
+
+
+def worker_imports(daemon: str) -> float:
+    """CPU s of a worker's imports after the `daemon` ("plain" or "preloaded") imported its own."""
+    out = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, daemon], check=True, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return float(out.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", action="store_true", help="count the jobs and stages of a tiny snapshot run")
     parser.add_argument("--events", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker-imports", action="store_true",
+                        help="CPU s of a forked worker's imports, from Spark's daemon and from ours")
     args = parser.parse_args()
+    if args.worker_imports:
+        print("| round | load average (1 min) | Spark's daemon (CPU s) | spark_apps.worker_daemon (CPU s) |\n"
+              "|---:|---:|---:|---:|")
+        for i in range(args.rounds):
+            load = os.getloadavg()[0]
+            print(f"| {i + 1} | {load:.1f} | {worker_imports('plain'):.2f} | {worker_imports('preloaded'):.2f} |",
+                  flush=True)
+        return
     workdir = tempfile.mkdtemp(prefix="bench-small-")
     try:
         if args.stages:

@@ -16,7 +16,7 @@ Two measurements:
   `--rounds` times each, alternating.
 
     .venv/bin/python bench/bench_small_run.py --stages
-    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3
+    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3 [--before DIR]
     .venv/bin/python bench/bench_small_run.py --worker-imports --rounds 5
 """
 
@@ -95,14 +95,17 @@ def snapshot_stages(spark, workdir: str) -> dict[str, tuple[int, int]]:
     return count_stages(spark, lambda: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark))
 
 
-def cli_round(source: str, output: str) -> tuple[float, float]:
-    """(wall s, CPU s) of one `cdc-replay replay` process tree."""
+def cli_round(source: str, output: str, code: str | None = None) -> tuple[float, float]:
+    """(wall s, CPU s) of one `cdc-replay replay` process tree; `code`: a checkout of another
+    commit whose spark_apps is run instead (first on PYTHONPATH), for before/after pairs."""
     binary = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(code)} if code else None
     shutil.rmtree(output, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run([binary, "replay", "--source", source, "--protocol", "canal-json", "--output", output,
-                    "--emit", "snapshot", *TIDB], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    "--emit", "snapshot", *TIDB], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -136,6 +139,8 @@ def main() -> None:
     parser.add_argument("--stages", action="store_true", help="count the jobs and stages of a tiny snapshot run")
     parser.add_argument("--events", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", metavar="DIR",
+                        help="also run a checkout of another commit (git archive), alternating with this one")
     parser.add_argument("--worker-imports", action="store_true",
                         help="CPU s of a forked worker's imports, from Spark's daemon and from ours")
     args = parser.parse_args()
@@ -166,11 +171,12 @@ def main() -> None:
         source = os.path.join(workdir, "archive")
         records = archive_of(args.events, source)
         print(f"archive: {records:,} records under {source}")
-        print("| round | load average (1 min) | wall s | CPU s |\n|---:|---:|---:|---:|")
+        print("| round | code | load average (1 min) | wall s | CPU s |\n|---:|---|---:|---:|---:|")
         for i in range(args.rounds):
-            load = os.getloadavg()[0]
-            wall, cpu = cli_round(source, os.path.join(workdir, "out"))
-            print(f"| {i + 1} | {load:.1f} | {wall:.1f} | {cpu:.1f} |", flush=True)
+            for name, code in ([("before", args.before)] if args.before else []) + [("this checkout", None)]:
+                load = os.getloadavg()[0]
+                wall, cpu = cli_round(source, os.path.join(workdir, "out"), code)
+                print(f"| {i + 1} | {name} | {load:.1f} | {wall:.1f} | {cpu:.1f} |", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

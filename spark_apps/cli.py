@@ -206,7 +206,11 @@ def run_replay(argv: list[str]) -> int:
     except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
-    return subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
+    status = subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
+    from .launch import finish_class_archive
+
+    finish_class_archive(command, status)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,56 @@ SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
+CDS_ENV = "CDC_REPLAY_CDS_DIR"  # where the class-data archives go ("off": none)
+
+
+def class_archive(env: dict | None = None) -> str | None:
+    """The driver JVM's class-data archive (AppCDS) for small runs: the classes a replay loads,
+    mapped from one file instead of read from Spark's jars and verified again each run. One
+    file per JVM and set of Spark jars (a key in its name), in $CDC_REPLAY_CDS_DIR (default
+    ~/.cache/cdc-replay/cds); None when set to "off"."""
+    import hashlib
+    import shutil
+
+    env = os.environ if env is None else env
+    folder = env.get(CDS_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "cdc-replay", "cds")
+    if folder == "off":
+        return None
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    java = os.path.realpath(os.path.join(env["JAVA_HOME"], "bin", "java") if env.get("JAVA_HOME")
+                            else shutil.which("java") or "java")
+    key = hashlib.sha256(repr((java, pyspark.__version__, sorted(os.listdir(jars)) if os.path.isdir(jars) else None))
+                         .encode()).hexdigest()[:16]
+    return os.path.join(folder, f"spark-driver-{key}.jsa")
+
+
+def class_archive_options(path: str | None) -> str:
+    """-XX options that use the archive at `path`, or that write it when this JVM exits (to a
+    temporary name: finish_class_archive renames it once the run succeeded, so a JVM never
+    maps a half-written archive)."""
+    if path is None:
+        return ""
+    quiet = "-Xlog:cds=off,cds+dynamic=off"  # a line per class it cannot archive (signed jars ...)
+    if os.path.exists(path):
+        return f"-XX:SharedArchiveFile={path} {quiet}"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return f"-XX:ArchiveClassesAtExit={path}.{os.getpid()}.tmp {quiet}"
+
+
+def finish_class_archive(settings: list[str], returncode: int) -> None:
+    """After the driver JVM exited (`settings`: the spark-submit command or its confs' values):
+    keep the class-data archive it wrote; a run that failed keeps none."""
+    for option in " ".join(settings).split():
+        if option.startswith("-XX:ArchiveClassesAtExit=") and os.path.exists(option.split("=", 1)[1]):
+            written = option.split("=", 1)[1]
+            if returncode == 0 and os.path.getsize(written) > 0:
+                os.replace(written, written.rsplit(".", 2)[0])
+            else:
+                os.remove(written)
+
+
 def small_run_threshold(env: dict | None = None) -> int:
     """Bytes up to which a local run counts as small ($CDC_REPLAY_SMALL_RUN_MB, default 16)."""
     value = (os.environ if env is None else env).get(SMALL_RUN_ENV, "").strip()
@@ -59,8 +109,12 @@ def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str
     if source_bytes > threshold:
         return None, (f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}="
                       f"{threshold / 1e6:g} MB")
-    return SMALL_RUN_JAVA_OPTIONS, (f"small local run ({size} of source, at most ${SMALL_RUN_ENV}="
-                                    f"{threshold / 1e6:g}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only)")
+    archive = class_archive(env)
+    options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, class_archive_options(archive)) if o)
+    cds = ("no class-data archive" if archive is None else
+           f"class-data archive {archive}" if os.path.exists(archive) else f"writing the class-data archive {archive}")
+    return options, (f"small local run ({size} of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}): driver "
+                     f"JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}")
 
 
 def spark_submit_command(

@@ -87,9 +87,10 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
     archive on a local master gets -XX:TieredStopAtLevel=1 after our log4j option; a cluster
     master, a source over $CDC_REPLAY_SMALL_RUN_MB, a kafka:// source or the user's own
     spark.driver.extraJavaOptions do not, and the line it prints says why."""
-    from spark_apps.launch import SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS
+    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, finish_class_archive
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
+    monkeypatch.setenv(CDS_ENV, str(tmp_path / "cds"))
     source = tmp_path / "archive" / "shop" / "p0"
     source.mkdir(parents=True)
     (source / "00000000000000000000.jsonl.gz").write_bytes(b"x" * 300_000)
@@ -106,8 +107,25 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
         return options[0], said[0]
 
     options, why = java_options(base)
-    assert options == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS}"
+    # the first small run writes the class-data archive (under a temporary name until it succeeded)
+    written = re.fullmatch(rf"-Dlog4j2\.configurationFile=file:{re.escape(LOG4J)} {SMALL_RUN_JAVA_OPTIONS} "
+                           r"-XX:ArchiveClassesAtExit=(\S+/spark-driver-\w+\.jsa)\.\d+\.tmp -Xlog:cds=off,cds\+dynamic=off", options)
+    assert written and written[1].startswith(str(tmp_path / "cds")), options
     assert "small local run (0.6 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16)" in why
+    assert f"writing the class-data archive {written[1]}" in why
+    archive = options.split()[-2].split("=")[-1]
+    open(archive, "wb").write(b"jsa")
+    finish_class_archive(["x", f"spark.driver.extraJavaOptions={options}"], 1)  # a failed run keeps none
+    assert not os.path.exists(archive) and not os.path.exists(written[1])
+    open(archive, "wb").write(b"jsa")
+    finish_class_archive(["x", f"spark.driver.extraJavaOptions={options}"], 0)
+    assert not os.path.exists(archive) and os.path.exists(written[1])
+    options, why = java_options(base)  # later small runs map it
+    assert options == (f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} -XX:SharedArchiveFile={written[1]} "
+                       "-Xlog:cds=off,cds+dynamic=off")
+    assert f"class-data archive {written[1]}" in why
+    monkeypatch.setenv(CDS_ENV, "off")
+    assert java_options(base)[0] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS}"
     options, why = java_options([*base, "--master", "spark://127.0.0.1:7077"])
     assert options == f"-Dlog4j2.configurationFile=file:{LOG4J}" and "is a cluster" in why
     options, why = java_options([*base, "--spark-conf", "spark.driver.extraJavaOptions=-Dmine=1"])

@@ -26,6 +26,7 @@ REQUEST = parse_request({"source": "s3://cdc-archive/tidb/shop", "protocol": "ca
 
 def test_submit_settings_are_exact(monkeypatch):
     monkeypatch.delenv("CDC_REPLAY_SMALL_RUN_MB", raising=False)
+    monkeypatch.setenv("CDC_REPLAY_CDS_DIR", "off")  # the class-data archive: tests/test_cli.py
     assert submit_settings(REQUEST, master="local[2]", python="/venv/bin/python", run_id="d.r") == {
         "application": REPLAY_APP,
         "name": "cdc-replay",
@@ -51,7 +52,7 @@ def test_submit_settings_are_exact(monkeypatch):
     assert small["conf"]["spark.driver.extraJavaOptions"] == (f"-Dlog4j2.configurationFile=file:{LOG4J} "
                                                               f"{SMALL_RUN_JAVA_OPTIONS}")
     assert said == ["small local run (1.0 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16): driver JVM with "
-                    "-XX:TieredStopAtLevel=1 (C1 JIT only)"]
+                    "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive"]
     cluster = submit_settings(REQUEST, master="spark://m:7077", python="/p", source_bytes=1_000_000)
     assert cluster["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
 

@@ -28,7 +28,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from cdc_replay_airflow.hooks.replay import EXIT_BAD_INPUT, EXIT_QUARANTINE, exit_status, spark_master
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps import masking
-from spark_apps.launch import REPLAY_APP, build_py_files, is_local, small_run_options, spark_submit_command
+from spark_apps.launch import (
+    REPLAY_APP,
+    build_py_files,
+    finish_class_archive,
+    is_local,
+    small_run_options,
+    spark_submit_command,
+)
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
 # masters for which SparkSubmitHook turns env_vars into --conf arguments, and what must not go there
@@ -223,8 +230,10 @@ class ReplayOperator(SparkSubmitOperator):
         over_limit = False
         try:
             super().execute(context)
+            finish_class_archive(list(self.conf.values()), 0)
         except AirflowException as e:
             status = exit_status(e)
+            finish_class_archive(list(self.conf.values()), status)
             if status == EXIT_BAD_INPUT:
                 raise AirflowFailException(f"the replay app refused its arguments or input (exit status 2), "
                                            f"so retrying cannot help: {e}") from e

@@ -21,14 +21,13 @@ def is_local(master: str) -> bool:
 LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spark's default is 1g)
 
 # Small local runs (docs/engine.md "Small runs"): a replay of a small archive is mostly JVM
-# fixed cost, a third of it the C2 JIT compiler's threads; C1 alone compiles far less but
-# gives slower peak code, so it is chosen only for local masters and sources up to a size.
+# fixed cost, a third of it the C2 JIT compiler's threads and much of the rest loading Spark's
+# classes; C1 alone compiles far less but gives slower peak code, so it is chosen only for
+# local masters and sources up to a size, with a class-data archive (AppCDS).
 SMALL_RUN_ENV = "CDC_REPLAY_SMALL_RUN_MB"
 SMALL_RUN_MB = 16.0  # default threshold (MB of archive objects, as stored); 0 turns it off
 SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-
-
 CDS_ENV = "CDC_REPLAY_CDS_DIR"  # where the class-data archives go ("off": none)
 
 
@@ -63,14 +62,17 @@ def class_archive_options(path: str | None) -> str:
     quiet = "-Xlog:cds=off,cds+dynamic=off"  # a line per class it cannot archive (signed jars ...)
     if os.path.exists(path):
         return f"-XX:SharedArchiveFile={path} {quiet}"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:  # no writable cache: the run goes without
+        return ""
     return f"-XX:ArchiveClassesAtExit={path}.{os.getpid()}.tmp {quiet}"
 
 
 def finish_class_archive(settings: list[str], returncode: int) -> None:
     """After the driver JVM exited (`settings`: the spark-submit command or its confs' values):
     keep the class-data archive it wrote; a run that failed keeps none."""
-    for option in " ".join(settings).split():
+    for option in " ".join(str(s) for s in settings).split():
         if option.startswith("-XX:ArchiveClassesAtExit=") and os.path.exists(option.split("=", 1)[1]):
             written = option.split("=", 1)[1]
             if returncode == 0 and os.path.getsize(written) > 0:
@@ -93,8 +95,8 @@ def small_run_threshold(env: dict | None = None) -> int:
 
 def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
                       env: dict | None = None) -> tuple[str | None, str]:
-    """(driver JVM options to add, or None; why, for the log): C1-only JIT for a local run of
-    a small source. Never for a cluster master, nor when --spark-conf sets the driver's Java
+    """(driver JVM options to add, or None; why, for the log): C1-only JIT and the class-data
+    archive for a local run of a small source. Never for a cluster master, nor when --spark-conf sets the driver's Java
     options (the user's value wins), nor when the source's size is unknown (Kafka)."""
     threshold = small_run_threshold(env)
     if not is_local(master):
@@ -110,9 +112,10 @@ def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str
         return None, (f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}="
                       f"{threshold / 1e6:g} MB")
     archive = class_archive(env)
-    options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, class_archive_options(archive)) if o)
-    cds = ("no class-data archive" if archive is None else
-           f"class-data archive {archive}" if os.path.exists(archive) else f"writing the class-data archive {archive}")
+    cds_options = class_archive_options(archive)
+    options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, cds_options) if o)
+    cds = ("no class-data archive" if not cds_options else f"class-data archive {archive}"
+           if cds_options.startswith("-XX:SharedArchiveFile=") else f"writing the class-data archive {archive}")
     return options, (f"small local run ({size} of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}): driver "
                      f"JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}")
 

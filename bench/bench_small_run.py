@@ -16,7 +16,7 @@ Two measurements:
   `--rounds` times each, alternating.
 
     .venv/bin/python bench/bench_small_run.py --stages
-    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3 [--before DIR]
+    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3 [--before DIR] [--small-run-off]
     .venv/bin/python bench/bench_small_run.py --worker-imports --rounds 5
 """
 
@@ -95,11 +95,12 @@ def snapshot_stages(spark, workdir: str) -> dict[str, tuple[int, int]]:
     return count_stages(spark, lambda: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark))
 
 
-def cli_round(source: str, output: str, code: str | None = None) -> tuple[float, float]:
+def cli_round(source: str, output: str, code: str | None = None, env: dict | None = None) -> tuple[float, float]:
     """(wall s, CPU s) of one `cdc-replay replay` process tree; `code`: a checkout of another
-    commit whose spark_apps is run instead (first on PYTHONPATH), for before/after pairs."""
+    commit whose spark_apps is run instead (first on PYTHONPATH), for before/after pairs;
+    `env`: extra environment (e.g. the small-run settings off)."""
     binary = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(code)} if code else None
+    env = {**os.environ, **(env or {}), **({"PYTHONPATH": os.path.abspath(code)} if code else {})}
     shutil.rmtree(output, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -141,6 +142,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", metavar="DIR",
                         help="also run a checkout of another commit (git archive), alternating with this one")
+    parser.add_argument("--small-run-off", action="store_true",
+                        help="also run this checkout with CDC_REPLAY_SMALL_RUN_MB=0, alternating")
     parser.add_argument("--worker-imports", action="store_true",
                         help="CPU s of a forked worker's imports, from Spark's daemon and from ours")
     args = parser.parse_args()
@@ -173,9 +176,12 @@ def main() -> None:
         print(f"archive: {records:,} records under {source}")
         print("| round | code | load average (1 min) | wall s | CPU s |\n|---:|---|---:|---:|---:|")
         for i in range(args.rounds):
-            for name, code in ([("before", args.before)] if args.before else []) + [("this checkout", None)]:
+            variants = ([("before", args.before, None)] if args.before else []) + (
+                [("this checkout, CDC_REPLAY_SMALL_RUN_MB=0", None, {"CDC_REPLAY_SMALL_RUN_MB": "0"})]
+                if args.small_run_off else []) + [("this checkout", None, None)]
+            for name, code, env in variants:
                 load = os.getloadavg()[0]
-                wall, cpu = cli_round(source, os.path.join(workdir, "out"), code)
+                wall, cpu = cli_round(source, os.path.join(workdir, "out"), code, env)
                 print(f"| {i + 1} | {name} | {load:.1f} | {wall:.1f} | {cpu:.1f} |", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -96,8 +96,9 @@ def small_run_threshold(env: dict | None = None) -> int:
 def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
                       env: dict | None = None) -> tuple[str | None, str]:
     """(driver JVM options to add, or None; why, for the log): C1-only JIT and the class-data
-    archive for a local run of a small source. Never for a cluster master, nor when --spark-conf sets the driver's Java
-    options (the user's value wins), nor when the source's size is unknown (Kafka)."""
+    archive for a local run of a small source. Never for a cluster master, nor when
+    --spark-conf sets the driver's Java options (the user's value wins), nor when the source's
+    size is unknown (Kafka)."""
     threshold = small_run_threshold(env)
     if not is_local(master):
         return None, f"driver JVM with its default JIT: master {master} is a cluster"

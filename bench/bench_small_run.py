@@ -10,8 +10,14 @@ Two measurements:
   generated TiCDC canal-json archive of about `--events` events, `--rounds` times, with the load
   average of the machine before each round (the machine is shared).
 
+* `--worker-imports`: the CPU time a forked Python worker spends importing what a decode task
+  needs (pyspark.worker, pyarrow, spark_apps.archive_io), forked from Spark's plain daemon and
+  from spark_apps/worker_daemon.py (which imports the pure-Python part before forking),
+  `--rounds` times each, alternating.
+
     .venv/bin/python bench/bench_small_run.py --stages
-    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3
+    .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3 [--before DIR] [--small-run-off]
+    .venv/bin/python bench/bench_small_run.py --worker-imports --rounds 5
 """
 
 from __future__ import annotations
@@ -89,18 +95,44 @@ def snapshot_stages(spark, workdir: str) -> dict[str, tuple[int, int]]:
     return count_stages(spark, lambda: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark))
 
 
-def cli_round(source: str, output: str) -> tuple[float, float]:
-    """(wall s, CPU s) of one `cdc-replay replay` process tree."""
+def cli_round(source: str, output: str, code: str | None = None, env: dict | None = None) -> tuple[float, float]:
+    """(wall s, CPU s) of one `cdc-replay replay` process tree; `code`: a checkout of another
+    commit whose spark_apps is run instead (first on PYTHONPATH), for before/after pairs;
+    `env`: extra environment (e.g. the small-run settings off)."""
     binary = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
+    env = {**os.environ, **(env or {}), **({"PYTHONPATH": os.path.abspath(code)} if code else {})}
     shutil.rmtree(output, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run([binary, "replay", "--source", source, "--protocol", "canal-json", "--output", output,
-                    "--emit", "snapshot", *TIDB], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    "--emit", "snapshot", *TIDB], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+WORKER_IMPORTS = """
+import resource, sys
+import pyspark.daemon
+if sys.argv[1] == "preloaded":
+    from spark_apps.worker_daemon import preload
+    preload()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+started = cpu()
+import pyspark.worker, pyarrow, spark_apps.archive_io
+print(cpu() - started)
+"""
+
+
+def worker_imports(daemon: str) -> float:
+    """CPU s of a worker's imports after the `daemon` ("plain" or "preloaded") imported its own."""
+    out = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, daemon], check=True, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return float(out.stdout.strip())
 
 
 def main() -> None:
@@ -108,7 +140,21 @@ def main() -> None:
     parser.add_argument("--stages", action="store_true", help="count the jobs and stages of a tiny snapshot run")
     parser.add_argument("--events", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", metavar="DIR",
+                        help="also run a checkout of another commit (git archive), alternating with this one")
+    parser.add_argument("--small-run-off", action="store_true",
+                        help="also run this checkout with CDC_REPLAY_SMALL_RUN_MB=0, alternating")
+    parser.add_argument("--worker-imports", action="store_true",
+                        help="CPU s of a forked worker's imports, from Spark's daemon and from ours")
     args = parser.parse_args()
+    if args.worker_imports:
+        print("| round | load average (1 min) | Spark's daemon (CPU s) | spark_apps.worker_daemon (CPU s) |\n"
+              "|---:|---:|---:|---:|")
+        for i in range(args.rounds):
+            load = os.getloadavg()[0]
+            print(f"| {i + 1} | {load:.1f} | {worker_imports('plain'):.2f} | {worker_imports('preloaded'):.2f} |",
+                  flush=True)
+        return
     workdir = tempfile.mkdtemp(prefix="bench-small-")
     try:
         if args.stages:
@@ -128,11 +174,15 @@ def main() -> None:
         source = os.path.join(workdir, "archive")
         records = archive_of(args.events, source)
         print(f"archive: {records:,} records under {source}")
-        print("| round | load average (1 min) | wall s | CPU s |\n|---:|---:|---:|---:|")
+        print("| round | code | load average (1 min) | wall s | CPU s |\n|---:|---|---:|---:|---:|")
         for i in range(args.rounds):
-            load = os.getloadavg()[0]
-            wall, cpu = cli_round(source, os.path.join(workdir, "out"))
-            print(f"| {i + 1} | {load:.1f} | {wall:.1f} | {cpu:.1f} |", flush=True)
+            variants = ([("before", args.before, None)] if args.before else []) + (
+                [("this checkout, CDC_REPLAY_SMALL_RUN_MB=0", None, {"CDC_REPLAY_SMALL_RUN_MB": "0"})]
+                if args.small_run_off else []) + [("this checkout", None, None)]
+            for name, code, env in variants:
+                load = os.getloadavg()[0]
+                wall, cpu = cli_round(source, os.path.join(workdir, "out"), code, env)
+                print(f"| {i + 1} | {name} | {load:.1f} | {wall:.1f} | {cpu:.1f} |", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import functools
 
-from sqlglot.dialects.mysql import MySQL
-from sqlglot.tokens import TokenType
-
 # TiDB's ActionType codes (pkg/meta/model) and names (ActionMap), used by open protocol and craft.
 ACTION_CODES: dict[str, int] = {
     "none": 0,
@@ -90,16 +87,24 @@ ACTION_CODES: dict[str, int] = {
 }
 ACTION_NAMES: dict[int, str] = {code: name for name, code in ACTION_CODES.items()}
 
-_DIALECT = MySQL()
+@functools.cache
+def _dialect():
+    """sqlglot's MySQL dialect, imported on the first DDL query: importing sqlglot costs about
+    0.3 CPU s, paid by every process that imports the codecs (the CLI, the driver, workers)."""
+    from sqlglot.dialects.mysql import MySQL
+
+    return MySQL()
 
 
 def _words(query: str) -> tuple[list[str], list[bool]]:
     """Upper-case token texts and, per token, whether it sits at parenthesis depth 0."""
     try:
-        tokens = _DIALECT.tokenize(query)
+        tokens = _dialect().tokenize(query)
     except Exception:  # the tokenizer rejects unbalanced quotes: fall back to plain words
         words = query.upper().split()
         return words, [True] * len(words)
+    from sqlglot.tokens import TokenType
+
     words, top = [], []
     depth = 0
     for t in tokens:

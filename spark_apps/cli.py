@@ -108,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def replay_command(argv: list[str]) -> list[str]:
-    """The spark-submit command for `cdc-replay replay <argv>`."""
-    from .launch import build_py_files, is_local, spark_submit_command
+def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
+    """The spark-submit command for `cdc-replay replay <argv>`; `say` gets the line that says
+    which driver JVM settings were chosen for the source's size, and why."""
+    from .launch import build_py_files, is_local, small_run_options, spark_submit_command
     from .options import parser as app_parser
 
     args = app_parser().parse_args(argv)
@@ -118,8 +119,27 @@ def replay_command(argv: list[str]) -> list[str]:
     app_args = [a for a in argv]
     from cdc_codecs import parse_option_pairs
 
-    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
-                                conf=with_packages(args, parse_option_pairs(args.spark_conf)))
+    conf = with_packages(args, parse_option_pairs(args.spark_conf))
+    java_options, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
+    say(why)
+    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files, conf=conf,
+                                driver_java_options=java_options)
+
+
+def source_bytes(source: str, master: str, conf: dict[str, str]) -> int | None:
+    """The archive's size for launch.small_run_options, listed only when it can matter (a local
+    master, no driver Java options given) and only up to the threshold; None for a kafka://
+    source or a listing that fails (the app reports that itself)."""
+    from . import storage
+    from .kafka_io import is_kafka
+    from .launch import DRIVER_JAVA_OPTIONS, is_local, small_run_threshold
+
+    if is_kafka(source) or not is_local(master) or DRIVER_JAVA_OPTIONS in conf:
+        return None
+    try:
+        return storage.total_size(source, stop_above=small_run_threshold())
+    except Exception:  # noqa: BLE001 - sizing is an optimisation; the run itself says what is wrong
+        return None
 
 
 def with_packages(args, conf: dict[str, str]) -> dict[str, str]:
@@ -181,8 +201,16 @@ def run_replay(argv: list[str]) -> int:
         return 2
     # credentials in option values go through the environment, not spark-submit's arguments
     kept, secret = masking.split_argv(argv)
-    command = replay_command(kept)
-    return subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
+    try:
+        command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True))
+    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB
+        print(f"cdc-replay: error: {e}", file=sys.stderr)
+        return 2
+    status = subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
+    from .launch import finish_class_archive
+
+    finish_class_archive(command, status)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,106 @@ def is_local(master: str) -> bool:
 
 LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spark's default is 1g)
 
+# Small local runs (docs/engine.md "Small runs"): a replay of a small archive is mostly JVM
+# fixed cost, a third of it the C2 JIT compiler's threads and much of the rest loading Spark's
+# classes; C1 alone compiles far less but gives slower peak code, so it is chosen only for
+# local masters and sources up to a size, with a class-data archive (AppCDS).
+SMALL_RUN_ENV = "CDC_REPLAY_SMALL_RUN_MB"
+SMALL_RUN_MB = 16.0  # default threshold (MB of archive objects, as stored); 0 turns it off
+SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CDS_ENV = "CDC_REPLAY_CDS_DIR"  # where the class-data archives go ("off": none)
+
+
+def class_archive(env: dict | None = None) -> str | None:
+    """The driver JVM's class-data archive (AppCDS) for small runs: the classes a replay loads,
+    mapped from one file instead of read from Spark's jars and verified again each run. One
+    file per JVM and set of Spark jars (a key in its name), in $CDC_REPLAY_CDS_DIR (default
+    ~/.cache/cdc-replay/cds); None when set to "off"."""
+    import hashlib
+    import shutil
+
+    env = os.environ if env is None else env
+    folder = env.get(CDS_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "cdc-replay", "cds")
+    if folder == "off":
+        return None
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    java = os.path.realpath(os.path.join(env["JAVA_HOME"], "bin", "java") if env.get("JAVA_HOME")
+                            else shutil.which("java") or "java")
+    key = hashlib.sha256(repr((java, pyspark.__version__, sorted(os.listdir(jars)) if os.path.isdir(jars) else None))
+                         .encode()).hexdigest()[:16]
+    return os.path.join(folder, f"spark-driver-{key}.jsa")
+
+
+def class_archive_options(path: str | None) -> str:
+    """-XX options that use the archive at `path`, or that write it when this JVM exits (to a
+    temporary name: finish_class_archive renames it once the run succeeded, so a JVM never
+    maps a half-written archive)."""
+    if path is None:
+        return ""
+    quiet = "-Xlog:cds=off,cds+dynamic=off"  # a line per class it cannot archive (signed jars ...)
+    if os.path.exists(path):
+        return f"-XX:SharedArchiveFile={path} {quiet}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:  # no writable cache: the run goes without
+        return ""
+    return f"-XX:ArchiveClassesAtExit={path}.{os.getpid()}.tmp {quiet}"
+
+
+def finish_class_archive(settings: list[str], returncode: int) -> None:
+    """After the driver JVM exited (`settings`: the spark-submit command or its confs' values):
+    keep the class-data archive it wrote; a run that failed keeps none."""
+    for option in " ".join(str(s) for s in settings).split():
+        if option.startswith("-XX:ArchiveClassesAtExit=") and os.path.exists(option.split("=", 1)[1]):
+            written = option.split("=", 1)[1]
+            if returncode == 0 and os.path.getsize(written) > 0:
+                os.replace(written, written.rsplit(".", 2)[0])
+            else:
+                os.remove(written)
+
+
+def small_run_threshold(env: dict | None = None) -> int:
+    """Bytes up to which a local run counts as small ($CDC_REPLAY_SMALL_RUN_MB, default 16)."""
+    value = (os.environ if env is None else env).get(SMALL_RUN_ENV, "").strip()
+    try:
+        mb = float(value) if value else SMALL_RUN_MB
+    except ValueError:
+        raise ValueError(f"${SMALL_RUN_ENV}={value!r} is not a number of MB") from None
+    if mb < 0:
+        raise ValueError(f"${SMALL_RUN_ENV}={value!r} is negative")
+    return int(mb * 1_000_000)
+
+
+def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
+                      env: dict | None = None) -> tuple[str | None, str]:
+    """(driver JVM options to add, or None; why, for the log): C1-only JIT and the class-data
+    archive for a local run of a small source. Never for a cluster master, nor when
+    --spark-conf sets the driver's Java options (the user's value wins), nor when the source's
+    size is unknown (Kafka)."""
+    threshold = small_run_threshold(env)
+    if not is_local(master):
+        return None, f"driver JVM with its default JIT: master {master} is a cluster"
+    if DRIVER_JAVA_OPTIONS in (conf or {}):
+        return None, f"driver JVM options as --spark-conf {DRIVER_JAVA_OPTIONS} gives them"
+    if source_bytes is None:
+        return None, "driver JVM with its default JIT: the source's size is not known before the run"
+    size = f"{source_bytes / 1e6:.1f} MB"
+    if threshold == 0:
+        return None, f"driver JVM with its default JIT: ${SMALL_RUN_ENV}=0 turns the small-run settings off"
+    if source_bytes > threshold:
+        return None, (f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}="
+                      f"{threshold / 1e6:g} MB")
+    archive = class_archive(env)
+    cds_options = class_archive_options(archive)
+    options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, cds_options) if o)
+    cds = ("no class-data archive" if not cds_options else f"class-data archive {archive}"
+           if cds_options.startswith("-XX:SharedArchiveFile=") else f"writing the class-data archive {archive}")
+    return options, (f"small local run ({size} of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}): driver "
+                     f"JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}")
+
 
 def spark_submit_command(
     app_args: list[str],
@@ -30,14 +130,16 @@ def spark_submit_command(
     spark_submit: str | None = None,
     app: str = REPLAY_APP,
     conf: dict[str, str] | None = None,
+    driver_java_options: str | None = None,
 ) -> list[str]:
     """spark-submit <confs> <app> <app_args>. Workers use `python` (the venv's), not
     whatever `python3` is on PATH; `py_files` ships our packages to a cluster; `conf` (the
     app's --spark-conf) reaches spark-submit too, because settings like spark.driver.memory
-    only work before the JVM starts."""
+    only work before the JVM starts. `driver_java_options` (small_run_options) go after ours."""
     binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
+    java_options = " ".join(o for o in (f"-Dlog4j2.configurationFile=file:{LOG4J}", driver_java_options) if o)
     settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
-                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}"}
+                DRIVER_JAVA_OPTIONS: java_options}
     if is_local(master):
         settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
     settings.update(conf or {})

@@ -53,6 +53,8 @@ def build_session(master: str, app_name: str, conf: list[str]):
         "spark.log.level": "WARN",
         "spark.sql.debug.maxToStringFields": "500",
     }
+    if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
+        defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"
     # executors (also in a cluster) reach S3 with the driver's settings
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                  "AWS_DEFAULT_REGION", "AWS_REGION"):

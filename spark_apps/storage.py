@@ -171,6 +171,26 @@ def list_objects(prefix: str) -> list[ObjectInfo]:
     return sorted(found, key=lambda o: o.uri)
 
 
+def total_size(prefix: str, stop_above: int | None = None) -> int:
+    """Bytes of every object below `prefix`, the listing stopped as soon as the sum passes
+    `stop_above` (sizing a source before Spark starts must stay cheap on a huge archive)."""
+    prefix = normalize(prefix)
+    total = 0
+    if is_s3(prefix):
+        bucket, key = _split_s3(prefix)
+        pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{key}/" if key else "")
+        sizes = (item["Size"] for page in pages for item in page.get("Contents", ()))
+    elif os.path.isfile(prefix):
+        sizes = iter([os.path.getsize(prefix)])
+    else:
+        sizes = (os.path.getsize(os.path.join(root, name)) for root, _dirs, files in os.walk(prefix) for name in files)
+    for size in sizes:
+        total += size
+        if stop_above is not None and total > stop_above:
+            break
+    return total
+
+
 def relative(uri: str, prefix: str) -> str:
     prefix = normalize(prefix).rstrip("/") + "/"
     uri = normalize(uri)

@@ -4,6 +4,7 @@ run through spark-submit (the path users and Airflow take)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import subprocess
@@ -79,6 +80,68 @@ def test_spark_submit_command_is_exact():
                                 "--spark-conf", "spark.driver.memory=6g"])
     assert "--py-files" not in local and local[local.index("--master") + 1] == "local[*]"
     assert "spark.driver.memory=6g" in local and "spark.driver.memory=4g" not in local
+
+
+def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_path, monkeypatch):
+    """The CLI sizes the source before spark-submit (docs/engine.md "Small runs"): a small
+    archive on a local master gets -XX:TieredStopAtLevel=1 after our log4j option; a cluster
+    master, a source over $CDC_REPLAY_SMALL_RUN_MB, a kafka:// source or the user's own
+    spark.driver.extraJavaOptions do not, and the line it prints says why."""
+    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, finish_class_archive
+
+    monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
+    monkeypatch.setenv(CDS_ENV, str(tmp_path / "cds"))
+    source = tmp_path / "archive" / "shop" / "p0"
+    source.mkdir(parents=True)
+    (source / "00000000000000000000.jsonl.gz").write_bytes(b"x" * 300_000)
+    (source / "00000000000000000100.jsonl.gz").write_bytes(b"x" * 300_000)
+    base = ["--source", str(tmp_path / "archive"), "--protocol", "canal-json", "--output", str(tmp_path / "o"),
+            "--emit", "snapshot"]
+
+    def java_options(argv):
+        said = []
+        command = cli.replay_command(argv, say=said.append)
+        options = [c.split("=", 1)[1] for flag, c in zip(command, command[1:])
+                   if flag == "--conf" and c.startswith("spark.driver.extraJavaOptions=")]
+        assert len(options) == 1 and len(said) == 1
+        return options[0], said[0]
+
+    options, why = java_options(base)
+    # the first small run writes the class-data archive (under a temporary name until it succeeded)
+    written = re.fullmatch(rf"-Dlog4j2\.configurationFile=file:{re.escape(LOG4J)} {SMALL_RUN_JAVA_OPTIONS} "
+                           r"-XX:ArchiveClassesAtExit=(\S+/spark-driver-\w+\.jsa)\.\d+\.tmp -Xlog:cds=off,cds\+dynamic=off", options)
+    assert written and written[1].startswith(str(tmp_path / "cds")), options
+    assert "small local run (0.6 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16)" in why
+    assert f"writing the class-data archive {written[1]}" in why
+    archive = options.split()[-2].split("=")[-1]
+    open(archive, "wb").write(b"jsa")
+    finish_class_archive(["x", f"spark.driver.extraJavaOptions={options}"], 1)  # a failed run keeps none
+    assert not os.path.exists(archive) and not os.path.exists(written[1])
+    open(archive, "wb").write(b"jsa")
+    finish_class_archive(["x", f"spark.driver.extraJavaOptions={options}"], 0)
+    assert not os.path.exists(archive) and os.path.exists(written[1])
+    options, why = java_options(base)  # later small runs map it
+    assert options == (f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} -XX:SharedArchiveFile={written[1]} "
+                       "-Xlog:cds=off,cds+dynamic=off")
+    assert f"class-data archive {written[1]}" in why
+    monkeypatch.setenv(CDS_ENV, "off")
+    assert java_options(base)[0] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS}"
+    options, why = java_options([*base, "--master", "spark://127.0.0.1:7077"])
+    assert options == f"-Dlog4j2.configurationFile=file:{LOG4J}" and "is a cluster" in why
+    options, why = java_options([*base, "--spark-conf", "spark.driver.extraJavaOptions=-Dmine=1"])
+    assert options == "-Dmine=1" and "as --spark-conf spark.driver.extraJavaOptions gives them" in why
+    kafka = ["--source", "kafka://127.0.0.1:1/t", *base[2:]]
+    options, why = java_options(kafka)
+    assert SMALL_RUN_JAVA_OPTIONS not in options and "not known before the run" in why
+    monkeypatch.setenv(SMALL_RUN_ENV, "0.5")
+    options, why = java_options(base)
+    assert SMALL_RUN_JAVA_OPTIONS not in options and "the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB" in why
+    monkeypatch.setenv(SMALL_RUN_ENV, "0")
+    options, why = java_options(base)
+    assert SMALL_RUN_JAVA_OPTIONS not in options and "=0 turns the small-run settings off" in why
+    monkeypatch.setenv(SMALL_RUN_ENV, "lots")
+    result = run_cli("replay", *base, env={**os.environ, SMALL_RUN_ENV: "lots"}, timeout=60)
+    assert result.returncode == 2 and "$CDC_REPLAY_SMALL_RUN_MB='lots' is not a number of MB" in result.stderr
 
 
 @pytest.mark.spark

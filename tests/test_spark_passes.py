@@ -50,6 +50,21 @@ def test_a_snapshot_run_of_a_tiny_archive_stays_within_its_jobs_and_stages(spark
     assert stages <= MAX_STAGES[case], f"{stages} Spark stages (at most {MAX_STAGES[case]})"
 
 
+def test_local_workers_fork_from_a_daemon_that_preloads_no_thread_starting_module(spark):
+    """Local sessions run their Python workers from spark_apps/worker_daemon.py (docs/engine.md
+    "Small runs"); the replays above ran through it. What it imports before forking must
+    start no thread (pyspark's rule: pyarrow and numpy do, so they are imported after fork)."""
+    import subprocess
+    import sys
+
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "spark_apps.worker_daemon"
+    probe = ("import sys, threading\nfrom spark_apps.worker_daemon import preload\nmissing = preload()\n"
+             "print(missing, threading.active_count(), sorted(m for m in ('pyarrow', 'numpy', 'pandas', "
+             "'cdc_codecs', 'spark_apps.archive_io') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "1", "[]"], out
+
+
 def test_the_summary_column_sets_sort_as_spark_sorted_them(spark):
     """The summary collects an image's names and types as they come and canonicalises them on
     the driver (replay._shape_columns); the result must be what the former per-row

@@ -17,14 +17,16 @@ from cdc_replay_airflow.operators.replay import (
     subprocess_environment,
 )
 from cdc_replay_airflow.request import parse_request, replay_arguments
-from spark_apps.launch import LOCAL_DRIVER_MEMORY, LOG4J, REPLAY_APP, spark_submit_command
+from spark_apps.launch import LOCAL_DRIVER_MEMORY, LOG4J, REPLAY_APP, SMALL_RUN_JAVA_OPTIONS, spark_submit_command
 
 REQUEST = parse_request({"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
                          "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://cdc-lake/out",
                          "emit": "topics", "target_protocol": "open-protocol", "max_bad_records": 1})
 
 
-def test_submit_settings_are_exact():
+def test_submit_settings_are_exact(monkeypatch):
+    monkeypatch.delenv("CDC_REPLAY_SMALL_RUN_MB", raising=False)
+    monkeypatch.setenv("CDC_REPLAY_CDS_DIR", "off")  # the class-data archive: tests/test_cli.py
     assert submit_settings(REQUEST, master="local[2]", python="/venv/bin/python", run_id="d.r") == {
         "application": REPLAY_APP,
         "name": "cdc-replay",
@@ -44,6 +46,15 @@ def test_submit_settings_are_exact():
     assert with_conf["conf"]["a.b"] == "1" and with_conf["conf"]["spark.driver.memory"] == "2g"
     with pytest.raises(ValueError, match="CDC_REPLAY_SPARK_CONF: 'oops' is not key=value"):
         extra_spark_conf("oops")
+    # the stage task's listed bytes choose the small-run driver JVM as the CLI's listing does
+    said = []
+    small = submit_settings(REQUEST, master="local[2]", python="/p", source_bytes=1_000_000, say=said.append)
+    assert small["conf"]["spark.driver.extraJavaOptions"] == (f"-Dlog4j2.configurationFile=file:{LOG4J} "
+                                                              f"{SMALL_RUN_JAVA_OPTIONS}")
+    assert said == ["small local run (1.0 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16): driver JVM with "
+                    "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive"]
+    cluster = submit_settings(REQUEST, master="spark://m:7077", python="/p", source_bytes=1_000_000)
+    assert cluster["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
 
 
 def test_subprocess_environment_puts_the_venv_first():

@@ -28,7 +28,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from cdc_replay_airflow.hooks.replay import EXIT_BAD_INPUT, EXIT_QUARANTINE, exit_status, spark_master
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps import masking
-from spark_apps.launch import REPLAY_APP, build_py_files, is_local, spark_submit_command
+from spark_apps.launch import (
+    REPLAY_APP,
+    build_py_files,
+    finish_class_archive,
+    is_local,
+    small_run_options,
+    spark_submit_command,
+)
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
 # masters for which SparkSubmitHook turns env_vars into --conf arguments, and what must not go there
@@ -47,17 +54,22 @@ def extra_spark_conf(value: str | None) -> tuple[str, ...]:
 
 
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
-                    py_files: str | None = None, spark_conf: tuple[str, ...] = ()) -> dict:
+                    py_files: str | None = None, spark_conf: tuple[str, ...] = (), source_bytes: int | None = None,
+                    say=lambda text: None) -> dict:
     """Everything SparkSubmitOperator needs, as plain values, taken apart from the command
     `cdc-replay replay` would run (spark_apps.launch.spark_submit_command), so the two cannot
-    drift: the application, its arguments (`--master` first), the Spark confs, the job name."""
+    drift: the application, its arguments (`--master` first), the Spark confs, the job name.
+    `source_bytes` (what the stage task listed) chooses the small-run settings as the CLI does;
+    `say` gets the line saying which and why."""
     app_args = replay_arguments(request, run_id=run_id, spark_conf=spark_conf)
     conf = dict(item.split("=", 1) for item in spark_conf)
     from spark_apps.cli import with_packages
 
     conf = with_packages(request, conf)  # a kafka:// source: Spark's Kafka connector (a Spark package)
+    java_options, why = small_run_options(master, source_bytes, conf)
+    say(why)
     command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
-                                   spark_submit="spark-submit", conf=conf)
+                                   spark_submit="spark-submit", conf=conf, driver_java_options=java_options)
     settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}
     i = 1
     while command[i].startswith("--"):
@@ -166,8 +178,11 @@ class ReplayOperator(SparkSubmitOperator):
         python = self.python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
         master = self.master = spark_master(self.spark_conn_id)
         py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
+        staged = self.plan.get("staged") or {}  # what the stage task listed (a kafka:// source: not sized)
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
-                                   py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)))
+                                   py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)),
+                                   source_bytes=staged.get("bytes") if staged.get("mode") != "kafka" else None,
+                                   say=self.log.info)
         self.application = settings["application"]
         self.name = settings["name"]
         self.conf = {**settings["conf"], **(self.conf or {})}
@@ -215,8 +230,10 @@ class ReplayOperator(SparkSubmitOperator):
         over_limit = False
         try:
             super().execute(context)
+            finish_class_archive(list(self.conf.values()), 0)
         except AirflowException as e:
             status = exit_status(e)
+            finish_class_archive(list(self.conf.values()), status)
             if status == EXIT_BAD_INPUT:
                 raise AirflowFailException(f"the replay app refused its arguments or input (exit status 2), "
                                            f"so retrying cannot help: {e}") from e

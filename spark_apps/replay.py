@@ -325,13 +325,18 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     else:
         decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
                           progress.records)
-    decoded = decoded.persist(StorageLevel.DISK_ONLY)
+    # each image's column list id (transforms.with_schema_ids): the shuffles after this cache carry
+    # the id and the values, not every column's name and type (issue 13 point 3)
+    decoded_columns = list(decoded.columns)
+    decoded = T.with_schema_ids(decoded).persist(StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     # lines that are not records (stage "archive") may still name their place: counted apart
-    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, and the distinct DDL statements of each partition (every
-    # decoded event carries its record's topic); sorted here, not by a Spark sort
+    # (row events without a topic only give their column lists, in a group of their own dropped below)
+    records = decoded.where((F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+                            | (F.col("topic").isNull() & F.col("kind").isin(Kind.ROW)))
+    # one action: the statistics, the distinct DDL statements of each partition (every decoded
+    # event carries its record's topic) and the images' column lists; sorted here, not by Spark
     partition_stats = sorted((r.asDict() for r in records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
@@ -340,7 +345,15 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
         *gaps_mod.offset_columns(),
         F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    ).collect()), key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
+        *T.schema_entries(),
+    ).collect()), key=lambda s: (s["topic"] is not None, s["topic"] or "", s["partition"] is not None, s["partition"] or 0))
+    try:
+        schema_dictionary = T.schema_dictionary(
+            e for s in partition_stats for image in T.IMAGES for e in s.pop(f"_{image}_schemas"))
+    except ValueError as e:
+        decoded.unpersist()
+        raise ReplayError(f"lean rows: {e}") from None
+    partition_stats = [s for s in partition_stats if s["topic"] is not None]
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
@@ -364,9 +377,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    tagged = T.tag_status(T.infer_commit_ts(_ddl_where_sql_says(spark, decoded, ddl_statements), needs_inference),
-                          tables=args.table_patterns(),
-                          cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
+    # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
+    # dictionary (a literal map in the plan) where the output needs them
+    tagged = T.tag_status(
+        T.infer_commit_ts(_ddl_where_sql_says(spark, T.lean_images(decoded), ddl_statements), needs_inference),
+        tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
+    dictionary = T.dictionary_literal(schema_dictionary)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, QUARANTINE)
@@ -380,7 +396,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # counts also per commit-time bucket: the manifest's timeline (the monitoring page's chart)
     frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
-                         bucket=T.commit_bucket(*frame) if frame else None)
+                         bucket=T.commit_bucket(*frame) if frame else None, dictionary=schema_dictionary)
     decoded.unpersist()  # `tagged` is materialised now
     ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
     if ddl_failures:
@@ -393,8 +409,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     counts = summary["counts"]
+    lean_tagged = tagged  # persisted: unpersisted after the output
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
+    tagged = T.full_images(tagged, dictionary, decoded_columns)
 
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
@@ -433,7 +451,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
-    tagged.unpersist()
+    lean_tagged.unpersist()
 
     manifest = manifest_mod.build(
         run_id=run_id, args=args, source=source, output=output, started=started,
@@ -544,7 +562,7 @@ def _ddl_where_sql_says(spark, decoded, statements):
 SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
 
 
-def _summarise(tagged, shapes: bool, bucket=None) -> dict:
+def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None) -> dict:
     """The small aggregates the run needs from the tagged events, from one Spark action:
 
     * `counts`: events, lowest and highest commit ts per (status, kind, database, table,
@@ -568,8 +586,11 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     applied = F.col("status") == Status.APPLIED
     ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
+    # the column set: the new image's schema id (lean rows: names and types are in `dictionary`)
+    lean = dictionary is not None
     shape = F.lit(None) if not shapes else F.when(
-        applied & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull(),
+        applied & (F.col("kind") == Kind.ROW) & F.col("after_schema" if lean else "after").isNotNull(),
+        F.col("after_schema") if lean else
         F.struct(F.col("after.name").alias("names"), F.col("after.mysql_type").alias("types")))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
     # quarantined records: their reason class is a key, their first record (by place) a sample
@@ -622,7 +643,8 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
         ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
-            columns = _shape_columns(g["_shape"])
+            columns = _shape_columns({"names": dictionary[g["_shape"]][0], "types": dictionary[g["_shape"]][1]}
+                                     if lean else g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
                                            "first": g["first"], "last": g["last"], "events": 0})

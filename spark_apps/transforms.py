@@ -98,20 +98,23 @@ def table_filter(patterns: list[str]) -> Column:
     return condition
 
 
-def identity() -> Column:
+def identity(lean: bool = False) -> Column:
     """What makes two decoded events the same change (a redelivery, not a new change), as a
     SHA-256 of its fields: the duplicate check then partitions and sorts by 32 bytes instead
-    of whole row images (a collision, 2^-128 per pair, is not a practical concern)."""
-    return F.sha2(F.to_json(F.struct(*[c.alias(f"f{i}") for i, c in enumerate(_identity_columns())])), 256)
+    of whole row images (a collision, 2^-128 per pair, is not a practical concern). `lean`:
+    the images are lean (schema id, values, labels: `lean_images`)."""
+    return F.sha2(F.to_json(F.struct(*[c.alias(f"f{i}") for i, c in enumerate(_identity_columns(lean))])), 256)
 
 
-def _identity_columns() -> list[Column]:
+def _identity_columns(lean: bool = False) -> list[Column]:
+    images = ([F.col(f"{image}{part}") for image in IMAGES for part in ("_schema", "_values", "_labels")] if lean
+              else [F.col("before"), F.col("after")])
     return [
         F.col("kind"), F.col("database"), F.col("table"), F.col("op"), F.col("commit_ts"),
         F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
-        F.col("before"), F.col("after"), F.col("ddl_query"),
+        *images, F.col("ddl_query"),
         # a watermark is per partition
         F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),
         F.when(F.col("kind") == Kind.WATERMARK, F.col("partition")),
@@ -124,7 +127,7 @@ def _identity_columns() -> list[Column]:
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
     """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
     changes at or below `since` are outside the window (status `filtered`)."""
-    df = with_timeline(decoded).withColumn("_identity", identity())
+    df = with_timeline(decoded).withColumn("_identity", identity(lean="after_values" in decoded.columns))
     first_seen = Window.partitionBy("_identity").orderBy("partition", "offset", "event_index", "object", "line")
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
     in_scope = table_filter(tables) if tables else F.lit(True)
@@ -156,6 +159,97 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .otherwise(Status.APPLIED)
     )
     return df.withColumn("status", status).drop("_first", "_identity")
+
+
+IMAGES = ("before", "after")
+LEAN_COLUMNS = tuple(f"{image}{part}" for image in IMAGES for part in ("_schema", "_values", "_labels"))
+# an image as the codecs give it, its fields nullable (it is rebuilt by position)
+IMAGE_TYPE = "array<struct<name: string, mysql_type: string, flags: int, value: binary, label: string>>"
+SCHEMA_ENTRY_TYPE = "struct<names: array<string>, types: array<string>, flags: array<int>>"
+DICTIONARY_TYPE = f"map<bigint, {SCHEMA_ENTRY_TYPE}>"
+
+
+def with_schema_ids(decoded: DataFrame) -> DataFrame:
+    """Add `before_schema` / `after_schema`: a 64-bit id of each image's column list (names,
+    MySQL types and flags in order; null when the image is null), the same in every task
+    without coordination (xxhash64). The driver checks that no two column lists of a run share
+    an id (`schema_dictionary`)."""
+    for image in IMAGES:
+        img = F.col(image)
+        decoded = decoded.withColumn(f"{image}_schema", F.when(img.isNotNull(), F.xxhash64(
+            img["name"], F.array_join(img["mysql_type"], "\x1f", "\x00"), img["flags"])))
+    return decoded
+
+
+def schema_entries() -> list[Column]:
+    """Aggregates (for the partition statistics) collecting the distinct column lists of the
+    images: (id, names, types, flags), few per table version."""
+    return [F.collect_set(F.when(F.col(f"{image}_schema").isNotNull(), F.struct(
+        F.col(f"{image}_schema").alias("id"), F.col(f"{image}.name").alias("names"),
+        F.col(f"{image}.mysql_type").alias("types"), F.col(f"{image}.flags").alias("flags")))).alias(f"_{image}_schemas")
+        for image in IMAGES]
+
+
+def schema_dictionary(entries) -> dict:
+    """{id: (names, types, flags)} from `schema_entries` rows; ValueError if two column lists
+    share an id (a 64-bit hash collision: never seen, but never silent)."""
+    dictionary: dict = {}
+    for e in entries:
+        value = (tuple(e["names"]), tuple(e["types"]), tuple(e["flags"]))
+        if dictionary.setdefault(e["id"], value) != value:
+            raise ValueError(f"two column lists share the schema id {e['id']}: {dictionary[e['id']]} and {value}")
+    return dictionary
+
+
+def lean_images(df: DataFrame) -> DataFrame:
+    """Lean rows for the shuffles and caches (issue 13 point 3): each image becomes its schema
+    id (`with_schema_ids`), `<image>_values` (array<binary>) and `<image>_labels` (array<string>,
+    null when no column has a label); column names, types and flags stay in the dictionary."""
+    for image in IMAGES:
+        img = F.col(image)
+        labels = img["label"]
+        df = (df.withColumn(f"{image}_values", img["value"])
+              .withColumn(f"{image}_labels", F.when(F.size(F.array_compact(labels)) > 0, labels)))
+    return df.drop(*IMAGES)
+
+
+def dictionary_literal(dictionary: dict) -> Column:
+    """The schema dictionary as a literal map in the plan (few entries: no broadcast job)."""
+    if not dictionary:
+        return F.lit(None).cast(DICTIONARY_TYPE)
+
+    def strings(items):
+        return F.array(*[F.lit(i).cast("string") for i in items]).cast("array<string>")
+
+    pairs = []
+    for sid, (names, types, flags) in sorted(dictionary.items()):
+        pairs += [F.lit(sid).cast("bigint"), F.struct(
+            strings(names).alias("names"), strings(types).alias("types"),
+            F.array(*[F.lit(int(f)).cast("int") for f in flags]).cast("array<int>").alias("flags"),
+        ).cast(SCHEMA_ENTRY_TYPE)]
+    return F.create_map(*pairs)
+
+
+def full_image(image: str, dictionary: Column) -> Column:
+    """An image rebuilt from its lean columns and the dictionary: `{name, mysql_type, flags,
+    value, label}` per column, as decoded. An id the dictionary lacks fails the task."""
+    sid = F.col(f"{image}_schema")
+    entry = F.try_element_at(dictionary, sid)
+    values = F.col(f"{image}_values")
+    labels = F.coalesce(F.col(f"{image}_labels"), F.array_repeat(F.lit(None).cast("string"), F.size(values)))
+    zipped = F.arrays_zip(entry["names"], entry["types"], entry["flags"], values, labels).cast(IMAGE_TYPE)
+    return (F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE))
+            .when(entry.isNull(), F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))))
+            .otherwise(zipped))
+
+
+def full_images(df: DataFrame, dictionary: Column, columns: list[str] | None = None) -> DataFrame:
+    """`df` with `before`/`after` rebuilt (`full_image`) in place of the lean columns, its
+    columns in the order `columns` gives (the rest after)."""
+    df = df.withColumn("before", full_image("before", dictionary)).withColumn("after", full_image("after", dictionary))
+    df = df.drop(*LEAN_COLUMNS)
+    order = [c for c in (columns or []) if c in df.columns]
+    return df.select(*order, *[c for c in df.columns if c not in order])
 
 
 def row_key(image: str, schema_keys: bool = False) -> Column:

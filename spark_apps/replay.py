@@ -412,7 +412,8 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     lean_tagged = tagged  # persisted: unpersisted after the output
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
-    tagged = T.full_images(tagged, dictionary, decoded_columns)
+    lean = tagged
+    tagged = T.full_images(lean, dictionary, decoded_columns)
 
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
@@ -443,6 +444,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
             rows = applied.where(F.col("kind") == Kind.ROW)
             if base_rows is not None:
                 rows = rows.unionByName(base_rows)
+            elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
+                rows = lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
+                output_plan.dictionary = dictionary
             written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
         text = str(e)
@@ -770,6 +774,7 @@ class _OutputPlan:
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
+        self.dictionary = None  # the schema dictionary (a literal map) when the rows are lean
 
     def kafka_target(self, home: str, fingerprint: str) -> None:
         servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
@@ -800,7 +805,13 @@ class _OutputPlan:
         from spark_apps import transforms as T
 
         intervals, known = self._tables()
-        return T.row_effects(T.assign_tables(rows, intervals, known))
+        return T.row_effects(T.assign_tables(rows, intervals, known), self.dictionary)
+
+    def _full(self, df):
+        """Full images from lean rows (a no-op for rows that are not lean)."""
+        from spark_apps import transforms as T
+
+        return T.full_images(df, self.dictionary, list(_event_names())) if "after_values" in df.columns else df
 
     def _schemas(self):
         return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values() if s.columns_known}
@@ -889,6 +900,7 @@ class _OutputPlan:
         from spark_apps.snapshot import projector
 
         plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
+        latest = self._full(latest)
         deleted = F.col("effect") == "delete"
         changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
                    .withColumn("before", F.when(deleted, F.col("before")))
@@ -958,7 +970,7 @@ class _OutputPlan:
             F.count(F.when(F.col("effect") == "upsert", 1)).alias("rows"),
             F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
             F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
-        live = T.live_rows(latest)
+        live = self._full(T.live_rows(latest))
         if self.args.output_format == "parquet":
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             latest.unpersist()

@@ -252,15 +252,16 @@ def full_images(df: DataFrame, dictionary: Column, columns: list[str] | None = N
     return df.select(*order, *[c for c in df.columns if c not in order])
 
 
-def row_key(image: str, schema_keys: bool = False) -> Column:
+def row_key(image: str, schema_keys: bool = False, img: Column | None = None) -> Column:
     """The row's key: the values of its key columns. The key columns are the table's at the
     cut when the DDL history knows the table (`key_aliases`: every name each key column had,
     so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
     `key_columns`; a table without a key is keyed by all its values: for a table the DDL history
     knows, by its columns at the cut (`row_columns`: names each had, default), a column the
     image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
-    the same row. Values only, in key order."""
-    img = F.col(image)
+    the same row. Values only, in key order. `img`: the image when it is not the column
+    `image` (rebuilt from lean rows: `full_image`)."""
+    img = F.col(image) if img is None else img
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
     all_values = F.transform(img, lambda c: c["value"])
@@ -280,15 +281,22 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
 
 
-def row_effects(rows: DataFrame) -> DataFrame:
+def row_effects(rows: DataFrame, dictionary: Column | None = None) -> DataFrame:
     """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
     DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
-    old key. Columns: the event's plus `row_key`, `effect`, `rank`."""
-    before_key, after_key = row_key("before", schema_keys=True), row_key("after", schema_keys=True)
+    old key. Columns: the event's plus `row_key`, `effect`, `rank`. Lean rows (`lean_images`)
+    stay lean: the keys are read from images rebuilt in the expression (`dictionary`)."""
+    lean = "after_values" in rows.columns
+    if lean:  # rebuilt once per row, beside the lean columns, and dropped before any shuffle
+        rows = rows.withColumn("_before", full_image("before", dictionary)).withColumn(
+            "_after", full_image("after", dictionary))
+    before_key, after_key = [
+        row_key(image, schema_keys=True, img=F.col(f"_{image}") if lean else None) for image in IMAGES]
     effects = F.when(
         F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
     ).when(
-        (F.col("op") == Op.UPDATE) & F.col("before").isNotNull() & (before_key != after_key),
+        (F.col("op") == Op.UPDATE) & F.col("before_schema" if lean else "before").isNotNull()
+        & (before_key != after_key),
         F.array(
             F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")),
             F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect")),
@@ -298,7 +306,7 @@ def row_effects(rows: DataFrame) -> DataFrame:
     return (
         exploded.withColumn("row_key", F.col("_effect.row_key"))
         .withColumn("effect", F.col("_effect.effect"))
-        .drop("_effect")
+        .drop("_effect", "_before", "_after")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
 
@@ -395,10 +403,11 @@ def latest_per_key(effects: DataFrame) -> DataFrame:
 
 def live_rows(latest: DataFrame) -> DataFrame:
     """Snapshot rows: one INSERT per key whose last change left the row in place."""
+    live = latest.where(F.col("effect") == "upsert").withColumn("op", F.lit(Op.INSERT))
+    for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
+        live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
     return (
-        latest.where(F.col("effect") == "upsert")
-        .withColumn("op", F.lit(Op.INSERT))
-        .withColumn("before", F.lit(None).cast(latest.schema["before"].dataType))
+        live
         .withColumn("database", F.col("final_database"))
         .withColumn("table", F.col("final_table"))
     )

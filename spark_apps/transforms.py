@@ -17,7 +17,9 @@ picks it up), `applied`; records that carry no change are `empty`.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -165,8 +167,7 @@ IMAGES = ("before", "after")
 LEAN_COLUMNS = tuple(f"{image}{part}" for image in IMAGES for part in ("_schema", "_values", "_labels"))
 # an image as the codecs give it, its fields nullable (it is rebuilt by position)
 IMAGE_TYPE = "array<struct<name: string, mysql_type: string, flags: int, value: binary, label: string>>"
-SCHEMA_ENTRY_TYPE = "struct<names: array<string>, types: array<string>, flags: array<int>>"
-DICTIONARY_TYPE = f"map<bigint, {SCHEMA_ENTRY_TYPE}>"
+BUCKET_ENTRY_TYPE = "struct<id: bigint, names: array<string>, types: array<string>, flags: array<int>>"
 
 
 def with_schema_ids(decoded: DataFrame) -> DataFrame:
@@ -213,28 +214,41 @@ def lean_images(df: DataFrame) -> DataFrame:
     return df.drop(*IMAGES)
 
 
-def dictionary_literal(dictionary: dict) -> Column:
-    """The schema dictionary as a literal map in the plan (few entries: no broadcast job)."""
-    if not dictionary:
-        return F.lit(None).cast(DICTIONARY_TYPE)
+class SchemaDictionary(NamedTuple):
+    """The schema dictionary in the plan (`dictionary_literal`)."""
 
-    def strings(items):
-        return F.array(*[F.lit(i).cast("string") for i in items]).cast("array<string>")
+    buckets: Column  # array<array<struct<id, names, types, flags>>>: entry `id` in bucket pmod(id, size)
+    size: int
+    slots: int  # the most entries one bucket holds
 
-    pairs = []
+
+def dictionary_literal(dictionary: dict) -> SchemaDictionary:
+    """The schema dictionary as one literal in the plan (no broadcast job): a hash table of
+    buckets, parsed from JSON once and constant-folded by Spark, so a lookup is an array index
+    and a compare or two, however many table versions the archive has (a literal map would be
+    searched entry by entry, and built of literals it makes every plan analysis walk them)."""
+    size = max(1, 2 * len(dictionary))
+    buckets: list[list[dict]] = [[] for _ in range(size)]
     for sid, (names, types, flags) in sorted(dictionary.items()):
-        pairs += [F.lit(sid).cast("bigint"), F.struct(
-            strings(names).alias("names"), strings(types).alias("types"),
-            F.array(*[F.lit(int(f)).cast("int") for f in flags]).cast("array<int>").alias("flags"),
-        ).cast(SCHEMA_ENTRY_TYPE)]
-    return F.create_map(*pairs)
+        buckets[sid % size].append({"id": sid, "names": list(names), "types": list(types), "flags": list(flags)})
+    return SchemaDictionary(F.from_json(F.lit(json.dumps(buckets)), f"array<array<{BUCKET_ENTRY_TYPE}>>"), size,
+                            max(len(b) for b in buckets))
 
 
-def full_image(image: str, dictionary: Column) -> Column:
+def _schema_entry(dictionary: SchemaDictionary, sid: Column) -> Column:
+    bucket = F.element_at(dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))
+    entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
+    for slot in reversed(range(dictionary.slots)):
+        candidate = F.try_element_at(bucket, F.lit(slot + 1))
+        entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
+    return entry
+
+
+def full_image(image: str, dictionary: SchemaDictionary) -> Column:
     """An image rebuilt from its lean columns and the dictionary: `{name, mysql_type, flags,
     value, label}` per column, as decoded. An id the dictionary lacks fails the task."""
     sid = F.col(f"{image}_schema")
-    entry = F.try_element_at(dictionary, sid)
+    entry = _schema_entry(dictionary, sid)
     values = F.col(f"{image}_values")
     labels = F.coalesce(F.col(f"{image}_labels"), F.array_repeat(F.lit(None).cast("string"), F.size(values)))
     zipped = F.arrays_zip(entry["names"], entry["types"], entry["flags"], values, labels).cast(IMAGE_TYPE)
@@ -243,7 +257,7 @@ def full_image(image: str, dictionary: Column) -> Column:
             .otherwise(zipped))
 
 
-def full_images(df: DataFrame, dictionary: Column, columns: list[str] | None = None) -> DataFrame:
+def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] | None = None) -> DataFrame:
     """`df` with `before`/`after` rebuilt (`full_image`) in place of the lean columns, its
     columns in the order `columns` gives (the rest after)."""
     df = df.withColumn("before", full_image("before", dictionary)).withColumn("after", full_image("after", dictionary))
@@ -281,7 +295,7 @@ def row_key(image: str, schema_keys: bool = False, img: Column | None = None) ->
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
 
 
-def row_effects(rows: DataFrame, dictionary: Column | None = None) -> DataFrame:
+def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> DataFrame:
     """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
     DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
     old key. Columns: the event's plus `row_key`, `effect`, `rank`. Lean rows (`lean_images`)

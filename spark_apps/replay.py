@@ -334,7 +334,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # lines that are not records (stage "archive") may still name their place: counted apart
     # (row events without a topic only give their column lists, in a group of their own dropped below)
     records = decoded.where((F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-                            | (F.col("topic").isNull() & F.col("kind").isin(Kind.ROW)))
+                            | (F.col("topic").isNull() & (F.col("kind") == Kind.ROW)))
     # one action: the statistics, the distinct DDL statements of each partition (every decoded
     # event carries its record's topic) and the images' column lists; sorted here, not by Spark
     partition_stats = sorted((r.asDict() for r in records.groupBy("topic", "partition").agg(
@@ -378,7 +378,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
     # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
-    # dictionary (a literal map in the plan) where the output needs them
+    # dictionary (one literal in the plan) where the output needs them
     tagged = T.tag_status(
         T.infer_commit_ts(_ddl_where_sql_says(spark, T.lean_images(decoded), ddl_statements), needs_inference),
         tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
@@ -774,7 +774,7 @@ class _OutputPlan:
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
-        self.dictionary = None  # the schema dictionary (a literal map) when the rows are lean
+        self.dictionary = None  # the schema dictionary (transforms.dictionary_literal) when the rows are lean
 
     def kafka_target(self, home: str, fingerprint: str) -> None:
         servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)

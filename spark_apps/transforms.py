@@ -235,32 +235,33 @@ def dictionary_literal(dictionary: dict) -> SchemaDictionary:
                             max(len(b) for b in buckets))
 
 
-def _schema_entry(dictionary: SchemaDictionary, sid: Column) -> Column:
-    bucket = F.element_at(dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))
+def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
+    """`df` with column `target`: the image rebuilt from its lean columns and the dictionary,
+    `{name, mysql_type, flags, value, label}` per column, as decoded. An id the dictionary
+    lacks fails the task. The bucket and the entry are columns of their own, so the literal
+    appears once in the plan (an expression repeating it would copy it into every task)."""
+    sid = F.col(f"{image}_schema")
+    df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
+        dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
     entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
     for slot in reversed(range(dictionary.slots)):
-        candidate = F.try_element_at(bucket, F.lit(slot + 1))
+        candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
         entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
-    return entry
-
-
-def full_image(image: str, dictionary: SchemaDictionary) -> Column:
-    """An image rebuilt from its lean columns and the dictionary: `{name, mysql_type, flags,
-    value, label}` per column, as decoded. An id the dictionary lacks fails the task."""
-    sid = F.col(f"{image}_schema")
-    entry = _schema_entry(dictionary, sid)
+    df = df.withColumn("_entry", entry)
+    entry = F.col("_entry")
     values = F.col(f"{image}_values")
     labels = F.coalesce(F.col(f"{image}_labels"), F.array_repeat(F.lit(None).cast("string"), F.size(values)))
     zipped = F.arrays_zip(entry["names"], entry["types"], entry["flags"], values, labels).cast(IMAGE_TYPE)
-    return (F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE))
-            .when(entry.isNull(), F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))))
-            .otherwise(zipped))
+    return df.withColumn(target, F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE)).when(
+        entry.isNull(), F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))),
+    ).otherwise(zipped)).drop("_bucket", "_entry")
 
 
 def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] | None = None) -> DataFrame:
-    """`df` with `before`/`after` rebuilt (`full_image`) in place of the lean columns, its
+    """`df` with `before`/`after` rebuilt (`_rebuild`) in place of the lean columns, its
     columns in the order `columns` gives (the rest after)."""
-    df = df.withColumn("before", full_image("before", dictionary)).withColumn("after", full_image("after", dictionary))
+    for image in IMAGES:
+        df = _rebuild(df, image, dictionary, image)
     df = df.drop(*LEAN_COLUMNS)
     order = [c for c in (columns or []) if c in df.columns]
     return df.select(*order, *[c for c in df.columns if c not in order])
@@ -274,7 +275,7 @@ def row_key(image: str, schema_keys: bool = False, img: Column | None = None) ->
     knows, by its columns at the cut (`row_columns`: names each had, default), a column the
     image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
     the same row. Values only, in key order. `img`: the image when it is not the column
-    `image` (rebuilt from lean rows: `full_image`)."""
+    `image` (rebuilt from lean rows: `_rebuild`)."""
     img = F.col(image) if img is None else img
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
@@ -302,8 +303,8 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
     stay lean: the keys are read from images rebuilt in the expression (`dictionary`)."""
     lean = "after_values" in rows.columns
     if lean:  # rebuilt once per row, beside the lean columns, and dropped before any shuffle
-        rows = rows.withColumn("_before", full_image("before", dictionary)).withColumn(
-            "_after", full_image("after", dictionary))
+        for image in IMAGES:
+            rows = _rebuild(rows, image, dictionary, f"_{image}")
     before_key, after_key = [
         row_key(image, schema_keys=True, img=F.col(f"_{image}") if lean else None) for image in IMAGES]
     effects = F.when(

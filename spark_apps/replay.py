@@ -327,13 +327,18 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     else:
         decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
                           progress.records)
-    decoded = decoded.persist(StorageLevel.DISK_ONLY)
+    # each image's column list id (transforms.with_schema_ids): the shuffles after this cache carry
+    # the id and the values, not every column's name and type (issue 13 point 3)
+    decoded_columns = list(decoded.columns)
+    decoded = T.with_schema_ids(decoded).persist(StorageLevel.DISK_ONLY)
 
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     # lines that are not records (stage "archive") may still name their place: counted apart
-    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, and the distinct DDL statements of each partition (every
-    # decoded event carries its record's topic); sorted here, not by a Spark sort
+    # (row events without a topic only give their column lists, in a group of their own dropped below)
+    records = decoded.where((F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+                            | (F.col("topic").isNull() & (F.col("kind") == Kind.ROW)))
+    # one action: the statistics, the distinct DDL statements of each partition (every decoded
+    # event carries its record's topic) and the images' column lists; sorted here, not by Spark
     partition_stats = sorted((r.asDict() for r in records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
@@ -342,7 +347,15 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
         *gaps_mod.offset_columns(),
         F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    ).collect()), key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
+        *T.schema_entries(),
+    ).collect()), key=lambda s: (s["topic"] is not None, s["topic"] or "", s["partition"] is not None, s["partition"] or 0))
+    try:
+        schema_dictionary = T.schema_dictionary(
+            e for s in partition_stats for image in T.IMAGES for e in s.pop(f"_{image}_schemas"))
+    except ValueError as e:
+        decoded.unpersist()
+        raise ReplayError(f"lean rows: {e}") from None
+    partition_stats = [s for s in partition_stats if s["topic"] is not None]
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
@@ -366,9 +379,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    tagged = T.tag_status(T.infer_commit_ts(_ddl_where_sql_says(spark, decoded, ddl_statements), needs_inference),
-                          tables=args.table_patterns(),
-                          cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
+    # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
+    # dictionary (one literal in the plan) where the output needs them
+    tagged = T.tag_status(
+        T.infer_commit_ts(_ddl_where_sql_says(spark, T.lean_images(decoded), ddl_statements), needs_inference),
+        tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
+    dictionary = T.dictionary_literal(schema_dictionary)
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, QUARANTINE)
@@ -382,7 +398,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # counts also per commit-time bucket: the manifest's timeline (the monitoring page's chart)
     frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
-                         bucket=T.commit_bucket(*frame) if frame else None)
+                         bucket=T.commit_bucket(*frame) if frame else None, dictionary=schema_dictionary)
     decoded.unpersist()  # `tagged` is materialised now
     ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
     if ddl_failures:
@@ -395,8 +411,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     counts = summary["counts"]
+    lean_tagged = tagged  # persisted: unpersisted after the output
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
+    lean = tagged
+    tagged = T.full_images(lean, dictionary, decoded_columns)
 
     # 4. counts, and the quarantine (records that could not be read or decoded) next to the output
     # laid out by object and line, so a rerun writes byte-identical quarantine objects
@@ -427,6 +446,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
             rows = applied.where(F.col("kind") == Kind.ROW)
             if base_rows is not None:
                 rows = rows.unionByName(base_rows)
+            elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
+                rows = lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
+                output_plan.dictionary = dictionary
             written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
         text = str(e)
@@ -435,7 +457,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
-    tagged.unpersist()
+    lean_tagged.unpersist()
 
     manifest = manifest_mod.build(
         run_id=run_id, args=args, source=source, output=output, started=started,
@@ -546,7 +568,7 @@ def _ddl_where_sql_says(spark, decoded, statements):
 SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
 
 
-def _summarise(tagged, shapes: bool, bucket=None) -> dict:
+def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None) -> dict:
     """The small aggregates the run needs from the tagged events, from one Spark action:
 
     * `counts`: events, lowest and highest commit ts per (status, kind, database, table,
@@ -570,8 +592,11 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
     applied = F.col("status") == Status.APPLIED
     ddl = F.when(applied & (F.col("kind") == Kind.DDL), F.struct(
         "ddl_query", "commit_ts", "timeline", "object", "line", "topic", "partition", "offset", "event_index"))
+    # the column set: the new image's schema id (lean rows: names and types are in `dictionary`)
+    lean = dictionary is not None
     shape = F.lit(None) if not shapes else F.when(
-        applied & (F.col("kind") == Kind.ROW) & F.col("after").isNotNull(),
+        applied & (F.col("kind") == Kind.ROW) & F.col("after_schema" if lean else "after").isNotNull(),
+        F.col("after_schema") if lean else
         F.struct(F.col("after.name").alias("names"), F.col("after.mysql_type").alias("types")))
     bucket = F.lit(None).cast("int") if bucket is None else bucket
     # quarantined records: their reason class is a key, their first record (by place) a sample
@@ -624,7 +649,8 @@ def _summarise(tagged, shapes: bool, bucket=None) -> dict:
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
         ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
-            columns = _shape_columns(g["_shape"])
+            columns = _shape_columns({"names": dictionary[g["_shape"]][0], "types": dictionary[g["_shape"]][1]}
+                                     if lean else g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
                                            "first": g["first"], "last": g["last"], "events": 0})
@@ -750,6 +776,7 @@ class _OutputPlan:
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
+        self.dictionary = None  # the schema dictionary (transforms.dictionary_literal) when the rows are lean
 
     def kafka_target(self, home: str, fingerprint: str) -> None:
         servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
@@ -780,7 +807,13 @@ class _OutputPlan:
         from spark_apps import transforms as T
 
         intervals, known = self._tables()
-        return T.row_effects(T.assign_tables(rows, intervals, known))
+        return T.row_effects(T.assign_tables(rows, intervals, known), self.dictionary)
+
+    def _full(self, df):
+        """Full images from lean rows (a no-op for rows that are not lean)."""
+        from spark_apps import transforms as T
+
+        return T.full_images(df, self.dictionary, list(_event_names())) if "after_values" in df.columns else df
 
     def _schemas(self):
         return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values() if s.columns_known}
@@ -869,6 +902,7 @@ class _OutputPlan:
         from spark_apps.snapshot import projector
 
         plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
+        latest = self._full(latest)
         deleted = F.col("effect") == "delete"
         changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
                    .withColumn("before", F.when(deleted, F.col("before")))
@@ -938,7 +972,7 @@ class _OutputPlan:
             F.count(F.when(F.col("effect") == "upsert", 1)).alias("rows"),
             F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
             F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
-        live = T.live_rows(latest)
+        live = self._full(T.live_rows(latest))
         if self.args.output_format == "parquet":
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             latest.unpersist()

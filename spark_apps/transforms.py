@@ -17,7 +17,9 @@ picks it up), `applied`; records that carry no change are `empty`.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -98,20 +100,23 @@ def table_filter(patterns: list[str]) -> Column:
     return condition
 
 
-def identity() -> Column:
+def identity(lean: bool = False) -> Column:
     """What makes two decoded events the same change (a redelivery, not a new change), as a
     SHA-256 of its fields: the duplicate check then partitions and sorts by 32 bytes instead
-    of whole row images (a collision, 2^-128 per pair, is not a practical concern)."""
-    return F.sha2(F.to_json(F.struct(*[c.alias(f"f{i}") for i, c in enumerate(_identity_columns())])), 256)
+    of whole row images (a collision, 2^-128 per pair, is not a practical concern). `lean`:
+    the images are lean (schema id, values, labels: `lean_images`)."""
+    return F.sha2(F.to_json(F.struct(*[c.alias(f"f{i}") for i, c in enumerate(_identity_columns(lean))])), 256)
 
 
-def _identity_columns() -> list[Column]:
+def _identity_columns(lean: bool = False) -> list[Column]:
+    images = ([F.col(f"{image}{part}") for image in IMAGES for part in ("_schema", "_values", "_labels")] if lean
+              else [F.col("before"), F.col("after")])
     return [
         F.col("kind"), F.col("database"), F.col("table"), F.col("op"), F.col("commit_ts"),
         F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
-        F.col("before"), F.col("after"), F.col("ddl_query"),
+        *images, F.col("ddl_query"),
         # a watermark is per partition
         F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),
         F.when(F.col("kind") == Kind.WATERMARK, F.col("partition")),
@@ -124,7 +129,7 @@ def _identity_columns() -> list[Column]:
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
     """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
     changes at or below `since` are outside the window (status `filtered`)."""
-    df = with_timeline(decoded).withColumn("_identity", identity())
+    df = with_timeline(decoded).withColumn("_identity", identity(lean="after_values" in decoded.columns))
     first_seen = Window.partitionBy("_identity").orderBy("partition", "offset", "event_index", "object", "line")
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
     in_scope = table_filter(tables) if tables else F.lit(True)
@@ -158,15 +163,120 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
     return df.withColumn("status", status).drop("_first", "_identity")
 
 
-def row_key(image: str, schema_keys: bool = False) -> Column:
+IMAGES = ("before", "after")
+LEAN_COLUMNS = tuple(f"{image}{part}" for image in IMAGES for part in ("_schema", "_values", "_labels"))
+# an image as the codecs give it, its fields nullable (it is rebuilt by position)
+IMAGE_TYPE = "array<struct<name: string, mysql_type: string, flags: int, value: binary, label: string>>"
+BUCKET_ENTRY_TYPE = "struct<id: bigint, names: array<string>, types: array<string>, flags: array<int>>"
+
+
+def with_schema_ids(decoded: DataFrame) -> DataFrame:
+    """Add `before_schema` / `after_schema`: a 64-bit id of each image's column list (names,
+    MySQL types and flags in order; null when the image is null), the same in every task
+    without coordination (xxhash64). The driver checks that no two column lists of a run share
+    an id (`schema_dictionary`)."""
+    for image in IMAGES:
+        img = F.col(image)
+        decoded = decoded.withColumn(f"{image}_schema", F.when(img.isNotNull(), F.xxhash64(
+            img["name"], F.array_join(img["mysql_type"], "\x1f", "\x00"), img["flags"])))
+    return decoded
+
+
+def schema_entries() -> list[Column]:
+    """Aggregates (for the partition statistics) collecting the distinct column lists of the
+    images: (id, names, types, flags), few per table version."""
+    return [F.collect_set(F.when(F.col(f"{image}_schema").isNotNull(), F.struct(
+        F.col(f"{image}_schema").alias("id"), F.col(f"{image}.name").alias("names"),
+        F.col(f"{image}.mysql_type").alias("types"), F.col(f"{image}.flags").alias("flags")))).alias(f"_{image}_schemas")
+        for image in IMAGES]
+
+
+def schema_dictionary(entries) -> dict:
+    """{id: (names, types, flags)} from `schema_entries` rows; ValueError if two column lists
+    share an id (a 64-bit hash collision: never seen, but never silent)."""
+    dictionary: dict = {}
+    for e in entries:
+        value = (tuple(e["names"]), tuple(e["types"]), tuple(e["flags"]))
+        if dictionary.setdefault(e["id"], value) != value:
+            raise ValueError(f"two column lists share the schema id {e['id']}: {dictionary[e['id']]} and {value}")
+    return dictionary
+
+
+def lean_images(df: DataFrame) -> DataFrame:
+    """Lean rows for the shuffles and caches (issue 13 point 3): each image becomes its schema
+    id (`with_schema_ids`), `<image>_values` (array<binary>) and `<image>_labels` (array<string>,
+    null when no column has a label); column names, types and flags stay in the dictionary."""
+    for image in IMAGES:
+        img = F.col(image)
+        labels = img["label"]
+        df = (df.withColumn(f"{image}_values", img["value"])
+              .withColumn(f"{image}_labels", F.when(F.size(F.array_compact(labels)) > 0, labels)))
+    return df.drop(*IMAGES)
+
+
+class SchemaDictionary(NamedTuple):
+    """The schema dictionary in the plan (`dictionary_literal`)."""
+
+    buckets: Column  # array<array<struct<id, names, types, flags>>>: entry `id` in bucket pmod(id, size)
+    size: int
+    slots: int  # the most entries one bucket holds
+
+
+def dictionary_literal(dictionary: dict) -> SchemaDictionary:
+    """The schema dictionary as one literal in the plan (no broadcast job): a hash table of
+    buckets, parsed from JSON once and constant-folded by Spark, so a lookup is an array index
+    and a compare or two, however many table versions the archive has (a literal map would be
+    searched entry by entry, and built of literals it makes every plan analysis walk them)."""
+    size = max(1, 2 * len(dictionary))
+    buckets: list[list[dict]] = [[] for _ in range(size)]
+    for sid, (names, types, flags) in sorted(dictionary.items()):
+        buckets[sid % size].append({"id": sid, "names": list(names), "types": list(types), "flags": list(flags)})
+    return SchemaDictionary(F.from_json(F.lit(json.dumps(buckets)), f"array<array<{BUCKET_ENTRY_TYPE}>>"), size,
+                            max(len(b) for b in buckets))
+
+
+def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
+    """`df` with column `target`: the image rebuilt from its lean columns and the dictionary,
+    `{name, mysql_type, flags, value, label}` per column, as decoded. An id the dictionary
+    lacks fails the task. The bucket and the entry are columns of their own, so the literal
+    appears once in the plan (an expression repeating it would copy it into every task)."""
+    sid = F.col(f"{image}_schema")
+    df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
+        dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
+    entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
+    for slot in reversed(range(dictionary.slots)):
+        candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
+        entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
+    df = df.withColumn("_entry", entry)
+    entry = F.col("_entry")
+    values = F.col(f"{image}_values")
+    labels = F.coalesce(F.col(f"{image}_labels"), F.array_repeat(F.lit(None).cast("string"), F.size(values)))
+    zipped = F.arrays_zip(entry["names"], entry["types"], entry["flags"], values, labels).cast(IMAGE_TYPE)
+    return df.withColumn(target, F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE)).when(
+        entry.isNull(), F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))),
+    ).otherwise(zipped)).drop("_bucket", "_entry")
+
+
+def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] | None = None) -> DataFrame:
+    """`df` with `before`/`after` rebuilt (`_rebuild`) in place of the lean columns, its
+    columns in the order `columns` gives (the rest after)."""
+    for image in IMAGES:
+        df = _rebuild(df, image, dictionary, image)
+    df = df.drop(*LEAN_COLUMNS)
+    order = [c for c in (columns or []) if c in df.columns]
+    return df.select(*order, *[c for c in df.columns if c not in order])
+
+
+def row_key(image: str, schema_keys: bool = False, img: Column | None = None) -> Column:
     """The row's key: the values of its key columns. The key columns are the table's at the
     cut when the DDL history knows the table (`key_aliases`: every name each key column had,
     so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
     `key_columns`; a table without a key is keyed by all its values: for a table the DDL history
     knows, by its columns at the cut (`row_columns`: names each had, default), a column the
     image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
-    the same row. Values only, in key order."""
-    img = F.col(image)
+    the same row. Values only, in key order. `img`: the image when it is not the column
+    `image` (rebuilt from lean rows: `_rebuild`)."""
+    img = F.col(image) if img is None else img
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
     all_values = F.transform(img, lambda c: c["value"])
@@ -186,15 +296,22 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
 
 
-def row_effects(rows: DataFrame) -> DataFrame:
+def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> DataFrame:
     """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
     DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
-    old key. Columns: the event's plus `row_key`, `effect`, `rank`."""
-    before_key, after_key = row_key("before", schema_keys=True), row_key("after", schema_keys=True)
+    old key. Columns: the event's plus `row_key`, `effect`, `rank`. Lean rows (`lean_images`)
+    stay lean: the keys are read from images rebuilt in the expression (`dictionary`)."""
+    lean = "after_values" in rows.columns
+    if lean:  # rebuilt once per row, beside the lean columns, and dropped before any shuffle
+        for image in IMAGES:
+            rows = _rebuild(rows, image, dictionary, f"_{image}")
+    before_key, after_key = [
+        row_key(image, schema_keys=True, img=F.col(f"_{image}") if lean else None) for image in IMAGES]
     effects = F.when(
         F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
     ).when(
-        (F.col("op") == Op.UPDATE) & F.col("before").isNotNull() & (before_key != after_key),
+        (F.col("op") == Op.UPDATE) & F.col("before_schema" if lean else "before").isNotNull()
+        & (before_key != after_key),
         F.array(
             F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")),
             F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect")),
@@ -204,7 +321,7 @@ def row_effects(rows: DataFrame) -> DataFrame:
     return (
         exploded.withColumn("row_key", F.col("_effect.row_key"))
         .withColumn("effect", F.col("_effect.effect"))
-        .drop("_effect")
+        .drop("_effect", "_before", "_after")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
 
@@ -301,10 +418,11 @@ def latest_per_key(effects: DataFrame) -> DataFrame:
 
 def live_rows(latest: DataFrame) -> DataFrame:
     """Snapshot rows: one INSERT per key whose last change left the row in place."""
+    live = latest.where(F.col("effect") == "upsert").withColumn("op", F.lit(Op.INSERT))
+    for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
+        live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
     return (
-        latest.where(F.col("effect") == "upsert")
-        .withColumn("op", F.lit(Op.INSERT))
-        .withColumn("before", F.lit(None).cast(latest.schema["before"].dataType))
+        live
         .withColumn("database", F.col("final_database"))
         .withColumn("table", F.col("final_table"))
     )

@@ -90,3 +90,48 @@ def test_tombstones_are_placed_between_their_partition_neighbours(spark):
     got = {(r.partition, r.offset): r.inferred_ts
            for r in T.infer_commit_ts(events, True).where("kind = 'row'").collect()}
     assert got == {(0, 0): 100, (0, 1): None, (0, 3): 151, (0, 5): 201, (1, 0): None}
+
+
+def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
+    """Issue 13 point 3: what the dedupe shuffle and the `tagged` cache hold has no column name
+    or type string (only the schema id, values and labels), and the images rebuilt from the
+    dictionary are the decoded ones: nulls, empty images, labels, a null MySQL type at either
+    position (which must not give two column lists one id)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    def c(name, mysql_type, value, label=None, flags=0):
+        return {"name": name, "mysql_type": mysql_type, "flags": flags, "value": value, "label": label}
+
+    images = [
+        (None, [c("id", "int", b"1", flags=3), c("v", "varchar(8)", None)]),
+        ([c("id", "int", b"1", flags=3), c("v", "varchar(8)", b"x")],
+         [c("id", "int", b"1", flags=3), c("v", "varchar(8)", b"\xff\x00")]),
+        ([c("a", None, b"1"), c("b", "int", b"2")], [c("a", "int", b"1"), c("b", None, b"2")]),
+        ([c("e", "enum('x','y')", b"2", "y"), c("s", "set('p')", None)], []),
+    ]
+    events = frame(spark, [row(Op.UPDATE if b else Op.INSERT, i, 10 + i, b, a) for i, (b, a) in enumerate(images)])
+    with_ids = T.with_schema_ids(events)
+    entries = with_ids.groupBy().agg(*T.schema_entries()).collect()[0]
+    dictionary = T.schema_dictionary([e for name in ("_before_schemas", "_after_schemas") for e in entries[name]])
+    assert len(dictionary) == 5  # (a null, b int) and (a int, b null) are two; the empty list is one
+
+    tagged = T.tag_status(T.lean_images(with_ids), cut=None)
+
+    def strings_in(dt, path=""):
+        if isinstance(dt, StructType):
+            return [p for f in dt.fields for p in strings_in(f.dataType, f"{path}.{f.name}")]
+        if isinstance(dt, ArrayType):
+            return strings_in(dt.elementType, path + "[]")
+        if isinstance(dt, MapType):
+            return strings_in(dt.valueType, path + "{}")
+        return [path] if dt.simpleString() == "string" and "[]" in path else []
+
+    assert "before" not in tagged.columns and "after" not in tagged.columns
+    # per event, the only string arrays left are the event's key names and the labels
+    assert sorted(strings_in(tagged.schema)) == [".after_labels[]", ".before_labels[]", ".key_columns[]"]
+    assert [r.status for r in tagged.orderBy("offset").collect()] == ["applied"] * 4
+    full = T.full_images(tagged, T.dictionary_literal(dictionary), events.columns)
+    assert full.columns[:len(events.columns)] == events.columns
+    got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
+    want = [(b, a) for b, a in images]
+    assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want

@@ -6,7 +6,11 @@ each protocol (one partition, each protocol's default batching), then decoded:
 
   (a) pure Python, one process: `codec.decode(record)` for every record; CPU time of the
       process (other load on the machine matters less), best of `--rounds` rounds;
-  (b) Spark local[2]: a cached DataFrame of the records, decoded by
+  (b) one process, as the replay decodes: `spark_apps.archive_io.decode_records_fn` (the
+      function the replay runs in `mapInArrow`) over Arrow batches of the records, with the
+      compiled decoder where the protocol has one (`native_decode.PROTOCOLS`) and with
+      CDC_REPLAY_DECODER=python for every protocol; CPU s of the process, best of `--rounds`;
+  (c) Spark local[2]: a cached DataFrame of the records, decoded by
       `spark_apps.archive_io.decode_records_fn` in `mapInArrow`, forced with
       `df.write.format("noop")`; wall time.
 
@@ -127,6 +131,42 @@ def decode_python(protocol: str, options: dict, records: list, rounds: int) -> t
     return best, count
 
 
+def record_batches(records: list) -> list:
+    """The records as the Arrow batches mapInArrow hands decode_records_fn (BATCH_ROWS each)."""
+    import pyarrow as pa
+
+    from spark_apps.archive_io import BATCH_ROWS
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
+    return [pa.RecordBatch.from_pydict({
+        "topic": [r.topic for r in chunk], "partition": [r.partition for r in chunk],
+        "offset": [r.offset for r in chunk], "timestamp": [r.timestamp for r in chunk],
+        "key": [r.key for r in chunk], "value": [r.value for r in chunk]}, schema=schema)
+        for chunk in (records[i:i + BATCH_ROWS] for i in range(0, len(records), BATCH_ROWS))]
+
+
+def decode_arrow(protocol: str, options: dict, batches: list, rounds: int, mode: str) -> tuple[float, int, str]:
+    """Best CPU seconds over `rounds` of decode_records_fn over the batches (decoder `mode`),
+    the rows out (quarantine rows would count: there are none) and the path taken."""
+    from spark_apps import native_decode
+    from spark_apps.archive_io import decode_records_fn
+
+    os.environ[native_decode.ENV] = mode
+    path = native_decode.choose(protocol, options)[0]
+    best, count = float("inf"), 0
+    try:
+        for _ in range(rounds):
+            fn = decode_records_fn(protocol, options)
+            gc.collect()
+            started = time.process_time()
+            count = sum(b.num_rows for b in fn(iter(batches)))
+            best = min(best, time.process_time() - started)
+    finally:
+        os.environ.pop(native_decode.ENV, None)
+    return best, count, path
+
+
 def profile(protocol: str, options: dict, records: list, top: int = 18) -> None:
     codec = get_codec(protocol, options)
     for record in records[:2000]:  # warm the caches, as a long decode is
@@ -185,11 +225,12 @@ def bench_spark(encoded: dict[str, list], registry: str, master: str, repeat: in
     return [(label, best[label][0], runs[label][2], best[label][1]) for label in runs]
 
 
-def table(results: list[tuple], sizes: dict[str, float], unit: str) -> None:
-    """Markdown table; a 4th element per result is the Spark floor (records to Python only)."""
-    base = next(r[2] / r[1] for r in results if r[0] == "canal-json")
+def table(results: list[tuple], sizes: dict[str, float], unit: str, base: str = "canal-json") -> None:
+    """Markdown table; a 4th element per result is the Spark floor (records to Python only).
+    `base`: the label of the row the ratios are to."""
+    base_label, base = base, next(r[2] / r[1] for r in results if r[0] == base)
     floor = len(results[0]) > 3
-    print(f"| protocol | bytes/event | {unit} | events/s | vs canal-json |" + (" floor s |" if floor else "")
+    print(f"| protocol | bytes/event | {unit} | events/s | vs {base_label} |" + (" floor s |" if floor else "")
           + "\n|---|---:|---:|---:|---:|" + ("---:|" if floor else ""))
     for label, seconds, n, *rest in results:
         rate = n / seconds
@@ -232,9 +273,22 @@ def main() -> int:
         _, protocol, options = next(p for p in PROTOCOLS if p[0] == label)
         profile(protocol, options_for(options, registry), encoded[label])
 
+    results = []
+    for label, protocol, options in PROTOCOLS:
+        batches = record_batches(encoded[label])
+        for mode in ("auto", "python"):
+            seconds, n, path = decode_arrow(protocol, options_for(options, registry), batches, args.rounds, mode)
+            results.append((f"{label} ({path})", seconds, n))
+            sizes[results[-1][0]] = sizes[label]
+            if path == "python":
+                break  # no compiled path: the python run would repeat this one
+    print(f"\n(b) one process, decode_records_fn over Arrow batches of the records, the compiled decoder "
+          f"where there is one (native) and the Python codec (python) (CPU s, best of {args.rounds}):\n")
+    table(results, sizes, "CPU s", base="canal-json (native)")
+
     if not args.no_spark:
         results = bench_spark(encoded, registry, args.master, args.spark_repeat)
-        print(f"\n(b) Spark {args.master}, decode_records_fn in mapInArrow over a cached DataFrame, "
+        print(f"\n(c) Spark {args.master}, decode_records_fn in mapInArrow over a cached DataFrame, "
               f"noop write (wall s, best of {args.spark_repeat} round-robin rounds; floor: records moved "
               f"to Python and read, nothing decoded):\n")
         table(results, sizes, "wall s")

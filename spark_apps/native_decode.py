@@ -1,11 +1,13 @@
-"""The compiled canal-json decoder (native/cdc_replay_native, Rust + PyO3) behind the Python codec.
+"""The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
+canal-json and craft (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
 of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-check, anything
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
-(tests/codecs/test_native_canal_json.py). docs/engine.md says why this design.
+(tests/codecs/test_native_canal_json.py, test_native_craft.py). What a type means comes from
+the Python codec's own rule functions, asked once per distinct type (`_rule`, `_craft_rule`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -20,6 +22,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from cdc_codecs import craft
 from cdc_codecs.canal_json import _column_rule
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
@@ -37,7 +40,7 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json",)
+PROTOCOLS = ("canal-json", "craft")  # the protocols with a compiled decoder
 
 
 def requested_mode() -> str:
@@ -54,14 +57,14 @@ def choose(protocol: str, options: dict | None = None, mode: str | None = None) 
     if mode == "python":
         return "python", f"forced by {ENV}=python"
     if protocol not in PROTOCOLS:
-        return "python", f"no compiled decoder for {protocol}"
+        return "python", f"no compiled decoder for {protocol} (compiled: {', '.join(PROTOCOLS)})"
     if (options or {}).get("large-message-handle-compression", "none") not in ("", "none"):
         return "python", "large-message-handle-compression: values are compressed"
     if cdc_replay_native is None:
         if mode == "native":
             raise RuntimeError(UNAVAILABLE)
         return "python", UNAVAILABLE
-    return "native", "compiled canal-json decoder (records it cannot take exactly go to the Python codec)"
+    return "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)"
 
 
 def _rule(type_text):
@@ -69,6 +72,18 @@ def _rule(type_text):
     type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, False)
     labels = mysql_type.labels
     return type_lower, flags, binary, java_float, list(labels) if labels else None, mysql_type.base == "enum"
+
+
+# craft's value renderers -> the value kinds the extension implements (0: the raw bytes)
+_CRAFT_KINDS = {craft._UVARINT_TEXT.__getitem__: 1, craft._ZIGZAG_TEXT.__getitem__: 2,
+                craft._DOUBLE_TEXT.__getitem__: 3, craft._FLOAT_TEXT.__getitem__: 4}
+
+
+def _craft_rule(code: int, flags: int) -> tuple[str, int]:
+    """The craft codec's canonical type text and value kind of a (type code, flags) pair;
+    raises for a code the codec does not know (the extension then leaves the message to it)."""
+    render = craft._value_decoder(code, flags)
+    return craft.mysql_type_of(code, flags), 0 if render is None else _CRAFT_KINDS[render]
 
 
 def _bytes_view(buffer):
@@ -110,12 +125,15 @@ def _image(out, name, typ):
     return _list(out[name], typ, out["events"], struct)
 
 
-class NativeCanalJson:
-    """One executor's compiled decoder for a configured canal-json codec."""
+class NativeDecoder:
+    """One executor's compiled decoder for a configured codec of PROTOCOLS."""
 
     def __init__(self, codec):
         self.codec = codec
-        self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
+        if codec.name == "craft":
+            self.decoder = cdc_replay_native.CraftDecoder(_craft_rule)
+        else:
+            self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
         self.python_records = 0
 
@@ -191,10 +209,10 @@ def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch |
 
 
 def decoder_for(codec, mode: str):
-    """A NativeCanalJson for the codec when `mode` allows and the extension is here, else None
+    """A NativeDecoder for the codec when `mode` allows and the extension is here, else None
     (said once in the executor's log)."""
     path, why = choose(codec.name, codec.config, mode)
     if path != "native":
         log.info("decoding %s with the Python codec: %s", codec.name, why)
         return None
-    return NativeCanalJson(codec)
+    return NativeDecoder(codec)

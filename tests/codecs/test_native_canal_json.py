@@ -61,7 +61,7 @@ def assert_same(monkeypatch, values, options=TIDB):
 def native_share(values, options=TIDB) -> tuple[int, int]:
     """(records the compiled decoder took, records it left to Python)."""
     codec = get_codec("canal-json", options)
-    native = native_decode.NativeCanalJson(codec)
+    native = native_decode.NativeDecoder(codec)
     batch = records_batch(values)
     source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
               "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
@@ -252,7 +252,7 @@ def test_decoder_choice_says_why(monkeypatch):
     assert native_decode.choose("canal-json", {}) == ("python", f"forced by {native_decode.ENV}=python")
     monkeypatch.setenv(native_decode.ENV, "auto")
     assert native_decode.choose("canal-json", {})[0] == "native"
-    assert native_decode.choose("craft", {})[0] == "python"
+    assert native_decode.choose("avro", {})[0] == "python"
     assert native_decode.choose("canal-json", {"large-message-handle-compression": "lz4"})[0] == "python"
     monkeypatch.setenv(native_decode.ENV, "fast")
     with pytest.raises(ValueError, match="auto, native, python"):

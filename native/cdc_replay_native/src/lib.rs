@@ -15,6 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use serde_json::{Map, Value};
 
+mod craft;
+
 // ------------------------------------------------------------------------------ builders
 
 /// A string/binary column: Arrow offsets, data and one validity byte per slot (packed at the end).
@@ -752,72 +754,95 @@ impl CanalJsonDecoder {
         length: usize,
         large: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let vbuf = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
-        let obuf = PyBuffer::<u8>::get(&offsets)?;
-        let dbuf = PyBuffer::<u8>::get(&data)?;
-        let vbytes = vbuf.as_ref().map(buffer_bytes);
-        let obytes = buffer_bytes(&obuf);
-        let dbytes = buffer_bytes(&dbuf);
-        let width = if large { 8 } else { 4 };
-        if obytes.len() < (offset + length + 1) * width {
-            return Err(pyo3::exceptions::PyValueError::new_err("offsets buffer too short"));
-        }
-        let off = |i: usize| -> usize {
-            let p = i * width;
-            if large {
-                i64::from_ne_bytes(obytes[p..p + 8].try_into().unwrap()) as usize
-            } else {
-                i32::from_ne_bytes(obytes[p..p + 4].try_into().unwrap()) as usize
-            }
-        };
-        let mut b = Builders::new();
-        let mut status = vec![0u8; length];
-        for (i, st) in status.iter_mut().enumerate() {
-            let slot = offset + i;
-            if let Some(v) = vbytes {
-                if v[slot >> 3] >> (slot & 7) & 1 == 0 {
-                    continue; // no value: the Python codec names the tombstone
-                }
-            }
-            let (start, end) = (off(slot), off(slot + 1));
-            if end > dbytes.len() || start > end {
-                return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
-            }
-            let mark = b.mark();
-            match self.record(py, &dbytes[start..end], i as i32, &mut b)? {
-                Ok(()) => *st = 1,
-                Err(Fallback) => b.rollback(&mark),
-            }
-        }
-        let d = PyDict::new(py);
-        d.set_item("status", PyBytes::new(py, &status))?;
-        d.set_item("events", b.rec_idx.len())?;
-        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&b.rec_idx)))?;
-        d.set_item("event_index", PyBytes::new(py, as_bytes(&b.event_index)))?;
-        d.set_item("kind", b.kind.export(py))?;
-        d.set_item("op", b.op.export(py))?;
-        d.set_item("commit_ts", b.commit_ts.export(py))?;
-        d.set_item("execute_ts_ms", b.execute_ts.export(py))?;
-        d.set_item("database", b.database.export(py))?;
-        d.set_item("table", b.table.export(py))?;
-        d.set_item("key_columns", b.key_columns.export(py))?;
-        d.set_item("key_items", b.keys.export(py))?;
-        d.set_item("before", b.before.export(py))?;
-        d.set_item("before_items", b.before_cols.export(py))?;
-        d.set_item("after", b.after.export(py))?;
-        d.set_item("after_items", b.after_cols.export(py))?;
-        d.set_item("watermark_ts", b.watermark_ts.export(py))?;
-        d.set_item("tx_id", b.tx_id.export(py))?;
-        d.set_item("extras", b.extras.export(py))?;
-        d.set_item("extra_keys", b.extra_keys.export(py))?;
-        d.set_item("extra_values", b.extra_values.export(py))?;
-        Ok(d)
+        decode_batch(py, validity, offsets, data, offset, length, large, |py, raw, rec, b| self.record(py, raw, rec, b))
     }
+}
+
+/// The record loop every decoder shares: the values of an Arrow binary array given as its
+/// buffers (validity bitmap or None, offsets (int32, or int64 when `large`), data) from slot
+/// `offset`, each given to `record`; a record it gives up on is rolled back. Returns the dict of
+/// Arrow buffers spark_apps/native_decode.py wraps, and `status`: one byte per record, 1 when
+/// decoded here, 0 when the Python codec must decode it (null values always go to Python).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decode_batch<'py, F>(
+    py: Python<'py>,
+    validity: Option<Bound<'py, PyAny>>,
+    offsets: Bound<'py, PyAny>,
+    data: Bound<'py, PyAny>,
+    offset: usize,
+    length: usize,
+    large: bool,
+    mut record: F,
+) -> PyResult<Bound<'py, PyDict>>
+where
+    F: FnMut(Python<'py>, &[u8], i32, &mut Builders) -> PyResult<R<()>>,
+{
+    let vbuf = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
+    let obuf = PyBuffer::<u8>::get(&offsets)?;
+    let dbuf = PyBuffer::<u8>::get(&data)?;
+    let vbytes = vbuf.as_ref().map(buffer_bytes);
+    let obytes = buffer_bytes(&obuf);
+    let dbytes = buffer_bytes(&dbuf);
+    let width = if large { 8 } else { 4 };
+    if obytes.len() < (offset + length + 1) * width {
+        return Err(pyo3::exceptions::PyValueError::new_err("offsets buffer too short"));
+    }
+    let off = |i: usize| -> usize {
+        let p = i * width;
+        if large {
+            i64::from_ne_bytes(obytes[p..p + 8].try_into().unwrap()) as usize
+        } else {
+            i32::from_ne_bytes(obytes[p..p + 4].try_into().unwrap()) as usize
+        }
+    };
+    let mut b = Builders::new();
+    let mut status = vec![0u8; length];
+    for (i, st) in status.iter_mut().enumerate() {
+        let slot = offset + i;
+        if let Some(v) = vbytes {
+            if v[slot >> 3] >> (slot & 7) & 1 == 0 {
+                continue; // no value: the Python codec names the tombstone
+            }
+        }
+        let (start, end) = (off(slot), off(slot + 1));
+        if end > dbytes.len() || start > end {
+            return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
+        }
+        let mark = b.mark();
+        match record(py, &dbytes[start..end], i as i32, &mut b)? {
+            Ok(()) => *st = 1,
+            Err(Fallback) => b.rollback(&mark),
+        }
+    }
+    let d = PyDict::new(py);
+    d.set_item("status", PyBytes::new(py, &status))?;
+    d.set_item("events", b.rec_idx.len())?;
+    d.set_item("rec_idx", PyBytes::new(py, as_bytes(&b.rec_idx)))?;
+    d.set_item("event_index", PyBytes::new(py, as_bytes(&b.event_index)))?;
+    d.set_item("kind", b.kind.export(py))?;
+    d.set_item("op", b.op.export(py))?;
+    d.set_item("commit_ts", b.commit_ts.export(py))?;
+    d.set_item("execute_ts_ms", b.execute_ts.export(py))?;
+    d.set_item("database", b.database.export(py))?;
+    d.set_item("table", b.table.export(py))?;
+    d.set_item("key_columns", b.key_columns.export(py))?;
+    d.set_item("key_items", b.keys.export(py))?;
+    d.set_item("before", b.before.export(py))?;
+    d.set_item("before_items", b.before_cols.export(py))?;
+    d.set_item("after", b.after.export(py))?;
+    d.set_item("after_items", b.after_cols.export(py))?;
+    d.set_item("watermark_ts", b.watermark_ts.export(py))?;
+    d.set_item("tx_id", b.tx_id.export(py))?;
+    d.set_item("extras", b.extras.export(py))?;
+    d.set_item("extra_keys", b.extra_keys.export(py))?;
+    d.set_item("extra_values", b.extra_values.export(py))?;
+    Ok(d)
 }
 
 #[pymodule]
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CanalJsonDecoder>()?;
-    m.add("__doc__", "cdc-replay's compiled canal-json decoder (see spark_apps/native_decode.py)")?;
+    m.add_class::<craft::CraftDecoder>()?;
+    m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())
 }

@@ -112,6 +112,26 @@ fn f64_of(raw: &[u8]) -> R<f64> {
     Ok(v)
 }
 
+/// Whether another text of as many digits (the last significant one moved by one) reads back
+/// as the same value: then the shortest rendering is a choice between two, which Rust and the
+/// reference (Python's repr / NumPy's Dragon4) may break differently, so Python renders it.
+fn has_twin(text: &[u8], same: impl Fn(&str) -> bool) -> bool {
+    let Some(i) = text.iter().rposition(|&c| c.is_ascii_digit() && c != b'0') else {
+        return false;
+    };
+    let mut alt = text.to_vec();
+    for d in [text[i] - 1, text[i] + 1] {
+        if d > b'9' {
+            continue;
+        }
+        alt[i] = d;
+        if same(std::str::from_utf8(&alt).unwrap()) {
+            return true;
+        }
+    }
+    false
+}
+
 // ------------------------------------------------------------------------------ decoding
 
 /// How a column's value bytes become canonical bytes (the kinds of `craft._value_decoder`).
@@ -228,7 +248,11 @@ impl CraftDecoder {
                         Some(&self.text[..])
                     }
                     ValueKind::Double => {
-                        write!(self.text, "{}", f64_of(raw)?).unwrap();
+                        let v = f64_of(raw)?;
+                        write!(self.text, "{}", v).unwrap();
+                        if has_twin(&self.text, |t| t.parse::<f64>().is_ok_and(|x| x.to_bits() == v.to_bits())) {
+                            return Err(Fallback);
+                        }
                         Some(&self.text[..])
                     }
                     ValueKind::Float => {
@@ -237,6 +261,9 @@ impl CraftDecoder {
                             return Err(Fallback);
                         }
                         write!(self.text, "{}", v).unwrap();
+                        if has_twin(&self.text, |t| t.parse::<f32>().is_ok_and(|x| x.to_bits() == v.to_bits())) {
+                            return Err(Fallback);
+                        }
                         Some(&self.text[..])
                     }
                 }

@@ -296,7 +296,7 @@ def _native_batch(native, codec, batch: pa.RecordBatch) -> pa.RecordBatch:
     source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
               "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
               "object": column("object", pa.string()), "line": column("line", pa.int64())}
-    events, idx, fallback = native.decode(batch.column("value"), source)
+    events, idx, fallback = native.decode(batch.column("value"), source, batch.column("key"))
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events
@@ -322,7 +322,8 @@ def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]
         "object": pa.array([r.object for r, _ in records], pa.string()),
         "line": pa.array([line for _, line in records], pa.int64()),
     }
-    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source)
+    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source,
+                                          pa.array([r.key for r, _ in records], pa.binary()))
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events

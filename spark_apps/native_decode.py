@@ -1,13 +1,13 @@
 """The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
-canal-json and craft (PROTOCOLS).
+canal-json, craft and open-protocol (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
 of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-check, anything
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
-(tests/codecs/test_native_canal_json.py, test_native_craft.py). What a type means comes from
-the Python codec's own rule functions, asked once per distinct type (`_rule`, `_craft_rule`). docs/engine.md says why this design.
+(tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
+functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -22,7 +22,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from cdc_codecs import craft
+from cdc_codecs import craft, open_protocol
 from cdc_codecs.canal_json import _column_rule
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
@@ -40,7 +40,7 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json", "craft")  # the protocols with a compiled decoder
+PROTOCOLS = ("canal-json", "craft", "open-protocol")  # the protocols with a compiled decoder
 
 
 def requested_mode() -> str:
@@ -91,6 +91,19 @@ def _bytes_view(buffer):
     return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
 
 
+def _binary_args(values: pa.Array) -> list:
+    """A binary array as the extension reads it: validity, offsets, data, offset, length, large."""
+    if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
+        large = True
+    else:
+        large = False
+        if not pa.types.is_binary(values.type):
+            values = values.cast(pa.binary())
+    validity, offsets, data = values.buffers()[:3]
+    return [_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
+            values.offset, len(values), large]
+
+
 def _buf(data):
     return None if data is None else pa.py_buffer(data)
 
@@ -132,26 +145,27 @@ class NativeDecoder:
         self.codec = codec
         if codec.name == "craft":
             self.decoder = cdc_replay_native.CraftDecoder(_craft_rule)
+        elif codec.name == "open-protocol":
+            self.decoder = cdc_replay_native.OpenProtocolDecoder(open_protocol._column_kind)
         else:
             self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
         self.python_records = 0
 
-    def decode(self, values: pa.Array, source: dict[str, pa.Array]) -> tuple[pa.RecordBatch, pa.Array, np.ndarray]:
+    def decode(self, values: pa.Array, source: dict[str, pa.Array],
+               keys: pa.Array | None = None) -> tuple[pa.RecordBatch, pa.Array, np.ndarray]:
         """(events of the records decoded here, each event's record index, a bool array: True
         where the Python codec must decode the record).
 
-        `source`: topic, partition, offset, record_timestamp, object, line arrays of the records."""
+        `source`: topic, partition, offset, record_timestamp, object, line arrays of the records;
+        `keys`: the records' keys (open-protocol keeps its event keys there)."""
         n = len(values)
-        if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
-            large = True
-        else:
-            large = False
-            if not pa.types.is_binary(values.type):
-                values = values.cast(pa.binary())
-        validity, offsets, data = values.buffers()[:3]
-        out = self.decoder.decode(_bytes_view(validity) if values.null_count else None, _bytes_view(offsets),
-                                  _bytes_view(data), values.offset, n, large)
+        args = _binary_args(values)
+        if self.codec.name == "open-protocol":
+            k_validity, k_offsets, k_data, k_offset, _, k_large = _binary_args(
+                keys if keys is not None else pa.nulls(n, pa.binary()))
+            args += [k_validity, k_offsets, k_data, k_offset, k_large]  # as many keys as values
+        out = self.decoder.decode(*args)
         status = np.frombuffer(out["status"], dtype=np.uint8)
         fallback = status == 0
         done = int(n - fallback.sum())

@@ -14,7 +14,7 @@ use std::io::Write;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{decode_batch, Builders, Fallback, R};
+use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
 
 const VERSION: u64 = 1;
 const ROW: u64 = 1;
@@ -112,24 +112,70 @@ fn f64_of(raw: &[u8]) -> R<f64> {
     Ok(v)
 }
 
-/// Whether another text of as many digits (the last significant one moved by one) reads back
-/// as the same value: then the shortest rendering is a choice between two, which Rust and the
-/// reference (Python's repr / NumPy's Dragon4) may break differently, so Python renders it.
-fn has_twin(text: &[u8], same: impl Fn(&str) -> bool) -> bool {
-    let Some(i) = text.iter().rposition(|&c| c.is_ascii_digit() && c != b'0') else {
-        return false;
-    };
-    let mut alt = text.to_vec();
-    for d in [text[i] - 1, text[i] + 1] {
-        if d > b'9' {
-            continue;
-        }
-        alt[i] = d;
-        if same(std::str::from_utf8(&alt).unwrap()) {
-            return true;
+/// Decimal fraction digits of a binary float's exact value `mantissa * 2^exp` (0: an integer).
+fn fraction_digits(mantissa: u64, exp: i32) -> i32 {
+    if mantissa == 0 {
+        return 0;
+    }
+    (-(exp + mantissa.trailing_zeros() as i32)).max(0)
+}
+
+/// Whether the shortest text `text` of a float whose exact value has `fraction` decimal fraction
+/// digits (`exact`: its exact integer digits) may be one of two equally close candidates. Rust
+/// and the reference (Python's repr, NumPy's Dragon4) both print the shortest text closest to
+/// the value but break an exact tie differently (2.50390625 as float32: 2.5039063 / 2.5039062),
+/// so such values go to Python. A tie is a value exactly halfway between two candidates: its
+/// exact digits stop one place after the shortest text's, with a 5.
+fn may_tie(text: &[u8], fraction: i32, exact: impl Fn() -> String) -> bool {
+    match text.iter().position(|&c| c == b'.') {
+        Some(dot) => fraction == 0 || fraction == (text.len() - dot) as i32, // text.len() - dot - 1 + 1
+        None if fraction > 0 => true,
+        None => {
+            let exact = exact();
+            let (t, e) = (text.strip_prefix(b"-").unwrap_or(text), exact.as_bytes());
+            let e = e.strip_prefix(b"-").unwrap_or(e);
+            if t.len() != e.len() {
+                return true;
+            }
+            let digits = t.iter().rposition(|&c| c != b'0').map_or(0, |i| i + 1);
+            digits < e.len() && e[digits] == b'5' && e[digits + 1..].iter().all(|&c| c == b'0')
         }
     }
-    false
+}
+
+/// The shortest text that reads back as `v`, without exponent (Go's FormatFloat(v, 'f', -1,
+/// 64), NumPy's format_float_positional(unique=True, trim="-")), appended to `out`; non-finite
+/// values and possible ties go to Python.
+pub(crate) fn shortest_f64(v: f64, out: &mut Vec<u8>) -> R<()> {
+    if !v.is_finite() {
+        return Err(Fallback);
+    }
+    let start = out.len();
+    write!(out, "{}", v).unwrap();
+    let bits = v.to_bits();
+    let (biased, m) = (((bits >> 52) & 0x7FF) as i32, bits & ((1 << 52) - 1));
+    let (m, e) = if biased == 0 { (m, -1074) } else { (m | 1 << 52, biased - 1075) };
+    if may_tie(&out[start..], fraction_digits(m, e), || format!("{:.0}", v)) {
+        return Err(Fallback);
+    }
+    Ok(())
+}
+
+/// As `shortest_f64` for a float32 (the f64 rounded to it; an overflow goes to Python).
+pub(crate) fn shortest_f32(v: f64, out: &mut Vec<u8>) -> R<()> {
+    let v = v as f32;
+    if !v.is_finite() {
+        return Err(Fallback);
+    }
+    let start = out.len();
+    write!(out, "{}", v).unwrap();
+    let bits = v.to_bits() as u64;
+    let (biased, m) = (((bits >> 23) & 0xFF) as i32, bits & ((1 << 23) - 1));
+    let (m, e) = if biased == 0 { (m, -149) } else { (m | 1 << 23, biased - 150) };
+    if may_tie(&out[start..], fraction_digits(m, e), || format!("{:.0}", v)) {
+        return Err(Fallback);
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------ decoding
@@ -248,22 +294,11 @@ impl CraftDecoder {
                         Some(&self.text[..])
                     }
                     ValueKind::Double => {
-                        let v = f64_of(raw)?;
-                        write!(self.text, "{}", v).unwrap();
-                        if has_twin(&self.text, |t| t.parse::<f64>().is_ok_and(|x| x.to_bits() == v.to_bits())) {
-                            return Err(Fallback);
-                        }
+                        shortest_f64(f64_of(raw)?, &mut self.text)?;
                         Some(&self.text[..])
                     }
                     ValueKind::Float => {
-                        let v = f64_of(raw)? as f32;
-                        if !v.is_finite() {
-                            return Err(Fallback);
-                        }
-                        write!(self.text, "{}", v).unwrap();
-                        if has_twin(&self.text, |t| t.parse::<f32>().is_ok_and(|x| x.to_bits() == v.to_bits())) {
-                            return Err(Fallback);
-                        }
+                        shortest_f32(f64_of(raw)?, &mut self.text)?;
                         Some(&self.text[..])
                     }
                 }
@@ -526,6 +561,7 @@ impl CraftDecoder {
         length: usize,
         large: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        decode_batch(py, validity, offsets, data, offset, length, large, |py, raw, rec, b| self.record(py, raw, rec, b))
+        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+        decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b))
     }
 }

@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use serde_json::{Map, Value};
 
 mod craft;
+mod open_protocol;
 
 // ------------------------------------------------------------------------------ builders
 
@@ -754,62 +755,84 @@ impl CanalJsonDecoder {
         length: usize,
         large: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        decode_batch(py, validity, offsets, data, offset, length, large, |py, raw, rec, b| self.record(py, raw, rec, b))
+        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+        decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b))
     }
 }
 
-/// The record loop every decoder shares: the values of an Arrow binary array given as its
-/// buffers (validity bitmap or None, offsets (int32, or int64 when `large`), data) from slot
-/// `offset`, each given to `record`; a record it gives up on is rolled back. Returns the dict of
-/// Arrow buffers spark_apps/native_decode.py wraps, and `status`: one byte per record, 1 when
-/// decoded here, 0 when the Python codec must decode it (null values always go to Python).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn decode_batch<'py, F>(
-    py: Python<'py>,
-    validity: Option<Bound<'py, PyAny>>,
-    offsets: Bound<'py, PyAny>,
-    data: Bound<'py, PyAny>,
+/// An Arrow binary array given as its buffers (validity bitmap or None, offsets (int32, or
+/// int64 when `large`), data) and its slots `offset..offset + length`, held for the call.
+pub(crate) struct BinaryArray {
+    validity: Option<PyBuffer<u8>>,
+    offsets: PyBuffer<u8>,
+    data: PyBuffer<u8>,
     offset: usize,
     length: usize,
     large: bool,
-    mut record: F,
-) -> PyResult<Bound<'py, PyDict>>
+}
+
+impl BinaryArray {
+    pub(crate) fn new(
+        validity: Option<Bound<'_, PyAny>>,
+        offsets: Bound<'_, PyAny>,
+        data: Bound<'_, PyAny>,
+        offset: usize,
+        length: usize,
+        large: bool,
+    ) -> PyResult<Self> {
+        let validity = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
+        let offsets = PyBuffer::<u8>::get(&offsets)?;
+        let data = PyBuffer::<u8>::get(&data)?;
+        let width = if large { 8 } else { 4 };
+        if buffer_bytes(&offsets).len() < (offset + length + 1) * width {
+            return Err(pyo3::exceptions::PyValueError::new_err("offsets buffer too short"));
+        }
+        if validity.as_ref().is_some_and(|v| buffer_bytes(v).len() * 8 < offset + length) {
+            return Err(pyo3::exceptions::PyValueError::new_err("validity buffer too short"));
+        }
+        Ok(BinaryArray { validity, offsets, data, offset, length, large })
+    }
+
+    fn off(&self, slot: usize) -> usize {
+        let o = buffer_bytes(&self.offsets);
+        if self.large {
+            i64::from_ne_bytes(o[slot * 8..slot * 8 + 8].try_into().unwrap()) as usize
+        } else {
+            i32::from_ne_bytes(o[slot * 4..slot * 4 + 4].try_into().unwrap()) as usize
+        }
+    }
+
+    /// The value of record `i` (None: null).
+    pub(crate) fn get(&self, i: usize) -> PyResult<Option<&[u8]>> {
+        let slot = self.offset + i;
+        if let Some(v) = &self.validity {
+            if buffer_bytes(v)[slot >> 3] >> (slot & 7) & 1 == 0 {
+                return Ok(None);
+            }
+        }
+        let data = buffer_bytes(&self.data);
+        let (start, end) = (self.off(slot), self.off(slot + 1));
+        if end > data.len() || start > end {
+            return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
+        }
+        Ok(Some(&data[start..end]))
+    }
+}
+
+/// The record loop every decoder shares: each value of `values` given to `record` with its
+/// record index; a record it gives up on is rolled back. Returns the dict of Arrow buffers
+/// spark_apps/native_decode.py wraps, and `status`: one byte per record, 1 when decoded here,
+/// 0 when the Python codec must decode it (null values always go to Python: it names them).
+pub(crate) fn decode_batch<'py, F>(py: Python<'py>, values: &BinaryArray, mut record: F) -> PyResult<Bound<'py, PyDict>>
 where
     F: FnMut(Python<'py>, &[u8], i32, &mut Builders) -> PyResult<R<()>>,
 {
-    let vbuf = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
-    let obuf = PyBuffer::<u8>::get(&offsets)?;
-    let dbuf = PyBuffer::<u8>::get(&data)?;
-    let vbytes = vbuf.as_ref().map(buffer_bytes);
-    let obytes = buffer_bytes(&obuf);
-    let dbytes = buffer_bytes(&dbuf);
-    let width = if large { 8 } else { 4 };
-    if obytes.len() < (offset + length + 1) * width {
-        return Err(pyo3::exceptions::PyValueError::new_err("offsets buffer too short"));
-    }
-    let off = |i: usize| -> usize {
-        let p = i * width;
-        if large {
-            i64::from_ne_bytes(obytes[p..p + 8].try_into().unwrap()) as usize
-        } else {
-            i32::from_ne_bytes(obytes[p..p + 4].try_into().unwrap()) as usize
-        }
-    };
     let mut b = Builders::new();
-    let mut status = vec![0u8; length];
+    let mut status = vec![0u8; values.length];
     for (i, st) in status.iter_mut().enumerate() {
-        let slot = offset + i;
-        if let Some(v) = vbytes {
-            if v[slot >> 3] >> (slot & 7) & 1 == 0 {
-                continue; // no value: the Python codec names the tombstone
-            }
-        }
-        let (start, end) = (off(slot), off(slot + 1));
-        if end > dbytes.len() || start > end {
-            return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
-        }
+        let Some(raw) = values.get(i)? else { continue };
         let mark = b.mark();
-        match record(py, &dbytes[start..end], i as i32, &mut b)? {
+        match record(py, raw, i as i32, &mut b)? {
             Ok(()) => *st = 1,
             Err(Fallback) => b.rollback(&mark),
         }
@@ -843,6 +866,7 @@ where
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CanalJsonDecoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
+    m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())
 }

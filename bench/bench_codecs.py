@@ -167,6 +167,52 @@ def decode_arrow(protocol: str, options: dict, batches: list, rounds: int, mode:
     return best, count, path
 
 
+def parse_floor(protocol: str, options: dict, records: list, rounds: int) -> float | None:
+    """Best CPU seconds of only the parse a Python-object decoder cannot avoid, no canonical
+    assembly: fastavro's C reader per record (avro: key and value; oceanbase-avro), or upb's
+    protobuf parse of Packet, Messages, Entry and RowChange with every column value read
+    (canal-protobuf). None for the other protocols. Any design built on these parsers (per
+    record, per batch, or in `mapInArrow`) costs at least this."""
+    codec = get_codec(protocol, options)
+    if protocol == "avro":
+        def parse(record):
+            if record.key:
+                codec._read(record.key, "key")
+            if record.value and record.value[:1] == b"\x00":
+                codec._read(record.value, "value")
+    elif protocol == "oceanbase-avro":
+        def parse(record):
+            codec._read(record.value)
+    elif protocol == "canal-protobuf":
+        from cdc_codecs.canal_protobuf import pb
+
+        def parse(record):
+            packet = pb.Packet()
+            packet.ParseFromString(record.value)
+            messages = pb.Messages()
+            messages.ParseFromString(packet.body)
+            for raw in messages.messages:
+                entry = pb.Entry()
+                entry.ParseFromString(raw)
+                change = pb.RowChange()
+                change.ParseFromString(entry.storeValue)
+                for row in change.rowDatas:
+                    for column in row.beforeColumns:
+                        column.value
+                    for column in row.afterColumns:
+                        column.value
+    else:
+        return None
+    best = float("inf")
+    for _ in range(rounds):
+        gc.collect()
+        started = time.process_time()
+        for record in records:
+            parse(record)
+        best = min(best, time.process_time() - started)
+    return best
+
+
 def profile(protocol: str, options: dict, records: list, top: int = 18) -> None:
     codec = get_codec(protocol, options)
     for record in records[:2000]:  # warm the caches, as a long decode is
@@ -282,8 +328,15 @@ def main() -> int:
             sizes[results[-1][0]] = sizes[label]
             if path == "python":
                 break  # no compiled path: the python run would repeat this one
+    for label, protocol, options in PROTOCOLS:
+        seconds = parse_floor(protocol, options_for(options, registry), encoded[label], args.rounds)
+        if seconds is not None:
+            n = next(r[2] for r in results if r[0].startswith(label + " ("))
+            results.append((f"{label} (parse only)", seconds, n))
+            sizes[results[-1][0]] = sizes[label]
     print(f"\n(b) one process, decode_records_fn over Arrow batches of the records, the compiled decoder "
-          f"where there is one (native) and the Python codec (python) (CPU s, best of {args.rounds}):\n")
+          f"where there is one (native) and the Python codec (python); 'parse only': the parser a Python "
+          f"decoder of that protocol cannot avoid, nothing assembled (CPU s, best of {args.rounds}):\n")
     table(results, sizes, "CPU s", base="canal-json (native)")
 
     if not args.no_spark:

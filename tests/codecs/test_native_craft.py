@@ -10,16 +10,17 @@ import struct
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
 from cdc_codecs.events import ColumnFlag, Kind, Op, column, new_event
 from spark_apps import native_decode
-from spark_apps.archive_io import decode_objects_fn, decode_records_fn
+from spark_apps.archive_io import decode_objects_fn
 from spark_apps.schema import DECODED_ARROW_SCHEMA
 
 from .. import strategies
+from . import native_paths as paths
 from . import test_craft as golden
 from .test_native_canal_json import records_batch
 
@@ -30,33 +31,12 @@ pytestmark = pytest.mark.skipif(
 PK = ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
 
 
-def decode(values, mode: str, options=None) -> pa.Table:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(native_decode.ENV, mode)
-        batches = list(decode_records_fn("craft", options or {})(iter([records_batch(values)])))
-    table = pa.Table.from_batches(batches, schema=DECODED_ARROW_SCHEMA)
-    table.validate(full=True)
-    return table
-
-
 def assert_same(values, options=None) -> list[dict]:
-    python = decode(values, "python", options).to_pylist()
-    native = decode(values, "native", options).to_pylist()
-    assert len(native) == len(python)
-    for a, b in zip(python, native):
-        assert b == a
-    return python
+    return paths.assert_same("craft", records_batch(values), options)
 
 
 def native_share(values) -> tuple[int, int]:
-    """(records the compiled decoder took, records it left to Python)."""
-    native = native_decode.NativeDecoder(get_codec("craft"))
-    batch = records_batch(values)
-    source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
-              "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
-              "object": batch.column("object"), "line": batch.column("line")}
-    native.decode(batch.column("value"), source)
-    return native.native_records, native.python_records
+    return paths.native_share("craft", records_batch(values))
 
 
 def encode(events, **options) -> list[bytes]:
@@ -153,9 +133,8 @@ def test_non_finite_and_odd_value_bytes_decode_the_same():
     values.append(_with_value(base, b"\x10\x8e", b"\x10\x0e"))  # the id's varint cut short: quarantined
     python = assert_same(values)
     assert [r["kind"] for r in python].count("quarantine") == 1
-    # NaN and infinities (3 doubles, 3 floats), float32 overflow (3: the last rounds up to infinity), the
-    # varint; and a 17-digit double whose last digit could be another (a rendering left to Python)
-    assert native_share(values) == (3, 3 + 6 + 1 + 1)
+    # NaN and infinities (3 doubles, 3 floats), float32 overflow (3: the last rounds up to infinity), the varint
+    assert native_share(values) == (4, 3 + 6 + 1)
 
 
 # ----------------------------------------------------------------------------- archives
@@ -205,3 +184,18 @@ def test_generated_event_streams_decode_the_same(events, batch):
 def test_one_table_batches_decode_the_same(schema, data):
     events = data.draw(st.lists(strategies.row_events(schema), min_size=2, max_size=20))
     assert_same(encode(events, max_batch_size=20))
+
+
+FLOATS = st.lists(st.tuples(st.floats(allow_nan=False, allow_infinity=False),
+                            st.floats(width=32, allow_nan=False, allow_infinity=False)), min_size=1, max_size=40)
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=FLOATS)
+@example(pairs=[(2.50390625, 2.50390625), (0.5, 1e-45), (9007199254740993.0, 16777217.0), (1e23, 3.4028234663852886e38),
+                (5e-324, 1.1754942e-38), (-0.0, -0.0), (123456789.125, 0.1)])
+def test_float_and_double_texts_decode_the_same(pairs):
+    """Shortest texts, and the exact ties between two of them, which Python renders."""
+    events = [row(Op.INSERT, after=[column("id", str(i), "int", PK), column("d", repr(d), "double"),
+                                    column("f", repr(f), "float")]) for i, (d, f) in enumerate(pairs)]
+    assert_same(encode(events, max_batch_size=40))

@@ -9,14 +9,16 @@ import random
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
 from spark_apps import native_decode
-from spark_apps.archive_io import decode_objects_fn, decode_records_fn
+from spark_apps.archive_io import decode_objects_fn
 from spark_apps.schema import DECODED_ARROW_SCHEMA
 
+from . import native_paths as paths
+from . import test_native_craft
 from . import test_open_protocol as golden
 from .test_native_canal_json import records_batch
 from .test_open_protocol import wide_decimals  # noqa: F401 - the fixture, for DECIMAL(40, s) values
@@ -33,33 +35,12 @@ def batch_of(messages: list[tuple[bytes | None, bytes | None]]) -> pa.RecordBatc
     return batch.set_column(batch.schema.get_field_index("key"), "key", pa.array([k for k, _ in messages], pa.binary()))
 
 
-def decode(messages, mode: str, options=None) -> pa.Table:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(native_decode.ENV, mode)
-        batches = list(decode_records_fn(PROTOCOL, options or {})(iter([batch_of(messages)])))
-    table = pa.Table.from_batches(batches, schema=DECODED_ARROW_SCHEMA)
-    table.validate(full=True)
-    return table
-
-
 def assert_same(messages, options=None) -> list[dict]:
-    python = decode(messages, "python", options).to_pylist()
-    native = decode(messages, "native", options).to_pylist()
-    assert len(native) == len(python)
-    for a, b in zip(python, native):
-        assert b == a
-    return python
+    return paths.assert_same(PROTOCOL, batch_of(messages), options)
 
 
 def native_share(messages) -> tuple[int, int]:
-    """(records the compiled decoder took, records it left to Python)."""
-    native = native_decode.NativeDecoder(get_codec(PROTOCOL))
-    batch = batch_of(messages)
-    source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
-              "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
-              "object": batch.column("object"), "line": batch.column("line")}
-    native.decode(batch.column("value"), source, batch.column("key"))
-    return native.native_records, native.python_records
+    return paths.native_share(PROTOCOL, batch_of(messages))
 
 
 def one(value: str, **key) -> tuple[bytes, bytes]:
@@ -198,3 +179,16 @@ def test_generated_event_streams_decode_the_same(wide_decimals, events, batch, u
     options = {"max-batch-size": str(batch), "only-output-updated-columns": str(updated_only),
                "delete-only-output-handle-key-columns": str(delete_keys_only)}
     assert_same(golden.encode(get_codec(PROTOCOL, options), events), options)
+
+
+@settings(max_examples=100, deadline=None)
+@given(pairs=test_native_craft.FLOATS)
+@example(pairs=[(2.50390625, 2.50390625), (0.5, 1e-45), (9007199254740993.0, 16777217.0), (1e23, 3.4028234663852886e38),
+                (5e-324, 1.1754942e-38), (123456789.125, 0.1)])
+def test_float_and_double_values_decode_the_same(pairs):
+    """JSON numbers as Go writes them and as anything else might: shortest texts and exact ties."""
+    import json
+
+    rows = ['{"u":{' + KEYED + ',"d":{"t":5,"f":64,"v":%s},"f":{"t":4,"f":64,"v":%s}}}' % (json.dumps(d), json.dumps(f))
+            for d, f in pairs]
+    assert_same([golden.frame([(golden._key(ts=i), r) for i, r in enumerate(rows)])])

@@ -124,21 +124,16 @@ fn fraction_digits(mantissa: u64, exp: i32) -> i32 {
 /// digits (`exact`: its exact integer digits) may be one of two equally close candidates. Rust
 /// and the reference (Python's repr, NumPy's Dragon4) both print the shortest text closest to
 /// the value but break an exact tie differently (2.50390625 as float32: 2.5039063 / 2.5039062),
-/// so such values go to Python. A tie is a value exactly halfway between two candidates: its
-/// exact digits stop one place after the shortest text's, with a 5.
-fn may_tie(text: &[u8], fraction: i32, exact: impl Fn() -> String) -> bool {
+/// so such values go to Python. A tie is a value exactly halfway between two candidates of at
+/// most `max_digits` digits: its exact digits end in a 5, one place after the candidates'.
+fn may_tie(text: &[u8], fraction: i32, max_digits: usize, exact: impl Fn() -> String) -> bool {
     match text.iter().position(|&c| c == b'.') {
         Some(dot) => fraction == 0 || fraction == (text.len() - dot) as i32, // text.len() - dot - 1 + 1
         None if fraction > 0 => true,
         None => {
             let exact = exact();
-            let (t, e) = (text.strip_prefix(b"-").unwrap_or(text), exact.as_bytes());
-            let e = e.strip_prefix(b"-").unwrap_or(e);
-            if t.len() != e.len() {
-                return true;
-            }
-            let digits = t.iter().rposition(|&c| c != b'0').map_or(0, |i| i + 1);
-            digits < e.len() && e[digits] == b'5' && e[digits + 1..].iter().all(|&c| c == b'0')
+            let digits = exact.trim_start_matches('-').trim_end_matches('0');
+            digits.ends_with('5') && digits.len() <= max_digits + 1
         }
     }
 }
@@ -155,7 +150,7 @@ pub(crate) fn shortest_f64(v: f64, out: &mut Vec<u8>) -> R<()> {
     let bits = v.to_bits();
     let (biased, m) = (((bits >> 52) & 0x7FF) as i32, bits & ((1 << 52) - 1));
     let (m, e) = if biased == 0 { (m, -1074) } else { (m | 1 << 52, biased - 1075) };
-    if may_tie(&out[start..], fraction_digits(m, e), || format!("{:.0}", v)) {
+    if may_tie(&out[start..], fraction_digits(m, e), 17, || format!("{:.0}", v)) {
         return Err(Fallback);
     }
     Ok(())
@@ -172,7 +167,7 @@ pub(crate) fn shortest_f32(v: f64, out: &mut Vec<u8>) -> R<()> {
     let bits = v.to_bits() as u64;
     let (biased, m) = (((bits >> 23) & 0xFF) as i32, bits & ((1 << 23) - 1));
     let (m, e) = if biased == 0 { (m, -149) } else { (m | 1 << 23, biased - 150) };
-    if may_tie(&out[start..], fraction_digits(m, e), || format!("{:.0}", v)) {
+    if may_tie(&out[start..], fraction_digits(m, e), 9, || format!("{:.0}", v)) {
         return Err(Fallback);
     }
     Ok(())
@@ -450,15 +445,7 @@ impl CraftDecoder {
                     if end != body {
                         return Err(Fallback);
                     }
-                    b.kind.push_str(Some("watermark"));
-                    b.op.push(None);
-                    b.commit_ts.push(None);
-                    b.database.push(None);
-                    b.table.push(None);
-                    b.key_columns.push(false, b.keys.len());
-                    b.before.push(false, b.before_cols.len());
-                    b.after.push(false, b.after_cols.len());
-                    b.watermark_ts.push(Some(commit_ts));
+                    b.push_watermark(commit_ts);
                 }
                 DDL => return Err(Fallback), // classified by the Python reference
                 _ => return Err(Fallback),

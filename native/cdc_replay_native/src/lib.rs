@@ -383,6 +383,19 @@ impl Builders {
         self.extra_keys.truncate(m.extra);
         self.extra_values.truncate(m.extra);
     }
+    /// A watermark event's kind, its commit ts as `watermark_ts`, and the row fields left null
+    /// (the caller pushes record index, event index, event time, tx id and extras).
+    fn push_watermark(&mut self, ts: i64) {
+        self.kind.push_str(Some("watermark"));
+        self.op.push(None);
+        self.commit_ts.push(None);
+        self.database.push(None);
+        self.table.push(None);
+        self.key_columns.push(false, self.keys.len());
+        self.before.push(false, self.before_cols.len());
+        self.after.push(false, self.after_cols.len());
+        self.watermark_ts.push(Some(ts));
+    }
     fn push_extras(&mut self, extras: &[(&str, String)]) {
         for (k, v) in extras {
             self.extra_keys.push_str(Some(k));
@@ -598,16 +611,8 @@ impl CanalJsonDecoder {
             };
             b.rec_idx.push(rec);
             b.event_index.push(0);
-            b.kind.push_str(Some("watermark"));
-            b.op.push(None);
-            b.commit_ts.push(None);
             b.execute_ts.push(es);
-            b.database.push(None);
-            b.table.push(None);
-            b.key_columns.push(false, b.keys.len());
-            b.before.push(false, b.before_cols.len());
-            b.after.push(false, b.after_cols.len());
-            b.watermark_ts.push(Some(wm));
+            b.push_watermark(wm);
             b.tx_id.push(None);
             b.push_extras(&extras);
             return Ok(Ok(()));

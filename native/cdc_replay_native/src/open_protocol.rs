@@ -414,15 +414,7 @@ impl OpenProtocolDecoder {
                     if vend != vstart {
                         return Err(Fallback);
                     }
-                    b.kind.push_str(Some("watermark"));
-                    b.op.push(None);
-                    b.commit_ts.push(None);
-                    b.database.push(None);
-                    b.table.push(None);
-                    b.key_columns.push(false, b.keys.len());
-                    b.before.push(false, b.before_cols.len());
-                    b.after.push(false, b.after_cols.len());
-                    b.watermark_ts.push(Some(ts));
+                    b.push_watermark(ts);
                     b.push_extras(&[]);
                 }
                 _ => return Err(Fallback), // DDL (classified by the reference) or unknown

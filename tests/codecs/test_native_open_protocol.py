@@ -192,3 +192,13 @@ def test_float_and_double_values_decode_the_same(pairs):
     rows = ['{"u":{' + KEYED + ',"d":{"t":5,"f":64,"v":%s},"f":{"t":4,"f":64,"v":%s}}}' % (json.dumps(d), json.dumps(f))
             for d, f in pairs]
     assert_same([golden.frame([(golden._key(ts=i), r) for i, r in enumerate(rows)])])
+
+
+def test_decoder_choice_names_the_compiled_protocols(monkeypatch):
+    monkeypatch.setenv(native_decode.ENV, "auto")
+    for protocol in ("canal-json", "craft", "open-protocol"):
+        assert native_decode.choose(protocol, {}) == (
+            "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)")
+    assert native_decode.choose("avro", {}) == (
+        "python", "no compiled decoder for avro (compiled: canal-json, craft, open-protocol)")
+    assert native_decode.choose(PROTOCOL, {"large-message-handle-compression": "snappy"})[0] == "python"

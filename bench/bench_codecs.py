@@ -18,7 +18,7 @@ Events/s counts decoded events (an avro UPDATE decodes to its new row only and a
 to its key columns: avro has less to decode). Prints Markdown tables; bench/RESULTS.md keeps
 the figures with the machine, date and command.
 
-    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--profile craft,avro]
+    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--no-pure] [--profile craft,avro]
 
 Adding a protocol: one line in PROTOCOLS.
 """
@@ -290,6 +290,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="pure-Python rounds (best is reported)")
     ap.add_argument("--spark-repeat", type=int, default=3, help="timed Spark rounds over all protocols (best)")
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-pure", action="store_true", help="skip (a), the codecs alone")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--profile", default="", help="comma-separated labels to profile with cProfile")
     args = ap.parse_args()
@@ -308,12 +309,13 @@ def main() -> int:
              for label, recs in encoded.items()}
     print("records per protocol: " + ", ".join(f"{k} {len(v):,}" for k, v in encoded.items()))
 
-    results = []
-    for label, protocol, options in PROTOCOLS:
-        seconds, n = decode_python(protocol, options_for(options, registry), encoded[label], args.rounds)
-        results.append((label, seconds, n))
-    print(f"\n(a) pure Python, one process, codec.decode per record (CPU s, best of {args.rounds}):\n")
-    table(results, sizes, "CPU s")
+    if not args.no_pure:
+        results = []
+        for label, protocol, options in PROTOCOLS:
+            seconds, n = decode_python(protocol, options_for(options, registry), encoded[label], args.rounds)
+            results.append((label, seconds, n))
+        print(f"\n(a) pure Python, one process, codec.decode per record (CPU s, best of {args.rounds}):\n")
+        table(results, sizes, "CPU s")
 
     for label in filter(None, args.profile.split(",")):
         _, protocol, options = next(p for p in PROTOCOLS if p[0] == label)

@@ -209,6 +209,9 @@ class NativeDecoder:
         return batch, rec_idx, fallback
 
 
+NativeCanalJson = NativeDecoder  # its name when canal-json was the only compiled protocol
+
+
 def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch | None,
           python_idx: list[int]) -> pa.RecordBatch:
     """Both paths' rows in record order (each path keeps its records' event order)."""

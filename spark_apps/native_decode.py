@@ -71,7 +71,8 @@ def _rule(type_text):
     """The Python reference's rule for a type text, in the shape the extension caches."""
     type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, False)
     labels = mysql_type.labels
-    return type_lower, flags, binary, java_float, list(labels) if labels else None, mysql_type.base == "enum"
+    java = (2 if mysql_type.base == "float" else 1) if java_float else 0
+    return type_lower, flags, binary, java, list(labels) if labels else None, mysql_type.base == "enum"
 
 
 # craft's value renderers -> the value kinds the extension implements (0: the raw bytes)

@@ -194,7 +194,7 @@ struct Rule {
     type_lower: Option<String>,
     flags: i32, // without the key flags
     binary: bool,
-    java_float: bool,
+    java_float: u8, // 0: not FLOAT/DOUBLE, 1: DOUBLE, 2: FLOAT
     labels: Option<Vec<String>>,
     is_enum: bool,
 }
@@ -272,6 +272,48 @@ fn plain_int(b: &[u8]) -> R<i128> {
         n = n * 10 + (d - b'0') as i128;
     }
     Ok(if b[0] == b'-' { -n } else { n })
+}
+
+/// `canal_common.canonical_float` of a float text in the plain grammar both Python's float() and
+/// Rust's parser read the same way (sign, digits, point, exponent); anything else goes to Python.
+fn java_float_text(s: &str, single: bool) -> R<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'-') | Some(b'+')));
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    let mut mantissa = digits(&mut i);
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        mantissa += digits(&mut i);
+    }
+    if mantissa == 0 {
+        return Err(Fallback);
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return Err(Fallback);
+        }
+    }
+    if i != b.len() {
+        return Err(Fallback);
+    }
+    let v: f64 = s.parse().map_err(|_| Fallback)?;
+    let mut out = Vec::new();
+    if single {
+        craft::shortest_f32(v, &mut out)?;
+    } else {
+        craft::shortest_f64(v, &mut out)?;
+    }
+    Ok(out)
 }
 
 fn label_of(rule: &Rule, value: &[u8]) -> R<Option<String>> {
@@ -426,7 +468,7 @@ impl CanalJsonDecoder {
             return Ok(i);
         }
         let out = self.rule_fn.bind(py).call1((type_text,))?;
-        let (type_lower, flags, binary, java_float, labels, is_enum): (Option<String>, i32, bool, bool, Option<Vec<String>>, bool) =
+        let (type_lower, flags, binary, java_float, labels, is_enum): (Option<String>, i32, bool, u8, Option<Vec<String>>, bool) =
             out.extract()?;
         self.rules.push(Rule { type_lower, flags, binary, java_float, labels, is_enum });
         let i = self.rules.len() - 1;
@@ -474,8 +516,13 @@ impl CanalJsonDecoder {
                         out.push(c as u8);
                     }
                     Some(out)
-                } else if rule.java_float && self.canal_flavor {
-                    return Ok(Err(Fallback)); // Canal's Java float text: the Python codec rewrites it
+                } else if rule.java_float != 0 && self.canal_flavor {
+                    // Canal's Java Float/Double.toString text ("1.0E10"), canonical as
+                    // canal_common.canonical_float makes it; anything unusual goes to Python
+                    match java_float_text(s, rule.java_float == 2) {
+                        Ok(text) => Some(text),
+                        Err(f) => return Ok(Err(f)),
+                    }
                 } else {
                     Some(s.as_bytes().to_vec())
                 }
@@ -738,7 +785,7 @@ fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
 
 #[pymethods]
 impl CanalJsonDecoder {
-    /// `rule(type_text) -> (type_lower, flags, binary, java_float, labels, is_enum)`;
+    /// `rule(type_text) -> (type_lower, flags, binary, java_float (0 no, 1 DOUBLE, 2 FLOAT), labels, is_enum)`;
     /// `canal_flavor`: flat-message-flavor=canal (Java float text goes to Python).
     #[new]
     fn new(rule: Py<PyAny>, canal_flavor: bool) -> Self {

@@ -15,6 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use serde_json::{Map, Value};
 
+mod archive;
+
 // ------------------------------------------------------------------------------ builders
 
 /// A string/binary column: Arrow offsets, data and one validity byte per slot (packed at the end).
@@ -380,6 +382,32 @@ impl Builders {
         self.extra_keys.truncate(m.extra);
         self.extra_values.truncate(m.extra);
     }
+    /// The buffers of every column (see spark_apps/native_decode.py), in a dict.
+    fn export<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("events", self.rec_idx.len())?;
+        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&self.rec_idx)))?;
+        d.set_item("event_index", PyBytes::new(py, as_bytes(&self.event_index)))?;
+        d.set_item("kind", self.kind.export(py))?;
+        d.set_item("op", self.op.export(py))?;
+        d.set_item("commit_ts", self.commit_ts.export(py))?;
+        d.set_item("execute_ts_ms", self.execute_ts.export(py))?;
+        d.set_item("database", self.database.export(py))?;
+        d.set_item("table", self.table.export(py))?;
+        d.set_item("key_columns", self.key_columns.export(py))?;
+        d.set_item("key_items", self.keys.export(py))?;
+        d.set_item("before", self.before.export(py))?;
+        d.set_item("before_items", self.before_cols.export(py))?;
+        d.set_item("after", self.after.export(py))?;
+        d.set_item("after_items", self.after_cols.export(py))?;
+        d.set_item("watermark_ts", self.watermark_ts.export(py))?;
+        d.set_item("tx_id", self.tx_id.export(py))?;
+        d.set_item("extras", self.extras.export(py))?;
+        d.set_item("extra_keys", self.extra_keys.export(py))?;
+        d.set_item("extra_values", self.extra_values.export(py))?;
+        Ok(d)
+    }
+
     fn push_extras(&mut self, extras: &[(&str, String)]) {
         for (k, v) in extras {
             self.extra_keys.push_str(Some(k));
@@ -789,28 +817,8 @@ impl CanalJsonDecoder {
                 Err(Fallback) => b.rollback(&mark),
             }
         }
-        let d = PyDict::new(py);
+        let d = b.export(py)?;
         d.set_item("status", PyBytes::new(py, &status))?;
-        d.set_item("events", b.rec_idx.len())?;
-        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&b.rec_idx)))?;
-        d.set_item("event_index", PyBytes::new(py, as_bytes(&b.event_index)))?;
-        d.set_item("kind", b.kind.export(py))?;
-        d.set_item("op", b.op.export(py))?;
-        d.set_item("commit_ts", b.commit_ts.export(py))?;
-        d.set_item("execute_ts_ms", b.execute_ts.export(py))?;
-        d.set_item("database", b.database.export(py))?;
-        d.set_item("table", b.table.export(py))?;
-        d.set_item("key_columns", b.key_columns.export(py))?;
-        d.set_item("key_items", b.keys.export(py))?;
-        d.set_item("before", b.before.export(py))?;
-        d.set_item("before_items", b.before_cols.export(py))?;
-        d.set_item("after", b.after.export(py))?;
-        d.set_item("after_items", b.after_cols.export(py))?;
-        d.set_item("watermark_ts", b.watermark_ts.export(py))?;
-        d.set_item("tx_id", b.tx_id.export(py))?;
-        d.set_item("extras", b.extras.export(py))?;
-        d.set_item("extra_keys", b.extra_keys.export(py))?;
-        d.set_item("extra_values", b.extra_values.export(py))?;
         Ok(d)
     }
 }
@@ -818,6 +826,7 @@ impl CanalJsonDecoder {
 #[pymodule]
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CanalJsonDecoder>()?;
+    m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add("__doc__", "cdc-replay's compiled canal-json decoder (see spark_apps/native_decode.py)")?;
     Ok(())
 }

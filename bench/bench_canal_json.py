@@ -163,6 +163,42 @@ def bench_decode_cpu(archive: str, rounds: int = 3) -> list[tuple[str, float, in
             best = min(best, time.process_time() - started)
         results.append((f"`decode_records_fn`, {label}, one process (CPU s)", best, events))
     os.environ.pop(native_decode.ENV, None)
+    return results + bench_objects_cpu(archive, rounds)
+
+
+def bench_objects_cpu(archive: str, rounds: int = 3) -> list[tuple[str, float, int]]:
+    """What a replay's decode stage does per archive object, in this one process (CPU s, best
+    of `rounds`): `decode_objects_fn` reads each object's lines and decodes them — the compiled
+    decoder reading the lines itself (src/archive.rs), the compiled decoder behind Python's
+    line reader (`parse_line` per line, as before), and the Python codec."""
+    import pyarrow as pa
+
+    from cdc_codecs.archive import is_archive_object
+    from spark_apps import archive_io, native_decode, storage
+
+    uris = [o.uri for o in storage.list_objects(archive) if is_archive_object(storage.relative(o.uri, archive))]
+    batch = pa.RecordBatch.from_pydict({"uri": uris})
+    options = {"enable-tidb-extension": "true"}
+    modes = [("python", "Python codec", True)]
+    if native_decode.cdc_replay_native is not None:
+        modes[:0] = [("native", "compiled decoder reading the lines", True),
+                     ("native", "compiled decoder, lines read by Python (`parse_line`)", False)]
+    results = []
+    lines_reader = archive_io._native_lines
+    for mode, label, rust_lines in modes:
+        os.environ[native_decode.ENV] = mode
+        archive_io._native_lines = lines_reader if rust_lines else (lambda native, params: None)
+        try:
+            fn = archive_io.decode_objects_fn("canal-json", options)
+            best, events = math.inf, 0
+            for _ in range(rounds):
+                started = time.process_time()
+                events = sum(b.num_rows for b in fn(iter([batch])))
+                best = min(best, time.process_time() - started)
+        finally:
+            archive_io._native_lines = lines_reader
+        results.append((f"`decode_objects_fn` (gzip objects), {label}, one process (CPU s)", best, events))
+    os.environ.pop(native_decode.ENV, None)
     return results
 
 

@@ -155,6 +155,31 @@ RAW_EDGE = [
     b'{"type":"INSERT","database":"d","table":"t","ts":18446744073709551615,"id":-7,"data":[{"a":"1"}]}',
     b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":100000000000000000000000},"data":[{"a":"1"}]}',
     b'{"type":"INSERT","database":"d","table":"t","es":100000000000000000000000,"data":[{"a":"1"}]}',
+    # what the typed front end checks without building (sql, sqlType, unknown fields), escapes
+    # in names, and repeats it must leave to Python
+    b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":1e400},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","sql":"\\ud800","data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","other":[{"x":"\\udc00"}],"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","other":[1,{"x":[true,null,-1.5e3]}],"data":[{"a":"1"}]}',
+    b'{"\\u0074ype":"INSERT","database":"d","t\\u0061ble":"t","data":[{"\\u0061":"\\u00ff1"}],'
+    b'"mysqlType":{"\\u0061":"binary(2)"}}',
+    b'{"type":"INSERT","type":"DELETE","database":"d","table":"t","data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","_tidb":{"commitTs":5,"commitTs":6},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"a":"int","a":"blob"},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"a":"int","b":7},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"b":"blob","a":"int"},"data":[{"a":"1","b":"\xc3\xbf"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"b":"3","b":"4"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"b":"3","a":"0"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"a":"0","b":"3"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","_tidb":{"commitTs":5,"other":{"x":1}},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","pkNames":["a",1],"data":[{"a":"1"}]}',
+    b'{"type":"TIDB_WATERMARK","_tidb":{"watermarkTs":5},"data":"odd","old":7,"mysqlType":[]}',
+    *(dumps({**BASE, "table": f"t{i}", "mysqlType": {"id": "int", "v": ["varchar", "blob", "int"][i % 3]},
+             "data": [{"id": str(i), "v": "\u00e9"}]}) for i in range(70)),  # more tables than the cache holds
+    dumps({**BASE, "table": "t1", "mysqlType": {"id": "int", "v": "text"}, "data": [{"id": "1", "v": "\u00e9"}]}),
 ]
 
 

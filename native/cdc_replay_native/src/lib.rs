@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use serde_json::{Map, Value};
 
 mod archive;
+mod canal_typed;
 
 // ------------------------------------------------------------------------------ builders
 
@@ -425,6 +426,8 @@ struct CanalJsonDecoder {
     rules: Vec<Rule>,
     by_type: HashMap<String, usize>,
     untyped: Option<usize>,
+    types: Vec<canal_typed::Types>, // the typed front end's resolved mysqlType of recent tables
+    typed: bool,
 }
 
 impl CanalJsonDecoder {
@@ -762,7 +765,16 @@ impl CanalJsonDecoder {
     /// `canal_flavor`: flat-message-flavor=canal (Java float text goes to Python).
     #[new]
     fn new(rule: Py<PyAny>, canal_flavor: bool) -> Self {
-        CanalJsonDecoder { rule_fn: rule, canal_flavor, rules: Vec::new(), by_type: HashMap::new(), untyped: None }
+        let typed = std::env::var("CDC_REPLAY_FRONTEND").map_or(true, |v| v != "value");
+        CanalJsonDecoder {
+            rule_fn: rule,
+            canal_flavor,
+            rules: Vec::new(),
+            by_type: HashMap::new(),
+            untyped: None,
+            types: Vec::new(),
+            typed,
+        }
     }
 
     /// Decode `length` values of an Arrow binary array given as its buffers (validity bitmap
@@ -812,7 +824,9 @@ impl CanalJsonDecoder {
                 return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
             }
             let mark = b.mark();
-            match self.record(py, &dbytes[start..end], i as i32, &mut b)? {
+            let raw = &dbytes[start..end];
+            let out = if self.typed { self.record_typed(py, raw, i as i32, &mut b)? } else { self.record(py, raw, i as i32, &mut b)? };
+            match out {
                 Ok(()) => *st = 1,
                 Err(Fallback) => b.rollback(&mark),
             }

@@ -254,11 +254,7 @@ pub(crate) fn decode_lines<'py>(
         };
         let mark = b.mark();
         let decoded = match taken {
-            Ok(t) => match if decoder.typed {
-                decoder.record_typed(py, &value, ordinal, &mut b)?
-            } else {
-                decoder.record(py, &value, ordinal, &mut b)?
-            } {
+            Ok(t) => match decoder.record(py, &value, ordinal, &mut b)? {
                 Ok(()) => Some(t),
                 Err(Fallback) => None,
             },

@@ -4,8 +4,8 @@
 //! the record where they have no escapes, `data`/`old` rows as ordered (name, value) pairs,
 //! everything else (`sql`, `sqlType`, unknown fields) checked as JSON without being built —
 //! checked, not skipped, so a value `orjson` refuses (a lone surrogate, 1e400) still goes to
-//! Python as before. The rules are `CanalJsonDecoder::record`'s, one for one; where this
-//! reader is stricter (a duplicate field, a duplicate column, an odd `old` or `mysqlType` in a
+//! Python as before. The rules are those of the `serde_json::Value` reader it replaced (git
+//! history), one for one, and of the Python codec; where this reader is stricter (a duplicate field, a duplicate column, an odd `old` or `mysqlType` in a
 //! message that does not use them) the record goes to the Python codec, which is always safe.
 //! Type rules are resolved once per distinct `mysqlType` of a table (a small cache compared
 //! pair by pair), so a column costs no hash lookup.
@@ -506,9 +506,8 @@ impl CanalJsonDecoder {
         target.push(list, pool.len());
     }
 
-    /// `record`, with the typed front end: decode one record into the builders;
-    /// Ok(Err(Fallback)) leaves it to Python.
-    pub(crate) fn record_typed(&mut self, py: Python<'_>, raw: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
+    /// Decode one record into the builders; Ok(Err(Fallback)) leaves it to Python.
+    pub(crate) fn record(&mut self, py: Python<'_>, raw: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
         let Ok(text) = std::str::from_utf8(raw) else { return Ok(Err(Fallback)) };
         let msg: Msg = match serde_json::from_str(text) {
             Ok(m) => m,

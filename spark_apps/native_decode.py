@@ -172,42 +172,73 @@ class NativeDecoder:
         done = int(n - fallback.sum())
         self.native_records += done
         self.python_records += n - done
-        events = out["events"]
         rec_idx = pa.array(np.frombuffer(out["rec_idx"], dtype=np.int32))
-        fields = EVENT_SCHEMA
-        extras_type = fields.field("extras").type
-        extras_child = pa.StructArray.from_arrays(
-            [_strings(out["extra_keys"], pa.string(), len(out["extra_keys"][1]) // 4 - 1),
-             _strings(out["extra_values"], pa.string(), len(out["extra_values"][1]) // 4 - 1)],
-            fields=[extras_type.key_field, extras_type.item_field])
-        key_items = _strings(out["key_items"], pa.string(), len(out["key_items"][1]) // 4 - 1)
-        columns = {
-            "kind": _strings(out["kind"], pa.string(), events),
-            "op": _strings(out["op"], pa.string(), events),
-            "commit_ts": _int64s(out["commit_ts"], events),
-            "execute_ts_ms": _int64s(out["execute_ts_ms"], events),
-            "database": _strings(out["database"], pa.string(), events),
-            "table": _strings(out["table"], pa.string(), events),
-            "key_columns": _list(out["key_columns"], fields.field("key_columns").type, events, key_items),
-            "before": _image(out, "before", fields.field("before").type),
-            "after": _image(out, "after", fields.field("after").type),
-            "watermark_ts": _int64s(out["watermark_ts"], events),
-            "tx_id": _strings(out["tx_id"], pa.string(), events),
-            "extras": _list(out["extras"], extras_type, events, extras_child),
-            "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
+        source = {name: source[name].take(rec_idx)
+                  for name in ("topic", "partition", "offset", "record_timestamp", "object", "line")}
+        return _batch(out, source), rec_idx, fallback
+
+    def decode_lines(self, data, start: int, line_no: int, max_records: int, uri: str,
+                     plain: tuple[str, int, int] | None = None) -> tuple[pa.RecordBatch, pa.Array, dict]:
+        """Lines of an archive object's decompressed bytes from byte `start` (at most
+        `max_records` records; `line_no` lines before `start`), read and decoded in one pass
+        (native/cdc_replay_native/src/archive.rs): (events of the records taken, each event's
+        record ordinal, the extension's dict: `fallback` (ordinal, line number, start, end) of
+        the lines the Python path must read, `consumed`, `line_no`, `records`, `last`).
+        `plain`: (topic, base offset, last line number) of a TiCDC storage-sink file, whose lines
+        are the values (layouts.ticdc_storage.offset)."""
+        out = cdc_replay_native.decode_lines(self.decoder, data, start, line_no, max_records, plain)
+        left = len(out["fallback"])
+        self.native_records += out["records"] - left
+        self.python_records += left
+        events = out["events"]
+        topic = out["topic"]
+        source = {
+            "topic": _strings(topic, pa.string(), events),
+            "partition": pa.Array.from_buffers(pa.int32(), events, [None, pa.py_buffer(out["partition"])]),
+            "offset": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(out["offset"])]),
+            "record_timestamp": _int64s(out["record_timestamp"], events),
+            "object": pa.repeat(pa.scalar(uri, pa.string()), events),
+            "line": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(out["line"])]),
         }
-        for name in ("topic", "partition", "offset", "record_timestamp", "object", "line"):
-            columns[name] = source[name].take(rec_idx)
-        arrays = []
-        for field in DECODED_ARROW_SCHEMA:
-            array = columns.get(field.name)
-            if array is None:
-                array = pa.nulls(events, field.type)
-            elif array.type != field.type:
-                array = array.cast(field.type)
-            arrays.append(array)
-        batch = pa.RecordBatch.from_arrays(arrays, schema=DECODED_ARROW_SCHEMA)
-        return batch, rec_idx, fallback
+        rec_idx = pa.array(np.frombuffer(out["rec_idx"], dtype=np.int32))
+        return _batch(out, source), rec_idx, out
+
+
+def _batch(out: dict, source: dict[str, pa.Array]) -> pa.RecordBatch:
+    """The extension's buffers (and the events' source columns) as a DECODED_ARROW_SCHEMA batch."""
+    events = out["events"]
+    fields = EVENT_SCHEMA
+    extras_type = fields.field("extras").type
+    extras_child = pa.StructArray.from_arrays(
+        [_strings(out["extra_keys"], pa.string(), len(out["extra_keys"][1]) // 4 - 1),
+         _strings(out["extra_values"], pa.string(), len(out["extra_values"][1]) // 4 - 1)],
+        fields=[extras_type.key_field, extras_type.item_field])
+    key_items = _strings(out["key_items"], pa.string(), len(out["key_items"][1]) // 4 - 1)
+    columns = {
+        "kind": _strings(out["kind"], pa.string(), events),
+        "op": _strings(out["op"], pa.string(), events),
+        "commit_ts": _int64s(out["commit_ts"], events),
+        "execute_ts_ms": _int64s(out["execute_ts_ms"], events),
+        "database": _strings(out["database"], pa.string(), events),
+        "table": _strings(out["table"], pa.string(), events),
+        "key_columns": _list(out["key_columns"], fields.field("key_columns").type, events, key_items),
+        "before": _image(out, "before", fields.field("before").type),
+        "after": _image(out, "after", fields.field("after").type),
+        "watermark_ts": _int64s(out["watermark_ts"], events),
+        "tx_id": _strings(out["tx_id"], pa.string(), events),
+        "extras": _list(out["extras"], extras_type, events, extras_child),
+        "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
+    }
+    columns.update(source)
+    arrays = []
+    for field in DECODED_ARROW_SCHEMA:
+        array = columns.get(field.name)
+        if array is None:
+            array = pa.nulls(events, field.type)
+        elif array.type != field.type:
+            array = array.cast(field.type)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=DECODED_ARROW_SCHEMA)
 
 
 NativeCanalJson = NativeDecoder  # its name when canal-json was the only compiled protocol

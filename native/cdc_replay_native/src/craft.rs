@@ -314,7 +314,7 @@ impl CraftDecoder {
     }
 
     /// One craft message into the builders (`rec`: its record index).
-    fn record(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
+    pub(crate) fn record(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
         Ok(self.message(py, d, rec, b))
     }
 

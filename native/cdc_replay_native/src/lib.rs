@@ -7,14 +7,17 @@
 //! unusual) is marked for the Python codec, which stays the reference and writes the
 //! quarantine rows. What a MySQL type string implies (lower-case text, flags, binary, ENUM/SET
 //! labels) comes from the Python reference too (`rule` callback), once per distinct type.
+//! The message is read by a typed serde front end (canal_typed.rs); archive.rs reads the
+//! archive's lines in the same pass, so Python sees neither lines nor values.
 
 use std::collections::HashMap;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use serde_json::{Map, Value};
 
+mod archive;
+mod canal_typed;
 mod craft;
 mod open_protocol;
 
@@ -149,13 +152,6 @@ impl Columns {
         self.value.truncate(n);
         self.label.truncate(n);
     }
-    fn push(&mut self, c: &Col, rule: &Rule) {
-        self.name.push_str(Some(&c.name));
-        self.mysql_type.push_str(rule.type_lower.as_deref());
-        self.flags.push(c.flags);
-        self.value.push(c.value.as_deref());
-        self.label.push_str(c.label.as_deref());
-    }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
         let d = PyDict::new(py);
         d.set_item("name", self.name.export(py)).unwrap();
@@ -199,15 +195,6 @@ struct Rule {
     is_enum: bool,
 }
 
-/// A decoded column before it is appended (the rule is looked up again by index).
-struct Col {
-    name: String,
-    rule: usize,
-    flags: i32,
-    value: Option<Vec<u8>>,
-    label: Option<String>,
-}
-
 /// Why the native path gives a record to the Python codec (never shown: Python decides).
 struct Fallback;
 
@@ -215,48 +202,6 @@ type R<T> = Result<T, Fallback>;
 
 const KEY_FLAGS: i32 = (1 << 3) | (1 << 1); // PRIMARY_KEY | HANDLE_KEY
 const MAX_TS: u64 = 1 << 63;
-
-/// `_int_or_none`: JSON integers and strings of ASCII digits in 0..2^63; anything else goes to Python.
-fn int_or_none(v: Option<&Value>) -> R<Option<i64>> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(x) if x < MAX_TS => Ok(Some(x as i64)),
-            _ => Err(Fallback),
-        },
-        Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && s.len() <= 19 => {
-            match s.parse::<u64>() {
-                Ok(x) if x < MAX_TS => Ok(Some(x as i64)),
-                _ => Err(Fallback),
-            }
-        }
-        _ => Err(Fallback),
-    }
-}
-
-/// `str(value)` of an integer or a string (extras), anything else to Python.
-fn text_of(v: &Value) -> R<String> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        _ => Err(Fallback),
-    }
-}
-
-/// Truthiness the way the Python codec tests `msg.get(...)` for the fields it reads so.
-fn truthy(v: Option<&Value>) -> R<bool> {
-    match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => Ok(!s.is_empty()),
-        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
-            Some(x) => Ok(x != 0),
-            None => Err(Fallback),
-        },
-        Some(Value::Array(a)) => Ok(!a.is_empty()),
-        Some(Value::Object(o)) => Ok(!o.is_empty()),
-    }
-}
 
 /// A plain decimal integer (what Python's int() reads without doubt), for ENUM/SET labels.
 fn plain_int(b: &[u8]) -> R<i128> {
@@ -438,6 +383,45 @@ impl Builders {
         self.after.push(false, self.after_cols.len());
         self.watermark_ts.push(Some(ts));
     }
+    /// One record written by `record`, or nothing of it when `record` gives it up (rolled
+    /// back); true when it was taken. Every decoder's record loop goes through here.
+    fn attempt(&mut self, record: impl FnOnce(&mut Builders) -> PyResult<R<()>>) -> PyResult<bool> {
+        let mark = self.mark();
+        match record(self)? {
+            Ok(()) => Ok(true),
+            Err(Fallback) => {
+                self.rollback(&mark);
+                Ok(false)
+            }
+        }
+    }
+
+    /// The buffers of every column (see spark_apps/native_decode.py), in a dict.
+    fn export<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("events", self.rec_idx.len())?;
+        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&self.rec_idx)))?;
+        d.set_item("event_index", PyBytes::new(py, as_bytes(&self.event_index)))?;
+        d.set_item("kind", self.kind.export(py))?;
+        d.set_item("op", self.op.export(py))?;
+        d.set_item("commit_ts", self.commit_ts.export(py))?;
+        d.set_item("execute_ts_ms", self.execute_ts.export(py))?;
+        d.set_item("database", self.database.export(py))?;
+        d.set_item("table", self.table.export(py))?;
+        d.set_item("key_columns", self.key_columns.export(py))?;
+        d.set_item("key_items", self.keys.export(py))?;
+        d.set_item("before", self.before.export(py))?;
+        d.set_item("before_items", self.before_cols.export(py))?;
+        d.set_item("after", self.after.export(py))?;
+        d.set_item("after_items", self.after_cols.export(py))?;
+        d.set_item("watermark_ts", self.watermark_ts.export(py))?;
+        d.set_item("tx_id", self.tx_id.export(py))?;
+        d.set_item("extras", self.extras.export(py))?;
+        d.set_item("extra_keys", self.extra_keys.export(py))?;
+        d.set_item("extra_values", self.extra_values.export(py))?;
+        Ok(d)
+    }
+
     fn push_extras(&mut self, extras: &[(&str, String)]) {
         for (k, v) in extras {
             self.extra_keys.push_str(Some(k));
@@ -455,6 +439,7 @@ struct CanalJsonDecoder {
     rules: Vec<Rule>,
     by_type: HashMap<String, usize>,
     untyped: Option<usize>,
+    types: Vec<canal_typed::Types>, // the resolved mysqlType of recent tables (canal_typed.rs)
 }
 
 impl CanalJsonDecoder {
@@ -480,302 +465,6 @@ impl CanalJsonDecoder {
         }
         Ok(i)
     }
-
-    fn column(
-        &mut self,
-        py: Python<'_>,
-        name: &str,
-        value: &Value,
-        types: Option<&Map<String, Value>>,
-        pk: &[&str],
-    ) -> PyResult<R<Col>> {
-        let type_text = match types.and_then(|t| t.get(name)) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(_) => return Ok(Err(Fallback)),
-        };
-        let ri = match self.rule(py, type_text) {
-            Ok(i) => i,
-            Err(_) => return Ok(Err(Fallback)), // the reference fails on this type: Python quarantines
-        };
-        let rule = &self.rules[ri];
-        let mut flags = rule.flags;
-        if pk.contains(&name) {
-            flags |= KEY_FLAGS;
-        }
-        let data = match value {
-            Value::Null => None,
-            Value::String(s) => {
-                if rule.binary {
-                    let mut out = Vec::with_capacity(s.len());
-                    for ch in s.chars() {
-                        let c = ch as u32;
-                        if c > 0xFF {
-                            return Ok(Err(Fallback));
-                        }
-                        out.push(c as u8);
-                    }
-                    Some(out)
-                } else if rule.java_float != 0 && self.canal_flavor {
-                    // Canal's Java Float/Double.toString text ("1.0E10"), canonical as
-                    // canal_common.canonical_float makes it; anything unusual goes to Python
-                    match java_float_text(s, rule.java_float == 2) {
-                        Ok(text) => Some(text),
-                        Err(f) => return Ok(Err(f)),
-                    }
-                } else {
-                    Some(s.as_bytes().to_vec())
-                }
-            }
-            _ => return Ok(Err(Fallback)),
-        };
-        let label = match &data {
-            Some(d) if rule.labels.is_some() => match label_of(rule, d) {
-                Ok(l) => l,
-                Err(f) => return Ok(Err(f)),
-            },
-            _ => None,
-        };
-        Ok(Ok(Col { name: name.to_owned(), rule: ri, flags, value: data, label }))
-    }
-
-    fn image(&mut self, py: Python<'_>, row: &Value, types: Option<&Map<String, Value>>, pk: &[&str]) -> PyResult<R<Vec<Col>>> {
-        let row = match row {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let mut cols = Vec::with_capacity(row.len());
-        for (n, v) in row {
-            match self.column(py, n, v, types, pk)? {
-                Ok(c) => cols.push(c),
-                Err(f) => return Ok(Err(f)),
-            }
-        }
-        Ok(Ok(cols))
-    }
-
-    /// UPDATE's old image: columns of `old` replace the new image's, missing ones are unchanged.
-    fn old_image(
-        &mut self,
-        py: Python<'_>,
-        old_row: &Value,
-        new_image: &[Col],
-        types: Option<&Map<String, Value>>,
-        pk: &[&str],
-    ) -> PyResult<R<Vec<Col>>> {
-        let old_row = match old_row {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let mut cols = Vec::with_capacity(new_image.len());
-        for c in new_image {
-            match old_row.get(&c.name) {
-                Some(v) => match self.column(py, &c.name, v, types, pk)? {
-                    Ok(col) => cols.push(col),
-                    Err(f) => return Ok(Err(f)),
-                },
-                None => cols.push(Col {
-                    name: c.name.clone(),
-                    rule: c.rule,
-                    flags: c.flags,
-                    value: c.value.clone(),
-                    label: c.label.clone(),
-                }),
-            }
-        }
-        for (n, v) in old_row {
-            if !new_image.iter().any(|c| &c.name == n) {
-                match self.column(py, n, v, types, pk)? {
-                    Ok(col) => cols.push(col),
-                    Err(f) => return Ok(Err(f)),
-                }
-            }
-        }
-        Ok(Ok(cols))
-    }
-
-    fn push_image(&self, list: bool, cols: &[Col], after: bool, b: &mut Builders) {
-        let (target, pool) = if after { (&mut b.after, &mut b.after_cols) } else { (&mut b.before, &mut b.before_cols) };
-        if list {
-            for c in cols {
-                pool.push(c, &self.rules[c.rule]);
-            }
-        }
-        target.push(list, pool.len());
-    }
-
-    /// Decode one record into the builders; Ok(Err(Fallback)) leaves it to Python.
-    fn record(&mut self, py: Python<'_>, raw: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
-        let msg: Value = match serde_json::from_slice(raw) {
-            Ok(v) => v,
-            Err(_) => return Ok(Err(Fallback)),
-        };
-        let msg = match &msg {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let empty = Map::new();
-        let tidb = match msg.get("_tidb") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(o)) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        for field in ["onlyHandleKey", "claimCheckLocation"] {
-            match tidb.get(field) {
-                None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-                _ => return Ok(Err(Fallback)),
-            }
-        }
-        let r = (|| -> R<_> {
-            let mut extras: Vec<(&str, String)> = Vec::new();
-            if let Some(ts) = msg.get("ts") {
-                if !ts.is_null() {
-                    extras.push(("canal.ts", text_of(ts)?));
-                }
-            }
-            if truthy(msg.get("id"))? {
-                extras.push(("canal.id", text_of(&msg["id"])?));
-            }
-            let es = int_or_none(msg.get("es"))?;
-            let commit_ts = int_or_none(tidb.get("commitTs"))?;
-            if matches!(msg.get("isDdl"), Some(Value::Bool(true))) {
-                return Err(Fallback); // DDL: classified by the Python reference
-            }
-            Ok((extras, es, commit_ts))
-        })();
-        let (extras, es, commit_ts) = match r {
-            Ok(x) => x,
-            Err(f) => return Ok(Err(f)),
-        };
-        let kind_type = match msg.get("type") {
-            Some(Value::String(s)) => s.as_str(),
-            _ => return Ok(Err(Fallback)),
-        };
-        if kind_type == "TIDB_WATERMARK" {
-            let wm = match int_or_none(tidb.get("watermarkTs")) {
-                Ok(Some(w)) => w,
-                _ => return Ok(Err(Fallback)),
-            };
-            b.rec_idx.push(rec);
-            b.event_index.push(0);
-            b.execute_ts.push(es);
-            b.push_watermark(wm);
-            b.tx_id.push(None);
-            b.push_extras(&extras);
-            return Ok(Ok(()));
-        }
-        let op = match kind_type {
-            "INSERT" => "insert",
-            "UPDATE" => "update",
-            "DELETE" => "delete",
-            _ => return Ok(Err(Fallback)),
-        };
-        let data = match msg.get("data") {
-            Some(Value::Array(a)) if !a.is_empty() => a,
-            _ => return Ok(Err(Fallback)),
-        };
-        let old = match (op, msg.get("old")) {
-            ("update", Some(Value::Array(a))) => Some(a),
-            ("update", _) => return Ok(Err(Fallback)),
-            _ => None,
-        };
-        let types = match msg.get("mysqlType") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => Some(o),
-            _ => return Ok(Err(Fallback)),
-        };
-        let pk_names: Option<Vec<&str>> = match msg.get("pkNames") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) => {
-                let mut names = Vec::with_capacity(a.len());
-                for v in a {
-                    match v {
-                        Value::String(s) if !s.is_empty() => names.push(s.as_str()),
-                        _ => return Ok(Err(Fallback)),
-                    }
-                }
-                Some(names)
-            }
-            _ => return Ok(Err(Fallback)),
-        };
-        let pk: &[&str] = pk_names.as_deref().unwrap_or(&[]);
-        let name_of = |field: &str| match msg.get(field) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.as_str()),
-            _ => None,
-        };
-        let (database, table) = match (name_of("database"), name_of("table")) {
-            (Some(d), Some(t)) => (d, t),
-            _ => return Ok(Err(Fallback)), // the Python path quarantines it
-        };
-        let tx_id = match msg.get("gtid") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => (!s.is_empty()).then_some(s.as_str()),
-            _ => return Ok(Err(Fallback)),
-        };
-        for (i, row) in data.iter().enumerate() {
-            let image = match self.image(py, row, types, pk)? {
-                Ok(c) => c,
-                Err(f) => return Ok(Err(f)),
-            };
-            let before = match old {
-                Some(old) => {
-                    let Some(old_row) = old.get(i) else { return Ok(Err(Fallback)) };
-                    match self.old_image(py, old_row, &image, types, pk)? {
-                        Ok(c) => Some(c),
-                        Err(f) => return Ok(Err(f)),
-                    }
-                }
-                None => None,
-            };
-            // the key columns must be in the row that carries the key (archive_io.event_problem):
-            // `data` is the after image, or the before image of a DELETE
-            let keyed = &image;
-            for k in pk {
-                let found = keyed.iter().any(|c| c.name == *k)
-                    || (k.is_ascii()
-                        && keyed.iter().all(|c| c.name.is_ascii())
-                        && keyed.iter().any(|c| c.name.eq_ignore_ascii_case(k)));
-                if !found {
-                    return Ok(Err(Fallback));
-                }
-            }
-            b.rec_idx.push(rec);
-            b.event_index.push(i as i32);
-            b.kind.push_str(Some("row"));
-            b.op.push_str(Some(op));
-            b.commit_ts.push(commit_ts);
-            b.execute_ts.push(es);
-            b.database.push_str(Some(database));
-            b.table.push_str(Some(table));
-            match &pk_names {
-                Some(names) => {
-                    for n in names {
-                        b.keys.push_str(Some(n));
-                    }
-                    b.key_columns.push(true, b.keys.len());
-                }
-                None => b.key_columns.push(false, b.keys.len()),
-            }
-            match op {
-                "insert" => {
-                    self.push_image(false, &[], false, b);
-                    self.push_image(true, &image, true, b);
-                }
-                "delete" => {
-                    self.push_image(true, &image, false, b);
-                    self.push_image(false, &[], true, b);
-                }
-                _ => {
-                    self.push_image(true, before.as_deref().unwrap_or(&[]), false, b);
-                    self.push_image(true, &image, true, b);
-                }
-            }
-            b.watermark_ts.push(None);
-            b.tx_id.push_str(tx_id);
-            b.push_extras(&extras);
-        }
-        Ok(Ok(()))
-    }
 }
 
 fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
@@ -786,10 +475,17 @@ fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
 #[pymethods]
 impl CanalJsonDecoder {
     /// `rule(type_text) -> (type_lower, flags, binary, java_float (0 no, 1 DOUBLE, 2 FLOAT), labels, is_enum)`;
-    /// `canal_flavor`: flat-message-flavor=canal (Java float text goes to Python).
+    /// `canal_flavor`: flat-message-flavor=canal (Java float text made canonical, `java_float_text`).
     #[new]
     fn new(rule: Py<PyAny>, canal_flavor: bool) -> Self {
-        CanalJsonDecoder { rule_fn: rule, canal_flavor, rules: Vec::new(), by_type: HashMap::new(), untyped: None }
+        CanalJsonDecoder {
+            rule_fn: rule,
+            canal_flavor,
+            rules: Vec::new(),
+            by_type: HashMap::new(),
+            untyped: None,
+            types: Vec::new(),
+        }
     }
 
     /// Decode `length` values of an Arrow binary array given as its buffers (validity bitmap
@@ -871,8 +567,9 @@ impl BinaryArray {
     }
 }
 
-/// The record loop every decoder shares: each value of `values` given to `record` with its
-/// record index; a record it gives up on is rolled back. Returns the dict of Arrow buffers
+/// The record loop of a batch of values, every decoder's (archive.rs's `decode_lines` is the
+/// same loop over an archive object's lines): each value of `values` given to `record` with
+/// its record index; a record it gives up on is rolled back. Returns the dict of Arrow buffers
 /// spark_apps/native_decode.py wraps, and `status`: one byte per record, 1 when decoded here,
 /// 0 when the Python codec must decode it (null values always go to Python: it names them).
 pub(crate) fn decode_batch<'py, F>(py: Python<'py>, values: &BinaryArray, mut record: F) -> PyResult<Bound<'py, PyDict>>
@@ -883,34 +580,10 @@ where
     let mut status = vec![0u8; values.length];
     for (i, st) in status.iter_mut().enumerate() {
         let Some(raw) = values.get(i)? else { continue };
-        let mark = b.mark();
-        match record(py, raw, i as i32, &mut b)? {
-            Ok(()) => *st = 1,
-            Err(Fallback) => b.rollback(&mark),
-        }
+        *st = b.attempt(|b| record(py, raw, i as i32, b))? as u8;
     }
-    let d = PyDict::new(py);
+    let d = b.export(py)?;
     d.set_item("status", PyBytes::new(py, &status))?;
-    d.set_item("events", b.rec_idx.len())?;
-    d.set_item("rec_idx", PyBytes::new(py, as_bytes(&b.rec_idx)))?;
-    d.set_item("event_index", PyBytes::new(py, as_bytes(&b.event_index)))?;
-    d.set_item("kind", b.kind.export(py))?;
-    d.set_item("op", b.op.export(py))?;
-    d.set_item("commit_ts", b.commit_ts.export(py))?;
-    d.set_item("execute_ts_ms", b.execute_ts.export(py))?;
-    d.set_item("database", b.database.export(py))?;
-    d.set_item("table", b.table.export(py))?;
-    d.set_item("key_columns", b.key_columns.export(py))?;
-    d.set_item("key_items", b.keys.export(py))?;
-    d.set_item("before", b.before.export(py))?;
-    d.set_item("before_items", b.before_cols.export(py))?;
-    d.set_item("after", b.after.export(py))?;
-    d.set_item("after_items", b.after_cols.export(py))?;
-    d.set_item("watermark_ts", b.watermark_ts.export(py))?;
-    d.set_item("tx_id", b.tx_id.export(py))?;
-    d.set_item("extras", b.extras.export(py))?;
-    d.set_item("extra_keys", b.extra_keys.export(py))?;
-    d.set_item("extra_values", b.extra_values.export(py))?;
     Ok(d)
 }
 
@@ -919,6 +592,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CanalJsonDecoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
+    m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())
 }

@@ -15,7 +15,22 @@ use pyo3::types::PyDict;
 use serde_json::{Map, Value};
 
 use crate::craft::{shortest_f32, shortest_f64};
-use crate::{decode_batch, truthy, BinaryArray, Builders, Fallback, R};
+use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
+
+/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so.
+fn truthy(v: Option<&Value>) -> R<bool> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) => Ok(!s.is_empty()),
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
+            Some(x) => Ok(x != 0),
+            None => Err(Fallback),
+        },
+        Some(Value::Array(a)) => Ok(!a.is_empty()),
+        Some(Value::Object(o)) => Ok(!o.is_empty()),
+    }
+}
 
 const ROW: u64 = 1;
 const RESOLVED: u64 = 3;
@@ -377,7 +392,7 @@ impl OpenProtocolDecoder {
     }
 
     /// One message (key, value) into the builders (`rec`: its record index).
-    fn message(&mut self, py: Python<'_>, key: &[u8], value: &[u8], rec: i32, b: &mut Builders) -> R<()> {
+    pub(crate) fn message(&mut self, py: Python<'_>, key: &[u8], value: &[u8], rec: i32, b: &mut Builders) -> R<()> {
         if key.len() < 8 || u64::from_be_bytes(key[..8].try_into().unwrap()) != 1 {
             return Err(Fallback);
         }

@@ -110,6 +110,14 @@ EDGE = [
     golden.frame([(golden._key(), '{"u":{' + KEYED + '}}'), (golden._key(t=3), ""),
                   (golden._key(ts=2), '{"d":{' + KEYED + '}}')]),
     (golden.KEY + golden.KEY[8:], golden.VALUE + golden.VALUE),
+    # the typed JSON reader: escaped keys, repeated keys, fields of other JSON types
+    one('{"\\u0075":{"\\u0069d":{"\\u0074":3,"h":true,"f":11,"v":1,"x":[1,{"y":2}]}},"q":{"a":[]}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1}},"u":{"id":{"t":3,"h":true,"f":11,"v":2}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1,"v":7,"t":8}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"b":"text"}}'), one('{"u":{"id":[1]}}'), one('{"u":"x"}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1}},"d":null,"p":null}'), one('{"u":{"id":{"t":3,"h":true,"f":11,"v":{"a":1}}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":[1]}}}'), one('[{"u":{}}]'), one('"u"'), one('null'),
+    one('{"u":{"i\\"d":{"t":15,"h":true,"f":11,"v":"\\u00e9\\n"}}}'),
 ]
 
 

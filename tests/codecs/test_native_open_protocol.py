@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
 from spark_apps import native_decode
-from spark_apps.archive_io import decode_objects_fn
-from spark_apps.schema import DECODED_ARROW_SCHEMA
 
 from . import native_paths as paths
 from . import test_native_craft
@@ -110,6 +108,14 @@ EDGE = [
     golden.frame([(golden._key(), '{"u":{' + KEYED + '}}'), (golden._key(t=3), ""),
                   (golden._key(ts=2), '{"d":{' + KEYED + '}}')]),
     (golden.KEY + golden.KEY[8:], golden.VALUE + golden.VALUE),
+    # the typed JSON reader: escaped keys, repeated keys, fields of other JSON types
+    one('{"\\u0075":{"\\u0069d":{"\\u0074":3,"h":true,"f":11,"v":1,"x":[1,{"y":2}]}},"q":{"a":[]}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1}},"u":{"id":{"t":3,"h":true,"f":11,"v":2}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1,"v":7,"t":8}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1},"b":"text"}}'), one('{"u":{"id":[1]}}'), one('{"u":"x"}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":1}},"d":null,"p":null}'), one('{"u":{"id":{"t":3,"h":true,"f":11,"v":{"a":1}}}}'),
+    one('{"u":{"id":{"t":3,"h":true,"f":11,"v":[1]}}}'), one('[{"u":{}}]'), one('"u"'), one('null'),
+    one('{"u":{"i\\"d":{"t":15,"h":true,"f":11,"v":"\\u00e9\\n"}}}'),
 ]
 
 
@@ -128,18 +134,8 @@ def test_edge_cases_with_updated_only_and_handle_key_delete_options_decode_the_s
 
 # ----------------------------------------------------------------------------- archives
 
-def test_a_generated_archive_decodes_the_same_through_the_object_reader(monkeypatch, tmp_path):
-    from spark_apps.generate import generate, write_archive
-
-    gen = generate(transactions=300, partitions=2, bad_values=3, seed=11, protocol=PROTOCOL, options={})
-    uris = write_archive(gen.records, str(tmp_path / "archive"), records_per_object=40, bad_lines=2)
-    batch = pa.RecordBatch.from_pydict({"uri": [str(u) for u in uris]})
-    out = {}
-    for mode in ("python", "native"):
-        monkeypatch.setenv(native_decode.ENV, mode)
-        table = pa.Table.from_batches(list(decode_objects_fn(PROTOCOL, {})(iter([batch]))), schema=DECODED_ARROW_SCHEMA)
-        table.validate(full=True)
-        out[mode] = table.to_pylist()
+def test_a_generated_archive_decodes_the_same_through_the_object_reader(tmp_path):
+    out = paths.generated_archive(PROTOCOL, tmp_path, records_per_object=40)
     assert len(out["native"]) == len(out["python"]) > 300
     assert out["native"] == out["python"]
     assert {"row", "ddl", "watermark", "quarantine"} <= {r["kind"] for r in out["python"]}

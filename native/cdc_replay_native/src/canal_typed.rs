@@ -21,8 +21,9 @@ use crate::{java_float_text, label_of, Builders, CanalJsonDecoder, Columns, Fall
 
 // ------------------------------------------------------------------------------ reading
 
-/// Any JSON value, validated in full, built as nothing.
-struct Checked;
+/// Any JSON value, validated in full, built as nothing (not serde's `IgnoredAny`, which lets
+/// a lone surrogate or `1e400` through where `orjson` refuses them; open_protocol.rs uses it too).
+pub(crate) struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -8,12 +8,17 @@
 //! Python codec, which writes the events or the quarantine row. What a (type code, flags) pair
 //! means comes from the codec's own `_column_kind`, once per distinct pair.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::archive::Text;
+use crate::canal_typed::Checked;
 use crate::craft::{shortest_f32, shortest_f64};
 use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
 
@@ -66,6 +71,260 @@ pub(crate) struct OpenProtocolDecoder {
     rule_fn: Py<PyAny>,
     rules: Vec<TypeRule>,
     by_code: HashMap<(u8, i32), usize>,
+}
+
+// ------------------------------------------------------------------------------ the value JSON
+//
+// A row value is read into these types instead of `serde_json::Value`: strings borrowed from
+// the message when they have no escapes, no map per column object. They keep what the
+// reference's checks need: the JSON type of every field it reads (a field of another type is
+// `Other`, and the record goes to Python), and Python's dict rule that a repeated key's last
+// value counts (a repeated column name goes to Python). Fields it does not read are checked
+// (`canal_typed::Checked`), not skipped, so a value `orjson` refuses still reaches Python.
+
+/// A JSON value the way Python's `type()` tells it apart.
+enum J<'a> {
+    Null,
+    Bool(bool),
+    I(i64),
+    U(u64),
+    F(f64),
+    S(Cow<'a, str>),
+    Other,
+}
+
+struct JVisitor;
+
+fn consume_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<Checked>()?.is_some() {}
+    Ok(())
+}
+
+fn consume_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<Checked, Checked>()?.is_some() {}
+    Ok(())
+}
+
+impl<'de> Visitor<'de> for JVisitor {
+    type Value = J<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<J<'de>, E> {
+        Ok(J::Null)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<J<'de>, E> {
+        Ok(J::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<J<'de>, E> {
+        Ok(J::I(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<J<'de>, E> {
+        Ok(J::U(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<J<'de>, E> {
+        Ok(J::F(v))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<J<'de>, E> {
+        Ok(J::S(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<J<'de>, E> {
+        Ok(J::S(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<J<'de>, E> {
+        Ok(J::S(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<J<'de>, A::Error> {
+        consume_seq(seq)?;
+        Ok(J::Other)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<J<'de>, A::Error> {
+        consume_map(map)?;
+        Ok(J::Other)
+    }
+}
+
+impl<'de> Deserialize<'de> for J<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JVisitor)
+    }
+}
+
+/// A column object's fields (`t`, `f`, `h`, `v`; others are ignored, as the reference does),
+/// or `None` when the column is not a JSON object.
+#[derive(Default)]
+struct ColJ<'a> {
+    t: Option<J<'a>>,
+    f: Option<J<'a>>,
+    h: Option<J<'a>>,
+    v: Option<J<'a>>,
+}
+
+/// A `u` / `p` / `d` field: null (or absent), its columns, or something else (`NotObject`).
+enum Part<'a> {
+    Null,
+    Cols(Vec<(Cow<'a, str>, Option<ColJ<'a>>)>),
+    NotObject,
+}
+
+type Cols<'a> = [(Cow<'a, str>, Option<ColJ<'a>>)];
+
+impl<'a> Part<'a> {
+    /// The columns when there are some (`{}` is falsy in Python), None when null or empty.
+    fn columns(&self) -> R<Option<&Cols<'a>>> {
+        match self {
+            Part::Null => Ok(None),
+            Part::Cols(c) => Ok((!c.is_empty()).then_some(c.as_slice())),
+            Part::NotObject => Err(Fallback),
+        }
+    }
+}
+
+struct ColVisitor;
+
+impl<'de> Visitor<'de> for ColVisitor {
+    type Value = Option<ColJ<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a column object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut c = ColJ::default();
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let slot = match k.as_ref() {
+                "t" => &mut c.t,
+                "f" => &mut c.f,
+                "h" => &mut c.h,
+                "v" => &mut c.v,
+                _ => {
+                    map.next_value::<Checked>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value::<J>()?);
+        }
+        Ok(Some(c))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        consume_seq(seq)?;
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+struct Column<'a>(Option<ColJ<'a>>);
+
+impl<'de> Deserialize<'de> for Column<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ColVisitor).map(Column)
+    }
+}
+
+struct PartVisitor;
+
+impl<'de> Visitor<'de> for PartVisitor {
+    type Value = Part<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an image object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Part<'de>, A::Error> {
+        let mut cols = Vec::new();
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let Column(c) = map.next_value::<Column>()?;
+            cols.push((k, c));
+        }
+        Ok(Part::Cols(cols))
+    }
+    fn visit_unit<E>(self) -> Result<Part<'de>, E> {
+        Ok(Part::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Part<'de>, A::Error> {
+        consume_seq(seq)?;
+        Ok(Part::NotObject)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+}
+
+impl<'de> Deserialize<'de> for Part<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PartVisitor)
+    }
+}
+
+/// A row value: its `u`, `p`, `d` (a repeated field's last value counts; others are ignored).
+struct RowMsg<'a> {
+    u: Part<'a>,
+    p: Part<'a>,
+    d: Part<'a>,
+}
+
+struct RowVisitor;
+
+impl<'de> Visitor<'de> for RowVisitor {
+    type Value = RowMsg<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a row value object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RowMsg<'de>, A::Error> {
+        let mut m = RowMsg { u: Part::Null, p: Part::Null, d: Part::Null };
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let slot = match k.as_ref() {
+                "u" => &mut m.u,
+                "p" => &mut m.p,
+                "d" => &mut m.d,
+                _ => {
+                    map.next_value::<Checked>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value::<Part>()?;
+        }
+        Ok(m)
+    }
+}
+
+impl<'de> Deserialize<'de> for RowMsg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RowVisitor) // anything but an object is an error: Python's too
+    }
+}
+
+fn int_of_j(v: &J) -> Option<i128> {
+    match v {
+        J::I(i) => Some(*i as i128),
+        J::U(u) => Some(*u as i128),
+        _ => None,
+    }
 }
 
 /// An 8-byte big-endian length and the entry it frames: (start, end) of the entry.
@@ -201,30 +460,18 @@ fn base64(text: &str, out: &mut Vec<u8>) -> R<()> {
 }
 
 /// A float column's value as the float64 Python's reference converts it to.
-fn float_value(v: &Value) -> R<f64> {
-    match v {
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                if i.unsigned_abs() > EXACT_INT {
-                    return Err(Fallback);
-                }
-                Ok(i as f64)
-            } else if let Some(u) = n.as_u64() {
-                if u > EXACT_INT {
-                    return Err(Fallback);
-                }
-                Ok(u as f64)
-            } else {
-                n.as_f64().ok_or(Fallback)
-            }
-        }
+fn float_value(v: &J) -> R<f64> {
+    match *v {
+        J::I(i) if i.unsigned_abs() <= EXACT_INT => Ok(i as f64),
+        J::U(u) if u <= EXACT_INT => Ok(u as f64),
+        J::F(f) => Ok(f),
         _ => Err(Fallback),
     }
 }
 
 impl OpenProtocolDecoder {
-    fn rule(&mut self, py: Python<'_>, code: &Value, flags: i64) -> R<usize> {
-        let code = match int_of(code) {
+    fn rule(&mut self, py: Python<'_>, code: &J, flags: i64) -> R<usize> {
+        let code = match int_of_j(code) {
             Some(c) if (0..=255).contains(&c) => c as u8,
             _ => return Err(Fallback),
         };
@@ -253,39 +500,38 @@ impl OpenProtocolDecoder {
     }
 
     /// The columns of one u / p / d object and its handle-key names.
-    fn image<'a>(&mut self, py: Python<'_>, columns: &'a Map<String, Value>) -> R<(Vec<Col<'a>>, Vec<&'a str>)> {
+    fn image<'a>(&mut self, py: Python<'_>, columns: &'a Cols<'a>) -> R<(Vec<Col<'a>>, Vec<&'a str>)> {
         let mut image = Vec::with_capacity(columns.len());
         let mut keys = Vec::new();
-        for (name, col) in columns {
-            let Value::Object(col) = col else { return Err(Fallback) };
-            let (Some(code), Some(value)) = (col.get("t"), col.get("v")) else { return Err(Fallback) };
-            let mut flags = match col.get("f") {
+        for (i, (name, col)) in columns.iter().enumerate() {
+            if columns[..i].iter().any(|(other, _)| other == name) {
+                return Err(Fallback); // a repeated column name: Python's dict keeps the last value
+            }
+            let Some(col) = col else { return Err(Fallback) };
+            let (Some(code), Some(value)) = (&col.t, &col.v) else { return Err(Fallback) };
+            let mut flags = match &col.f {
                 None => 0,
-                Some(f) => match int_of(f) {
+                Some(f) => match int_of_j(f) {
                     Some(f) if (0..1 << 31).contains(&f) => f as i64,
                     _ => return Err(Fallback),
                 },
             };
-            if matches!(col.get("h"), Some(Value::Bool(true))) {
+            if matches!(col.h, Some(J::Bool(true))) {
                 flags |= HANDLE_KEY;
             }
             let rule = self.rule(py, code, flags)?;
             let kind = self.rules[rule].kind;
             let data = match value {
-                Value::Null => None,
-                Value::Number(n) if kind == Kind::Int => {
-                    if !(n.is_i64() || n.is_u64()) {
-                        return Err(Fallback);
-                    }
-                    Some(n.to_string().into_bytes())
-                }
-                Value::String(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
-                Value::String(s) if kind == Kind::Quoted => {
+                J::Null => None,
+                J::I(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                J::U(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                J::S(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
+                J::S(s) if kind == Kind::Quoted => {
                     let mut out = Vec::with_capacity(s.len());
                     go_unquote(s, &mut out)?;
                     Some(out)
                 }
-                Value::String(s) if kind == Kind::Base64 => {
+                J::S(s) if kind == Kind::Base64 => {
                     let mut out = Vec::with_capacity(s.len() / 4 * 3);
                     base64(s, &mut out)?;
                     Some(out)
@@ -303,7 +549,7 @@ impl OpenProtocolDecoder {
                 _ => return Err(Fallback),
             };
             if flags & HANDLE_KEY != 0 {
-                keys.push(name.as_str());
+                keys.push(name.as_ref());
             }
             image.push(Col { name, rule, flags: flags as i32, value: data });
         }
@@ -345,16 +591,8 @@ impl OpenProtocolDecoder {
         if raw.windows(7).any(|w| &w[..6] == b"\"v\":-0" && (w[6] == b',' || w[6] == b'}')) {
             return Err(Fallback);
         }
-        let msg: Value = serde_json::from_slice(raw).map_err(|_| Fallback)?;
-        let Value::Object(msg) = msg else { return Err(Fallback) };
-        let part = |field: &str| -> R<Option<&Map<String, Value>>> {
-            match msg.get(field) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Object(o)) => Ok((!o.is_empty()).then_some(o)), // {} is falsy
-                Some(_) => Err(Fallback),
-            }
-        };
-        let (new, old, deleted) = (part("u")?, part("p")?, part("d")?);
+        let msg: RowMsg = serde_json::from_slice(raw).map_err(|_| Fallback)?;
+        let (new, old, deleted) = (msg.u.columns()?, msg.p.columns()?, msg.d.columns()?);
         let (op, before, after, keys) = if let Some(deleted) = deleted {
             if new.is_some() || old.is_some() {
                 return Err(Fallback);

@@ -1,8 +1,10 @@
-"""The compiled line reader (native/cdc_replay_native/src/archive.rs) feeds every compiled
-decoder, not only canal-json's (tests/codecs/test_native_canal_json.py tests the line grammar):
-a Kafka-record archive object of craft or open-protocol messages, read and decoded in one pass,
-gives the Python path's rows, and the lines it cannot take (no key for open-protocol, a key that
-is not base64, headers, a message its decoder hands back) reach the Python path unchanged."""
+"""What the compiled decoders share (native/cdc_replay_native): the line reader
+(src/archive.rs) feeds every compiled decoder, not only canal-json's
+(tests/codecs/test_native_canal_json.py tests the line grammar): a Kafka-record archive object
+of craft or open-protocol messages, read and decoded in one pass, gives the Python path's rows,
+and the lines it cannot take (no key for open-protocol, a key that is not base64, headers, a
+message its decoder hands back) reach the Python path unchanged. And the JSON fields a decoder
+does not read are checked as orjson checks them (canal_typed's `Checked`), not skipped."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from spark_apps.archive_io import decode_objects_fn
 from spark_apps.schema import DECODED_ARROW_SCHEMA
 
 from . import test_craft as craft_golden
+from . import native_paths as paths
 from . import test_native_open_protocol as open_golden
 from .test_native_canal_json import DROP, archive_line, object_bytes
 
@@ -79,3 +82,14 @@ def test_craft_and_open_protocol_archive_lines_decode_the_same_through_the_line_
         assert left == 3
     else:  # the three odd lines, the DDL, the bad messages
         assert left >= 4 + len(open_golden.golden.ERRORS)
+
+
+def test_open_protocol_fields_it_does_not_read_are_still_checked_as_orjson_does():
+    """A lone surrogate or a number beyond float64 in a field or column property the decoder
+    does not use: orjson refuses the value (quarantine), so the compiled path must not take it."""
+    value = open_golden.golden.PART_UPDATE_VALUE
+    odd = [value[:-1] + ',"x":"\\ud800"}', value[:-1] + ',"x":[1e400]}',
+           value.replace('"t":', '"z":1e400,"t":', 1), value.replace('"t":', '"z":{"a":"\\udc00"},"t":', 1)]
+    messages = [open_golden.golden.frame([(open_golden.golden.PART_UPDATE_KEY, v)]) for v in [value, *odd]]
+    rows = paths.assert_same("open-protocol", open_golden.batch_of(messages))
+    assert [r["kind"] for r in rows] == ["row"] + ["quarantine"] * len(odd)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_codecs import get_codec
 from cdc_codecs.archive import format_record, object_name
@@ -293,19 +294,28 @@ def _native_lines_object(native, codec, uri: str, plain, read_line) -> Iterator[
         while start < len(data):
             events, idx, out = native.decode_lines(data, start, counted, BATCH_ROWS, uri, plain)
             start, counted = out["consumed"], out["line_no"]
-            if out["last"] is not None:
-                line_no, last = out["last"][0], _Last(*out["last"])
+            native_last = _Last(*out["last"]) if out["last"] is not None else None
             groups, python_idx = [], []
             for ordinal, n, first, stop in out["fallback"]:
-                entry = read_line(uri, n, bytes(data[first:stop]))
-                if isinstance(entry, dict):
-                    groups.append((None, [entry]))
-                else:
-                    groups.append((entry, decode_one(codec, entry, n)))
-                    if last is None or n > last.line:
-                        last = _Last(n, entry.topic, entry.partition, entry.offset)
-                python_idx.extend([ordinal] * len(groups[-1][1]))
-                line_no = max(line_no, n)
+                try:
+                    entry = read_line(uri, n, bytes(data[first:stop]))
+                    group = (None, [entry]) if isinstance(entry, dict) else (entry, decode_one(codec, entry, n))
+                except Exception:  # as the record path: the rows before it, then the object ends
+                    before = pc.less(idx, ordinal)
+                    kept = events.filter(before)
+                    line_no = max(line_no, pc.max(kept.column("line")).as_py() or 0)
+                    yield native_decode.merge(kept, idx.filter(before),
+                                              _to_batch(groups, DECODED_ARROW_SCHEMA) if groups else None, python_idx)
+                    raise
+                groups.append(group)
+                if group[0] is not None and (last is None or n > last.line):
+                    last = _Last(n, entry.topic, entry.partition, entry.offset)
+                python_idx.extend([ordinal] * len(group[1]))
+                line_no = n
+            if native_last is not None:
+                line_no = max(line_no, native_last.line)
+                if last is None or native_last.line > last.line:
+                    last = native_last
             python = _to_batch(groups, DECODED_ARROW_SCHEMA) if groups else None
             yield native_decode.merge(events, idx, python, python_idx)
 

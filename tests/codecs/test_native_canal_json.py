@@ -278,6 +278,8 @@ LINES = [
     archive_line(ROW, offset=24, value=ROW_B64.replace("e", "-", 1)),
     archive_line(ROW, offset=25, value="QR=="),  # non-canonical trailing bits: Python accepts it
     archive_line(ROW, offset=26, value=5),
+    archive_line(ROW, offset=26, key="\u0080"),  # not ASCII: was an error ending the object, now this line's
+    archive_line(ROW, offset=26, value="QUJD\u00e9"),
     archive_line(ROW, offset=27, headers=[]), archive_line(ROW, offset=28, headers=None),
     archive_line(ROW, offset=29, headers=[["h", "QQ=="]]), archive_line(ROW, offset=30, headers=[["h", "@"]]),
     archive_line(ROW, offset=31, headers=False), archive_line(ROW, offset=32, headers="x"),
@@ -366,6 +368,26 @@ def test_a_damaged_gzip_object_ends_the_same_way(monkeypatch, tmp_path, cut):
     assert rows[-1]["kind"] == "quarantine" and "damaged" in rows[-1]["error"]
     path.write_bytes(data[:5] + b"\xff" * 40 + data[45:])  # corrupt from the start
     assert decode_object_both(monkeypatch, str(path))["python"][-1]["kind"] == "quarantine"
+
+
+def test_an_error_reading_a_left_line_ends_the_object_after_the_same_rows(monkeypatch, tmp_path):
+    """Whatever the Python path raises on a line the compiled reader left, the rows before it
+    are kept and the object ends with the same row, as on the record path."""
+    from spark_apps.layouts import kafka_records
+
+    read_line = kafka_records.read_line
+
+    def failing(uri, line_no, line):
+        if line_no == 4:
+            raise RuntimeError("disk on fire")
+        return read_line(uri, line_no, line)
+
+    monkeypatch.setattr(kafka_records, "read_line", failing)
+    path = tmp_path / "orders+1+0.jsonl"
+    path.write_bytes(object_bytes([archive_line(ROW, offset=i) for i in range(3)] + [b"{", archive_line(ROW)]))
+    rows = decode_object_both(monkeypatch, str(path))["python"]
+    assert [r["kind"] for r in rows] == ["row"] * 3 + ["quarantine"]
+    assert rows[-1]["error"] == "object unreadable after line 3: RuntimeError: disk on fire"
 
 
 def test_ticdc_storage_json_files_are_read_by_the_compiled_decoder_alike(monkeypatch, tmp_path):

@@ -31,7 +31,7 @@ impl<'de> Deserialize<'de> for Checked {
     }
 }
 
-struct CheckedVisitor;
+pub(crate) struct CheckedVisitor;
 
 impl<'de> Visitor<'de> for CheckedVisitor {
     type Value = Checked;
@@ -66,14 +66,15 @@ impl<'de> Visitor<'de> for CheckedVisitor {
     }
 }
 
-/// A field the decoder reads loosely (truthiness, an integer or its text): what it is, and for
-/// arrays and objects only whether they are empty.
-enum Loose<'a> {
+/// A field a decoder reads loosely (its JSON type as Python's `type()` tells it, truthiness, an
+/// integer or its text): what it is, and for arrays and objects only whether they are empty.
+/// Shared with open_protocol.rs.
+pub(crate) enum Loose<'a> {
     Null,
     Bool(bool),
     UInt(u64),
     NegInt(i64),
-    Float,
+    Float(f64),
     Str(Cow<'a, str>),
     Array(bool),
     Object(bool),
@@ -96,8 +97,8 @@ impl<'de> Deserialize<'de> for Loose<'de> {
             fn visit_u64<E>(self, v: u64) -> Result<Loose<'de>, E> {
                 Ok(Loose::UInt(v))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<Loose<'de>, E> {
-                Ok(Loose::Float)
+            fn visit_f64<E>(self, v: f64) -> Result<Loose<'de>, E> {
+                Ok(Loose::Float(v))
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Loose<'de>, E> {
                 Ok(Loose::Str(Cow::Borrowed(v)))
@@ -305,7 +306,7 @@ fn truthy(v: &Option<Loose>) -> R<bool> {
         Some(Loose::Str(s)) => !s.is_empty(),
         Some(Loose::UInt(x)) => *x != 0,
         Some(Loose::NegInt(_)) => true,
-        Some(Loose::Float) => return Err(Fallback),
+        Some(Loose::Float(_)) => return Err(Fallback),
         Some(Loose::Array(any)) | Some(Loose::Object(any)) => *any,
     })
 }

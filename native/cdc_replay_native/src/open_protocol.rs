@@ -18,7 +18,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::archive::Text;
-use crate::canal_typed::Checked;
+use crate::canal_typed::{Checked, CheckedVisitor, Loose};
 use crate::craft::{shortest_f32, shortest_f64};
 use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
 
@@ -77,87 +77,24 @@ pub(crate) struct OpenProtocolDecoder {
 //
 // A row value is read into these types instead of `serde_json::Value`: strings borrowed from
 // the message when they have no escapes, no map per column object. They keep what the
-// reference's checks need: the JSON type of every field it reads (a field of another type is
-// `Other`, and the record goes to Python), and Python's dict rule that a repeated key's last
+// reference's checks need: the JSON type of every field it reads (`canal_typed::Loose`; a field
+// of another type sends the record to Python), and Python's dict rule that a repeated key's last
 // value counts (a repeated column name goes to Python). Fields it does not read are checked
 // (`canal_typed::Checked`), not skipped, so a value `orjson` refuses still reaches Python.
 
-/// A JSON value the way Python's `type()` tells it apart.
-enum J<'a> {
-    Null,
-    Bool(bool),
-    I(i64),
-    U(u64),
-    F(f64),
-    S(Cow<'a, str>),
-    Other,
-}
-
-struct JVisitor;
-
-fn consume_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-    while seq.next_element::<Checked>()?.is_some() {}
-    Ok(())
-}
-
-fn consume_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<Checked, Checked>()?.is_some() {}
-    Ok(())
-}
-
-impl<'de> Visitor<'de> for JVisitor {
-    type Value = J<'de>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_unit<E>(self) -> Result<J<'de>, E> {
-        Ok(J::Null)
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<J<'de>, E> {
-        Ok(J::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<J<'de>, E> {
-        Ok(J::I(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<J<'de>, E> {
-        Ok(J::U(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<J<'de>, E> {
-        Ok(J::F(v))
-    }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<J<'de>, E> {
-        Ok(J::S(Cow::Borrowed(v)))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<J<'de>, E> {
-        Ok(J::S(Cow::Owned(v.to_owned())))
-    }
-    fn visit_string<E>(self, v: String) -> Result<J<'de>, E> {
-        Ok(J::S(Cow::Owned(v)))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<J<'de>, A::Error> {
-        consume_seq(seq)?;
-        Ok(J::Other)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<J<'de>, A::Error> {
-        consume_map(map)?;
-        Ok(J::Other)
-    }
-}
-
-impl<'de> Deserialize<'de> for J<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(JVisitor)
-    }
+/// Skips a sequence, checking it as `orjson` would.
+fn consume_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<(), A::Error> {
+    CheckedVisitor.visit_seq(seq).map(|_| ())
 }
 
 /// A column object's fields (`t`, `f`, `h`, `v`; others are ignored, as the reference does),
 /// or `None` when the column is not a JSON object.
 #[derive(Default)]
 struct ColJ<'a> {
-    t: Option<J<'a>>,
-    f: Option<J<'a>>,
-    h: Option<J<'a>>,
-    v: Option<J<'a>>,
+    t: Option<Loose<'a>>,
+    f: Option<Loose<'a>>,
+    h: Option<Loose<'a>>,
+    v: Option<Loose<'a>>,
 }
 
 /// A `u` / `p` / `d` field: null (or absent), its columns, or something else (`NotObject`).
@@ -200,7 +137,7 @@ impl<'de> Visitor<'de> for ColVisitor {
                     continue;
                 }
             };
-            *slot = Some(map.next_value::<J>()?);
+            *slot = Some(map.next_value::<Loose>()?);
         }
         Ok(Some(c))
     }
@@ -319,10 +256,10 @@ impl<'de> Deserialize<'de> for RowMsg<'de> {
     }
 }
 
-fn int_of_j(v: &J) -> Option<i128> {
+fn int_of_j(v: &Loose) -> Option<i128> {
     match v {
-        J::I(i) => Some(*i as i128),
-        J::U(u) => Some(*u as i128),
+        Loose::NegInt(i) => Some(*i as i128),
+        Loose::UInt(u) => Some(*u as i128),
         _ => None,
     }
 }
@@ -460,17 +397,17 @@ fn base64(text: &str, out: &mut Vec<u8>) -> R<()> {
 }
 
 /// A float column's value as the float64 Python's reference converts it to.
-fn float_value(v: &J) -> R<f64> {
+fn float_value(v: &Loose) -> R<f64> {
     match *v {
-        J::I(i) if i.unsigned_abs() <= EXACT_INT => Ok(i as f64),
-        J::U(u) if u <= EXACT_INT => Ok(u as f64),
-        J::F(f) => Ok(f),
+        Loose::NegInt(i) if i.unsigned_abs() <= EXACT_INT => Ok(i as f64),
+        Loose::UInt(u) if u <= EXACT_INT => Ok(u as f64),
+        Loose::Float(f) => Ok(f),
         _ => Err(Fallback),
     }
 }
 
 impl OpenProtocolDecoder {
-    fn rule(&mut self, py: Python<'_>, code: &J, flags: i64) -> R<usize> {
+    fn rule(&mut self, py: Python<'_>, code: &Loose, flags: i64) -> R<usize> {
         let code = match int_of_j(code) {
             Some(c) if (0..=255).contains(&c) => c as u8,
             _ => return Err(Fallback),
@@ -516,22 +453,22 @@ impl OpenProtocolDecoder {
                     _ => return Err(Fallback),
                 },
             };
-            if matches!(col.h, Some(J::Bool(true))) {
+            if matches!(col.h, Some(Loose::Bool(true))) {
                 flags |= HANDLE_KEY;
             }
             let rule = self.rule(py, code, flags)?;
             let kind = self.rules[rule].kind;
             let data = match value {
-                J::Null => None,
-                J::I(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                J::U(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                J::S(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
-                J::S(s) if kind == Kind::Quoted => {
+                Loose::Null => None,
+                Loose::NegInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                Loose::UInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                Loose::Str(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
+                Loose::Str(s) if kind == Kind::Quoted => {
                     let mut out = Vec::with_capacity(s.len());
                     go_unquote(s, &mut out)?;
                     Some(out)
                 }
-                J::S(s) if kind == Kind::Base64 => {
+                Loose::Str(s) if kind == Kind::Base64 => {
                     let mut out = Vec::with_capacity(s.len() / 4 * 3);
                     base64(s, &mut out)?;
                     Some(out)

@@ -6,7 +6,11 @@ Decode, on a cached DataFrame of the same N Kafka record values (so storage is n
     with the compiled decoder (spark_apps.native_decode) and forced to the Python codec;
   * baseline: Spark's native JSON reader (`from_json` into a struct) — what a pure-SQL job does,
     without canonical values, binary recovery, DDL or watermark handling;
-  * baseline: a row-at-a-time Python UDF (orjson.loads per row returning a struct).
+  * baseline: a row-at-a-time Python UDF (orjson.loads per row returning a struct);
+and from the archive's gzip objects (what a replay's decode stage reads): `decode_objects_fn`
+(the compiled decoder reading the lines itself) beside Spark's JSON reader for the lines,
+`unbase64` and `from_json`. Without Spark, in one process (CPU s): `decode_records_fn` and
+`decode_objects_fn` with each decoder.
 Full replay: `spark_apps.replay.run` on an archive of N events (read, decode, dedupe, order,
 DDL, snapshot, write) from a local directory, events/s = events read / wall time; beside it,
 on the same archive, a plain Spark SQL "last row per key" job (Spark's JSON reader and
@@ -82,8 +86,9 @@ def bench_decode(spark, archive: str, rounds: int = 2) -> list[tuple[str, float,
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from spark_apps import native_decode
-    from spark_apps.archive_io import decode_records_fn
+    from cdc_codecs.archive import is_archive_object
+    from spark_apps import native_decode, storage
+    from spark_apps.archive_io import decode_objects_fn, decode_records_fn
     from spark_apps.schema import DECODED_STRUCT
 
     df, n = records_df(spark, archive)
@@ -107,6 +112,14 @@ def bench_decode(spark, archive: str, rounds: int = 2) -> list[tuple[str, float,
         modes = modes[1:]
     from_json = "baseline: Spark native JSON reader (from_json)"
     native = df.select(F.from_json(F.col("value").cast("string"), message).alias("m")).select("m.*")
+    # the same from the archive's gzip objects (what a replay's decode stage reads): ours reads
+    # the lines itself; the baseline is Spark's JSON reader for the lines, unbase64, from_json
+    uris = [o.uri for o in storage.list_objects(archive) if is_archive_object(storage.relative(o.uri, archive))]
+    objects = spark.sparkContext.parallelize([(u,) for u in uris], len(uris)).toDF("uri string")
+    objects_label = "from the gzip objects: cdc-replay `decode_objects_fn`, compiled decoder reading the lines"
+    objects_json = "from the gzip objects: baseline Spark JSON reader for the lines, `unbase64`, `from_json`"
+    lines = spark.read.schema("topic string, partition int, offset long, timestamp long, key string, value string") \
+        .json(uris).select(F.from_json(F.unbase64("value").cast("string"), message).alias("m")).select("m.*")
     best: dict[str, float] = {}
     for _ in range(rounds):  # round-robin, best of: a change in load hits every decoder alike
         for mode, label in modes:
@@ -117,6 +130,10 @@ def bench_decode(spark, archive: str, rounds: int = 2) -> list[tuple[str, float,
         os.environ.pop(native_decode.ENV, None)
         _, seconds, _ = timed(from_json, lambda: noop(native))
         best[from_json] = min(best.get(from_json, math.inf), seconds)
+        if native_decode.cdc_replay_native is not None:
+            decoded = objects.mapInArrow(decode_objects_fn("canal-json", options), DECODED_STRUCT)
+            best[objects_label] = min(best.get(objects_label, math.inf), timed("", lambda: noop(decoded))[1])
+        best[objects_json] = min(best.get(objects_json, math.inf), timed("", lambda: noop(lines))[1])
     results = [(label, seconds, n) for label, seconds in best.items()]
 
     @F.udf(message)
@@ -162,6 +179,42 @@ def bench_decode_cpu(archive: str, rounds: int = 3) -> list[tuple[str, float, in
             events = sum(b.num_rows for b in fn(iter(batches)))
             best = min(best, time.process_time() - started)
         results.append((f"`decode_records_fn`, {label}, one process (CPU s)", best, events))
+    os.environ.pop(native_decode.ENV, None)
+    return results + bench_objects_cpu(archive, rounds)
+
+
+def bench_objects_cpu(archive: str, rounds: int = 3) -> list[tuple[str, float, int]]:
+    """What a replay's decode stage does per archive object, in this one process (CPU s, best
+    of `rounds`): `decode_objects_fn` reads each object's lines and decodes them — the compiled
+    decoder reading the lines itself (src/archive.rs), the compiled decoder behind Python's
+    line reader (`parse_line` per line, as before), and the Python codec."""
+    import pyarrow as pa
+
+    from cdc_codecs.archive import is_archive_object
+    from spark_apps import archive_io, native_decode, storage
+
+    uris = [o.uri for o in storage.list_objects(archive) if is_archive_object(storage.relative(o.uri, archive))]
+    batch = pa.RecordBatch.from_pydict({"uri": uris})
+    options = {"enable-tidb-extension": "true"}
+    modes = [("python", "Python codec", True)]
+    if native_decode.cdc_replay_native is not None:
+        modes[:0] = [("native", "compiled decoder reading the lines", True),
+                     ("native", "compiled decoder, lines read by Python (`parse_line`)", False)]
+    results = []
+    lines_reader = archive_io._native_lines
+    for mode, label, rust_lines in modes:
+        os.environ[native_decode.ENV] = mode
+        archive_io._native_lines = lines_reader if rust_lines else (lambda native, params: None)
+        try:
+            fn = archive_io.decode_objects_fn("canal-json", options)
+            best, events = math.inf, 0
+            for _ in range(rounds):
+                started = time.process_time()
+                events = sum(b.num_rows for b in fn(iter([batch])))
+                best = min(best, time.process_time() - started)
+        finally:
+            archive_io._native_lines = lines_reader
+        results.append((f"`decode_objects_fn` (gzip objects), {label}, one process (CPU s)", best, events))
     os.environ.pop(native_decode.ENV, None)
     return results
 

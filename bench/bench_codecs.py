@@ -6,7 +6,11 @@ each protocol (one partition, each protocol's default batching), then decoded:
 
   (a) pure Python, one process: `codec.decode(record)` for every record; CPU time of the
       process (other load on the machine matters less), best of `--rounds` rounds;
-  (b) Spark local[2]: a cached DataFrame of the records, decoded by
+  (b) one process, as the replay decodes: `spark_apps.archive_io.decode_records_fn` (the
+      function the replay runs in `mapInArrow`) over Arrow batches of the records, with the
+      compiled decoder where the protocol has one (`native_decode.PROTOCOLS`) and with
+      CDC_REPLAY_DECODER=python for every protocol; CPU s of the process, best of `--rounds`;
+  (c) Spark local[2]: a cached DataFrame of the records, decoded by
       `spark_apps.archive_io.decode_records_fn` in `mapInArrow`, forced with
       `df.write.format("noop")`; wall time.
 
@@ -14,7 +18,7 @@ Events/s counts decoded events (an avro UPDATE decodes to its new row only and a
 to its key columns: avro has less to decode). Prints Markdown tables; bench/RESULTS.md keeps
 the figures with the machine, date and command.
 
-    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--profile craft,avro]
+    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--no-pure] [--profile craft,avro]
 
 Adding a protocol: one line in PROTOCOLS.
 """
@@ -127,6 +131,88 @@ def decode_python(protocol: str, options: dict, records: list, rounds: int) -> t
     return best, count
 
 
+def record_batches(records: list) -> list:
+    """The records as the Arrow batches mapInArrow hands decode_records_fn (BATCH_ROWS each)."""
+    import pyarrow as pa
+
+    from spark_apps.archive_io import BATCH_ROWS
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
+    return [pa.RecordBatch.from_pydict({
+        "topic": [r.topic for r in chunk], "partition": [r.partition for r in chunk],
+        "offset": [r.offset for r in chunk], "timestamp": [r.timestamp for r in chunk],
+        "key": [r.key for r in chunk], "value": [r.value for r in chunk]}, schema=schema)
+        for chunk in (records[i:i + BATCH_ROWS] for i in range(0, len(records), BATCH_ROWS))]
+
+
+def decode_arrow(protocol: str, options: dict, batches: list, rounds: int, mode: str) -> tuple[float, int, str]:
+    """Best CPU seconds over `rounds` of decode_records_fn over the batches (decoder `mode`),
+    the rows out (quarantine rows would count: there are none) and the path taken."""
+    from spark_apps import native_decode
+    from spark_apps.archive_io import decode_records_fn
+
+    os.environ[native_decode.ENV] = mode
+    path = native_decode.choose(protocol, options)[0]
+    best, count = float("inf"), 0
+    try:
+        for _ in range(rounds):
+            fn = decode_records_fn(protocol, options)
+            gc.collect()
+            started = time.process_time()
+            count = sum(b.num_rows for b in fn(iter(batches)))
+            best = min(best, time.process_time() - started)
+    finally:
+        os.environ.pop(native_decode.ENV, None)
+    return best, count, path
+
+
+def parse_floor(protocol: str, options: dict, records: list, rounds: int) -> float | None:
+    """Best CPU seconds of only the parse a Python-object decoder cannot avoid, no canonical
+    assembly: fastavro's C reader per record (avro: key and value; oceanbase-avro), or upb's
+    protobuf parse of Packet, Messages, Entry and RowChange with every column value read
+    (canal-protobuf). None for the other protocols. Any design built on these parsers (per
+    record, per batch, or in `mapInArrow`) costs at least this."""
+    codec = get_codec(protocol, options)
+    if protocol == "avro":
+        def parse(record):
+            if record.key:
+                codec._read(record.key, "key")
+            if record.value and record.value[:1] == b"\x00":
+                codec._read(record.value, "value")
+    elif protocol == "oceanbase-avro":
+        def parse(record):
+            codec._read(record.value)
+    elif protocol == "canal-protobuf":
+        from cdc_codecs.canal_protobuf import pb
+
+        def parse(record):
+            packet = pb.Packet()
+            packet.ParseFromString(record.value)
+            messages = pb.Messages()
+            messages.ParseFromString(packet.body)
+            for raw in messages.messages:
+                entry = pb.Entry()
+                entry.ParseFromString(raw)
+                change = pb.RowChange()
+                change.ParseFromString(entry.storeValue)
+                for row in change.rowDatas:
+                    for column in row.beforeColumns:
+                        column.value
+                    for column in row.afterColumns:
+                        column.value
+    else:
+        return None
+    best = float("inf")
+    for _ in range(rounds):
+        gc.collect()
+        started = time.process_time()
+        for record in records:
+            parse(record)
+        best = min(best, time.process_time() - started)
+    return best
+
+
 def profile(protocol: str, options: dict, records: list, top: int = 18) -> None:
     codec = get_codec(protocol, options)
     for record in records[:2000]:  # warm the caches, as a long decode is
@@ -185,11 +271,12 @@ def bench_spark(encoded: dict[str, list], registry: str, master: str, repeat: in
     return [(label, best[label][0], runs[label][2], best[label][1]) for label in runs]
 
 
-def table(results: list[tuple], sizes: dict[str, float], unit: str) -> None:
-    """Markdown table; a 4th element per result is the Spark floor (records to Python only)."""
-    base = next(r[2] / r[1] for r in results if r[0] == "canal-json")
+def table(results: list[tuple], sizes: dict[str, float], unit: str, base: str = "canal-json") -> None:
+    """Markdown table; a 4th element per result is the Spark floor (records to Python only).
+    `base`: the label of the row the ratios are to."""
+    base_label, base = base, next(r[2] / r[1] for r in results if r[0] == base)
     floor = len(results[0]) > 3
-    print(f"| protocol | bytes/event | {unit} | events/s | vs canal-json |" + (" floor s |" if floor else "")
+    print(f"| protocol | bytes/event | {unit} | events/s | vs {base_label} |" + (" floor s |" if floor else "")
           + "\n|---|---:|---:|---:|---:|" + ("---:|" if floor else ""))
     for label, seconds, n, *rest in results:
         rate = n / seconds
@@ -203,6 +290,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="pure-Python rounds (best is reported)")
     ap.add_argument("--spark-repeat", type=int, default=3, help="timed Spark rounds over all protocols (best)")
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-pure", action="store_true", help="skip (a), the codecs alone")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--profile", default="", help="comma-separated labels to profile with cProfile")
     args = ap.parse_args()
@@ -221,20 +309,41 @@ def main() -> int:
              for label, recs in encoded.items()}
     print("records per protocol: " + ", ".join(f"{k} {len(v):,}" for k, v in encoded.items()))
 
-    results = []
-    for label, protocol, options in PROTOCOLS:
-        seconds, n = decode_python(protocol, options_for(options, registry), encoded[label], args.rounds)
-        results.append((label, seconds, n))
-    print(f"\n(a) pure Python, one process, codec.decode per record (CPU s, best of {args.rounds}):\n")
-    table(results, sizes, "CPU s")
+    if not args.no_pure:
+        results = []
+        for label, protocol, options in PROTOCOLS:
+            seconds, n = decode_python(protocol, options_for(options, registry), encoded[label], args.rounds)
+            results.append((label, seconds, n))
+        print(f"\n(a) pure Python, one process, codec.decode per record (CPU s, best of {args.rounds}):\n")
+        table(results, sizes, "CPU s")
 
     for label in filter(None, args.profile.split(",")):
         _, protocol, options = next(p for p in PROTOCOLS if p[0] == label)
         profile(protocol, options_for(options, registry), encoded[label])
 
+    results = []
+    for label, protocol, options in PROTOCOLS:
+        batches = record_batches(encoded[label])
+        for mode in ("auto", "python"):
+            seconds, n, path = decode_arrow(protocol, options_for(options, registry), batches, args.rounds, mode)
+            results.append((f"{label} ({path})", seconds, n))
+            sizes[results[-1][0]] = sizes[label]
+            if path == "python":
+                break  # no compiled path: the python run would repeat this one
+    for label, protocol, options in PROTOCOLS:
+        seconds = parse_floor(protocol, options_for(options, registry), encoded[label], args.rounds)
+        if seconds is not None:
+            n = next(r[2] for r in results if r[0].startswith(label + " ("))
+            results.append((f"{label} (parse only)", seconds, n))
+            sizes[results[-1][0]] = sizes[label]
+    print(f"\n(b) one process, decode_records_fn over Arrow batches of the records, the compiled decoder "
+          f"where there is one (native) and the Python codec (python); 'parse only': the parser a Python "
+          f"decoder of that protocol cannot avoid, nothing assembled (CPU s, best of {args.rounds}):\n")
+    table(results, sizes, "CPU s", base="canal-json (native)")
+
     if not args.no_spark:
         results = bench_spark(encoded, registry, args.master, args.spark_repeat)
-        print(f"\n(b) Spark {args.master}, decode_records_fn in mapInArrow over a cached DataFrame, "
+        print(f"\n(c) Spark {args.master}, decode_records_fn in mapInArrow over a cached DataFrame, "
               f"noop write (wall s, best of {args.spark_repeat} round-robin rounds; floor: records moved "
               f"to Python and read, nothing decoded):\n")
         table(results, sizes, "wall s")

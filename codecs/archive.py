@@ -48,7 +48,7 @@ def _unb64(text, field: str) -> bytes | None:
         raise ArchiveLineError(f"{field} is not a base64 string")
     try:
         return binascii.a2b_base64(text, strict_mode=True)
-    except binascii.Error as e:
+    except ValueError as e:  # binascii.Error, or text that is not ASCII (found by the line fuzzer)
         raise ArchiveLineError(f"{field} is not valid base64 ({e})") from None
 
 

@@ -13,9 +13,11 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_codecs import get_codec
 from cdc_codecs.archive import format_record, object_name
@@ -120,17 +122,23 @@ def decode_object(codec, uri: str, params: str | None = None,
             record, line_no = entry
             last = record
             yield record, (line_no if defer else decode_one(codec, record, line_no))
-    except storage.DamagedObject as e:
+    except Exception as e:  # noqa: BLE001 - damaged or unreadable: one quarantine row says where
+        yield None, [_broken_object_row(uri, e, line_no, last)]
+
+
+def _broken_object_row(uri: str, e: Exception, line_no: int, last) -> dict:
+    """The quarantine row of an object that breaks after line `line_no` (`last`: the last good
+    record, anything with topic, partition and offset): damage (a corrupt or truncated `.gz`,
+    with the incomplete line), or unreadable (a malformed container, an I/O error)."""
+    if isinstance(e, storage.DamagedObject):
         after = (f"; last good record {last.topic}/{last.partition} offset {last.offset}" if last
                  else "; no complete record before it")
-        yield None, [_quarantine_row(
+        return _quarantine_row(
             uri, line_no + 1, "archive", f"object damaged at byte {e.byte_offset} after line {line_no}: {e.reason}{after}",
             raw_line=e.partial or None,
             coordinates={"topic": last.topic, "partition": last.partition} if last else None,
-            details={"byte_offset": e.byte_offset, "last_good_offset": last.offset if last else None})]
-    except Exception as e:  # unreadable: a malformed container, an I/O error
-        yield None, [_quarantine_row(uri, line_no + 1, "archive",
-                                     f"object unreadable after line {line_no}: {type(e).__name__}: {e}")]
+            details={"byte_offset": e.byte_offset, "last_good_offset": last.offset if last else None})
+    return _quarantine_row(uri, line_no + 1, "archive", f"object unreadable after line {line_no}: {type(e).__name__}: {e}")
 
 
 _KAFKA_RECORDS = '{"layout":"kafka-records"}'
@@ -205,7 +213,10 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
 
                 if native is not None:
                     before = native.native_records, native.python_records
-                    for out in _native_object(native, codec, uri, item_params):
+                    lines = _native_lines(native, item_params)
+                    outs = (_native_lines_object(native, codec, uri, *lines) if lines
+                            else _native_object(native, codec, uri, item_params))
+                    for out in outs:
                         count += out.num_rows
                         yield out
                     log.info("decoded %s: %d rows in %.1fs (records: %d by the compiled decoder, %d by the "
@@ -241,6 +252,87 @@ def _native_object(native, codec, uri: str, params: str | None) -> Iterator[pa.R
         yield _native_records(native, codec, pending)
     if made:
         yield _to_batch(made, DECODED_ARROW_SCHEMA)
+
+
+def _native_lines(native, params: str | None):
+    """(plain, read_line) when the compiled decoder reads this item's lines itself: a
+    Kafka-record archive object (every compiled protocol), or a TiCDC storage-sink canal-json
+    data file; else None."""
+    if not hasattr(native, "decode_lines"):
+        return None
+    decoded = orjson.loads(params) if params else {"layout": "kafka-records"}
+    if decoded["layout"] == "kafka-records":
+        return None, layouts.kafka_records.read_line
+    if (decoded["layout"] == "ticdc-storage" and "topic" in decoded and "columns" not in decoded
+            and native.codec.name == "canal-json"):
+        ticdc = layouts.ticdc_storage
+        return ((decoded["topic"], ticdc.offset(decoded["days"], decoded["index"], 0), ticdc.MAX_LINE),
+                lambda uri, line_no, line: ticdc.line_record(uri, decoded, line_no, line))
+    return None
+
+
+class _Last(NamedTuple):
+    """The last good record's coordinates, for a damage row."""
+
+    line: int
+    topic: str
+    partition: int
+    offset: int
+
+
+def _native_lines_object(native, codec, uri: str, plain, read_line) -> Iterator[pa.RecordBatch]:
+    """One object whose lines the compiled decoder reads and decodes in one pass (a few
+    thousand records per call); the lines it leaves go through `read_line` and the Python
+    codec exactly as `decode_object` reads them, and damage ends the object the same way."""
+    counted = 0  # lines counted (blank ones too): the line numbers
+    line_no = 0  # the line of the last record or quarantine row
+    last = None
+
+    def lines(data):
+        nonlocal counted, line_no, last
+        start = 0
+        while start < len(data):
+            events, idx, out = native.decode_lines(data, start, counted, BATCH_ROWS, uri, plain)
+            start, counted = out["consumed"], out["line_no"]
+            native_last = _Last(*out["last"]) if out["last"] is not None else None
+            groups, python_idx = [], []
+            for ordinal, n, first, stop in out["fallback"]:
+                try:
+                    entry = read_line(uri, n, bytes(data[first:stop]))
+                    group = (None, [entry]) if isinstance(entry, dict) else (entry, decode_one(codec, entry, n))
+                except Exception:  # as the record path: the rows before it, then the object ends
+                    before = pc.less(idx, ordinal)
+                    kept = events.filter(before)
+                    line_no = max(line_no, pc.max(kept.column("line")).as_py() or 0)
+                    yield native_decode.merge(kept, idx.filter(before),
+                                              _to_batch(groups, DECODED_ARROW_SCHEMA) if groups else None, python_idx)
+                    raise
+                groups.append(group)
+                if group[0] is not None and (last is None or n > last.line):
+                    last = _Last(n, entry.topic, entry.partition, entry.offset)
+                python_idx.extend([ordinal] * len(group[1]))
+                line_no = n
+            if native_last is not None:
+                line_no = max(line_no, native_last.line)
+                if last is None or native_last.line > last.line:
+                    last = native_last
+            python = _to_batch(groups, DECODED_ARROW_SCHEMA) if groups else None
+            yield native_decode.merge(events, idx, python, python_idx)
+
+    pending = b""
+    try:
+        for piece in storage.iter_pieces(uri):
+            data = pending + piece if pending else piece
+            cut = data.rfind(b"\n") + 1
+            pending = data[cut:]
+            if cut:
+                yield from lines(memoryview(data)[:cut])
+        if pending:
+            yield from lines(pending)
+    except Exception as e:  # noqa: BLE001 - damaged or unreadable: one quarantine row says where
+        if isinstance(e, storage.DamagedObject):
+            e.partial = pending
+        yield _to_batch([(None, [_broken_object_row(uri, e, line_no, last)])], DECODED_ARROW_SCHEMA)
 
 
 def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
@@ -296,7 +388,7 @@ def _native_batch(native, codec, batch: pa.RecordBatch) -> pa.RecordBatch:
     source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
               "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
               "object": column("object", pa.string()), "line": column("line", pa.int64())}
-    events, idx, fallback = native.decode(batch.column("value"), source)
+    events, idx, fallback = native.decode(batch.column("value"), source, batch.column("key"))
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events
@@ -322,7 +414,8 @@ def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]
         "object": pa.array([r.object for r, _ in records], pa.string()),
         "line": pa.array([line for _, line in records], pa.int64()),
     }
-    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source)
+    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source,
+                                          pa.array([r.key for r, _ in records], pa.binary()))
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events

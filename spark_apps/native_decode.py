@@ -1,11 +1,13 @@
-"""The compiled canal-json decoder (native/cdc_replay_native, Rust + PyO3) behind the Python codec.
+"""The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
+canal-json, craft and open-protocol (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
 of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-check, anything
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
-(tests/codecs/test_native_canal_json.py). docs/engine.md says why this design.
+(tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
+functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -20,6 +22,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from cdc_codecs import craft, open_protocol
 from cdc_codecs.canal_json import _column_rule
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
@@ -37,7 +40,7 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json",)
+PROTOCOLS = ("canal-json", "craft", "open-protocol")  # the protocols with a compiled decoder
 
 
 def requested_mode() -> str:
@@ -54,26 +57,52 @@ def choose(protocol: str, options: dict | None = None, mode: str | None = None) 
     if mode == "python":
         return "python", f"forced by {ENV}=python"
     if protocol not in PROTOCOLS:
-        return "python", f"no compiled decoder for {protocol}"
+        return "python", f"no compiled decoder for {protocol} (compiled: {', '.join(PROTOCOLS)})"
     if (options or {}).get("large-message-handle-compression", "none") not in ("", "none"):
         return "python", "large-message-handle-compression: values are compressed"
     if cdc_replay_native is None:
         if mode == "native":
             raise RuntimeError(UNAVAILABLE)
         return "python", UNAVAILABLE
-    return "native", "compiled canal-json decoder (records it cannot take exactly go to the Python codec)"
+    return "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)"
 
 
 def _rule(type_text):
     """The Python reference's rule for a type text, in the shape the extension caches."""
     type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, False)
     labels = mysql_type.labels
-    return type_lower, flags, binary, java_float, list(labels) if labels else None, mysql_type.base == "enum"
+    java = (2 if mysql_type.base == "float" else 1) if java_float else 0
+    return type_lower, flags, binary, java, list(labels) if labels else None, mysql_type.base == "enum"
+
+
+# craft's value renderers -> the value kinds the extension implements (0: the raw bytes)
+_CRAFT_KINDS = {craft._UVARINT_TEXT.__getitem__: 1, craft._ZIGZAG_TEXT.__getitem__: 2,
+                craft._DOUBLE_TEXT.__getitem__: 3, craft._FLOAT_TEXT.__getitem__: 4}
+
+
+def _craft_rule(code: int, flags: int) -> tuple[str, int]:
+    """The craft codec's canonical type text and value kind of a (type code, flags) pair;
+    raises for a code the codec does not know (the extension then leaves the message to it)."""
+    render = craft._value_decoder(code, flags)
+    return craft.mysql_type_of(code, flags), 0 if render is None else _CRAFT_KINDS[render]
 
 
 def _bytes_view(buffer):
     """An Arrow buffer as unsigned bytes for the extension (pyarrow exports signed chars)."""
     return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
+
+
+def _binary_args(values: pa.Array) -> list:
+    """A binary array as the extension reads it: validity, offsets, data, offset, length, large."""
+    if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
+        large = True
+    else:
+        large = False
+        if not pa.types.is_binary(values.type):
+            values = values.cast(pa.binary())
+    validity, offsets, data = values.buffers()[:3]
+    return [_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
+            values.offset, len(values), large]
 
 
 def _buf(data):
@@ -110,71 +139,109 @@ def _image(out, name, typ):
     return _list(out[name], typ, out["events"], struct)
 
 
-class NativeCanalJson:
-    """One executor's compiled decoder for a configured canal-json codec."""
+class NativeDecoder:
+    """One executor's compiled decoder for a configured codec of PROTOCOLS."""
 
     def __init__(self, codec):
         self.codec = codec
-        self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
+        if codec.name == "craft":
+            self.decoder = cdc_replay_native.CraftDecoder(_craft_rule)
+        elif codec.name == "open-protocol":
+            self.decoder = cdc_replay_native.OpenProtocolDecoder(open_protocol._column_kind)
+        else:
+            self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
         self.python_records = 0
 
-    def decode(self, values: pa.Array, source: dict[str, pa.Array]) -> tuple[pa.RecordBatch, pa.Array, np.ndarray]:
+    def decode(self, values: pa.Array, source: dict[str, pa.Array],
+               keys: pa.Array | None = None) -> tuple[pa.RecordBatch, pa.Array, np.ndarray]:
         """(events of the records decoded here, each event's record index, a bool array: True
         where the Python codec must decode the record).
 
-        `source`: topic, partition, offset, record_timestamp, object, line arrays of the records."""
+        `source`: topic, partition, offset, record_timestamp, object, line arrays of the records;
+        `keys`: the records' keys (open-protocol keeps its event keys there)."""
         n = len(values)
-        if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
-            large = True
-        else:
-            large = False
-            if not pa.types.is_binary(values.type):
-                values = values.cast(pa.binary())
-        validity, offsets, data = values.buffers()[:3]
-        out = self.decoder.decode(_bytes_view(validity) if values.null_count else None, _bytes_view(offsets),
-                                  _bytes_view(data), values.offset, n, large)
+        args = _binary_args(values)
+        if self.codec.name == "open-protocol":
+            k_validity, k_offsets, k_data, k_offset, _, k_large = _binary_args(
+                keys if keys is not None else pa.nulls(n, pa.binary()))
+            args += [k_validity, k_offsets, k_data, k_offset, k_large]  # as many keys as values
+        out = self.decoder.decode(*args)
         status = np.frombuffer(out["status"], dtype=np.uint8)
         fallback = status == 0
         done = int(n - fallback.sum())
         self.native_records += done
         self.python_records += n - done
-        events = out["events"]
         rec_idx = pa.array(np.frombuffer(out["rec_idx"], dtype=np.int32))
-        fields = EVENT_SCHEMA
-        extras_type = fields.field("extras").type
-        extras_child = pa.StructArray.from_arrays(
-            [_strings(out["extra_keys"], pa.string(), len(out["extra_keys"][1]) // 4 - 1),
-             _strings(out["extra_values"], pa.string(), len(out["extra_values"][1]) // 4 - 1)],
-            fields=[extras_type.key_field, extras_type.item_field])
-        key_items = _strings(out["key_items"], pa.string(), len(out["key_items"][1]) // 4 - 1)
-        columns = {
-            "kind": _strings(out["kind"], pa.string(), events),
-            "op": _strings(out["op"], pa.string(), events),
-            "commit_ts": _int64s(out["commit_ts"], events),
-            "execute_ts_ms": _int64s(out["execute_ts_ms"], events),
-            "database": _strings(out["database"], pa.string(), events),
-            "table": _strings(out["table"], pa.string(), events),
-            "key_columns": _list(out["key_columns"], fields.field("key_columns").type, events, key_items),
-            "before": _image(out, "before", fields.field("before").type),
-            "after": _image(out, "after", fields.field("after").type),
-            "watermark_ts": _int64s(out["watermark_ts"], events),
-            "tx_id": _strings(out["tx_id"], pa.string(), events),
-            "extras": _list(out["extras"], extras_type, events, extras_child),
-            "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
+        source = {name: source[name].take(rec_idx)
+                  for name in ("topic", "partition", "offset", "record_timestamp", "object", "line")}
+        return _batch(out, source), rec_idx, fallback
+
+    def decode_lines(self, data, start: int, line_no: int, max_records: int, uri: str,
+                     plain: tuple[str, int, int] | None = None) -> tuple[pa.RecordBatch, pa.Array, dict]:
+        """Lines of an archive object's decompressed bytes from byte `start` (at most
+        `max_records` records; `line_no` lines before `start`), read and decoded in one pass
+        (native/cdc_replay_native/src/archive.rs): (events of the records taken, each event's
+        record ordinal, the extension's dict: `fallback` (ordinal, line number, start, end) of
+        the lines the Python path must read, `consumed`, `line_no`, `records`, `last`).
+        `plain`: (topic, base offset, last line number) of a TiCDC storage-sink file, whose lines
+        are the values (layouts.ticdc_storage.offset)."""
+        out = cdc_replay_native.decode_lines(self.decoder, data, start, line_no, max_records, plain)
+        left = len(out["fallback"])
+        self.native_records += out["records"] - left
+        self.python_records += left
+        events = out["events"]
+        topic = out["topic"]
+        source = {
+            "topic": _strings(topic, pa.string(), events),
+            "partition": pa.Array.from_buffers(pa.int32(), events, [None, pa.py_buffer(out["partition"])]),
+            "offset": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(out["offset"])]),
+            "record_timestamp": _int64s(out["record_timestamp"], events),
+            "object": pa.repeat(pa.scalar(uri, pa.string()), events),
+            "line": pa.Array.from_buffers(pa.int64(), events, [None, pa.py_buffer(out["line"])]),
         }
-        for name in ("topic", "partition", "offset", "record_timestamp", "object", "line"):
-            columns[name] = source[name].take(rec_idx)
-        arrays = []
-        for field in DECODED_ARROW_SCHEMA:
-            array = columns.get(field.name)
-            if array is None:
-                array = pa.nulls(events, field.type)
-            elif array.type != field.type:
-                array = array.cast(field.type)
-            arrays.append(array)
-        batch = pa.RecordBatch.from_arrays(arrays, schema=DECODED_ARROW_SCHEMA)
-        return batch, rec_idx, fallback
+        rec_idx = pa.array(np.frombuffer(out["rec_idx"], dtype=np.int32))
+        return _batch(out, source), rec_idx, out
+
+
+def _batch(out: dict, source: dict[str, pa.Array]) -> pa.RecordBatch:
+    """The extension's buffers (and the events' source columns) as a DECODED_ARROW_SCHEMA batch."""
+    events = out["events"]
+    fields = EVENT_SCHEMA
+    extras_type = fields.field("extras").type
+    extras_child = pa.StructArray.from_arrays(
+        [_strings(out["extra_keys"], pa.string(), len(out["extra_keys"][1]) // 4 - 1),
+         _strings(out["extra_values"], pa.string(), len(out["extra_values"][1]) // 4 - 1)],
+        fields=[extras_type.key_field, extras_type.item_field])
+    key_items = _strings(out["key_items"], pa.string(), len(out["key_items"][1]) // 4 - 1)
+    columns = {
+        "kind": _strings(out["kind"], pa.string(), events),
+        "op": _strings(out["op"], pa.string(), events),
+        "commit_ts": _int64s(out["commit_ts"], events),
+        "execute_ts_ms": _int64s(out["execute_ts_ms"], events),
+        "database": _strings(out["database"], pa.string(), events),
+        "table": _strings(out["table"], pa.string(), events),
+        "key_columns": _list(out["key_columns"], fields.field("key_columns").type, events, key_items),
+        "before": _image(out, "before", fields.field("before").type),
+        "after": _image(out, "after", fields.field("after").type),
+        "watermark_ts": _int64s(out["watermark_ts"], events),
+        "tx_id": _strings(out["tx_id"], pa.string(), events),
+        "extras": _list(out["extras"], extras_type, events, extras_child),
+        "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
+    }
+    columns.update(source)
+    arrays = []
+    for field in DECODED_ARROW_SCHEMA:
+        array = columns.get(field.name)
+        if array is None:
+            array = pa.nulls(events, field.type)
+        elif array.type != field.type:
+            array = array.cast(field.type)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=DECODED_ARROW_SCHEMA)
+
+
+NativeCanalJson = NativeDecoder  # its name when canal-json was the only compiled protocol
 
 
 def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch | None,
@@ -191,10 +258,10 @@ def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch |
 
 
 def decoder_for(codec, mode: str):
-    """A NativeCanalJson for the codec when `mode` allows and the extension is here, else None
+    """A NativeDecoder for the codec when `mode` allows and the extension is here, else None
     (said once in the executor's log)."""
     path, why = choose(codec.name, codec.config, mode)
     if path != "native":
         log.info("decoding %s with the Python codec: %s", codec.name, why)
         return None
-    return NativeCanalJson(codec)
+    return NativeDecoder(codec)

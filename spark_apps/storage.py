@@ -423,19 +423,23 @@ def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
         raise DamagedObject(0, "empty object: a .gz object of zero bytes holds no gzip member")
 
 
+def iter_pieces(uri: str) -> Iterator[bytes]:
+    """The object's decompressed bytes in pieces (about a MiB of input each; lines cross
+    pieces); a damaged `.gz` yields everything before the damage, then raises DamagedObject."""
+    if uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where it is
+        return _gunzip(_chunks(uri))
+    if compression_of(uri):
+        return _stream_chunks(open_stream(uri))
+    return _chunks(uri)
+
+
 def iter_lines(uri: str) -> Iterator[bytes]:
     """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
     without line terminators. A damaged `.gz` yields every complete line before the damage,
     then raises DamagedObject."""
-    if uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where it is
-        pieces = _gunzip(_chunks(uri))
-    elif compression_of(uri):
-        pieces = _stream_chunks(open_stream(uri))
-    else:
-        pieces = _chunks(uri)
     pending = b""
     try:
-        for piece in pieces:
+        for piece in iter_pieces(uri):
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
             for line in lines:

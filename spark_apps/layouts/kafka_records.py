@@ -31,13 +31,18 @@ def read(uri: str, params: dict) -> Iterator:
     for line_no, line in enumerate(storage.iter_lines(uri), 1):
         if not line.strip():
             continue
-        try:
-            record = parse_line(line, uri)
-        except ArchiveLineError as e:
-            yield quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line,
-                                 coordinates=line_coordinates(line))
-            continue
-        yield record, line_no
+        entry = read_line(uri, line_no, line)
+        yield entry if isinstance(entry, dict) else (entry, line_no)
+
+
+def read_line(uri: str, line_no: int, line: bytes):
+    """The record of one non-blank line, or its quarantine row (also for the compiled line
+    reader's leftovers, spark_apps.archive_io)."""
+    try:
+        return parse_line(line, uri)
+    except ArchiveLineError as e:
+        return quarantine_row(uri, line_no, "archive", f"archive line {line_no}: {e}", raw_line=line,
+                              coordinates=line_coordinates(line))
 
 
 def line_coordinates(line: bytes) -> dict:

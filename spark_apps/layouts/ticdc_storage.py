@@ -263,7 +263,6 @@ def read(uri: str, params: dict) -> Iterator:
             for topic in params["topics"]:
                 yield watermark_row(uri, topic, 0, params["checkpoint"])
         return
-    topic, days, index = params["topic"], params["days"], params["index"]
     if "columns" in params:  # csv: the table's columns travel with each row (csv has no types)
         headers = () if params["columns"] is None else ((COLUMNS_HEADER, orjson.dumps(params["columns"])),)
         stream = storage.open_stream(uri)
@@ -276,7 +275,14 @@ def read(uri: str, params: dict) -> Iterator:
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        yield KafkaRecord(topic, 0, offset(days, index, line_no), None, None, line, headers, uri), line_no
+        yield line_record(uri, params, line_no, line, headers), line_no
+
+
+def line_record(uri: str, params: dict, line_no: int, line: bytes, headers=()) -> KafkaRecord:
+    """The record of one non-blank line of a data file (json or csv; also for the compiled line reader's
+    leftovers, spark_apps.archive_io)."""
+    return KafkaRecord(params["topic"], 0, offset(params["days"], params["index"], line_no), None, None, line,
+                       headers, uri)
 
 
 # ------------------------------------------------------------------------------- writing

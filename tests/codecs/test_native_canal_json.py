@@ -4,6 +4,8 @@ paths must give identical DECODED_ARROW_SCHEMA rows, quarantine rows included.""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 
 import pyarrow as pa
@@ -61,7 +63,7 @@ def assert_same(monkeypatch, values, options=TIDB):
 def native_share(values, options=TIDB) -> tuple[int, int]:
     """(records the compiled decoder took, records it left to Python)."""
     codec = get_codec("canal-json", options)
-    native = native_decode.NativeCanalJson(codec)
+    native = native_decode.NativeDecoder(codec)
     batch = records_batch(values)
     source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
               "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
@@ -153,6 +155,31 @@ RAW_EDGE = [
     b'{"type":"INSERT","database":"d","table":"t","ts":18446744073709551615,"id":-7,"data":[{"a":"1"}]}',
     b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":100000000000000000000000},"data":[{"a":"1"}]}',
     b'{"type":"INSERT","database":"d","table":"t","es":100000000000000000000000,"data":[{"a":"1"}]}',
+    # what the typed front end checks without building (sql, sqlType, unknown fields), escapes
+    # in names, and repeats it must leave to Python
+    b'{"type":"INSERT","database":"d","table":"t","sqlType":{"a":1e400},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","sql":"\\ud800","data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","other":[{"x":"\\udc00"}],"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","other":[1,{"x":[true,null,-1.5e3]}],"data":[{"a":"1"}]}',
+    b'{"\\u0074ype":"INSERT","database":"d","t\\u0061ble":"t","data":[{"\\u0061":"\\u00ff1"}],'
+    b'"mysqlType":{"\\u0061":"binary(2)"}}',
+    b'{"type":"INSERT","type":"DELETE","database":"d","table":"t","data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","_tidb":{"commitTs":5,"commitTs":6},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"a":"int","a":"blob"},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"a":"int","b":7},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","mysqlType":{"b":"blob","a":"int"},"data":[{"a":"1","b":"\xc3\xbf"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"b":"3","b":"4"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"b":"3","a":"0"}]}',
+    b'{"type":"UPDATE","database":"d","table":"t","mysqlType":{"a":"int","b":"int"},"pkNames":["a"],'
+    b'"data":[{"a":"1","b":"2"}],"old":[{"a":"0","b":"3"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","_tidb":{"commitTs":5,"other":{"x":1}},"data":[{"a":"1"}]}',
+    b'{"type":"INSERT","database":"d","table":"t","pkNames":["a",1],"data":[{"a":"1"}]}',
+    b'{"type":"TIDB_WATERMARK","_tidb":{"watermarkTs":5},"data":"odd","old":7,"mysqlType":[]}',
+    *(dumps({**BASE, "table": f"t{i}", "mysqlType": {"id": "int", "v": ["varchar", "blob", "int"][i % 3]},
+             "data": [{"id": str(i), "v": "\u00e9"}]}) for i in range(70)),  # more tables than the cache holds
+    dumps({**BASE, "table": "t1", "mysqlType": {"id": "int", "v": "text"}, "data": [{"id": "1", "v": "\u00e9"}]}),
 ]
 
 
@@ -166,13 +193,22 @@ def test_edge_cases_decode_the_same(monkeypatch):
     assert sum(r["kind"] == "quarantine" for r in python) >= 10
 
 
-def test_canal_flavor_decodes_the_same_and_leaves_java_floats_to_python(monkeypatch):
+JAVA_FLOATS = ["1.0E10", "1.5", "-0.0", "0.1", "3.4028235E38", "1.4E-45", "4.9E-324", "1.0E-7", ".5", "5.", "+3",
+               "2.50390625", "NaN", "Infinity", "1e40", " 1.5", "1_0", "0x1p3", "", "-"]
+
+
+def test_canal_flavor_decodes_java_float_text_the_same(monkeypatch):
+    """Canal writes FLOAT/DOUBLE with Java's toString ("1.0E10"): the compiled path makes the
+    canonical text the reference makes (canal_common.canonical_float), and leaves what it does
+    not read the same way (NaN, spaces, underscores, float32 overflow, exact ties) to Python."""
     options = {"flat-message-flavor": "canal"}
-    values = [dumps({**BASE, "mysqlType": {"id": "int", "v": "float"}, "data": [{"id": "1", "v": "1.0E10"}]}),
-              dumps({**BASE, "mysqlType": {"id": "int", "v": "double"}, "data": [{"id": "1", "v": None}]}),
-              dumps(BASE)]
+    values = [dumps({**BASE, "mysqlType": {"id": "int", "v": t}, "data": [{"id": "1", "v": v}]})
+              for t in ("float", "double") for v in JAVA_FLOATS]
+    values += [dumps({**BASE, "mysqlType": {"id": "int", "v": "double"}, "data": [{"id": "1", "v": None}]}),
+               dumps(BASE)]
     assert_same(monkeypatch, values, options)
-    assert native_share(values, options) == (2, 1)
+    native, python = native_share(values, options)
+    assert native >= 20 and python >= 12
 
 
 def test_the_compiled_path_takes_ordinary_rows_and_watermarks_and_leaves_ddl():
@@ -198,6 +234,215 @@ def test_a_generated_archive_decodes_the_same_through_the_object_reader(monkeypa
     assert out["native"] == out["python"]
     kinds = {r["kind"] for r in out["python"]}
     assert {"row", "ddl", "watermark"} <= kinds
+
+
+# ----------------------------------------------------------------------------- archive lines
+# The compiled decoder reads the archive object's lines itself (src/archive.rs): every line it
+# is not sure about must reach the Python path (codecs/archive.parse_line, the layout's
+# quarantine rows) and give the same rows, line numbers and error texts.
+
+def archive_line(payload: bytes | None = None, **fields) -> bytes:
+    """An archive line as codecs/archive.format_record writes it, `fields` replaced (DROP: removed)."""
+    doc = {"topic": "orders", "partition": 1, "offset": 7, "timestamp": 1700000000000, "key": "a2V5",
+           "value": None if payload is None else base64.b64encode(payload).decode()}
+    doc.update(fields)
+    return json.dumps({k: v for k, v in doc.items() if v is not DROP}, ensure_ascii=False).encode()
+
+
+DROP = object()
+ROW = dumps(BASE)
+ROW_B64 = base64.b64encode(ROW).decode()
+
+LINES = [
+    archive_line(ROW),
+    archive_line(golden.compact(golden.SEED_WATERMARK), offset=8),
+    archive_line(golden.compact(golden.SEED_DDL), offset=9),  # DDL: the decoder hands it back
+    archive_line(b"not json", offset=10),
+    archive_line(None, offset=11),  # a tombstone
+    archive_line(b"", offset=12),
+    archive_line(ROW, offset=13, key=None),
+    archive_line(ROW, offset=14, key=DROP, timestamp=DROP),
+    archive_line(ROW, offset=15, timestamp=None),
+    archive_line(ROW, offset=16, timestamp=-5),
+    archive_line(ROW, offset=17, timestamp=1 << 63),
+    archive_line(ROW, offset=18, timestamp=-(1 << 63)),
+    archive_line(ROW, offset=19, timestamp=1.5),
+    archive_line(ROW, partition=-1), archive_line(ROW, partition=1 << 31), archive_line(ROW, partition=(1 << 31) - 1),
+    archive_line(ROW, partition=True), archive_line(ROW, partition=1.0), archive_line(ROW, partition="1"),
+    archive_line(ROW, offset=1 << 63), archive_line(ROW, offset=(1 << 63) - 1), archive_line(ROW, offset=-1),
+    archive_line(ROW, offset=DROP), archive_line(ROW, topic=DROP), archive_line(ROW, topic=""),
+    archive_line(ROW, topic=5), archive_line(ROW, topic="\u00e9v\u00e9nements/\U0001f600"),
+    archive_line(ROW, offset=20, key="not base64!"), archive_line(ROW, offset=21, key=5),
+    archive_line(ROW, offset=22, value=ROW_B64[:-1]),  # bad padding
+    archive_line(ROW, offset=23, value=ROW_B64 + "\n"),
+    archive_line(ROW, offset=24, value=ROW_B64.replace("e", "-", 1)),
+    archive_line(ROW, offset=25, value="QR=="),  # non-canonical trailing bits: Python accepts it
+    archive_line(ROW, offset=26, value=5),
+    archive_line(ROW, offset=26, key="\u0080"),  # not ASCII: was an error ending the object, now this line's
+    archive_line(ROW, offset=26, value="QUJD\u00e9"),
+    archive_line(ROW, offset=27, headers=[]), archive_line(ROW, offset=28, headers=None),
+    archive_line(ROW, offset=29, headers=[["h", "QQ=="]]), archive_line(ROW, offset=30, headers=[["h", "@"]]),
+    archive_line(ROW, offset=31, headers=False), archive_line(ROW, offset=32, headers="x"),
+    archive_line(ROW, offset=33, extra={"nested": [1, 2.5, None]}),  # unknown field: ignored by both
+    archive_line(ROW, offset=34).replace(b'"partition": 1', b'"partition": 1, "partition": 2'),  # duplicate
+    archive_line(ROW, offset=35).replace(b'"key": "a2V5"', b'"key": "a2\\u00565"'),  # an escape in base64 text
+    archive_line(ROW, offset=36).replace(b'"topic": "orders"', b'"topic": "\\ud800"'),  # lone surrogate
+    archive_line(ROW, offset=37).replace(b'"topic": "orders"', b'"topic": "or\xffders"'),  # not UTF-8
+    b'{"topic": "broken", "partition": ',
+    b"[1, 2]",
+    b"null",
+    b"\xef\xbb\xbf" + archive_line(ROW, offset=38),  # a byte-order mark
+    b"  " + archive_line(ROW, offset=39) + b" \t",
+    archive_line(dumps({**BASE, "data": [{"id": str(i), "v": "\u00e9" * 50_000} for i in range(4)]}), offset=40),
+    archive_line(dumps({**BASE, "data": [{"id": "1", "v": "\u4e2d\U0001f600"}]}), offset=41),
+]
+
+
+def object_bytes(lines: list[bytes], ends: list[bytes] | None = None, final: bool = True) -> bytes:
+    ends = ends or [b"\n"]
+    out = b"".join(line + ends[i % len(ends)] for i, line in enumerate(lines))
+    return out if final else out.rstrip(b"\r\n")
+
+
+def decode_object_both(monkeypatch, uri: str, params: str | None = None) -> dict[str, list[dict]]:
+    batch = {"uri": [uri]} if params is None else {"uri": [uri], "params": [params]}
+    out = {}
+    for mode in ("python", "native"):
+        monkeypatch.setenv(native_decode.ENV, mode)
+        batches = list(decode_objects_fn("canal-json", TIDB)(iter([pa.RecordBatch.from_pydict(batch)])))
+        table = pa.Table.from_batches(batches, schema=DECODED_ARROW_SCHEMA)
+        table.validate(full=True)
+        out[mode] = table.to_pylist()
+    assert out["native"] == out["python"]
+    return out
+
+
+def lines_share(uri: str, params: str | None = None) -> tuple[int, int]:
+    """(records whose lines the compiled decoder took, records it left to the Python path)."""
+    from spark_apps import archive_io
+
+    codec = get_codec("canal-json", TIDB)
+    native = native_decode.NativeCanalJson(codec)
+    list(archive_io._native_lines_object(native, codec, uri, *archive_io._native_lines(native, params)))
+    return native.native_records, native.python_records
+
+
+@pytest.mark.parametrize("ends,final", [([b"\n"], True), ([b"\r\n"], False), ([b"\n", b"\r\r\n", b"\n\n  \n\x0b\x0c\n"], True)])
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_archive_lines_read_by_the_compiled_decoder_give_the_python_paths_rows(monkeypatch, tmp_path, ends, final,
+                                                                            suffix):
+    data = object_bytes(LINES, ends, final)
+    path = tmp_path / f"orders+1+0{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    out = decode_object_both(monkeypatch, str(path))
+    rows = out["python"]
+    assert {r["kind"] for r in rows} >= {"row", "watermark", "ddl", "quarantine"}
+    assert sum(r["error_stage"] == "archive" for r in rows) >= 15
+    taken, left = lines_share(str(path))
+    assert taken >= 14 and left >= 30 and taken + left == len(LINES)
+
+
+def test_archive_lines_split_across_pieces_and_batches(monkeypatch, tmp_path):
+    """Lines longer than a decompressed piece, and more records than one call takes."""
+    from spark_apps import archive_io, storage
+
+    monkeypatch.setattr(storage, "CHUNK", 1000)
+    monkeypatch.setattr(archive_io, "BATCH_ROWS", 7)
+    lines = [archive_line(ROW, offset=i) if i % 9 else archive_line(b"{", offset=i) for i in range(60)]
+    lines.insert(30, archive_line(dumps({**BASE, "data": [{"id": "1", "v": "x" * 5000}]}), offset=999))
+    for suffix in (".jsonl", ".jsonl.gz"):
+        path = tmp_path / f"orders+1+0{suffix}"
+        data = object_bytes(lines, [b"\n", b"\r\n", b"\n\n"], final=False)
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+        out = decode_object_both(monkeypatch, str(path))
+        assert [r["line"] for r in out["python"]] == sorted(r["line"] for r in out["python"])
+        assert lines_share(str(path)) == (54, 7)
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.999])
+def test_a_damaged_gzip_object_ends_the_same_way(monkeypatch, tmp_path, cut):
+    data = gzip.compress(object_bytes([archive_line(ROW, offset=i) for i in range(2000)] + [b'{"topic": ']))
+    path = tmp_path / "orders+1+0.jsonl.gz"
+    path.write_bytes(data[:int(len(data) * cut)])
+    rows = decode_object_both(monkeypatch, str(path))["python"]
+    assert rows[-1]["kind"] == "quarantine" and "damaged" in rows[-1]["error"]
+    path.write_bytes(data[:5] + b"\xff" * 40 + data[45:])  # corrupt from the start
+    assert decode_object_both(monkeypatch, str(path))["python"][-1]["kind"] == "quarantine"
+
+
+def test_an_error_reading_a_left_line_ends_the_object_after_the_same_rows(monkeypatch, tmp_path):
+    """Whatever the Python path raises on a line the compiled reader left, the rows before it
+    are kept and the object ends with the same row, as on the record path."""
+    from spark_apps.layouts import kafka_records
+
+    read_line = kafka_records.read_line
+
+    def failing(uri, line_no, line):
+        if line_no == 4:
+            raise RuntimeError("disk on fire")
+        return read_line(uri, line_no, line)
+
+    monkeypatch.setattr(kafka_records, "read_line", failing)
+    path = tmp_path / "orders+1+0.jsonl"
+    path.write_bytes(object_bytes([archive_line(ROW, offset=i) for i in range(3)] + [b"{", archive_line(ROW)]))
+    rows = decode_object_both(monkeypatch, str(path))["python"]
+    assert [r["kind"] for r in rows] == ["row"] * 3 + ["quarantine"]
+    assert rows[-1]["error"] == "object unreadable after line 3: RuntimeError: disk on fire"
+
+
+def test_ticdc_storage_json_files_are_read_by_the_compiled_decoder_alike(monkeypatch, tmp_path):
+    from spark_apps.layouts import ticdc_storage
+
+    values = [ROW, golden.compact(golden.SEED_WATERMARK), golden.compact(golden.SEED_DDL), b"not json", b"  ",
+              dumps({**BASE, "type": "DELETE"}), b"", dumps({**BASE, "pkNames": ["missing"]})]
+    path = tmp_path / "CDC000007.json"
+    path.write_bytes(object_bytes(values, [b"\r\n"], final=False))
+    params = json.dumps({"layout": "ticdc-storage", "topic": "shop.orders", "days": 3, "index": 7})
+    rows = decode_object_both(monkeypatch, str(path), params)["python"]
+    assert {r["kind"] for r in rows} == {"row", "watermark", "ddl", "quarantine"}
+    assert {r["offset"] for r in rows if r["kind"] == "row"} == {ticdc_storage.offset(3, 7, 1),
+                                                                 ticdc_storage.offset(3, 7, 6)}
+    assert lines_share(str(path), params) == (3, 3)
+
+
+@st.composite
+def archive_objects(draw):
+    """Archive lines the writer writes, some with one field replaced by an arbitrary JSON value,
+    removed, or with bytes cut out or put in; line ends of every kind."""
+    lines = []
+    for i in range(draw(st.integers(1, 6))):
+        value = draw(encoded_records())
+        line = archive_line(value, offset=i)
+        mutation = draw(st.integers(0, 4))
+        if mutation == 1:
+            doc = json.loads(line)
+            doc[draw(st.sampled_from(["topic", "partition", "offset", "timestamp", "key", "value", "headers"]))] = \
+                draw(JSON_VALUES)
+            line = dumps(doc)
+        elif mutation == 2:
+            doc = json.loads(line)
+            doc.pop(draw(st.sampled_from(sorted(doc))))
+            line = dumps(doc)
+        elif mutation == 3:
+            at = draw(st.integers(0, len(line)))
+            line = line[:at] + draw(st.sampled_from([b"", b"=", b"\\", b"\r", b" ", b"\xc3", b'"', b"A"])) + \
+                line[at + draw(st.integers(0, 2)):]
+        lines.append(line)
+    ends = draw(st.lists(st.sampled_from([b"\n", b"\r\n", b"\n\n", b"\n \n"]), min_size=1, max_size=3))
+    return object_bytes(lines, ends, draw(st.booleans()))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=archive_objects())
+def test_fuzzed_archive_lines_decode_the_same(tmp_path, data):
+    mp = pytest.MonkeyPatch()
+    try:
+        path = tmp_path / "orders+1+0.jsonl"
+        path.write_bytes(data)
+        decode_object_both(mp, str(path))
+    finally:
+        mp.undo()
 
 
 # ----------------------------------------------------------------------------- fuzzing
@@ -252,7 +497,7 @@ def test_decoder_choice_says_why(monkeypatch):
     assert native_decode.choose("canal-json", {}) == ("python", f"forced by {native_decode.ENV}=python")
     monkeypatch.setenv(native_decode.ENV, "auto")
     assert native_decode.choose("canal-json", {})[0] == "native"
-    assert native_decode.choose("craft", {})[0] == "python"
+    assert native_decode.choose("avro", {})[0] == "python"
     assert native_decode.choose("canal-json", {"large-message-handle-compression": "lz4"})[0] == "python"
     monkeypatch.setenv(native_decode.ENV, "fast")
     with pytest.raises(ValueError, match="auto, native, python"):
@@ -291,3 +536,16 @@ def test_a_replay_writes_the_same_bytes_with_either_decoder_and_says_which(spark
     assert manifests["native"]["counts"] == manifests["python"]["counts"]
     assert manifests["native"]["counts"]["quarantined"] >= 3
     assert outputs["native"] == outputs["python"] and any("_quarantine" in name for name in outputs["native"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs=st.lists(st.tuples(st.floats(allow_nan=False), st.floats(width=32, allow_nan=False)), min_size=1, max_size=20),
+       style=st.sampled_from(["{!r}", "{:E}", "{:.3e}", "{:.20f}"]))
+def test_canal_flavor_float_texts_decode_the_same(pairs, style):
+    values = [dumps({**BASE, "mysqlType": {"id": "int", "d": "double", "f": "float"},
+                     "data": [{"id": str(i), "d": style.format(d), "f": style.format(f)}]}) for i, (d, f) in enumerate(pairs)]
+    mp = pytest.MonkeyPatch()
+    try:
+        assert_same(mp, values, {"flat-message-flavor": "canal"})
+    finally:
+        mp.undo()

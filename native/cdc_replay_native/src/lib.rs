@@ -7,13 +7,19 @@
 //! unusual) is marked for the Python codec, which stays the reference and writes the
 //! quarantine rows. What a MySQL type string implies (lower-case text, flags, binary, ENUM/SET
 //! labels) comes from the Python reference too (`rule` callback), once per distinct type.
+//! The message is read by a typed serde front end (canal_typed.rs); archive.rs reads the
+//! archive's lines in the same pass, so Python sees neither lines nor values.
 
 use std::collections::HashMap;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use serde_json::{Map, Value};
+
+mod archive;
+mod canal_typed;
+mod craft;
+mod open_protocol;
 
 // ------------------------------------------------------------------------------ builders
 
@@ -146,13 +152,6 @@ impl Columns {
         self.value.truncate(n);
         self.label.truncate(n);
     }
-    fn push(&mut self, c: &Col, rule: &Rule) {
-        self.name.push_str(Some(&c.name));
-        self.mysql_type.push_str(rule.type_lower.as_deref());
-        self.flags.push(c.flags);
-        self.value.push(c.value.as_deref());
-        self.label.push_str(c.label.as_deref());
-    }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
         let d = PyDict::new(py);
         d.set_item("name", self.name.export(py)).unwrap();
@@ -191,18 +190,9 @@ struct Rule {
     type_lower: Option<String>,
     flags: i32, // without the key flags
     binary: bool,
-    java_float: bool,
+    java_float: u8, // 0: not FLOAT/DOUBLE, 1: DOUBLE, 2: FLOAT
     labels: Option<Vec<String>>,
     is_enum: bool,
-}
-
-/// A decoded column before it is appended (the rule is looked up again by index).
-struct Col {
-    name: String,
-    rule: usize,
-    flags: i32,
-    value: Option<Vec<u8>>,
-    label: Option<String>,
 }
 
 /// Why the native path gives a record to the Python codec (never shown: Python decides).
@@ -212,48 +202,6 @@ type R<T> = Result<T, Fallback>;
 
 const KEY_FLAGS: i32 = (1 << 3) | (1 << 1); // PRIMARY_KEY | HANDLE_KEY
 const MAX_TS: u64 = 1 << 63;
-
-/// `_int_or_none`: JSON integers and strings of ASCII digits in 0..2^63; anything else goes to Python.
-fn int_or_none(v: Option<&Value>) -> R<Option<i64>> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(x) if x < MAX_TS => Ok(Some(x as i64)),
-            _ => Err(Fallback),
-        },
-        Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && s.len() <= 19 => {
-            match s.parse::<u64>() {
-                Ok(x) if x < MAX_TS => Ok(Some(x as i64)),
-                _ => Err(Fallback),
-            }
-        }
-        _ => Err(Fallback),
-    }
-}
-
-/// `str(value)` of an integer or a string (extras), anything else to Python.
-fn text_of(v: &Value) -> R<String> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-        _ => Err(Fallback),
-    }
-}
-
-/// Truthiness the way the Python codec tests `msg.get(...)` for the fields it reads so.
-fn truthy(v: Option<&Value>) -> R<bool> {
-    match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => Ok(!s.is_empty()),
-        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
-            Some(x) => Ok(x != 0),
-            None => Err(Fallback),
-        },
-        Some(Value::Array(a)) => Ok(!a.is_empty()),
-        Some(Value::Object(o)) => Ok(!o.is_empty()),
-    }
-}
 
 /// A plain decimal integer (what Python's int() reads without doubt), for ENUM/SET labels.
 fn plain_int(b: &[u8]) -> R<i128> {
@@ -269,6 +217,48 @@ fn plain_int(b: &[u8]) -> R<i128> {
         n = n * 10 + (d - b'0') as i128;
     }
     Ok(if b[0] == b'-' { -n } else { n })
+}
+
+/// `canal_common.canonical_float` of a float text in the plain grammar both Python's float() and
+/// Rust's parser read the same way (sign, digits, point, exponent); anything else goes to Python.
+fn java_float_text(s: &str, single: bool) -> R<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'-') | Some(b'+')));
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    let mut mantissa = digits(&mut i);
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        mantissa += digits(&mut i);
+    }
+    if mantissa == 0 {
+        return Err(Fallback);
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return Err(Fallback);
+        }
+    }
+    if i != b.len() {
+        return Err(Fallback);
+    }
+    let v: f64 = s.parse().map_err(|_| Fallback)?;
+    let mut out = Vec::new();
+    if single {
+        craft::shortest_f32(v, &mut out)?;
+    } else {
+        craft::shortest_f64(v, &mut out)?;
+    }
+    Ok(out)
 }
 
 fn label_of(rule: &Rule, value: &[u8]) -> R<Option<String>> {
@@ -380,6 +370,58 @@ impl Builders {
         self.extra_keys.truncate(m.extra);
         self.extra_values.truncate(m.extra);
     }
+    /// A watermark event's kind, its commit ts as `watermark_ts`, and the row fields left null
+    /// (the caller pushes record index, event index, event time, tx id and extras).
+    fn push_watermark(&mut self, ts: i64) {
+        self.kind.push_str(Some("watermark"));
+        self.op.push(None);
+        self.commit_ts.push(None);
+        self.database.push(None);
+        self.table.push(None);
+        self.key_columns.push(false, self.keys.len());
+        self.before.push(false, self.before_cols.len());
+        self.after.push(false, self.after_cols.len());
+        self.watermark_ts.push(Some(ts));
+    }
+    /// One record written by `record`, or nothing of it when `record` gives it up (rolled
+    /// back); true when it was taken. Every decoder's record loop goes through here.
+    fn attempt(&mut self, record: impl FnOnce(&mut Builders) -> PyResult<R<()>>) -> PyResult<bool> {
+        let mark = self.mark();
+        match record(self)? {
+            Ok(()) => Ok(true),
+            Err(Fallback) => {
+                self.rollback(&mark);
+                Ok(false)
+            }
+        }
+    }
+
+    /// The buffers of every column (see spark_apps/native_decode.py), in a dict.
+    fn export<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("events", self.rec_idx.len())?;
+        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&self.rec_idx)))?;
+        d.set_item("event_index", PyBytes::new(py, as_bytes(&self.event_index)))?;
+        d.set_item("kind", self.kind.export(py))?;
+        d.set_item("op", self.op.export(py))?;
+        d.set_item("commit_ts", self.commit_ts.export(py))?;
+        d.set_item("execute_ts_ms", self.execute_ts.export(py))?;
+        d.set_item("database", self.database.export(py))?;
+        d.set_item("table", self.table.export(py))?;
+        d.set_item("key_columns", self.key_columns.export(py))?;
+        d.set_item("key_items", self.keys.export(py))?;
+        d.set_item("before", self.before.export(py))?;
+        d.set_item("before_items", self.before_cols.export(py))?;
+        d.set_item("after", self.after.export(py))?;
+        d.set_item("after_items", self.after_cols.export(py))?;
+        d.set_item("watermark_ts", self.watermark_ts.export(py))?;
+        d.set_item("tx_id", self.tx_id.export(py))?;
+        d.set_item("extras", self.extras.export(py))?;
+        d.set_item("extra_keys", self.extra_keys.export(py))?;
+        d.set_item("extra_values", self.extra_values.export(py))?;
+        Ok(d)
+    }
+
     fn push_extras(&mut self, extras: &[(&str, String)]) {
         for (k, v) in extras {
             self.extra_keys.push_str(Some(k));
@@ -397,6 +439,7 @@ struct CanalJsonDecoder {
     rules: Vec<Rule>,
     by_type: HashMap<String, usize>,
     untyped: Option<usize>,
+    types: Vec<canal_typed::Types>, // the resolved mysqlType of recent tables (canal_typed.rs)
 }
 
 impl CanalJsonDecoder {
@@ -410,7 +453,7 @@ impl CanalJsonDecoder {
             return Ok(i);
         }
         let out = self.rule_fn.bind(py).call1((type_text,))?;
-        let (type_lower, flags, binary, java_float, labels, is_enum): (Option<String>, i32, bool, bool, Option<Vec<String>>, bool) =
+        let (type_lower, flags, binary, java_float, labels, is_enum): (Option<String>, i32, bool, u8, Option<Vec<String>>, bool) =
             out.extract()?;
         self.rules.push(Rule { type_lower, flags, binary, java_float, labels, is_enum });
         let i = self.rules.len() - 1;
@@ -422,305 +465,6 @@ impl CanalJsonDecoder {
         }
         Ok(i)
     }
-
-    fn column(
-        &mut self,
-        py: Python<'_>,
-        name: &str,
-        value: &Value,
-        types: Option<&Map<String, Value>>,
-        pk: &[&str],
-    ) -> PyResult<R<Col>> {
-        let type_text = match types.and_then(|t| t.get(name)) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(_) => return Ok(Err(Fallback)),
-        };
-        let ri = match self.rule(py, type_text) {
-            Ok(i) => i,
-            Err(_) => return Ok(Err(Fallback)), // the reference fails on this type: Python quarantines
-        };
-        let rule = &self.rules[ri];
-        let mut flags = rule.flags;
-        if pk.contains(&name) {
-            flags |= KEY_FLAGS;
-        }
-        let data = match value {
-            Value::Null => None,
-            Value::String(s) => {
-                if rule.binary {
-                    let mut out = Vec::with_capacity(s.len());
-                    for ch in s.chars() {
-                        let c = ch as u32;
-                        if c > 0xFF {
-                            return Ok(Err(Fallback));
-                        }
-                        out.push(c as u8);
-                    }
-                    Some(out)
-                } else if rule.java_float && self.canal_flavor {
-                    return Ok(Err(Fallback)); // Canal's Java float text: the Python codec rewrites it
-                } else {
-                    Some(s.as_bytes().to_vec())
-                }
-            }
-            _ => return Ok(Err(Fallback)),
-        };
-        let label = match &data {
-            Some(d) if rule.labels.is_some() => match label_of(rule, d) {
-                Ok(l) => l,
-                Err(f) => return Ok(Err(f)),
-            },
-            _ => None,
-        };
-        Ok(Ok(Col { name: name.to_owned(), rule: ri, flags, value: data, label }))
-    }
-
-    fn image(&mut self, py: Python<'_>, row: &Value, types: Option<&Map<String, Value>>, pk: &[&str]) -> PyResult<R<Vec<Col>>> {
-        let row = match row {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let mut cols = Vec::with_capacity(row.len());
-        for (n, v) in row {
-            match self.column(py, n, v, types, pk)? {
-                Ok(c) => cols.push(c),
-                Err(f) => return Ok(Err(f)),
-            }
-        }
-        Ok(Ok(cols))
-    }
-
-    /// UPDATE's old image: columns of `old` replace the new image's, missing ones are unchanged.
-    fn old_image(
-        &mut self,
-        py: Python<'_>,
-        old_row: &Value,
-        new_image: &[Col],
-        types: Option<&Map<String, Value>>,
-        pk: &[&str],
-    ) -> PyResult<R<Vec<Col>>> {
-        let old_row = match old_row {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let mut cols = Vec::with_capacity(new_image.len());
-        for c in new_image {
-            match old_row.get(&c.name) {
-                Some(v) => match self.column(py, &c.name, v, types, pk)? {
-                    Ok(col) => cols.push(col),
-                    Err(f) => return Ok(Err(f)),
-                },
-                None => cols.push(Col {
-                    name: c.name.clone(),
-                    rule: c.rule,
-                    flags: c.flags,
-                    value: c.value.clone(),
-                    label: c.label.clone(),
-                }),
-            }
-        }
-        for (n, v) in old_row {
-            if !new_image.iter().any(|c| &c.name == n) {
-                match self.column(py, n, v, types, pk)? {
-                    Ok(col) => cols.push(col),
-                    Err(f) => return Ok(Err(f)),
-                }
-            }
-        }
-        Ok(Ok(cols))
-    }
-
-    fn push_image(&self, list: bool, cols: &[Col], after: bool, b: &mut Builders) {
-        let (target, pool) = if after { (&mut b.after, &mut b.after_cols) } else { (&mut b.before, &mut b.before_cols) };
-        if list {
-            for c in cols {
-                pool.push(c, &self.rules[c.rule]);
-            }
-        }
-        target.push(list, pool.len());
-    }
-
-    /// Decode one record into the builders; Ok(Err(Fallback)) leaves it to Python.
-    fn record(&mut self, py: Python<'_>, raw: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
-        let msg: Value = match serde_json::from_slice(raw) {
-            Ok(v) => v,
-            Err(_) => return Ok(Err(Fallback)),
-        };
-        let msg = match &msg {
-            Value::Object(o) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        let empty = Map::new();
-        let tidb = match msg.get("_tidb") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(o)) => o,
-            _ => return Ok(Err(Fallback)),
-        };
-        for field in ["onlyHandleKey", "claimCheckLocation"] {
-            match tidb.get(field) {
-                None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-                _ => return Ok(Err(Fallback)),
-            }
-        }
-        let r = (|| -> R<_> {
-            let mut extras: Vec<(&str, String)> = Vec::new();
-            if let Some(ts) = msg.get("ts") {
-                if !ts.is_null() {
-                    extras.push(("canal.ts", text_of(ts)?));
-                }
-            }
-            if truthy(msg.get("id"))? {
-                extras.push(("canal.id", text_of(&msg["id"])?));
-            }
-            let es = int_or_none(msg.get("es"))?;
-            let commit_ts = int_or_none(tidb.get("commitTs"))?;
-            if matches!(msg.get("isDdl"), Some(Value::Bool(true))) {
-                return Err(Fallback); // DDL: classified by the Python reference
-            }
-            Ok((extras, es, commit_ts))
-        })();
-        let (extras, es, commit_ts) = match r {
-            Ok(x) => x,
-            Err(f) => return Ok(Err(f)),
-        };
-        let kind_type = match msg.get("type") {
-            Some(Value::String(s)) => s.as_str(),
-            _ => return Ok(Err(Fallback)),
-        };
-        if kind_type == "TIDB_WATERMARK" {
-            let wm = match int_or_none(tidb.get("watermarkTs")) {
-                Ok(Some(w)) => w,
-                _ => return Ok(Err(Fallback)),
-            };
-            b.rec_idx.push(rec);
-            b.event_index.push(0);
-            b.kind.push_str(Some("watermark"));
-            b.op.push(None);
-            b.commit_ts.push(None);
-            b.execute_ts.push(es);
-            b.database.push(None);
-            b.table.push(None);
-            b.key_columns.push(false, b.keys.len());
-            b.before.push(false, b.before_cols.len());
-            b.after.push(false, b.after_cols.len());
-            b.watermark_ts.push(Some(wm));
-            b.tx_id.push(None);
-            b.push_extras(&extras);
-            return Ok(Ok(()));
-        }
-        let op = match kind_type {
-            "INSERT" => "insert",
-            "UPDATE" => "update",
-            "DELETE" => "delete",
-            _ => return Ok(Err(Fallback)),
-        };
-        let data = match msg.get("data") {
-            Some(Value::Array(a)) if !a.is_empty() => a,
-            _ => return Ok(Err(Fallback)),
-        };
-        let old = match (op, msg.get("old")) {
-            ("update", Some(Value::Array(a))) => Some(a),
-            ("update", _) => return Ok(Err(Fallback)),
-            _ => None,
-        };
-        let types = match msg.get("mysqlType") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => Some(o),
-            _ => return Ok(Err(Fallback)),
-        };
-        let pk_names: Option<Vec<&str>> = match msg.get("pkNames") {
-            None | Some(Value::Null) => None,
-            Some(Value::Array(a)) => {
-                let mut names = Vec::with_capacity(a.len());
-                for v in a {
-                    match v {
-                        Value::String(s) if !s.is_empty() => names.push(s.as_str()),
-                        _ => return Ok(Err(Fallback)),
-                    }
-                }
-                Some(names)
-            }
-            _ => return Ok(Err(Fallback)),
-        };
-        let pk: &[&str] = pk_names.as_deref().unwrap_or(&[]);
-        let name_of = |field: &str| match msg.get(field) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.as_str()),
-            _ => None,
-        };
-        let (database, table) = match (name_of("database"), name_of("table")) {
-            (Some(d), Some(t)) => (d, t),
-            _ => return Ok(Err(Fallback)), // the Python path quarantines it
-        };
-        let tx_id = match msg.get("gtid") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => (!s.is_empty()).then_some(s.as_str()),
-            _ => return Ok(Err(Fallback)),
-        };
-        for (i, row) in data.iter().enumerate() {
-            let image = match self.image(py, row, types, pk)? {
-                Ok(c) => c,
-                Err(f) => return Ok(Err(f)),
-            };
-            let before = match old {
-                Some(old) => {
-                    let Some(old_row) = old.get(i) else { return Ok(Err(Fallback)) };
-                    match self.old_image(py, old_row, &image, types, pk)? {
-                        Ok(c) => Some(c),
-                        Err(f) => return Ok(Err(f)),
-                    }
-                }
-                None => None,
-            };
-            // the key columns must be in the row that carries the key (archive_io.event_problem):
-            // `data` is the after image, or the before image of a DELETE
-            let keyed = &image;
-            for k in pk {
-                let found = keyed.iter().any(|c| c.name == *k)
-                    || (k.is_ascii()
-                        && keyed.iter().all(|c| c.name.is_ascii())
-                        && keyed.iter().any(|c| c.name.eq_ignore_ascii_case(k)));
-                if !found {
-                    return Ok(Err(Fallback));
-                }
-            }
-            b.rec_idx.push(rec);
-            b.event_index.push(i as i32);
-            b.kind.push_str(Some("row"));
-            b.op.push_str(Some(op));
-            b.commit_ts.push(commit_ts);
-            b.execute_ts.push(es);
-            b.database.push_str(Some(database));
-            b.table.push_str(Some(table));
-            match &pk_names {
-                Some(names) => {
-                    for n in names {
-                        b.keys.push_str(Some(n));
-                    }
-                    b.key_columns.push(true, b.keys.len());
-                }
-                None => b.key_columns.push(false, b.keys.len()),
-            }
-            match op {
-                "insert" => {
-                    self.push_image(false, &[], false, b);
-                    self.push_image(true, &image, true, b);
-                }
-                "delete" => {
-                    self.push_image(true, &image, false, b);
-                    self.push_image(false, &[], true, b);
-                }
-                _ => {
-                    self.push_image(true, before.as_deref().unwrap_or(&[]), false, b);
-                    self.push_image(true, &image, true, b);
-                }
-            }
-            b.watermark_ts.push(None);
-            b.tx_id.push_str(tx_id);
-            b.push_extras(&extras);
-        }
-        Ok(Ok(()))
-    }
 }
 
 fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
@@ -730,11 +474,18 @@ fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
 
 #[pymethods]
 impl CanalJsonDecoder {
-    /// `rule(type_text) -> (type_lower, flags, binary, java_float, labels, is_enum)`;
-    /// `canal_flavor`: flat-message-flavor=canal (Java float text goes to Python).
+    /// `rule(type_text) -> (type_lower, flags, binary, java_float (0 no, 1 DOUBLE, 2 FLOAT), labels, is_enum)`;
+    /// `canal_flavor`: flat-message-flavor=canal (Java float text made canonical, `java_float_text`).
     #[new]
     fn new(rule: Py<PyAny>, canal_flavor: bool) -> Self {
-        CanalJsonDecoder { rule_fn: rule, canal_flavor, rules: Vec::new(), by_type: HashMap::new(), untyped: None }
+        CanalJsonDecoder {
+            rule_fn: rule,
+            canal_flavor,
+            rules: Vec::new(),
+            by_type: HashMap::new(),
+            untyped: None,
+            types: Vec::new(),
+        }
     }
 
     /// Decode `length` values of an Arrow binary array given as its buffers (validity bitmap
@@ -752,72 +503,96 @@ impl CanalJsonDecoder {
         length: usize,
         large: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let vbuf = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
-        let obuf = PyBuffer::<u8>::get(&offsets)?;
-        let dbuf = PyBuffer::<u8>::get(&data)?;
-        let vbytes = vbuf.as_ref().map(buffer_bytes);
-        let obytes = buffer_bytes(&obuf);
-        let dbytes = buffer_bytes(&dbuf);
+        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+        decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b))
+    }
+}
+
+/// An Arrow binary array given as its buffers (validity bitmap or None, offsets (int32, or
+/// int64 when `large`), data) and its slots `offset..offset + length`, held for the call.
+pub(crate) struct BinaryArray {
+    validity: Option<PyBuffer<u8>>,
+    offsets: PyBuffer<u8>,
+    data: PyBuffer<u8>,
+    offset: usize,
+    length: usize,
+    large: bool,
+}
+
+impl BinaryArray {
+    pub(crate) fn new(
+        validity: Option<Bound<'_, PyAny>>,
+        offsets: Bound<'_, PyAny>,
+        data: Bound<'_, PyAny>,
+        offset: usize,
+        length: usize,
+        large: bool,
+    ) -> PyResult<Self> {
+        let validity = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
+        let offsets = PyBuffer::<u8>::get(&offsets)?;
+        let data = PyBuffer::<u8>::get(&data)?;
         let width = if large { 8 } else { 4 };
-        if obytes.len() < (offset + length + 1) * width {
+        if buffer_bytes(&offsets).len() < (offset + length + 1) * width {
             return Err(pyo3::exceptions::PyValueError::new_err("offsets buffer too short"));
         }
-        let off = |i: usize| -> usize {
-            let p = i * width;
-            if large {
-                i64::from_ne_bytes(obytes[p..p + 8].try_into().unwrap()) as usize
-            } else {
-                i32::from_ne_bytes(obytes[p..p + 4].try_into().unwrap()) as usize
-            }
-        };
-        let mut b = Builders::new();
-        let mut status = vec![0u8; length];
-        for (i, st) in status.iter_mut().enumerate() {
-            let slot = offset + i;
-            if let Some(v) = vbytes {
-                if v[slot >> 3] >> (slot & 7) & 1 == 0 {
-                    continue; // no value: the Python codec names the tombstone
-                }
-            }
-            let (start, end) = (off(slot), off(slot + 1));
-            if end > dbytes.len() || start > end {
-                return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
-            }
-            let mark = b.mark();
-            match self.record(py, &dbytes[start..end], i as i32, &mut b)? {
-                Ok(()) => *st = 1,
-                Err(Fallback) => b.rollback(&mark),
+        if validity.as_ref().is_some_and(|v| buffer_bytes(v).len() * 8 < offset + length) {
+            return Err(pyo3::exceptions::PyValueError::new_err("validity buffer too short"));
+        }
+        Ok(BinaryArray { validity, offsets, data, offset, length, large })
+    }
+
+    fn off(&self, slot: usize) -> usize {
+        let o = buffer_bytes(&self.offsets);
+        if self.large {
+            i64::from_ne_bytes(o[slot * 8..slot * 8 + 8].try_into().unwrap()) as usize
+        } else {
+            i32::from_ne_bytes(o[slot * 4..slot * 4 + 4].try_into().unwrap()) as usize
+        }
+    }
+
+    /// The value of record `i` (None: null).
+    pub(crate) fn get(&self, i: usize) -> PyResult<Option<&[u8]>> {
+        let slot = self.offset + i;
+        if let Some(v) = &self.validity {
+            if buffer_bytes(v)[slot >> 3] >> (slot & 7) & 1 == 0 {
+                return Ok(None);
             }
         }
-        let d = PyDict::new(py);
-        d.set_item("status", PyBytes::new(py, &status))?;
-        d.set_item("events", b.rec_idx.len())?;
-        d.set_item("rec_idx", PyBytes::new(py, as_bytes(&b.rec_idx)))?;
-        d.set_item("event_index", PyBytes::new(py, as_bytes(&b.event_index)))?;
-        d.set_item("kind", b.kind.export(py))?;
-        d.set_item("op", b.op.export(py))?;
-        d.set_item("commit_ts", b.commit_ts.export(py))?;
-        d.set_item("execute_ts_ms", b.execute_ts.export(py))?;
-        d.set_item("database", b.database.export(py))?;
-        d.set_item("table", b.table.export(py))?;
-        d.set_item("key_columns", b.key_columns.export(py))?;
-        d.set_item("key_items", b.keys.export(py))?;
-        d.set_item("before", b.before.export(py))?;
-        d.set_item("before_items", b.before_cols.export(py))?;
-        d.set_item("after", b.after.export(py))?;
-        d.set_item("after_items", b.after_cols.export(py))?;
-        d.set_item("watermark_ts", b.watermark_ts.export(py))?;
-        d.set_item("tx_id", b.tx_id.export(py))?;
-        d.set_item("extras", b.extras.export(py))?;
-        d.set_item("extra_keys", b.extra_keys.export(py))?;
-        d.set_item("extra_values", b.extra_values.export(py))?;
-        Ok(d)
+        let data = buffer_bytes(&self.data);
+        let (start, end) = (self.off(slot), self.off(slot + 1));
+        if end > data.len() || start > end {
+            return Err(pyo3::exceptions::PyValueError::new_err("offsets beyond the data buffer"));
+        }
+        Ok(Some(&data[start..end]))
     }
+}
+
+/// The record loop of a batch of values, every decoder's (archive.rs's `decode_lines` is the
+/// same loop over an archive object's lines): each value of `values` given to `record` with
+/// its record index; a record it gives up on is rolled back. Returns the dict of Arrow buffers
+/// spark_apps/native_decode.py wraps, and `status`: one byte per record, 1 when decoded here,
+/// 0 when the Python codec must decode it (null values always go to Python: it names them).
+pub(crate) fn decode_batch<'py, F>(py: Python<'py>, values: &BinaryArray, mut record: F) -> PyResult<Bound<'py, PyDict>>
+where
+    F: FnMut(Python<'py>, &[u8], i32, &mut Builders) -> PyResult<R<()>>,
+{
+    let mut b = Builders::new();
+    let mut status = vec![0u8; values.length];
+    for (i, st) in status.iter_mut().enumerate() {
+        let Some(raw) = values.get(i)? else { continue };
+        *st = b.attempt(|b| record(py, raw, i as i32, b))? as u8;
+    }
+    let d = b.export(py)?;
+    d.set_item("status", PyBytes::new(py, &status))?;
+    Ok(d)
 }
 
 #[pymodule]
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CanalJsonDecoder>()?;
-    m.add("__doc__", "cdc-replay's compiled canal-json decoder (see spark_apps/native_decode.py)")?;
+    m.add_class::<craft::CraftDecoder>()?;
+    m.add_class::<open_protocol::OpenProtocolDecoder>()?;
+    m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
+    m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())
 }

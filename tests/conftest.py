@@ -20,6 +20,15 @@ def pytest_report_header(config):
     return [f"system: {line}" for line in describe(install=False)]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with a slow test first (a stable sort: the order inside a file stays). scripts/test
+    hands whole files to two processes in this order, so the long Airflow and Kafka runs start
+    early and the many short files fill in around them, instead of one long file running alone
+    at the end."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """moto's S3 server on 127.0.0.1; AWS_* point at it for this process and every Spark

@@ -58,6 +58,7 @@ def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home,
     assert storage.list_objects(bucket) == []
 
 
+@pytest.mark.slow
 def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint):
     """Hourly intervals over an archive spread across three hours of archive time. Each interval
     reads the objects archived in it and in the next hour (lateness), and emits exactly the changes
@@ -172,6 +173,7 @@ def own_airflow_home(tmp_path_factory, s3_endpoint, aws_secrets):
     return home, make
 
 
+@pytest.mark.slow
 def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
     """emit snapshot, hourly, lateness 0, over an archive with changes archived in hours 00 and 02
     and nothing in hour 01. [00:00, 01:00) is the first interval (the history from the archive's
@@ -228,6 +230,7 @@ def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
     assert last == {k: v for k, v in archive.generated.final.items() if v}  # the generator's own state
 
 
+@pytest.mark.slow
 def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home):
     """emit snapshot as Delta tables, hourly, hours 00 and 02 archived, nothing in 01: one set of
     tables at the output; hour 00 writes them in full, hour 01 is skipped (the tables keep their

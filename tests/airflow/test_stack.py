@@ -260,6 +260,7 @@ def _wait_for_backfill(api, home, backfill_id: int, hours: list[str], after: str
     return runs
 
 
+@pytest.mark.slow
 def test_airflow_backfill_replays_history_interval_by_interval(stack, s3_endpoint):
     """`airflow backfill create` (the CLI, max active runs 1) over three hourly intervals of an
     archive whose changes were archived in hours 00 and 02 and nothing in hour 01 (lateness 0): the

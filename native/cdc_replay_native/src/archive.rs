@@ -21,6 +21,7 @@ use pyo3::types::{PyDict, PyList};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::craft::CraftDecoder;
+use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
 use crate::{buffer_bytes, Builders, CanalJsonDecoder, Fallback, I64Col, StrCol, R};
 
@@ -195,6 +196,7 @@ enum Decoder<'py> {
     CanalJson(PyRefMut<'py, CanalJsonDecoder>),
     Craft(PyRefMut<'py, CraftDecoder>),
     OpenProtocol(PyRefMut<'py, OpenProtocolDecoder>),
+    Avro(PyRefMut<'py, AvroDecoder>),
 }
 
 impl<'py> Decoder<'py> {
@@ -204,6 +206,9 @@ impl<'py> Decoder<'py> {
         }
         if let Ok(d) = decoder.extract() {
             return Ok(Decoder::Craft(d));
+        }
+        if let Ok(d) = decoder.extract() {
+            return Ok(Decoder::Avro(d));
         }
         Ok(Decoder::OpenProtocol(decoder.extract()?))
     }
@@ -217,6 +222,7 @@ impl<'py> Decoder<'py> {
                 Some(key) => d.message(py, key, value, rec, b),
                 None => Err(Fallback), // no key: the Python codec names it
             }),
+            Decoder::Avro(d) => d.record(py, key, Some(value), rec, b),
         }
     }
 }

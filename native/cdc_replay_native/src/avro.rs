@@ -39,8 +39,11 @@ enum Rule {
     Bit,
     Decimal(u32),
     /// ENUM/SET: the codec's converter, called once per distinct label (None: it refused it).
-    Call(Py<PyAny>, HashMap<Vec<u8>, Option<(Vec<u8>, Option<String>)>>),
+    Call(Py<PyAny>, HashMap<Vec<u8>, Converted>),
 }
+
+/// The codec converter's answer for one raw value: (value, label), or None when it refused it.
+type Converted = Option<(Vec<u8>, Option<String>)>;
 
 enum Field {
     Column { name: String, mysql_type: Option<String>, flags: i32, rule: Rule },
@@ -241,7 +244,10 @@ impl AvroDecoder {
                         Rule::Float32 => as_float(v).and_then(|f| craft::shortest_f32(f, text)),
                         Rule::Float64 => as_float(v).and_then(|f| craft::shortest_f64(f, text)),
                         Rule::Boolean => match v {
-                            Value::Boolean(x) => Ok(text.push(if *x { b'1' } else { b'0' })),
+                            Value::Boolean(x) => {
+                                text.push(if *x { b'1' } else { b'0' });
+                                Ok(())
+                            }
                             _ => Err(Fallback),
                         },
                         Rule::Bit => as_bytes(v).and_then(|raw| {

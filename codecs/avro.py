@@ -363,6 +363,49 @@ def _int_param(branch: dict, key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+# Column value converters (Avro datum -> (canonical value, label)). Module-level so the compiled
+# decoder (spark_apps/native_decode.py) can tell which rule a column has; ENUM/SET keep a closure.
+
+def _text(v):
+    return bytes(v), None
+
+
+def _integer(v):
+    return str(v).encode(), None
+
+
+def _u64(v):
+    return str(v & _U64).encode(), None
+
+
+def _float32(v):
+    return float32_text(v), None
+
+
+def _float64(v):
+    return float64_text(v), None
+
+
+def _boolean(v):
+    return (b"1" if v else b"0"), None
+
+
+def _bit(v):
+    if len(v) > 8:
+        raise ValueError(f"BIT value of {len(v)} bytes exceeds BIT(64)")
+    return str(int.from_bytes(v, "big")).encode(), None
+
+
+@dataclass(frozen=True)
+class _Unscaled:
+    """DECIMAL bytes: the unscaled two's-complement integer at the column's scale."""
+
+    scale: int
+
+    def __call__(self, v):
+        return decimal_text(int.from_bytes(v, "big", signed=True), self.scale), None
+
+
 def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[str | None, int, Callable]:
     """(mysql_type, flags, converter) of a TiCDC column; converters return (value, label)."""
     params = branch.get("connect.parameters") or {}
@@ -372,44 +415,32 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
             raise _SchemaProblem(
                 f"column {name!r}: tidb_type {tidb_type} written as Avro {prim}, expected {'/'.join(prims)}")
 
-    def text(v):
-        return bytes(v), None
-
-    def integer(v):
-        return str(v).encode(), None
-
     flags = 0
     if "UNSIGNED" in tidb_type:
         flags |= ColumnFlag.UNSIGNED
     if tidb_type in ("INT", "INT UNSIGNED"):
         expect("int", "long")
         mysql_type = "int" if tidb_type == "INT" else ("int unsigned" if prim == "long" else "mediumint unsigned")
-        return mysql_type, flags, integer
+        return mysql_type, flags, _integer
     if tidb_type == "BIGINT":
         expect("long", "int")
-        return "bigint", flags, integer
+        return "bigint", flags, _integer
     if tidb_type == "BIGINT UNSIGNED":
         expect("long", "int", "string")
         if prim == "string":
-            return "bigint unsigned", flags, text
-        return "bigint unsigned", flags, lambda v: (str(v & _U64).encode(), None)
+            return "bigint unsigned", flags, _text
+        return "bigint unsigned", flags, _u64
     if tidb_type in ("FLOAT", "DOUBLE"):
         expect("float", "double")
         # TiCDC before v7.0 wrote FLOAT as Avro double: format it as the float32 it holds
-        fmt = float32_text if tidb_type == "FLOAT" else float64_text
-        return tidb_type.lower(), flags, lambda v: (fmt(v), None)
+        return tidb_type.lower(), flags, _float32 if tidb_type == "FLOAT" else _float64
     if tidb_type == "BIT":
         expect("bytes")
         length = params.get("length")
-
-        def bit(v):
-            if len(v) > 8:
-                raise ValueError(f"BIT value of {len(v)} bytes exceeds BIT(64)")
-            return str(int.from_bytes(v, "big")).encode(), None
-        return (f"bit({length})" if isinstance(length, str) and length.isdigit() else "bit"), flags, bit
+        return (f"bit({length})" if isinstance(length, str) and length.isdigit() else "bit"), flags, _bit
     if tidb_type == "DECIMAL":
         if prim == "string":
-            return "decimal", flags, text
+            return "decimal", flags, _text
         expect("bytes")
         if branch.get("logicalType") != "decimal":
             raise _SchemaProblem(f"column {name!r}: DECIMAL bytes without logicalType decimal")
@@ -418,22 +449,19 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
         if precision is None or not 0 <= scale <= 65 or precision <= 0:
             raise _SchemaProblem(
                 f"column {name!r}: decimal precision/scale {branch.get('precision')!r}/{branch.get('scale')!r}")
-
-        def unscaled(v):
-            return decimal_text(int.from_bytes(v, "big", signed=True), scale), None
-        return f"decimal({precision},{scale})", flags, unscaled
+        return f"decimal({precision},{scale})", flags, _Unscaled(scale)
     if tidb_type == "TEXT":
         expect("string")
-        return "longtext", flags, text
+        return "longtext", flags, _text
     if tidb_type == "BLOB":
         expect("bytes")
-        return "longblob", flags | ColumnFlag.BINARY, text
+        return "longblob", flags | ColumnFlag.BINARY, _text
     if tidb_type in ("ENUM", "SET"):
         expect("string")
         allowed = params.get("allowed")
         base = tidb_type.lower()
         if not isinstance(allowed, str):
-            return base, flags, text  # no labels: the string is the value as written
+            return base, flags, _text  # no labels: the string is the value as written
         labels = split_allowed(allowed)
         mysql_type = enum_set_type(base, labels)
         parsed = MySQLType(base, labels)
@@ -447,18 +475,17 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
         return mysql_type, flags, label_value
     if tidb_type in ("JSON", "DATE", "DATETIME", "TIMESTAMP", "TIME"):
         expect("string")
-        return tidb_type.lower(), flags, text
+        return tidb_type.lower(), flags, _text
     if tidb_type == "YEAR":
         expect("int", "long")
-        return "year", flags, integer
+        return "year", flags, _integer
     if tidb_type == "TiDBVECTORFloat32":
         expect("string")
-        return "vector", flags, text
+        return "vector", flags, _text
     # A type this codec does not know (a newer TiCDC): keep the value by its Avro type.
     generic = {
-        "int": integer, "long": integer, "string": text, "bytes": text,
-        "float": lambda v: (float32_text(v), None), "double": lambda v: (float64_text(v), None),
-        "boolean": lambda v: (b"1" if v else b"0", None),
+        "int": _integer, "long": _integer, "string": _text, "bytes": _text,
+        "float": _float32, "double": _float64, "boolean": _boolean,
     }
     if prim not in generic:
         raise _SchemaProblem(f"column {name!r}: unknown tidb_type {tidb_type!r} as Avro {prim}")

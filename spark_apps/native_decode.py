@@ -1,5 +1,5 @@
 """The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
-canal-json, craft and open-protocol (PROTOCOLS).
+canal-json, craft, open-protocol and avro (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
@@ -7,7 +7,8 @@ of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-che
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
 (tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
-functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`). docs/engine.md says why this design.
+functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`;
+avro: the codec's analysis of each writer schema, once per schema id, `_avro_plan`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -16,13 +17,14 @@ the mapInArrow function, so executors follow it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
 import numpy as np
 import pyarrow as pa
 
-from cdc_codecs import craft, open_protocol
+from cdc_codecs import avro, craft, open_protocol
 from cdc_codecs.canal_json import _column_rule
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
@@ -40,7 +42,7 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json", "craft", "open-protocol")  # the protocols with a compiled decoder
+PROTOCOLS = ("canal-json", "craft", "open-protocol", "avro")  # the protocols with a compiled decoder
 
 
 def requested_mode() -> str:
@@ -85,6 +87,39 @@ def _craft_rule(code: int, flags: int) -> tuple[str, int]:
     raises for a code the codec does not know (the extension then leaves the message to it)."""
     render = craft._value_decoder(code, flags)
     return craft.mysql_type_of(code, flags), 0 if render is None else _CRAFT_KINDS[render]
+
+
+# avro's value converters -> the rules the extension implements ("call": the converter itself,
+# once per distinct value: ENUM/SET labels)
+_AVRO_RULES = {avro._text: "text", avro._integer: "integer", avro._u64: "u64", avro._float32: "float32",
+               avro._float64: "float64", avro._boolean: "boolean", avro._bit: "bit"}
+
+
+def _avro_plan(codec):
+    """`plan(schema_id)` for the extension: the avro codec's own analysis of a writer schema
+    (`_WriterSchema`, from its registry cache) as (the schema as the codec reads it, namespace,
+    database, table, per field (name, mysql_type, flags, rule, arg)); None when the codec
+    rejects the id or the schema (its records then go to the codec, which names the problem)."""
+    def plan(schema_id: int):
+        try:
+            writer = codec._writer(schema_id, "value")
+        except Exception:  # noqa: BLE001 - unknown id, foreign schema, registry down: the codec says so
+            return None
+        columns = {c.name: c for c in writer.columns}
+        fields = []
+        for field in writer.obj["fields"]:
+            name = field["name"]
+            col = columns.get(name)
+            if col is None:  # an extension field: the extension knows each by name
+                fields.append((name, None, 0, name, None))
+            elif isinstance(col.convert, avro._Unscaled):
+                fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
+            else:
+                fields.append((name, col.mysql_type, col.flags, _AVRO_RULES.get(col.convert, "call"), col.convert))
+        io = {"type": "record", "name": writer.obj["name"], "namespace": writer.obj["namespace"],
+              "fields": [{"name": f["name"], "type": avro._io_type(f["type"])} for f in writer.obj["fields"]]}
+        return json.dumps(io), writer.namespace, writer.database, writer.table, fields
+    return plan
 
 
 def _bytes_view(buffer):
@@ -148,6 +183,8 @@ class NativeDecoder:
             self.decoder = cdc_replay_native.CraftDecoder(_craft_rule)
         elif codec.name == "open-protocol":
             self.decoder = cdc_replay_native.OpenProtocolDecoder(open_protocol._column_kind)
+        elif codec.name == "avro":
+            self.decoder = cdc_replay_native.AvroDecoder(_avro_plan(codec))
         else:
             self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
@@ -159,10 +196,10 @@ class NativeDecoder:
         where the Python codec must decode the record).
 
         `source`: topic, partition, offset, record_timestamp, object, line arrays of the records;
-        `keys`: the records' keys (open-protocol keeps its event keys there)."""
+        `keys`: the records' keys (open-protocol keeps its event keys there, avro its key record)."""
         n = len(values)
         args = _binary_args(values)
-        if self.codec.name == "open-protocol":
+        if self.codec.name in ("open-protocol", "avro"):
             k_validity, k_offsets, k_data, k_offset, _, k_large = _binary_args(
                 keys if keys is not None else pa.nulls(n, pa.binary()))
             args += [k_validity, k_offsets, k_data, k_offset, k_large]  # as many keys as values

@@ -43,20 +43,21 @@ def native_share(protocol: str, batch: pa.RecordBatch, options=None) -> tuple[in
     return native.native_records, native.python_records
 
 
-def generated_archive(protocol: str, root, records_per_object: int) -> dict[str, list[dict]]:
+def generated_archive(protocol: str, root, records_per_object: int, options=None) -> dict[str, list[dict]]:
     """A generated archive of `protocol` (DDL, watermarks, bad values and bad lines) decoded
     through the object reader (`decode_objects_fn`) by each path: {"python": rows, "native": rows}."""
     from spark_apps.archive_io import decode_objects_fn
     from spark_apps.generate import generate, write_archive
 
-    gen = generate(transactions=300, partitions=2, bad_values=3, seed=11, protocol=protocol, options={})
+    options = options or {}
+    gen = generate(transactions=300, partitions=2, bad_values=3, seed=11, protocol=protocol, options=options)
     uris = write_archive(gen.records, str(root / "archive"), records_per_object=records_per_object, bad_lines=2)
     batch = pa.RecordBatch.from_pydict({"uri": [str(u) for u in uris]})
     out = {}
     for mode in ("python", "native"):
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv(native_decode.ENV, mode)
-            batches = list(decode_objects_fn(protocol, {})(iter([batch])))
+            batches = list(decode_objects_fn(protocol, options)(iter([batch])))
         table = pa.Table.from_batches(batches, schema=DECODED_ARROW_SCHEMA)
         table.validate(full=True)
         out[mode] = table.to_pylist()

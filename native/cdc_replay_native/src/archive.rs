@@ -21,6 +21,7 @@ use pyo3::types::{PyDict, PyList};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::craft::CraftDecoder;
+use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
 use crate::{buffer_bytes, Builders, CanalJsonDecoder, Fallback, I64Col, StrCol, R};
 
@@ -165,9 +166,10 @@ struct Taken<'a> {
     offset: i64,
     timestamp: Option<i64>,
     keyed: bool, // a key was decoded (into the caller's key buffer)
+    valued: bool, // a value was decoded (else a tombstone: only avro decodes those here)
 }
 
-/// What `parse_line` would give for this line, when it surely gives a record with a value.
+/// What `parse_line` would give for this line, when it surely gives a record.
 fn parse<'a>(line: &'a [u8], value: &mut Vec<u8>, key: &mut Vec<u8>) -> Result<Taken<'a>, Fallback> {
     let text = std::str::from_utf8(line).map_err(|_| Fallback)?;
     let l: Line = serde_json::from_str(text).map_err(|_| Fallback)?;
@@ -184,10 +186,12 @@ fn parse<'a>(line: &'a [u8], value: &mut Vec<u8>, key: &mut Vec<u8>) -> Result<T
     if let Some(k) = &l.key {
         STANDARD.decode_vec(k.0.as_bytes(), key).map_err(|_| Fallback)?;
     }
-    let v = l.value.ok_or(Fallback)?; // a tombstone: the Python codec names it
     value.clear();
-    STANDARD.decode_vec(v.0.as_bytes(), value).map_err(|_| Fallback)?;
-    Ok(Taken { topic: l.topic.0, partition: l.partition as i32, offset: l.offset as i64, timestamp, keyed: l.key.is_some() })
+    if let Some(v) = &l.value {
+        STANDARD.decode_vec(v.0.as_bytes(), value).map_err(|_| Fallback)?;
+    }
+    let (keyed, valued) = (l.key.is_some(), l.value.is_some());
+    Ok(Taken { topic: l.topic.0, partition: l.partition as i32, offset: l.offset as i64, timestamp, keyed, valued })
 }
 
 /// The compiled decoder a line's record goes to (any of the module's decoder classes).
@@ -195,6 +199,7 @@ enum Decoder<'py> {
     CanalJson(PyRefMut<'py, CanalJsonDecoder>),
     Craft(PyRefMut<'py, CraftDecoder>),
     OpenProtocol(PyRefMut<'py, OpenProtocolDecoder>),
+    Avro(PyRefMut<'py, AvroDecoder>),
 }
 
 impl<'py> Decoder<'py> {
@@ -205,11 +210,18 @@ impl<'py> Decoder<'py> {
         if let Ok(d) = decoder.extract() {
             return Ok(Decoder::Craft(d));
         }
+        if let Ok(d) = decoder.extract() {
+            return Ok(Decoder::Avro(d));
+        }
         Ok(Decoder::OpenProtocol(decoder.extract()?))
     }
 
     /// The record (its key when it has one) into the builders, as that decoder's `decode` does.
-    fn record(&mut self, py: Python<'_>, key: Option<&[u8]>, value: &[u8], rec: i32, b: &mut Builders) -> PyResult<R<()>> {
+    fn record(&mut self, py: Python<'_>, key: Option<&[u8]>, value: Option<&[u8]>, rec: i32, b: &mut Builders) -> PyResult<R<()>> {
+        if let Decoder::Avro(d) = self {
+            return d.record(py, key, value, rec, b); // a tombstone is an avro DELETE
+        }
+        let Some(value) = value else { return Ok(Err(Fallback)) }; // a tombstone: the Python codec names it
         match self {
             Decoder::CanalJson(d) => d.record(py, value, rec, b),
             Decoder::Craft(d) => d.record(py, value, rec, b),
@@ -217,6 +229,7 @@ impl<'py> Decoder<'py> {
                 Some(key) => d.message(py, key, value, rec, b),
                 None => Err(Fallback), // no key: the Python codec names it
             }),
+            Decoder::Avro(_) => unreachable!(),
         }
     }
 }
@@ -284,7 +297,7 @@ pub(crate) fn decode_lines<'py>(
             Some((topic, base, max_line)) => {
                 value.clear();
                 value.extend_from_slice(line);
-                Ok(Taken { topic: Cow::Borrowed(topic.as_str()), partition: 0, offset: base | line_no.min(*max_line), timestamp: None, keyed: false })
+                Ok(Taken { topic: Cow::Borrowed(topic.as_str()), partition: 0, offset: base | line_no.min(*max_line), timestamp: None, keyed: false, valued: true })
             }
             None => parse(line, &mut value, &mut key),
         };
@@ -292,7 +305,8 @@ pub(crate) fn decode_lines<'py>(
         let decoded = match taken {
             Ok(t) => {
                 let k = t.keyed.then_some(key.as_slice());
-                b.attempt(|b| decoder.record(py, k, &value, ordinal, b))?.then_some(t)
+                let v = t.valued.then_some(value.as_slice());
+                b.attempt(|b| decoder.record(py, k, v, ordinal, b))?.then_some(t)
             }
             Err(Fallback) => None,
         };

@@ -340,8 +340,8 @@ class CanalJsonCodec(Codec):
         pk_json = "null" if keys is None else "[" + ",".join(quote(k) for k in keys) + "]"
         compatible = self.config["content-compatible"]
         columns = [_ColumnText(c, compatible) for c in image]
-        sql_type = "{" + ",".join(f"{quote(c.name)}:{c.java_type}" for c in columns) + "}"
-        mysql_type = "{" + ",".join(f"{quote(c.name)}:{quote(c.type_text)}" for c in columns) + "}"
+        sql_type = "{" + ",".join(f"{_quote_name(c.name)}:{c.java_type}" for c in columns) + "}"
+        mysql_type = "{" + ",".join(f"{_quote_name(c.name)}:{_quote_name(c.type_text)}" for c in columns) + "}"
         parts = [
             self._head(event, False, _DML_NAMES[op], event["database"], event["table"], pk_json),
             ',"sql":""',
@@ -391,18 +391,36 @@ class _ColumnText:
 
     def __init__(self, col: dict, compatible: bool):
         self.name = col["name"]
-        self.raw = col["value"]
+        self.raw = raw = col["value"]
         self.raw_type = col["mysql_type"]
-        mysql_type = parse_type(col["mysql_type"])
-        flags = col["flags"] or 0
-        self.type_text = (col["mysql_type"] or "") if compatible else short_type(mysql_type)
-        self.java_type = java_sql_type(mysql_type, flags, self.raw)
-        if self.raw is None:
+        self.type_text, code, promotion, binary = _encode_rule(col["mysql_type"], col["flags"] or 0, compatible)
+        if promotion is not None and raw is not None:
+            try:
+                if int(raw) > promotion[0]:
+                    code = promotion[1]
+            except ValueError:
+                pass
+        self.java_type = code
+        if raw is None:
             self.json_value = "null"
-        elif is_binary(mysql_type, col["mysql_type"], flags):
-            self.json_value = quote(self.raw.decode("latin-1"))
+        elif binary:
+            self.json_value = quote(raw.decode("latin-1"))
         else:
-            self.json_value = quote(self.raw.decode("utf-8", "replace"))
+            self.json_value = quote(raw.decode("utf-8", "replace"))
+
+
+@functools.lru_cache(maxsize=8192)
+def _encode_rule(type_text: str | None, flags: int, compatible: bool) -> tuple:
+    """What a column's (type, flags) imply for its text, once per distinct pair (the encode
+    runs per column of every row): the mysqlType text, the sqlType code before the unsigned
+    promotion that depends on the value (`java_sql_type`'s rule), that promotion's (limit,
+    code) or None, and whether the value is binary."""
+    mysql_type = parse_type(type_text)
+    code = java_sql_type(mysql_type, flags, None)
+    unsigned = mysql_type.unsigned or bool(flags & ColumnFlag.UNSIGNED)
+    promotion = _UNSIGNED_PROMOTION.get(mysql_type.base) if unsigned else None
+    return ((type_text or "") if compatible else short_type(mysql_type), code, promotion,
+            is_binary(mysql_type, type_text, flags))
 
 
 _QUOTED = re.compile(r"('(?:[^'\\]|\\.|'')*')")
@@ -434,7 +452,11 @@ def _lower_type(text: str | None) -> str | None:
 
 
 def _rows_json(columns: list[_ColumnText]) -> str:
-    return "[{" + ",".join(f"{quote(c.name)}:{c.json_value}" for c in columns) + "}]"
+    return "[{" + ",".join(f"{_quote_name(c.name)}:{c.json_value}" for c in columns) + "}]"
+
+
+# column names and type texts: the same few strings on every row
+_quote_name = functools.lru_cache(maxsize=16384)(quote)
 
 
 def _extras(event: dict) -> dict:

@@ -390,3 +390,36 @@ def test_round_trip_of_any_event(events, compatible):
         assert {k: decoded[k] for k in CONTENT_FIELDS} == as_canal_json(event, compatible)
         # and encoding the decoded event again gives the same bytes
         assert next(codec.encode([decoded], topic="t", partition=3)).value == message.value
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(list('\x00\x1f\n\r\t"\\<>&\u2028\u2029\x7f'))))
+def test_quote_fast_path_escapes_as_the_table(text):
+    """quote() skips the translate when nothing needs escaping: the same text either way."""
+    from cdc_codecs.gojson import _ESCAPES, quote
+
+    assert quote(text) == '"' + text.translate(_ESCAPES) + '"'
+
+
+@settings(max_examples=300, deadline=None)
+@given(type_text=st.sampled_from([None, "", "int", "int unsigned", "bigint(20) unsigned", "tinyint unsigned zerofill",
+                                  "mediumint unsigned", "smallint", "varchar(10)", "char(3)", "text", "blob",
+                                  "varbinary(8)", "binary(2)", "geometry", "bit(3)", "year", "enum('a','B')",
+                                  "decimal(10,2) unsigned", "double", "json", "datetime(3)"]),
+       flags=st.integers(0, 255), compatible=st.booleans(),
+       value=st.none() | st.sampled_from([b"0", b"-1", b"127", b"255", b"65535", b"4294967296",
+                                          b"18446744073709551615", b"9223372036854775808", b"x", b"\xff"]))
+def test_column_text_rule_cache_matches_the_uncached_rules(type_text, flags, compatible, value):
+    """The encoder's per-(type, flags) cache gives what the rules give for every value."""
+    from cdc_codecs.canal_json import _ColumnText, is_binary
+    from cdc_codecs.gojson import _ESCAPES
+
+    col = _ColumnText({"name": "c", "value": value, "mysql_type": type_text, "flags": flags}, compatible)
+    mysql_type = parse_type(type_text)
+    assert col.java_type == java_sql_type(mysql_type, flags, value)
+    assert col.type_text == ((type_text or "") if compatible else short_type(mysql_type))
+    if value is None:
+        assert col.json_value == "null"
+    else:
+        text = value.decode("latin-1" if is_binary(mysql_type, type_text, flags) else "utf-8", "replace")
+        assert col.json_value == '"' + text.translate(_ESCAPES) + '"'

@@ -195,6 +195,7 @@ def test_decoder_choice_names_the_compiled_protocols(monkeypatch):
     for protocol in ("canal-json", "craft", "open-protocol"):
         assert native_decode.choose(protocol, {}) == (
             "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)")
-    assert native_decode.choose("avro", {}) == (
-        "python", "no compiled decoder for avro (compiled: canal-json, craft, open-protocol)")
+    assert native_decode.choose("csv", {}) == (
+        "python", f"no compiled decoder for csv (compiled: {', '.join(native_decode.PROTOCOLS)})")
+    assert {"canal-json", "craft", "open-protocol", "canal-protobuf"} <= set(native_decode.PROTOCOLS)
     assert native_decode.choose(PROTOCOL, {"large-message-handle-compression": "snappy"})[0] == "python"

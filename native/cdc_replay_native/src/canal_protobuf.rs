@@ -28,7 +28,8 @@ use crate::{decode_batch, java_float_text, label_of, BinaryArray, Builders, Fall
 // .proto's; the `optional` fields (Canal's `oneof ..._present`) are `Option`s so that absent
 // and 0 differ, as they must for the proto2 defaults. Every string field is declared, even the
 // unused ones: prost then checks it is UTF-8 as the Python runtime does (a value it refuses
-// goes to Python). Messages.batch_id is declared `optional` (the wire is the same) to see
+// goes to Python); a Column's name, value and mysqlType, read for every column, are taken as
+// `Bytes` (slices of the record, no copy) and checked by `text`. Messages.batch_id is declared `optional` (the wire is the same) to see
 // whether Canal's raw form wrote it.
 
 #[derive(Clone, PartialEq, Message)]
@@ -107,8 +108,8 @@ struct Column {
     index: i32,
     #[prost(int32, tag = "2")]
     sql_type: i32,
-    #[prost(string, tag = "3")]
-    name: String,
+    #[prost(bytes = "bytes", tag = "3")]
+    name: Bytes, // string: checked by `text`
     #[prost(bool, tag = "4")]
     is_key: bool,
     #[prost(bool, tag = "5")]
@@ -117,12 +118,12 @@ struct Column {
     is_null: Option<bool>,
     #[prost(message, repeated, tag = "7")]
     props: Vec<Pair>,
-    #[prost(string, tag = "8")]
-    value: String,
+    #[prost(bytes = "bytes", tag = "8")]
+    value: Bytes, // string: checked by `text`
     #[prost(int32, tag = "9")]
     length: i32,
-    #[prost(string, tag = "10")]
-    mysql_type: String,
+    #[prost(bytes = "bytes", tag = "10")]
+    mysql_type: Bytes, // string: checked by `text`
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -185,10 +186,15 @@ const GTIDLOG: i32 = 5;
 const INSERT: i32 = 1;
 const UPDATE: i32 = 2;
 const DELETE: i32 = 3;
-const STANDARD_PACKET: &str = "version=1";
 
 fn parse<M: Message + Default>(data: Bytes) -> R<M> {
     M::decode(data).map_err(|_| Fallback)
+}
+
+/// A string field read as bytes: UTF-8, or the record goes to Python (whose runtime refuses it).
+#[inline]
+fn text(b: &Bytes) -> R<&str> {
+    std::str::from_utf8(b).map_err(|_| Fallback)
 }
 
 // ------------------------------------------------------------------------------ decoding
@@ -236,6 +242,7 @@ pub(crate) struct CanalProtobufDecoder {
     rule_fn: Py<PyAny>,
     rules: Vec<TypeRule>,
     by_type: HashMap<String, usize>,
+    recent: Vec<(String, usize)>, // (type text, rule) of the last image's columns, by position
     text: Vec<u8>,
 }
 
@@ -245,6 +252,28 @@ impl CanalProtobufDecoder {
         if let Some(&i) = self.by_type.get(type_text) {
             return Ok(i);
         }
+        self.new_rule(py, type_text)
+    }
+
+    /// The rule of the `n`th column of an image: the same type text as the last image's `n`th
+    /// column needs no hash lookup (images of one table repeat).
+    #[inline]
+    fn rule_at(&mut self, py: Python<'_>, n: usize, type_text: &str) -> R<usize> {
+        if let Some((t, i)) = self.recent.get(n) {
+            if t.as_bytes() == type_text.as_bytes() {
+                return Ok(*i);
+            }
+        }
+        let i = self.rule(py, type_text)?;
+        if n < self.recent.len() {
+            self.recent[n] = (type_text.to_owned(), i);
+        } else if n == self.recent.len() {
+            self.recent.push((type_text.to_owned(), i));
+        }
+        Ok(i)
+    }
+
+    fn new_rule(&mut self, py: Python<'_>, type_text: &str) -> R<usize> {
         let arg = (!type_text.is_empty()).then_some(type_text);
         let out = self.rule_fn.bind(py).call1((arg,)).map_err(|_| Fallback)?;
         let (flags, kind, labels, is_enum): (i32, u8, Option<Vec<String>>, bool) = out.extract().map_err(|_| Fallback)?;
@@ -264,20 +293,21 @@ impl CanalProtobufDecoder {
 
     /// A column's canonical value (None: NULL) into `self.text`, checked as `_image` checks it.
     fn value(&mut self, rule: usize, c: &Column) -> R<bool> {
+        let value = text(&c.value)?; // checked even when NULL, as the runtime does
         if c.is_null == Some(true) {
             return Ok(false);
         }
         self.text.clear();
         match self.rules[rule].kind {
-            Kind::Text => self.text.extend_from_slice(c.value.as_bytes()),
+            Kind::Text => self.text.extend_from_slice(value.as_bytes()),
             Kind::Binary => {
-                for ch in c.value.chars() {
+                for ch in value.chars() {
                     let b = u8::try_from(u32::from(ch)).map_err(|_| Fallback)?; // outside ISO-8859-1: Python says so
                     self.text.push(b);
                 }
             }
             Kind::Float | Kind::Double => {
-                self.text = java_float_text(&c.value, self.rules[rule].kind == Kind::Float)?;
+                self.text = java_float_text(value, self.rules[rule].kind == Kind::Float)?;
             }
             Kind::Refused => return Err(Fallback),
         }
@@ -287,8 +317,9 @@ impl CanalProtobufDecoder {
     /// One image's columns (`keep`: appended to its side's pool; else only checked, as the
     /// reference decodes the image an INSERT or DELETE then drops).
     fn image(&mut self, py: Python<'_>, columns: &[Column], after: bool, keep: bool, b: &mut Builders) -> R<()> {
-        for c in columns {
-            let rule = self.rule(py, &c.mysql_type)?;
+        for (n, c) in columns.iter().enumerate() {
+            let (name, mysql_type) = (text(&c.name)?, text(&c.mysql_type)?);
+            let rule = self.rule_at(py, n, mysql_type)?;
             let present = self.value(rule, c)?;
             let value = present.then_some(&self.text[..]);
             let r = &self.rules[rule].rule;
@@ -297,8 +328,8 @@ impl CanalProtobufDecoder {
                 continue;
             }
             let pool = if after { &mut b.after_cols } else { &mut b.before_cols };
-            pool.name.push_str(Some(&c.name));
-            pool.mysql_type.push_str((!c.mysql_type.is_empty()).then_some(c.mysql_type.as_str()));
+            pool.name.push_str(Some(name));
+            pool.mysql_type.push_str((!mysql_type.is_empty()).then_some(mysql_type));
             pool.flags.push(if c.is_key { r.flags | KEY_FLAGS } else { r.flags });
             pool.value.push(value);
             pool.label.push_str(label.as_deref());
@@ -320,25 +351,10 @@ impl CanalProtobufDecoder {
             return Err(Fallback);
         }
         let messages: Messages = parse(packet.body.clone())?;
-        let mut form = Vec::new();
-        if let Some(m) = packet.magic_number {
-            form.push(format!("magic={m}"));
-        }
-        if let Some(v) = packet.version {
-            form.push(format!("version={v}"));
-        }
-        if let Some(c) = packet.compression {
-            form.push(format!("compression={c}"));
-        }
-        let mut form = if form.is_empty() { "raw".to_owned() } else { form.join(",") };
+        let form = packet_form(&packet, &messages);
         let batch_id = messages.batch_id.unwrap_or(0);
-        // no header fields and no batch id on the wire: not Canal's raw path (the reference's
-        // `_spans` walk, which finds no batch id either in a body with a group)
-        if form == "raw" && batch_id == 0 && (messages.batch_id.is_none() || has_group(&packet.body)) {
-            form = "bare".to_owned();
-        }
 
-        let mut entries: Vec<Vec<(String, String)>> = Vec::new(); // each entry's own extras
+        let mut entries: Vec<(Header, i64)> = Vec::new(); // each event entry's header and table id
         let mut extras: Vec<EventExtras> = Vec::new();
         let mut pending: Vec<&Bytes> = Vec::new();
         let mut open_tx: Vec<usize> = Vec::new();
@@ -349,10 +365,11 @@ impl CanalProtobufDecoder {
                 0 | ROWDATA => {
                     let change: RowChange = parse(entry.store_value.clone())?;
                     let header = entry.header.unwrap_or_default();
-                    let Some(produced) = self.entry_events(py, &header, &change, rec, extras.len(), b, pos, &mut entries)? else {
+                    let Some(produced) = self.entry_events(py, &header, &change, rec, extras.len(), b, pos)? else {
                         pending.push(raw); // a statement annotation, XA COMMIT / ROLLBACK, ...: no rows
                         continue;
                     };
+                    entries.push((header, change.table_id));
                     let leading = (!pending.is_empty()).then(|| joined(&pending));
                     pending.clear();
                     for k in 0..produced {
@@ -392,17 +409,16 @@ impl CanalProtobufDecoder {
         let trailing = (!pending.is_empty()).then(|| joined(&pending));
         let id = batch_id.to_string();
         let last = extras.len() - 1;
+        let mut scratch = String::new();
         for (i, e) in extras.iter().enumerate() {
             b.extra_keys.push_str(Some("canal.id"));
             b.extra_values.push_str(Some(&id));
-            if form != STANDARD_PACKET {
+            if let Some(form) = &form {
                 b.extra_keys.push_str(Some("canal.packet"));
-                b.extra_values.push_str(Some(&form));
+                b.extra_values.push_str(Some(form));
             }
-            for (k, v) in &entries[e.entry] {
-                b.extra_keys.push_str(Some(k));
-                b.extra_values.push_str(Some(v));
-            }
+            let (header, table_id) = &entries[e.entry];
+            header_extras(b, header, *table_id, &mut scratch);
             let tail = if i == last { trailing.as_ref() } else { None };
             for (k, v) in [("canal.leading", e.leading.as_ref()), ("canal.threadId", e.thread_id.as_ref()),
                            ("canal.xid", e.xid.as_ref()), ("canal.trailing", tail)] {
@@ -420,7 +436,7 @@ impl CanalProtobufDecoder {
 
 impl CanalProtobufDecoder {
     /// The events of one ROWDATA entry into the builders (`first`: the record's events so far),
-    /// its own extras appended to `entries`; None for an entry that is no event.
+    /// None for an entry that is no event.
     #[allow(clippy::too_many_arguments)]
     fn entry_events(
         &mut self,
@@ -431,7 +447,6 @@ impl CanalProtobufDecoder {
         first: usize,
         b: &mut Builders,
         pos: &mut Positions,
-        entries: &mut Vec<Vec<(String, String)>>,
     ) -> R<Option<usize>> {
         let seq = if header.logfile_name.is_empty() { None } else { Some(binlog_file_number(&header.logfile_name)?) };
         if header.execute_time < 0 || header.logfile_offset < 0 {
@@ -453,7 +468,6 @@ impl CanalProtobufDecoder {
         if header.schema_name.is_empty() || header.table_name.is_empty() {
             return Err(Fallback);
         }
-        entries.push(header_extras(header, change.table_id));
         let execute_ts = (header.execute_time != 0).then_some(header.execute_time);
         for (r, row) in change.row_datas.iter().enumerate() {
             let (before, after) = (&row.before_columns, &row.after_columns);
@@ -469,7 +483,7 @@ impl CanalProtobufDecoder {
                 if c.name.is_empty() {
                     return Err(Fallback); // event_problem: a key column name must be a name
                 }
-                b.keys.push_str(Some(&c.name));
+                b.keys.push(Some(&c.name)); // checked UTF-8 by `image`
             }
             b.key_columns.push(true, b.keys.len());
             b.before.push(keep_before, b.before_cols.len());
@@ -493,31 +507,35 @@ impl CanalProtobufDecoder {
     }
 }
 
-/// `_header_extras` (+ `canal.tableId`): a header prop named twice keeps its first place and its
-/// last value, as a Python dict does.
-fn header_extras(header: &Header, table_id: i64) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    if !header.logfile_name.is_empty() {
-        out.push(("canal.logfileName".into(), header.logfile_name.clone()));
-    }
-    if header.server_id != 0 {
-        out.push(("canal.serverId".into(), header.server_id.to_string()));
-    }
-    if header.event_length != 0 {
-        out.push(("canal.eventLength".into(), header.event_length.to_string()));
-    }
-    let props = out.len();
-    for p in &header.props {
-        let key = format!("canal.header.{}", p.key);
-        match out[props..].iter_mut().find(|(k, _)| *k == key) {
-            Some(kv) => kv.1 = p.value.clone(),
-            None => out.push((key, p.value.clone())),
+/// `_header_extras` (+ `canal.tableId`) into an event's extras: a header prop named twice
+/// keeps its first place and its last value, as a Python dict does.
+fn header_extras(b: &mut Builders, header: &Header, table_id: i64, scratch: &mut String) {
+    use std::fmt::Write;
+    let mut number = |b: &mut Builders, key: &str, n: i64| {
+        if n != 0 {
+            scratch.clear();
+            write!(scratch, "{n}").unwrap();
+            b.extra_keys.push_str(Some(key));
+            b.extra_values.push_str(Some(scratch));
         }
+    };
+    if !header.logfile_name.is_empty() {
+        b.extra_keys.push_str(Some("canal.logfileName"));
+        b.extra_values.push_str(Some(&header.logfile_name));
     }
-    if table_id != 0 {
-        out.push(("canal.tableId".into(), table_id.to_string()));
+    number(b, "canal.serverId", header.server_id);
+    number(b, "canal.eventLength", header.event_length);
+    let props = &header.props;
+    for (i, p) in props.iter().enumerate() {
+        if props[..i].iter().any(|q| q.key == p.key) {
+            continue; // written at its first place
+        }
+        let value = &props[i..].iter().rev().find(|q| q.key == p.key).unwrap().value;
+        b.extra_keys.data.extend_from_slice(b"canal.header.");
+        b.extra_keys.push_str(Some(&p.key));
+        b.extra_values.push_str(Some(value));
     }
-    out
+    number(b, "canal.tableId", table_id);
 }
 
 /// `binlog_file_number`: the ASCII digits after the last dot (mysql-bin.000123 -> 123), below
@@ -533,6 +551,29 @@ fn binlog_file_number(name: &str) -> R<i64> {
     }
     let n: u64 = if trimmed.is_empty() { 0 } else { trimmed.parse().map_err(|_| Fallback)? };
     i64::try_from(n).map_err(|_| Fallback)
+}
+
+/// `canal.packet`: the Packet's header fields when they are not Canal's standard `version=1`
+/// (None), "raw" without any, "bare" when the body has no batch id either (not Canal's raw
+/// path: the reference's `_spans` walk, which finds no batch id in a body with a group either).
+fn packet_form(packet: &Packet, messages: &Messages) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(m) = packet.magic_number {
+        parts.push(format!("magic={m}"));
+    }
+    match packet.version {
+        Some(1) if parts.is_empty() && packet.compression.is_none() => return None,
+        Some(v) => parts.push(format!("version={v}")),
+        None => {}
+    }
+    if let Some(c) = packet.compression {
+        parts.push(format!("compression={c}"));
+    }
+    if !parts.is_empty() {
+        return Some(parts.join(","));
+    }
+    let no_batch = messages.batch_id.is_none() || (messages.batch_id == Some(0) && has_group(&packet.body));
+    Some(if no_batch { "bare" } else { "raw" }.to_owned())
 }
 
 /// Whether a message's top-level fields include a group (which the reference's `_spans` does
@@ -564,7 +605,7 @@ impl CanalProtobufDecoder {
     /// Python, labels or None, is_enum)`, from the Python codec (spark_apps/native_decode.py).
     #[new]
     fn new(rule: Py<PyAny>) -> Self {
-        CanalProtobufDecoder { rule_fn: rule, rules: Vec::new(), by_type: HashMap::new(), text: Vec::new() }
+        CanalProtobufDecoder { rule_fn: rule, rules: Vec::new(), by_type: HashMap::new(), recent: Vec::new(), text: Vec::new() }
     }
 
     /// As `CanalJsonDecoder.decode`, plus `position` (list offsets, validity) and

@@ -76,30 +76,44 @@ struct Entry {
 struct Header {
     #[prost(int32, optional, tag = "1")]
     version: Option<i32>,
-    #[prost(string, tag = "2")]
-    logfile_name: String,
+    #[prost(bytes = "bytes", tag = "2")]
+    logfile_name: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "3")]
     logfile_offset: i64,
     #[prost(int64, tag = "4")]
     server_id: i64,
-    #[prost(string, tag = "5")]
-    serveren_code: String,
+    #[prost(bytes = "bytes", tag = "5")]
+    serveren_code: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "6")]
     execute_time: i64,
     #[prost(int32, optional, tag = "7")]
     source_type: Option<i32>,
-    #[prost(string, tag = "8")]
-    schema_name: String,
-    #[prost(string, tag = "9")]
-    table_name: String,
+    #[prost(bytes = "bytes", tag = "8")]
+    schema_name: Bytes, // string: checked by `Header::check`
+    #[prost(bytes = "bytes", tag = "9")]
+    table_name: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "10")]
     event_length: i64,
     #[prost(int32, optional, tag = "11")]
     event_type: Option<i32>,
     #[prost(message, repeated, tag = "12")]
     props: Vec<Pair>,
-    #[prost(string, tag = "13")]
-    gtid: String,
+    #[prost(bytes = "bytes", tag = "13")]
+    gtid: Bytes, // string: checked by `Header::check`
+}
+
+impl Header {
+    /// Its string fields are UTF-8 (what the runtime checks when it parses the entry).
+    fn check(&self) -> R<()> {
+        for f in [&self.logfile_name, &self.serveren_code, &self.schema_name, &self.table_name, &self.gtid] {
+            text(f)?;
+        }
+        Ok(())
+    }
+
+    fn logfile_name(&self) -> &str {
+        std::str::from_utf8(&self.logfile_name).unwrap_or_default() // checked
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -361,6 +375,9 @@ impl CanalProtobufDecoder {
         let mut thread_id: Option<String> = None;
         for raw in &messages.messages {
             let entry: Entry = parse(raw.clone())?;
+            if let Some(h) = &entry.header {
+                h.check()?;
+            }
             match entry.entry_type.unwrap_or(0) {
                 0 | ROWDATA => {
                     let change: RowChange = parse(entry.store_value.clone())?;
@@ -448,7 +465,7 @@ impl CanalProtobufDecoder {
         b: &mut Builders,
         pos: &mut Positions,
     ) -> R<Option<usize>> {
-        let seq = if header.logfile_name.is_empty() { None } else { Some(binlog_file_number(&header.logfile_name)?) };
+        let seq = if header.logfile_name.is_empty() { None } else { Some(binlog_file_number(header.logfile_name())?) };
         if header.execute_time < 0 || header.logfile_offset < 0 {
             return Err(Fallback); // the Python codec names the negative field
         }
@@ -494,10 +511,10 @@ impl CanalProtobufDecoder {
             b.op.push_str(Some(op));
             b.commit_ts.push(None);
             b.execute_ts.push(execute_ts);
-            b.database.push_str(Some(&header.schema_name));
-            b.table.push_str(Some(&header.table_name));
+            b.database.push(Some(&header.schema_name)); // UTF-8: Header::check
+            b.table.push(Some(&header.table_name));
             b.watermark_ts.push(None);
-            b.tx_id.push_str((!header.gtid.is_empty()).then_some(header.gtid.as_str()));
+            b.tx_id.push((!header.gtid.is_empty()).then_some(&header.gtid[..]));
             if let Some(seq) = seq {
                 pos.items.extend_from_slice(&[seq, header.logfile_offset, r as i64]);
             }
@@ -521,7 +538,7 @@ fn header_extras(b: &mut Builders, header: &Header, table_id: i64, scratch: &mut
     };
     if !header.logfile_name.is_empty() {
         b.extra_keys.push_str(Some("canal.logfileName"));
-        b.extra_values.push_str(Some(&header.logfile_name));
+        b.extra_values.push(Some(&header.logfile_name));
     }
     number(b, "canal.serverId", header.server_id);
     number(b, "canal.eventLength", header.event_length);

@@ -256,9 +256,9 @@ def _native_object(native, codec, uri: str, params: str | None) -> Iterator[pa.R
 
 def _native_lines(native, params: str | None):
     """(plain, read_line) when the compiled decoder reads this item's lines itself: a
-    Kafka-record archive object (native_decode.LINE_PROTOCOLS), or a TiCDC storage-sink canal-json
+    Kafka-record archive object (every compiled protocol), or a TiCDC storage-sink canal-json
     data file; else None."""
-    if not hasattr(native, "decode_lines") or native.codec.name not in native_decode.LINE_PROTOCOLS:
+    if not hasattr(native, "decode_lines"):
         return None
     decoded = orjson.loads(params) if params else {"layout": "kafka-records"}
     if decoded["layout"] == "kafka-records":

@@ -45,9 +45,6 @@ else:
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
 PROTOCOLS = ("canal-json", "craft", "open-protocol", "canal-protobuf")  # the protocols with a compiled decoder
-# the decoders the compiled line reader feeds (canal-protobuf's events carry a position, which
-# the line reader's builders do not: its archive lines are read in Python, its values here)
-LINE_PROTOCOLS = ("canal-json", "craft", "open-protocol")
 
 
 def requested_mode() -> str:

@@ -329,3 +329,22 @@ def packets(draw):
 @given(values=st.lists(packets(), min_size=1, max_size=8), zone=st.sampled_from([None, SHANGHAI]))
 def test_arbitrary_packets_decode_the_same(values, zone):
     assert_same(values, zone)
+
+
+# ----------------------------------------------------------------------------- archive lines
+
+def test_archive_lines_decode_the_same_through_the_line_reader(monkeypatch, tmp_path):
+    """The line reader (src/archive.rs) feeds this decoder too, positions included: a
+    Kafka-record object of golden, edge and bad messages, plus a line without a key (taken: the
+    key is not read), one whose key is not base64 and one with a header (left to Python)."""
+    from . import test_native_shared as shared
+    from .test_native_canal_json import object_bytes
+
+    messages = [(None, value) for value in [*golden._golden_vectors(), *EDGE[:12], *BAD]]
+    path = tmp_path / "canal+2+0.jsonl"
+    path.write_bytes(object_bytes(shared._lines(messages)))
+    rows = shared._both(monkeypatch, "canal-protobuf", str(path))
+    assert {"row", "ddl", "quarantine", "empty"} <= {r["kind"] for r in rows}
+    assert any(r["position"] for r in rows)
+    taken, left = shared._lines_share("canal-protobuf", str(path))
+    assert taken + left == len(messages) + 3 and taken >= 8

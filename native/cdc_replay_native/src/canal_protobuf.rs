@@ -230,15 +230,23 @@ struct TypeRule {
 
 /// The `position` column (Canal's binlog file number, offset, row index), which the shared
 /// builders do not carry: kept here and rolled back with them.
-struct Positions {
+pub(crate) struct Positions {
     lists: ListCol,
     items: Vec<i64>,
 }
 
 impl Positions {
+    pub(crate) fn new() -> Self {
+        Positions { lists: ListCol::new(), items: Vec::new() }
+    }
     fn truncate(&mut self, events: usize) {
         self.lists.truncate(events);
         self.items.truncate(self.lists.offsets[events] as usize);
+    }
+    /// `position` (list offsets, validity) and `position_items` (int64) into the output dict.
+    pub(crate) fn export(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        d.set_item("position", self.lists.export(py))?;
+        d.set_item("position_items", PyBytes::new(py, crate::as_bytes(&self.items)))
     }
 }
 
@@ -351,9 +359,15 @@ impl CanalProtobufDecoder {
         Ok(())
     }
 
-    /// One Canal Packet into the builders (`rec`: its record index).
-    fn record(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions) -> PyResult<R<()>> {
-        Ok(self.message(py, d, rec, b, pos))
+    /// One Canal Packet into the builders and `pos` (`rec`: its record index); a record given
+    /// back leaves `pos` as it was (the builders are rolled back by `Builders::attempt`).
+    pub(crate) fn record(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions) -> PyResult<R<()>> {
+        let events = b.rec_idx.len();
+        let out = self.message(py, d, rec, b, pos);
+        if out.is_err() {
+            pos.truncate(events);
+        }
+        Ok(out)
     }
 
     fn message(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions) -> R<()> {
@@ -640,17 +654,9 @@ impl CanalProtobufDecoder {
         large: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
-        let mut pos = Positions { lists: ListCol::new(), items: Vec::new() };
-        let d = decode_batch(py, &values, |py, raw, rec, b| {
-            let events = b.rec_idx.len();
-            let out = self.record(py, raw, rec, b, &mut pos);
-            if !matches!(out, Ok(Ok(()))) {
-                pos.truncate(events);
-            }
-            out
-        })?;
-        d.set_item("position", pos.lists.export(py))?;
-        d.set_item("position_items", PyBytes::new(py, crate::as_bytes(&pos.items)))?;
+        let mut pos = Positions::new();
+        let d = decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b, &mut pos))?;
+        pos.export(py, &d)?;
         Ok(d)
     }
 }

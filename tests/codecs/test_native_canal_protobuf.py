@@ -174,6 +174,9 @@ EDGE = [
     insert([KEY[:-len(sf(10, "int(11)"))] + sf(10, b"\xc3\x28")]),
     insert([KEY + b"\x7b\x08\x01\x7c"]),  # field 15 as a group holding a varint
     insert([KEY + sf(6, b"x")]),  # isNull as a string
+    # a statement annotation whose (unread) rows hold a name that is not UTF-8: the runtime refuses it
+    _entries(entry(header(event_type=pb.QUERY), 2, vf(2, pb.QUERY) + sf(12, sf(2, sf(3, b"\xff") + sf(10, "int")))),
+             _row_entry(pb.INSERT, [_image(2, KEY)])),
     insert([KEY + b"\x20" + b"\xff" * 9 + b"\x7f"]),  # isKey as a 10-byte varint that overflows (upb takes it)
     # DDL and a DDL flag on a row entry
     _entries(entry(header(event_type=pb.ALTER), 2, vf(2, pb.ALTER) + vf(10, 1) + sf(11, "ALTER TABLE t ADD c INT"))),
@@ -260,7 +263,7 @@ TYPES = {  # type text -> its values as Canal writes them
     "decimal(5,2)": st.just("-1.50"), "bit(8)": st.just("255"), "year": st.just("2024"), "time": st.just("-01:00:00"),
     "": st.text(max_size=3),
 }
-ANY_TEXT = st.one_of(st.text(max_size=6), st.floats().map(repr), st.sampled_from(["1.0E10", " 1", "nan", "x"]))
+ANY_TEXT = st.one_of(st.text(max_size=6), st.floats().map(repr), st.sampled_from(["1.0E10", " 1", "nan", "x", b"\xc3("]))
 
 
 def _opt(field, draw, values, varint=True, p=0.5):
@@ -277,7 +280,7 @@ def columns(draw, field, key):
     for i in range(draw(st.integers(1, 4))):
         mysql_type = draw(st.sampled_from(sorted(TYPES)))
         value = draw(TYPES[mysql_type] if draw(st.integers(0, 19)) else ANY_TEXT)
-        name = key if i == 0 else draw(st.sampled_from(["v", "w", "\u00c4", ""]) | st.text(max_size=3))
+        name = key if i == 0 else draw(st.sampled_from(["v", "w", "\u00c4", "", b"\xff"]) | st.text(max_size=3))
         c = (_opt(1, draw, st.integers(0, 9)) + _opt(2, draw, st.integers(-7, 2005)) + sf(3, name)
              + (vf(4, 1) if i == 0 and draw(st.integers(0, 4)) else _opt(4, draw, st.integers(0, 2), p=0.1))
              + _opt(6, draw, st.sampled_from([0, 0, 0, 1]), p=0.9) + _opt(8, draw, st.just(value), False, p=0.95)

@@ -490,7 +490,15 @@ impl CanalProtobufDecoder {
             0 | UPDATE => "update", // absent or proto3's 0: the proto2 default UPDATE
             INSERT => "insert",
             DELETE => "delete",
-            _ => return Ok(None),
+            _ => {
+                // no rows are read, but the runtime parsed (and so checked) every column
+                for c in change.row_datas.iter().flat_map(|r| r.before_columns.iter().chain(&r.after_columns)) {
+                    for f in [&c.name, &c.value, &c.mysql_type] {
+                        text(f)?;
+                    }
+                }
+                return Ok(None);
+            }
         };
         if change.row_datas.is_empty() {
             return Err(Fallback); // statement-format DML: the Python codec refuses it

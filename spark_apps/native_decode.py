@@ -1,5 +1,5 @@
 """The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
-canal-json, craft, open-protocol and avro (PROTOCOLS).
+canal-json, craft, open-protocol, avro and canal-protobuf (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
@@ -7,8 +7,9 @@ of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-che
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
 (tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
-functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`;
-avro: the codec's analysis of each writer schema, once per schema id, `_avro_plan`). docs/engine.md says why this design.
+functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`,
+`_canal_protobuf_rule`; avro: the codec's analysis of each writer schema, once per schema id,
+`_avro_plan`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -17,6 +18,7 @@ the mapInArrow function, so executors follow it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from cdc_codecs import avro, craft, open_protocol
+from cdc_codecs.canal_common import type_info
 from cdc_codecs.canal_json import _column_rule
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
@@ -42,7 +45,7 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json", "craft", "open-protocol", "avro")  # the protocols with a compiled decoder
+PROTOCOLS = ("canal-json", "craft", "open-protocol", "avro", "canal-protobuf")  # the protocols with a compiled decoder
 
 
 def requested_mode() -> str:
@@ -62,6 +65,8 @@ def choose(protocol: str, options: dict | None = None, mode: str | None = None) 
         return "python", f"no compiled decoder for {protocol} (compiled: {', '.join(PROTOCOLS)})"
     if (options or {}).get("large-message-handle-compression", "none") not in ("", "none"):
         return "python", "large-message-handle-compression: values are compressed"
+    if str((options or {}).get("keep-original-entries", "false")).strip().lower() in ("true", "1", "yes"):
+        return "python", "keep-original-entries: each entry is re-encoded in Python to compare"
     if cdc_replay_native is None:
         if mode == "native":
             raise RuntimeError(UNAVAILABLE)
@@ -120,6 +125,24 @@ def _avro_plan(codec):
               "fields": [{"name": f["name"], "type": avro._io_type(f["type"])} for f in writer.obj["fields"]]}
         return json.dumps(io), writer.namespace, writer.database, writer.table, fields
     return plan
+
+
+_CANAL_KINDS = {"text": 0, "binary": 1, "float": 2, "double": 3}
+
+
+def _canal_protobuf_rule(utc: bool):
+    """canal-protobuf's rule for a column type text (`canal_common.type_info`, the codec's own):
+    (flags, value kind: 0 text, 1 binary, 2 float, 3 double, 4 left to Python, labels, is_enum).
+    A TIMESTAMP is its text when the source zone is UTC (`timestamp_to_utc` keeps it), else
+    the codec moves it (kind 4)."""
+    def rule(type_text):
+        info = type_info(type_text)
+        kind = info.kind
+        if kind == "timestamp":
+            kind = "text" if utc else None
+        labels = info.labels
+        return info.flags, _CANAL_KINDS.get(kind, 4), list(labels) if labels else None, info.mysql_type.base == "enum"
+    return rule
 
 
 def _bytes_view(buffer):
@@ -185,6 +208,8 @@ class NativeDecoder:
             self.decoder = cdc_replay_native.OpenProtocolDecoder(open_protocol._column_kind)
         elif codec.name == "avro":
             self.decoder = cdc_replay_native.AvroDecoder(_avro_plan(codec))
+        elif codec.name == "canal-protobuf":
+            self.decoder = cdc_replay_native.CanalProtobufDecoder(_canal_protobuf_rule(codec.zone is dt.timezone.utc))
         else:
             self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
@@ -266,6 +291,10 @@ def _batch(out: dict, source: dict[str, pa.Array]) -> pa.RecordBatch:
         "extras": _list(out["extras"], extras_type, events, extras_child),
         "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
     }
+    if "position" in out:  # canal-protobuf's binlog positions
+        positions = pa.Array.from_buffers(pa.int64(), len(out["position_items"]) // 8,
+                                          [None, pa.py_buffer(out["position_items"])])
+        columns["position"] = _list(out["position"], fields.field("position").type, events, positions)
     columns.update(source)
     arrays = []
     for field in DECODED_ARROW_SCHEMA:

@@ -197,4 +197,5 @@ def test_decoder_choice_names_the_compiled_protocols(monkeypatch):
             "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)")
     assert native_decode.choose("csv", {}) == (
         "python", f"no compiled decoder for csv (compiled: {', '.join(native_decode.PROTOCOLS)})")
+    assert {"canal-json", "craft", "open-protocol", "canal-protobuf", "avro"} <= set(native_decode.PROTOCOLS)
     assert native_decode.choose(PROTOCOL, {"large-message-handle-compression": "snappy"})[0] == "python"

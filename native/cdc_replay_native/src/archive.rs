@@ -4,7 +4,7 @@
 //! value and build a `KafkaRecord` per record before the compiled decoder saw the values:
 //! about half of the decode's CPU. Here the decompressed bytes come whole; each line is parsed
 //! (topic, partition, offset, timestamp, key, value), its key and value decoded and handed to
-//! the compiled decoder (canal-json, craft or open-protocol: the same record functions as their
+//! the compiled decoder (canal-json, craft, open-protocol or canal-protobuf: the same record functions as their
 //! `decode`), and the record's coordinates written beside its events. A line this
 //! path is not sure about (not exactly what `parse_line` accepts, headers, unknown fields, a
 //! record the decoder hands back) is returned by its byte span for the Python path, which
@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use crate::canal_protobuf::{CanalProtobufDecoder, Positions};
 use crate::craft::CraftDecoder;
 use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
@@ -200,6 +201,7 @@ enum Decoder<'py> {
     Craft(PyRefMut<'py, CraftDecoder>),
     OpenProtocol(PyRefMut<'py, OpenProtocolDecoder>),
     Avro(PyRefMut<'py, AvroDecoder>),
+    CanalProtobuf(PyRefMut<'py, CanalProtobufDecoder>, Positions), // with its events' positions
 }
 
 impl<'py> Decoder<'py> {
@@ -213,6 +215,9 @@ impl<'py> Decoder<'py> {
         if let Ok(d) = decoder.extract() {
             return Ok(Decoder::Avro(d));
         }
+        if let Ok(d) = decoder.extract() {
+            return Ok(Decoder::CanalProtobuf(d, Positions::new()));
+        }
         Ok(Decoder::OpenProtocol(decoder.extract()?))
     }
 
@@ -225,6 +230,7 @@ impl<'py> Decoder<'py> {
         match self {
             Decoder::CanalJson(d) => d.record(py, value, rec, b),
             Decoder::Craft(d) => d.record(py, value, rec, b),
+            Decoder::CanalProtobuf(d, pos) => d.record(py, value, rec, b, pos),
             Decoder::OpenProtocol(d) => Ok(match key {
                 Some(key) => d.message(py, key, value, rec, b),
                 None => Err(Fallback), // no key: the Python codec names it
@@ -325,6 +331,9 @@ pub(crate) fn decode_lines<'py>(
         }
     }
     let d = b.export(py)?;
+    if let Decoder::CanalProtobuf(_, pos) = &decoder {
+        pos.export(py, &d)?;
+    }
     d.set_item("fallback", fallback)?;
     d.set_item("consumed", pos)?;
     d.set_item("line_no", line_no)?;

@@ -18,6 +18,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 mod archive;
 mod avro;
+mod canal_protobuf;
 mod canal_typed;
 mod craft;
 mod open_protocol;
@@ -594,6 +595,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<craft::CraftDecoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
+    m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())

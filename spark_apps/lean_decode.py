@@ -125,9 +125,11 @@ class _Runs:
             part = None if p[s] == -(2 ** 31) else int(p[s])
             runs = self.runs.setdefault((names[t[s]], part), [])
             lo, hi, n = int(o[s]), int(o[e]), e - s + 1
-            if runs and runs[-1][2] > 0 and runs[-1][1] < lo:  # continues the previous run
+            if runs and runs[0][2] < 0:  # too scattered to prove: only the range is kept
+                runs[0][0], runs[0][1] = min(runs[0][0], lo), max(runs[0][1], hi)
+            elif runs and runs[-1][1] < lo:  # continues the previous run
                 runs[-1][1], runs[-1][2] = hi, runs[-1][2] + n
-            elif runs and len(runs) >= MAX_RUNS:  # too scattered to prove: counted exactly
+            elif len(runs) >= MAX_RUNS:  # counted exactly by Spark (gaps.count_offsets)
                 runs[:] = [[min(lo, min(r[0] for r in runs)), max(hi, max(r[1] for r in runs)), -1]]
             else:
                 runs.append([lo, hi, n])

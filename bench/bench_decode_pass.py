@@ -96,12 +96,34 @@ def after(spark, objects):
     return decoded, sorted((s["topic"], s["partition"], s["records"], s["offsets"]) for s in partition_stats)
 
 
+def worker_cost(archive: str, limit: int) -> None:
+    """CPU seconds of the decode function alone and with `leaned` around it, in this process
+    (what the Python workers pay; their CPU is not in the JVM's figure)."""
+    import pyarrow as pa
+
+    from spark_apps import storage
+    from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.lean_decode import leaned
+
+    objects = sorted(storage.list_objects(storage.normalize(archive)), key=lambda o: o.uri)[:limit]
+    batch = pa.RecordBatch.from_pydict({"uri": [o.uri for o in objects], "size": [o.size for o in objects]})
+    decode = decode_objects_fn("canal-json", {"enable-tidb-extension": "true"})
+    for name, fn in (("decode", decode), ("decode + lean", leaned(decode))) * 2:
+        t0 = time.process_time()
+        rows = sum(b.num_rows for b in fn(iter([batch])))
+        print(f"worker, {len(objects)} objects, {name}: {time.process_time() - t0:.2f} CPU s, {rows} rows", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("archive")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--worker", type=int, metavar="OBJECTS", help="only the Python worker's cost, in this process")
     args = parser.parse_args()
+    if args.worker:
+        worker_cost(args.archive, args.worker)
+        return 0
 
     from spark_apps import storage
     from spark_apps.replay import build_session

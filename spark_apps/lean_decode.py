@@ -48,13 +48,18 @@ def _escaped(strings: pa.Array, null: str) -> pa.Array:
     return pc.fill_null(pc.replace_substring(strings, "\x00", "\x00\x01"), null)
 
 
+def _parts(image: pa.ListArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(the column structs, list offsets into them, null mask): what lists of one of their
+    fields are built from (the offsets copied: Arrow refuses a sliced offsets array with a mask)."""
+    return image.values, pa.array(image.offsets.to_numpy(), pa.int32()), image.is_null()
+
+
 def _canonical(image: pa.ListArray) -> pa.Array:
     """Per event, one string naming the image's column list unambiguously (null image: null)."""
-    items = image.values
-    mask = image.is_null()
+    items, offsets, mask = _parts(image)
 
     def joined(child: pa.Array) -> pa.Array:
-        return pc.binary_join(pa.ListArray.from_arrays(image.offsets, child, mask=mask), "\x00\x02")
+        return pc.binary_join(pa.ListArray.from_arrays(offsets, child, mask=mask), "\x00\x02")
 
     names = joined(_escaped(items.field("name"), "\x00\x03"))
     types = joined(_escaped(items.field("mysql_type"), "\x00\x03"))
@@ -87,7 +92,7 @@ def schema_ids(image: pa.ListArray, entries: dict) -> pa.Array:
 
 def _values_labels(image: pa.ListArray) -> tuple[pa.Array, pa.Array]:
     """The image's values, and its labels (null when no column of the event has one)."""
-    items, offsets, mask = image.values, image.offsets, image.is_null()
+    items, offsets, mask = _parts(image)
     labels = items.field("label")
     counted = np.concatenate([[0], np.cumsum(labels.is_valid().to_numpy(zero_copy_only=False))])
     bounds = offsets.to_numpy()

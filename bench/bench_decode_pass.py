@@ -66,33 +66,12 @@ def before(spark, objects):
 def after(spark, objects):
     """The phase as spark_apps.replay._run does it now."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    from spark_apps import gaps as G
-    from spark_apps import transforms as T
-    from spark_apps.replay import _decode
+    from spark_apps.replay import _decode, _first_pass
 
     decoded = _decode(spark, objects, "canal-json", {"enable-tidb-extension": "true"}, lean=True)
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
-    events = decoded.where(F.col("aux").isNull()).drop("aux")
-    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    stats = records.groupBy("topic", "partition").agg(
-        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-        F.max(F.when(F.col("kind") == "watermark", F.col("watermark_ts"))).alias("watermark"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.count(F.when((F.col("kind") == "row") & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
-        *G.offset_columns(),
-        F.collect_set(F.when(F.col("kind") == "ddl", F.struct("database", "table", "ddl_query"))).alias("_ddl"))
-    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
-    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
-                        .alias("aux")).unionByName(
-        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
-    collected = both.collect()
-    auxes = [r["aux"] for r in collected if r["aux"] is not None]
-    T.schema_dictionary(e for a in auxes for e in a["entries"])
-    partition_stats = [r["stats"].asDict() for r in collected if r["stats"] is not None]
-    G.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
+    _, partition_stats, _ = _first_pass(decoded)
     return decoded, sorted((s["topic"], s["partition"], s["records"], s["offsets"]) for s in partition_stats)
 
 

@@ -263,6 +263,42 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bo
             else objects_df.mapInArrow(decode, DECODED_STRUCT))
 
 
+def _first_pass(decoded):
+    """(events, partition statistics, schema dictionary) of the persisted lean `decoded` rows
+    (spark_apps/lean_decode.py): one action, plus one for the distinct offsets of partitions
+    the decode tasks' runs do not prove (gaps.count_offsets). ValueError on an id collision."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+
+    events = decoded.where(F.col("aux").isNull()).drop("aux")
+    # lines that are not records (stage "archive") may still name their place: counted apart
+    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+    # one action: the statistics, the distinct DDL statements of each partition (every decoded
+    # event carries its record's topic) and, unioned beside them, the decode tasks' `aux` rows;
+    # sorted here, not by Spark
+    stats = records.groupBy("topic", "partition").agg(
+        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
+        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
+        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
+        *gaps_mod.offset_columns(),
+        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
+    )
+    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
+    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
+                        .alias("aux")).unionByName(
+        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
+    collected = both.collect()
+    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
+                             key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
+    auxes = [r["aux"] for r in collected if r["aux"] is not None]
+    schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
+    gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
+    return events, partition_stats, schema_dictionary
+
+
 def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
     started = time.time()
@@ -337,37 +373,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # rows' dictionary) and their runs of offsets (the distinct offset count without a shuffle)
     decoded_columns = list(DECODED_FIELD_NAMES)
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
-    events = decoded.where(F.col("aux").isNull()).drop("aux")
-
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
-    # lines that are not records (stage "archive") may still name their place: counted apart
-    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, the distinct DDL statements of each partition (every decoded
-    # event carries its record's topic) and, unioned beside them, the decode tasks' `aux` rows;
-    # sorted here, not by Spark
-    stats = records.groupBy("topic", "partition").agg(
-        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
-        *gaps_mod.offset_columns(),
-        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    )
-    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
-    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
-                        .alias("aux")).unionByName(
-        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
-    collected = both.collect()
-    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
-                             key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
-    auxes = [r["aux"] for r in collected if r["aux"] is not None]
     try:
-        schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
+        events, partition_stats, schema_dictionary = _first_pass(decoded)
     except ValueError as e:
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
-    gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))

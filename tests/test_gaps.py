@@ -139,3 +139,16 @@ def test_the_distinct_offset_count_is_proven_from_runs_or_left_to_spark():
     scattered.add(batch([("t", 0, o, 0, None) for o in range(2 * MAX_RUNS, 0, -1)]))  # every offset a run
     assert [(x["lo"], x["hi"], x["n"]) for x in scattered.rows()] == [(1, 2 * MAX_RUNS, -1)]
     assert proven_offsets(scattered.rows()) is None
+
+
+def test_partitions_the_runs_do_not_prove_are_counted_by_spark(spark):
+    from spark_apps.gaps import count_offsets
+
+    offsets = [0, 2, 4, 1, 2, 3, 4]  # two objects of partition 0 overlapping, one with holes: 5 distinct
+    records = spark.createDataFrame([("t", 0, o, 0) for o in offsets] + [("t", 1, 7, 0), ("t", 1, 7, 1)],
+                                    "topic string, partition int, offset long, event_index int")
+    stats = [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 1}]
+    runs = [{"topic": "t", "partition": 0, "lo": 0, "hi": 4, "n": 3}, {"topic": "t", "partition": 0, "lo": 1, "hi": 4, "n": 4},
+            {"topic": "t", "partition": 1, "lo": 7, "hi": 7, "n": 1}]
+    count_offsets(records, stats, runs)
+    assert [s["offsets"] for s in stats] == [5, 1]

@@ -4,10 +4,13 @@ the highest offset the archive holds, every offset should be there.
 
 Two small Spark steps, nothing per offset reaches the driver:
 
-* per partition, the lowest and highest offset and the number of distinct offsets (added to the
-  partition statistics the replay already computes: `offset_columns`); a partition whose
-  distinct count is `max - min + 1` has no hole, and one read twice (overlapping objects) is
-  not counted twice;
+* per partition, the lowest and highest offset (added to the partition statistics the replay
+  already computes: `offset_columns`) and the number of distinct offsets (`count_offsets`); a
+  partition whose distinct count is `max - min + 1` has no hole, and one read twice
+  (overlapping objects) is not counted twice. The distinct count comes without a shuffle from
+  the decode tasks' runs of strictly increasing offsets (spark_apps/lean_decode.py): runs whose
+  ranges do not overlap hold distinct offsets, and overlapping runs with no hole cover their
+  union; only a partition where neither proves the count is counted by a Spark job;
 * only for partitions with holes, a window over their distinct offsets gives each hole's
   `from` / `to` (`gaps`), at most `limit` of them (the total is counted all the same).
 
@@ -31,8 +34,52 @@ def offset_columns():
     return [
         F.min(offset).alias("min_offset"),
         F.max(offset).alias("max_offset"),
-        F.countDistinct(offset).alias("offsets"),
     ]
+
+
+def proven_offsets(runs: list[dict]) -> int | None:
+    """The distinct offsets in one partition's runs ({lo, hi, n}: n strictly increasing offsets
+    from lo to hi; n < 0: not known), or None when the runs do not prove it: runs overlapping
+    one another all without a hole cover exactly their union."""
+    total, cluster = 0, []
+    for run in sorted(runs, key=lambda r: (r["lo"], r["hi"])) + [None]:
+        if run is not None and cluster and run["lo"] <= max(r["hi"] for r in cluster):
+            cluster.append(run)
+            continue
+        if len(cluster) == 1 and cluster[0]["n"] >= 0:
+            total += cluster[0]["n"]
+        elif cluster:
+            if any(r["n"] != r["hi"] - r["lo"] + 1 for r in cluster):
+                return None
+            total += max(r["hi"] for r in cluster) - cluster[0]["lo"] + 1
+        cluster = [run]
+    return total
+
+
+def count_offsets(records, partition_stats: list[dict], runs: list[dict]) -> None:
+    """Set each partition's `offsets` (distinct offsets of its records): from the decode tasks'
+    `runs` where they prove it, else by one Spark job over `records` for the partitions they
+    do not (overlapping archive objects with holes, or very scattered offsets)."""
+    from pyspark.sql import functions as F
+
+    by_partition: dict[tuple, list[dict]] = {}
+    for run in runs:
+        by_partition.setdefault((run["topic"], run["partition"]), []).append(run)
+    unproven = []
+    for s in partition_stats:
+        s["offsets"] = proven_offsets(by_partition.get((s["topic"], s["partition"]), []))
+        if s["offsets"] is None:
+            unproven.append(s)
+    if not unproven:
+        return
+    condition = F.lit(False)
+    for s in unproven:
+        condition = condition | ((F.col("topic") == s["topic"]) & F.col("partition").eqNullSafe(s["partition"]))
+    counted = {(r["topic"], r["partition"]): r["offsets"] for r in records.where(
+        condition & (F.col("event_index") == 0) & F.col("offset").isNotNull()).groupBy("topic", "partition").agg(
+        F.countDistinct("offset").alias("offsets")).collect()}
+    for s in unproven:
+        s["offsets"] = counted.get((s["topic"], s["partition"]), 0)
 
 
 def missing_offsets(stats: dict) -> int:

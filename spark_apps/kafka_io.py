@@ -163,8 +163,9 @@ def _first_line(text: str) -> str:
 
 
 def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, options: dict,
-                 config: dict | None = None):
-    """The source topics' records between the offsets, decoded: DECODED_STRUCT rows."""
+                 config: dict | None = None, lean: bool = False):
+    """The source topics' records between the offsets, decoded: DECODED_STRUCT rows, or with
+    `lean` the lean rows and `aux` rows of spark_apps/lean_decode.py."""
     from pyspark.sql import functions as F
 
     from spark_apps.archive_io import decode_records_fn
@@ -185,6 +186,10 @@ def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, opt
         F.concat(F.lit(f"{SCHEME}{servers}/"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"))
         .alias("object"),
         F.lit(None).cast("int").alias("line"))
+    if lean:
+        from spark_apps.lean_decode import LEAN_STRUCT, leaned
+
+        return records.mapInArrow(leaned(decode_records_fn(protocol, options)), LEAN_STRUCT)
     return records.mapInArrow(decode_records_fn(protocol, options), DECODED_STRUCT)
 
 

@@ -244,11 +244,13 @@ def _decoder(codec) -> dict:
     return {"path": path, "reason": reason}
 
 
-def _decode(spark, objects, protocol: str, options: dict, counter=None):
+def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bool = False):
     """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
     decoded rows, each object read and decoded in a Spark task; `counter` (an accumulator)
-    counts the records decoded, for the progress lines."""
+    counts the records decoded, for the progress lines. `lean`: the lean rows and `aux` rows
+    of spark_apps/lean_decode.py."""
     from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.lean_decode import LEAN_STRUCT, leaned
     from spark_apps.progress import counting
     from spark_apps.schema import DECODED_STRUCT
 
@@ -256,7 +258,45 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None):
     # biggest objects first, spread over the slices
     rows = [(o.uri, o.size, getattr(o, "params", None)) for o in sorted(objects, key=lambda o: -o.size)]
     objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long, params string")
-    return objects_df.mapInArrow(counting(decode_objects_fn(protocol, options), counter), DECODED_STRUCT)
+    decode = counting(decode_objects_fn(protocol, options), counter)
+    return (objects_df.mapInArrow(leaned(decode), LEAN_STRUCT) if lean
+            else objects_df.mapInArrow(decode, DECODED_STRUCT))
+
+
+def _first_pass(decoded):
+    """(events, partition statistics, schema dictionary) of the persisted lean `decoded` rows
+    (spark_apps/lean_decode.py): one action, plus one for the distinct offsets of partitions
+    the decode tasks' runs do not prove (gaps.count_offsets). ValueError on an id collision."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+
+    events = decoded.where(F.col("aux").isNull()).drop("aux")
+    # lines that are not records (stage "archive") may still name their place: counted apart
+    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
+    # one action: the statistics, the distinct DDL statements of each partition (every decoded
+    # event carries its record's topic) and, unioned beside them, the decode tasks' `aux` rows;
+    # sorted here, not by Spark
+    stats = records.groupBy("topic", "partition").agg(
+        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
+        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
+        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
+        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
+        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
+        *gaps_mod.offset_columns(),
+        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
+    )
+    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
+    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
+                        .alias("aux")).unionByName(
+        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
+    collected = both.collect()
+    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
+                             key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
+    auxes = [r["aux"] for r in collected if r["aux"] is not None]
+    schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
+    gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
+    return events, partition_stats, schema_dictionary
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -315,7 +355,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
 
     from spark_apps import transforms as T
     from spark_apps.archive_io import write_quarantine_fn
-    from spark_apps.schema import WRITTEN_STRUCT
+    from spark_apps.schema import DECODED_FIELD_NAMES, WRITTEN_STRUCT
 
     home = _home(args, output)
     progress.phase(f"reading and decoding {len(objects)} objects" if objects else f"reading {source}")
@@ -323,41 +363,19 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     if kafka_io.is_kafka(source):
         decoded = kafka_io.read_decoded(spark, source, args.starting_offsets, args.ending_offsets, args.protocol,
-                                        parse_option_pairs(args.protocol_option), kafka_io.client_config())
+                                        parse_option_pairs(args.protocol_option), kafka_io.client_config(),
+                                        lean=True)
     else:
         decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
-                          progress.records)
-    # each image's column list id (transforms.with_schema_ids): the shuffles after this cache carry
-    # the id and the values, not every column's name and type (issue 13 point 3)
-    decoded_columns = list(decoded.columns)
-    decoded = T.with_schema_ids(decoded).persist(StorageLevel.DISK_ONLY)
-
+                          progress.records, lean=True)
+    # the decode tasks write lean rows (spark_apps/lean_decode.py: each image's column list id,
+    # values and labels) and end with one `aux` row each: the column lists they saw (the lean
+    # rows' dictionary) and their runs of offsets (the distinct offset count without a shuffle)
+    decoded_columns = list(DECODED_FIELD_NAMES)
+    decoded = decoded.persist(StorageLevel.DISK_ONLY)
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
-    # lines that are not records (stage "archive") may still name their place: counted apart
-    # (row events without a topic only give their column lists, in a group of their own dropped below)
-    records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, the distinct DDL statements of each partition (every decoded
-    # event carries its record's topic) and, unioned beside them, the images' distinct column
-    # lists (the lean rows' dictionary); sorted here, not by Spark
-    stats = records.groupBy("topic", "partition").agg(
-        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        F.count(F.when((F.col("op") == "update") & F.col("before").isNull(), 1)).alias("updates_without_before"),
-        *gaps_mod.offset_columns(),
-        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    )
-    entries = T.schema_entries(decoded)
-    both = stats.select(F.struct(*stats.columns).alias("stats"),
-                        F.lit(None).cast(entries.schema.simpleString()).alias("entry")).unionByName(
-        entries.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"),
-                       F.struct(*entries.columns).alias("entry")))
-    collected = both.collect()
-    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
-                             key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     try:
-        schema_dictionary = T.schema_dictionary(r["entry"] for r in collected if r["entry"] is not None)
+        events, partition_stats, schema_dictionary = _first_pass(decoded)
     except ValueError as e:
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
@@ -371,7 +389,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     if args.since is not None and cut["kind"] != "commit_ts":
         raise ReplayError("--since needs commit ts, and this archive carries none")
     log.info("[replay %s] cut: %s", run_id, cut["description"])
-    offset_gaps, gap_count = gaps_mod.gaps(decoded, partition_stats)
+    offset_gaps, gap_count = gaps_mod.gaps(events, partition_stats)
     if gap_count:
         shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
         log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)
@@ -387,7 +405,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
     # dictionary (one literal in the plan) where the output needs them
     tagged = T.tag_status(
-        T.infer_commit_ts(_ddl_where_sql_says(spark, T.lean_images(decoded), ddl_statements), needs_inference),
+        T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference),
         tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
     dictionary = T.dictionary_literal(schema_dictionary)
 

@@ -174,7 +174,9 @@ def with_schema_ids(decoded: DataFrame) -> DataFrame:
     """Add `before_schema` / `after_schema`: a 64-bit id of each image's column list (names,
     MySQL types and flags in order; null when the image is null), the same in every task
     without coordination (xxhash64). The driver checks that no two column lists of a run share
-    an id (`schema_dictionary`)."""
+    an id (`schema_dictionary`). The replay makes rows lean in its decode tasks instead
+    (spark_apps/lean_decode.py: measured cheaper); this and `schema_entries`/`lean_images` are
+    the Spark-expression form, the oracle tests/test_transforms.py compares those with."""
     for image in IMAGES:
         img = F.col(image)
         decoded = decoded.withColumn(f"{image}_schema", F.when(img.isNotNull(), F.xxhash64(

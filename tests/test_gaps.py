@@ -100,3 +100,55 @@ def test_require_contiguous_fails_the_run_naming_the_hole(spark, archive, tmp_pa
     with pytest.raises(ReplayError, match=r"--require-contiguous: .*cdc/0 offsets 10\.\.19"):
         replay(spark, archive, str(tmp_path / "out"), "--require-contiguous")
     assert not storage.exists(storage.join(str(tmp_path / "out"), manifest_mod.MANIFEST))
+
+
+def test_the_distinct_offset_count_is_proven_from_runs_or_left_to_spark():
+    """The decode tasks' runs of strictly increasing offsets (spark_apps/lean_decode.py) prove a
+    partition's distinct offsets without a shuffle where they can; None sends it to Spark."""
+    import pyarrow as pa
+
+    from spark_apps.gaps import proven_offsets
+    from spark_apps.lean_decode import MAX_RUNS, _Runs
+
+    def r(lo, hi, n):
+        return {"lo": lo, "hi": hi, "n": n}
+
+    assert proven_offsets([]) == 0
+    assert proven_offsets([r(20, 29, 10), r(0, 9, 10)]) == 20  # disjoint, one with a hole or not
+    assert proven_offsets([r(0, 9, 4), r(10, 19, 10)]) == 14
+    assert proven_offsets([r(0, 9, 10), r(5, 14, 10), r(14, 20, 7)]) == 21  # overlapping, no holes: the union
+    assert proven_offsets([r(0, 9, 10), r(5, 14, 9)]) is None  # overlapping with a hole: not proven
+    assert proven_offsets([r(0, 9, -1)]) is None  # too scattered to keep
+
+    def batch(rows):  # (topic, partition, offset, event_index, error_stage)
+        names = ["topic", "partition", "offset", "event_index", "error_stage"]
+        return pa.RecordBatch.from_arrays([pa.array([row[i] for row in rows]) for i in range(5)], names=names)
+
+    runs = _Runs()
+    # partitions interleaved, a second event of a record, a line that is not a record, a record read twice
+    runs.add(batch([("t", 0, 5, 0, None), ("t", 1, 0, 0, None), ("t", 0, 6, 0, None), ("t", 0, 6, 1, None),
+                    ("t", 0, 9, 0, None), (None, None, None, 0, "archive"), ("t", 0, 3, 0, "archive")]))
+    runs.add(batch([("t", 0, 10, 0, None), ("t", 0, 7, 0, None), ("t", None, 1, 0, "decode")]))
+    got = {(x["topic"], x["partition"], x["lo"], x["hi"], x["n"]) for x in runs.rows()}
+    assert got == {("t", 0, 5, 10, 4), ("t", 0, 7, 7, 1), ("t", 1, 0, 0, 1), ("t", None, 1, 1, 1)}
+    # 5, 6, 7, 9, 10 are distinct, but the run 5..10 has holes and 7 falls inside it: not proven
+    assert proven_offsets([x for x in runs.rows() if x["partition"] == 0]) is None
+    assert proven_offsets([x for x in runs.rows() if x["partition"] == 1]) == 1
+
+    scattered = _Runs()
+    scattered.add(batch([("t", 0, o, 0, None) for o in range(2 * MAX_RUNS, 0, -1)]))  # every offset a run
+    assert [(x["lo"], x["hi"], x["n"]) for x in scattered.rows()] == [(1, 2 * MAX_RUNS, -1)]
+    assert proven_offsets(scattered.rows()) is None
+
+
+def test_partitions_the_runs_do_not_prove_are_counted_by_spark(spark):
+    from spark_apps.gaps import count_offsets
+
+    offsets = [0, 2, 4, 1, 2, 3, 4]  # two objects of partition 0 overlapping, one with holes: 5 distinct
+    records = spark.createDataFrame([("t", 0, o, 0) for o in offsets] + [("t", 1, 7, 0), ("t", 1, 7, 1)],
+                                    "topic string, partition int, offset long, event_index int")
+    stats = [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 1}]
+    runs = [{"topic": "t", "partition": 0, "lo": 0, "hi": 4, "n": 3}, {"topic": "t", "partition": 0, "lo": 1, "hi": 4, "n": 4},
+            {"topic": "t", "partition": 1, "lo": 7, "hi": 7, "n": 1}]
+    count_offsets(records, stats, runs)
+    assert [s["offsets"] for s in stats] == [5, 1]

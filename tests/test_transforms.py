@@ -134,3 +134,30 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
     got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
     want = [(b, a) for b, a in images]
     assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want
+
+    # the replay makes rows lean in the decode tasks (spark_apps/lean_decode.py): the same values
+    # and labels as the Spark expressions above, ids grouping the same column lists, the task's
+    # dictionary in its `aux` row, and the same images rebuilt
+    from spark_apps.lean_decode import LEAN_STRUCT, leaned
+
+    decoded = events.repartition(2).mapInArrow(leaned(lambda batches: batches), LEAN_STRUCT)
+    aux = [r.aux for r in decoded.where("aux IS NOT NULL").collect()]
+    assert len(aux) == 2  # one per task
+    worker = T.schema_dictionary(e for a in aux for e in a.entries)
+    assert set(worker.values()) == set(dictionary.values()) and len(worker) == len(dictionary)
+    lean_rows = decoded.where("aux IS NULL").drop("aux")
+    spark_rows = {r.offset: r for r in tagged.collect()}
+    renamed = {}
+    for r in lean_rows.collect():
+        for image in T.IMAGES:
+            assert r[f"{image}_values"] == spark_rows[r.offset][f"{image}_values"]
+            assert r[f"{image}_labels"] == spark_rows[r.offset][f"{image}_labels"]
+            if r[f"{image}_schema"] is not None:
+                assert worker[r[f"{image}_schema"]] == dictionary[spark_rows[r.offset][f"{image}_schema"]]
+                renamed.setdefault(r[f"{image}_schema"], spark_rows[r.offset][f"{image}_schema"])
+            else:
+                assert spark_rows[r.offset][f"{image}_schema"] is None
+    assert len(set(renamed.values())) == len(renamed) == 5
+    full = T.full_images(T.tag_status(lean_rows, cut=None), T.dictionary_literal(worker), events.columns)
+    got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
+    assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want

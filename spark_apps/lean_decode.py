@@ -1,0 +1,182 @@
+"""The decode's output made lean in the decode task itself (issue 13 points 3 and 4): each
+image becomes its column list id, its values and its labels, and each task ends with one
+`aux` row carrying what the driver needs from the whole pass besides the events:
+
+* `entries`: the distinct column lists (id, names, types, flags) the task saw: the lean rows'
+  dictionary, so the `decoded` cache never holds names and types per event;
+* `runs`: per source partition, the strictly increasing runs of record offsets the task read
+  (lowest, highest, count), from which the driver proves the distinct offset count without a
+  shuffle (`gaps.count_offsets`).
+
+Columnar: Arrow compute kernels and NumPy over the batch; Python touches only the distinct
+column lists of a batch (a few) and the runs (about one per archive object). The id is the
+first 8 bytes of BLAKE2b over an escaped (injective) encoding of names, types and flags, so
+every decoder path (compiled, Python codec, Kafka source) gives a column list the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from .schema import DECODED_ARROW_SCHEMA
+
+IMAGES = ("before", "after")
+ENTRY_TYPE = pa.struct([pa.field("id", pa.int64()), pa.field("names", pa.list_(pa.string())),
+                        pa.field("types", pa.list_(pa.string())), pa.field("flags", pa.list_(pa.int32()))])
+RUN_TYPE = pa.struct([pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                      pa.field("lo", pa.int64()), pa.field("hi", pa.int64()), pa.field("n", pa.int64())])
+AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE))])
+MAX_RUNS = 512  # per partition and task; beyond, the partition's offsets are counted exactly (n = -1)
+
+_image_fields = [f for f in DECODED_ARROW_SCHEMA if f.name not in IMAGES]
+LEAN_ARROW_SCHEMA = pa.schema(
+    _image_fields
+    + [pa.field(f"{i}_schema", pa.int64()) for i in IMAGES]
+    + [f for i in IMAGES for f in (pa.field(f"{i}_values", pa.list_(pa.binary())),
+                                   pa.field(f"{i}_labels", pa.list_(pa.string())))]
+    + [pa.field("aux", AUX_TYPE)])
+LEAN_STRUCT = from_arrow_schema(LEAN_ARROW_SCHEMA)
+
+
+def _escaped(strings: pa.Array, null: str) -> pa.Array:
+    """`\\x00` -> `\\x00\\x01`, null -> `null`: after this a `\\x00\\x02` join is injective."""
+    return pc.fill_null(pc.replace_substring(strings, "\x00", "\x00\x01"), null)
+
+
+def _parts(image: pa.ListArray) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(the column structs, list offsets into them, null mask): what lists of one of their
+    fields are built from (the offsets copied: Arrow refuses a sliced offsets array with a mask)."""
+    return image.values, pa.array(image.offsets.to_numpy(), pa.int32()), image.is_null()
+
+
+def _canonical(image: pa.ListArray) -> pa.Array:
+    """Per event, one string naming the image's column list unambiguously (null image: null)."""
+    items, offsets, mask = _parts(image)
+
+    def joined(child: pa.Array) -> pa.Array:
+        return pc.binary_join(pa.ListArray.from_arrays(offsets, child, mask=mask), "\x00\x02")
+
+    names = joined(_escaped(items.field("name"), "\x00\x03"))
+    types = joined(_escaped(items.field("mysql_type"), "\x00\x03"))
+    flags = joined(pc.cast(items.field("flags"), pa.string()))
+    return pc.binary_join_element_wise(names, types, flags, "\x00\x04")
+
+
+def _id(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little", signed=True)
+
+
+def schema_ids(image: pa.ListArray, entries: dict) -> pa.Array:
+    """Each event's column list id (null for a null image); adds the batch's new column lists
+    to `entries` ({id: (names, types, flags)})."""
+    encoded = pc.dictionary_encode(_canonical(image))
+    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    ids = np.array([_id(t) for t in encoded.dictionary.to_pylist()], dtype=np.int64)
+    valid = ~np.asarray(image.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if len(ids):
+        seen, first = np.unique(np.where(valid, indices, -1), return_index=True)
+        for code, row in zip(seen, first):
+            if code >= 0 and int(ids[code]) not in entries:
+                cols = image[int(row)].values
+                entries[int(ids[code])] = (cols.field("name").to_pylist(), cols.field("mysql_type").to_pylist(),
+                                           cols.field("flags").to_pylist())
+    out = ids[np.where(valid, indices, 0)] if len(ids) else np.zeros(len(image), dtype=np.int64)
+    return pa.array(out, pa.int64(), mask=~valid)
+
+
+def _values_labels(image: pa.ListArray) -> tuple[pa.Array, pa.Array]:
+    """The image's values, and its labels (null when no column of the event has one)."""
+    items, offsets, mask = _parts(image)
+    labels = items.field("label")
+    counted = np.concatenate([[0], np.cumsum(labels.is_valid().to_numpy(zero_copy_only=False))])
+    bounds = offsets.to_numpy()
+    none = counted[bounds[1:]] == counted[bounds[:-1]]
+    no_labels = pc.or_(mask, pa.array(none))
+    return (pa.ListArray.from_arrays(offsets, items.field("value"), mask=mask),
+            pa.ListArray.from_arrays(offsets, labels, mask=no_labels))
+
+
+class _Runs:
+    """Strictly increasing runs of record offsets per (topic, partition), across a task's batches."""
+
+    def __init__(self):
+        self.runs: dict[tuple, list[list[int]]] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        stage = batch.column("error_stage")
+        keep = pc.and_(pc.and_(pc.is_valid(batch.column("topic")), pc.equal(batch.column("event_index"), 0)),
+                       pc.is_valid(batch.column("offset")))
+        keep = pc.and_(keep, pc.invert(pc.fill_null(pc.equal(stage, "archive"), False)))
+        records = batch.filter(keep)
+        if records.num_rows == 0:
+            return
+        topics = pc.dictionary_encode(records.column("topic"))
+        t = topics.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        p = pc.fill_null(records.column("partition"), -(2 ** 31)).to_numpy().astype(np.int64)
+        o = records.column("offset").to_numpy()
+        order = np.lexsort((np.arange(len(o)), p, t))  # by partition, in reading order
+        t, p, o = t[order], p[order], o[order]
+        # a new run where the partition changes or the offset does not increase
+        starts = np.flatnonzero(np.concatenate([[True], (t[1:] != t[:-1]) | (p[1:] != p[:-1]) | (o[1:] <= o[:-1])]))
+        ends = np.append(starts[1:], len(o)) - 1
+        names = topics.dictionary.to_pylist()
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            part = None if p[s] == -(2 ** 31) else int(p[s])
+            runs = self.runs.setdefault((names[t[s]], part), [])
+            lo, hi, n = int(o[s]), int(o[e]), e - s + 1
+            if runs and runs[0][2] < 0:  # too scattered to prove: only the range is kept
+                runs[0][0], runs[0][1] = min(runs[0][0], lo), max(runs[0][1], hi)
+            elif runs and runs[-1][1] < lo:  # continues the previous run
+                runs[-1][1], runs[-1][2] = hi, runs[-1][2] + n
+            elif len(runs) >= MAX_RUNS:  # counted exactly by Spark (gaps.count_offsets)
+                runs[:] = [[min(lo, min(r[0] for r in runs)), max(hi, max(r[1] for r in runs)), -1]]
+            else:
+                runs.append([lo, hi, n])
+
+    def rows(self) -> list[dict]:
+        return [{"topic": topic, "partition": part, "lo": lo, "hi": hi, "n": n}
+                for (topic, part), runs in self.runs.items() for lo, hi, n in runs]
+
+
+def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
+    """A DECODED_ARROW_SCHEMA batch as a LEAN_ARROW_SCHEMA batch (its `aux` null)."""
+    columns = {f.name: batch.column(f.name) for f in _image_fields}
+    for image in IMAGES:
+        column = batch.column(image)
+        columns[f"{image}_schema"] = schema_ids(column, entries)
+        columns[f"{image}_values"], columns[f"{image}_labels"] = _values_labels(column)
+    columns["aux"] = pa.nulls(batch.num_rows, AUX_TYPE)
+    return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in LEAN_ARROW_SCHEMA],
+                                      schema=LEAN_ARROW_SCHEMA)
+
+
+def aux_batch(entries: dict, runs: _Runs) -> pa.RecordBatch:
+    """The task's one `aux` row (every other column null, or "aux" / -1 where it cannot be)."""
+    value = {"entries": [{"id": i, "names": n, "types": t, "flags": f} for i, (n, t, f) in entries.items()],
+             "runs": runs.rows()}
+    placeholder = {"kind": "aux", "event_index": -1}
+    arrays = [pa.array([value], AUX_TYPE) if f.name == "aux" else pa.array([placeholder[f.name]], f.type)
+              if not f.nullable else pa.nulls(1, f.type) for f in LEAN_ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=LEAN_ARROW_SCHEMA)
+
+
+def leaned(fn):
+    """The mapInArrow function `fn` (batches of DECODED_ARROW_SCHEMA out) made lean, its task's
+    `aux` row last."""
+
+    def run(batches):
+        entries: dict = {}
+        runs = _Runs()
+        for batch in fn(batches):
+            if batch.num_rows:
+                runs.add(batch)
+                yield lean(batch, entries)
+        yield aux_batch(entries, runs)
+
+    return run

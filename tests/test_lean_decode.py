@@ -1,0 +1,57 @@
+"""spark_apps/lean_decode.py without Spark: the lean rows the decode tasks write keep every value
+and label, and two images get the same column list id exactly when their names, MySQL types
+and flags are the same, in order (hypothesis, adversarial names: NUL, the escape's own bytes,
+separators). The Spark side is in tests/test_transforms.py and tests/test_gaps.py."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_apps.lean_decode import LEAN_ARROW_SCHEMA, aux_batch, lean, _Runs
+from spark_apps.schema import DECODED_ARROW_SCHEMA
+
+NAMES = st.sampled_from(["a", "b", "a\x00", "\x00\x02", "\x00", "a\x00\x02b", "é", "x,y", ""]) | st.text(max_size=4)
+TYPES = st.none() | st.sampled_from(["int", "varchar(8)", "enum('\x00','\x00\x03')", "\x00\x03", "\x00\x04"])
+COLUMN = st.fixed_dictionaries({"name": NAMES, "mysql_type": TYPES, "flags": st.integers(-3, 40),
+                                "value": st.none() | st.binary(max_size=4), "label": st.none() | st.text(max_size=3)})
+IMAGE = st.none() | st.lists(COLUMN, max_size=4)
+
+
+def batch(images: list[tuple]) -> pa.RecordBatch:
+    rows = [{"kind": "row", "event_index": 0, "topic": "t", "partition": 0, "offset": i, "before": b, "after": a}
+            for i, (b, a) in enumerate(images)]
+    return pa.RecordBatch.from_pylist(rows, schema=DECODED_ARROW_SCHEMA)
+
+
+def shape(image):
+    return None if image is None else tuple((c["name"], c["mysql_type"], c["flags"]) for c in image)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(IMAGE, IMAGE), min_size=1, max_size=12), st.integers(0, 3))
+def test_lean_rows_keep_values_and_labels_and_ids_name_column_lists_exactly(images, skip):
+    decoded = batch(images).slice(min(skip, len(images) - 1))  # sliced, as batches can be
+    kept = images[min(skip, len(images) - 1):]
+    entries: dict = {}
+    out = lean(decoded, entries)
+    assert out.schema == LEAN_ARROW_SCHEMA and out.num_rows == len(kept)
+    ids = {}
+    for row, pair in zip(out.to_pylist(), kept):
+        assert row["aux"] is None
+        for name, image in zip(("before", "after"), pair):
+            sid = row[f"{name}_schema"]
+            if image is None:
+                assert sid is None and row[f"{name}_values"] is None and row[f"{name}_labels"] is None
+                continue
+            assert row[f"{name}_values"] == [c["value"] for c in image]
+            labels = [c["label"] for c in image]
+            assert row[f"{name}_labels"] == (labels if any(x is not None for x in labels) else None)
+            assert ids.setdefault(shape(image), sid) == sid  # one list, one id
+            names, types, flags = entries[sid]
+            assert tuple(zip(names, types, flags)) == shape(image)
+    assert len(set(ids.values())) == len(ids)  # different lists, different ids
+    # the task's aux row carries the dictionary
+    aux = aux_batch(entries, _Runs()).to_pylist()[0]
+    assert aux["kind"] == "aux" and {e["id"] for e in aux["aux"]["entries"]} == set(entries)

@@ -395,6 +395,9 @@ def main() -> int:
         spark.stop()
         return 0
 
+    if args.isolation == "process" and spark is not None:  # the decode's session: no idle JVM beside the jobs
+        spark.stop()
+        spark = None
     print("\nfull replay (local archive -> snapshot), each size beside plain-Spark baselines on the same archive;"
           " peak RSS of the JVM (driver and executors: one process in local mode) and of the Python workers:\n")
     print("| events | records read | replay | seconds | events/s | vs hand-written | JVM peak MB | Python workers peak MB |"

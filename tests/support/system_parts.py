@@ -16,6 +16,7 @@ what is missing; the suite's header (tests/conftest.py) repeats what was found."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -122,10 +123,10 @@ def fetch_spark_packages() -> str:
     missing = [c for c in coordinates(list(TEST_PACKAGES)) if not os.path.exists(jar(c))]
     if not missing:
         return f"{', '.join(TEST_PACKAGES)} cached"
-    script = ("import sys; from pyspark.sql import SparkSession; b = SparkSession.builder.master('local[1]')\n"
-              "for k, v in eval(sys.argv[1]).items(): b = b.config(k, v)\n"
+    script = ("import json, sys; from pyspark.sql import SparkSession; b = SparkSession.builder.master('local[1]')\n"
+              "for k, v in json.loads(sys.argv[1]).items(): b = b.config(k, v)\n"
               "b.config('spark.ui.enabled', 'false').getOrCreate().stop()")
-    result = subprocess.run([sys.executable, "-c", script, repr(spark_conf(list(TEST_PACKAGES)))],
+    result = subprocess.run([sys.executable, "-c", script, json.dumps(spark_conf(list(TEST_PACKAGES)))],
                             capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         return f"could not fetch {', '.join(missing)}: {(result.stderr or result.stdout).strip()[-500:]}"

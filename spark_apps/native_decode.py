@@ -45,7 +45,10 @@ else:
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-PROTOCOLS = ("canal-json", "craft", "open-protocol", "avro", "canal-protobuf")  # the protocols with a compiled decoder
+# the protocols with a compiled decoder, and each one's class in the extension
+CLASSES = {"canal-json": "CanalJsonDecoder", "craft": "CraftDecoder", "open-protocol": "OpenProtocolDecoder",
+           "avro": "AvroDecoder", "canal-protobuf": "CanalProtobufDecoder"}
+PROTOCOLS = tuple(CLASSES)
 
 
 def requested_mode() -> str:
@@ -67,10 +70,15 @@ def choose(protocol: str, options: dict | None = None, mode: str | None = None) 
         return "python", "large-message-handle-compression: values are compressed"
     if str((options or {}).get("keep-original-entries", "false")).strip().lower() in ("true", "1", "yes"):
         return "python", "keep-original-entries: each entry is re-encoded in Python to compare"
-    if cdc_replay_native is None:
+    missing = UNAVAILABLE if cdc_replay_native is None else None
+    if missing is None and not hasattr(cdc_replay_native, CLASSES[protocol]):
+        # an extension built before this protocol's decoder was added: said, not a failed task per object
+        missing = (f"the installed compiled extension has no {CLASSES[protocol]} (built from older sources: "
+                   "run scripts/bootstrap)")
+    if missing:
         if mode == "native":
-            raise RuntimeError(UNAVAILABLE)
-        return "python", UNAVAILABLE
+            raise RuntimeError(missing)
+        return "python", missing
     return "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)"
 
 

@@ -93,3 +93,16 @@ def test_open_protocol_fields_it_does_not_read_are_still_checked_as_orjson_does(
     messages = [open_golden.golden.frame([(open_golden.golden.PART_UPDATE_KEY, v)]) for v in [value, *odd]]
     rows = paths.assert_same("open-protocol", open_golden.batch_of(messages))
     assert [r["kind"] for r in rows] == ["row"] + ["quarantine"] * len(odd)
+
+
+def test_an_extension_without_the_protocols_decoder_is_said_and_the_python_codec_decodes(monkeypatch):
+    """A stale build (older than the crate's sources) lacks the newer decoders' classes: the
+    choice says so and names the remedy, instead of every object failing in its task."""
+    from spark_apps import native_decode
+
+    monkeypatch.delattr(native_decode.cdc_replay_native, "AvroDecoder")
+    path, reason = native_decode.choose("avro", {}, mode="auto")
+    assert path == "python" and "has no AvroDecoder" in reason and "scripts/bootstrap" in reason
+    with pytest.raises(RuntimeError, match="has no AvroDecoder"):
+        native_decode.choose("avro", {}, mode="native")
+    assert native_decode.choose("craft", {}, mode="auto")[0] == "native"

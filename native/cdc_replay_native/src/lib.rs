@@ -21,6 +21,7 @@ mod avro;
 mod canal_protobuf;
 mod canal_typed;
 mod craft;
+mod oceanbase_avro;
 mod open_protocol;
 
 // ------------------------------------------------------------------------------ builders
@@ -128,6 +129,29 @@ impl ListCol {
     }
     fn export<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
         export_fixed(py, &self.valid, as_bytes(&self.offsets))
+    }
+}
+
+/// The `position` column (canal-protobuf's binlog file number, offset and row index,
+/// oceanbase-avro's record id), which the shared builders do not carry: kept by the decoder
+/// beside them and rolled back with them.
+pub(crate) struct Positions {
+    pub(crate) lists: ListCol,
+    pub(crate) items: Vec<i64>,
+}
+
+impl Positions {
+    pub(crate) fn new() -> Self {
+        Positions { lists: ListCol::new(), items: Vec::new() }
+    }
+    pub(crate) fn truncate(&mut self, events: usize) {
+        self.lists.truncate(events);
+        self.items.truncate(self.lists.offsets[events] as usize);
+    }
+    /// `position` (list offsets, validity) and `position_items` (int64) into the output dict.
+    pub(crate) fn export(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        d.set_item("position", self.lists.export(py))?;
+        d.set_item("position_items", PyBytes::new(py, as_bytes(&self.items)))
     }
 }
 
@@ -596,6 +620,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
+    m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())

@@ -24,6 +24,37 @@ mod craft;
 mod oceanbase_avro;
 mod open_protocol;
 
+// ------------------------------------------------------------------------------ allocator
+
+/// The system allocator, except that zeroed blocks are allocated and then cleared: glibc's
+/// `calloc` bypasses its per-thread cache and takes the slow path every time, and the
+/// `apache-avro` crate allocates every string and bytes value it reads zeroed (`vec![0; n]`).
+/// That was a fifth of the oceanbase-avro parse (profile in docs/engine.md).
+struct Allocator;
+
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // black_box: LLVM would fold this malloc + memset back into calloc
+        let p = std::hint::black_box(std::alloc::System.alloc(layout));
+        if !p.is_null() {
+            std::ptr::write_bytes(p, 0, layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        std::alloc::System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Allocator = Allocator;
+
 // ------------------------------------------------------------------------------ builders
 
 /// A string/binary column: Arrow offsets, data and one validity byte per slot (packed at the end).
@@ -210,6 +241,54 @@ fn pack(valid: &[u8]) -> (Option<Vec<u8>>, usize) {
 }
 
 // ------------------------------------------------------------------------------ decoding
+
+/// A fast hasher for the decoders' caches of distinct values (a multiply-rotate over 8-byte
+/// words; SipHash showed in the profile). Its keys come from records: a flood of colliding
+/// keys would cost time, not correctness, and the caches are bounded.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fx(u64);
+
+impl Fx {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let rest = chunks.remainder();
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ (rest.len() as u64) << 56);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// An integer's decimal text (what `str(int)` writes), without the formatting machinery.
+pub(crate) fn push_int(out: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut u = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[i..]);
+}
 
 /// What a column's type text implies, from the Python reference (`canal_json._column_rule`).
 struct Rule {

@@ -19,16 +19,16 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::Write;
+use std::hash::BuildHasherDefault;
 
 use apache_avro::Schema;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::avro::SchemaReader;
-use crate::{craft, decode_batch, BinaryArray, Builders, Fallback, Positions, KEY_FLAGS, R};
+use crate::{craft, decode_batch, push_int, BinaryArray, Builders, Fallback, Fx, Positions, KEY_FLAGS, R};
 
 // ------------------------------------------------------------------------------ the record
 
@@ -238,22 +238,16 @@ impl Member {
     }
 }
 
-#[derive(Deserialize)]
 struct ColumnValue {
     type_info: DataType,
     value: Member,
 }
 
-#[derive(Deserialize)]
-#[serde(rename = "Field")]
 struct FieldDef {
     name: String,
-    #[serde(rename = "dataTypeNumber")]
-    code: i32,
+    code: i32, // dataTypeNumber
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct AvroRecord {
     id: i64,
     version: i32,
@@ -270,13 +264,149 @@ struct AvroRecord {
     uk_indexes: Option<Vec<Vec<i32>>>,
     before_images: Option<Vec<ColumnValue>>,
     after_images: Option<Vec<ColumnValue>>,
-    #[allow(dead_code)] // read (the body must be whole), not used: DDL goes to Python
-    sql: Option<serde::de::IgnoredAny>,
     tags: Option<Tags>,
     total: i32,
     index: i32,
     before_image_bytes: Blob,
     after_image_bytes: Blob,
+}
+
+// The three records read most are read by position, not by field name (matching names was a
+// tenth of the parse): the schema's field order is checked once (`check_order`).
+const RECORD_FIELDS: [&str; 21] = [
+    "id", "version", "operation", "xid", "txind", "position", "timestamp", "source", "schemaName", "tableName", "fields",
+    "pkIndexes", "ukIndexes", "beforeImages", "afterImages", "sql", "tags", "total", "index", "beforeImageBytes",
+    "afterImageBytes",
+];
+const COLUMN_VALUE_FIELDS: [&str; 2] = ["type_info", "value"];
+const FIELD_FIELDS: [&str; 2] = ["name", "dataTypeNumber"];
+
+/// A record field's name, not looked at: the fields come in the schema's order.
+struct AnyName;
+
+impl<'de> Deserialize<'de> for AnyName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AnyName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<AnyName, E> {
+                Ok(AnyName)
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+/// The next field's value.
+fn next<'de, A: MapAccess<'de>, T: Deserialize<'de>>(map: &mut A) -> Result<T, A::Error> {
+    match map.next_key::<AnyName>()? {
+        Some(AnyName) => map.next_value(),
+        None => Err(de::Error::custom("a field is missing")),
+    }
+}
+
+/// The end of the record.
+fn end<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    match map.next_key::<AnyName>()? {
+        None => Ok(()),
+        Some(AnyName) => Err(de::Error::custom("more fields than expected")),
+    }
+}
+
+/// `Deserialize` for a record read by position; `$build` reads its fields with `next`.
+macro_rules! positional {
+    ($ty:ident, $name:literal, $fields:ident, |$map:ident| $build:expr) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str($name)
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$ty, A::Error> {
+                        let value = $build;
+                        end(&mut $map)?;
+                        Ok(value)
+                    }
+                }
+                d.deserialize_struct($name, &$fields, V)
+            }
+        }
+    };
+}
+
+positional!(ColumnValue, "ColumnValue", COLUMN_VALUE_FIELDS, |map| ColumnValue {
+    type_info: next(&mut map)?,
+    value: next(&mut map)?
+});
+
+positional!(FieldDef, "Field", FIELD_FIELDS, |map| FieldDef { name: next(&mut map)?, code: next(&mut map)? });
+
+positional!(AvroRecord, "AvroRecord", RECORD_FIELDS, |map| {
+    // struct expressions evaluate their fields in the order written: the schema's
+    let (id, version, operation, xid, txind, position, timestamp, source) = (
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+        next(&mut map)?,
+    );
+    let (schema_name, table_name, fields, pk_indexes, uk_indexes) =
+        (next(&mut map)?, next(&mut map)?, next(&mut map)?, next(&mut map)?, next(&mut map)?);
+    let (before_images, after_images) = (next(&mut map)?, next(&mut map)?);
+    let _sql: Option<de::IgnoredAny> = next(&mut map)?; // read (the body must be whole); DDL goes to Python
+    AvroRecord {
+        id,
+        version,
+        operation,
+        xid,
+        txind,
+        position,
+        timestamp,
+        source,
+        schema_name,
+        table_name,
+        fields,
+        pk_indexes,
+        uk_indexes,
+        before_images,
+        after_images,
+        tags: next(&mut map)?,
+        total: next(&mut map)?,
+        index: next(&mut map)?,
+        before_image_bytes: next(&mut map)?,
+        after_image_bytes: next(&mut map)?,
+    }
+});
+
+/// The field names of record `name` in `schema` (searched depth-first), to check the order.
+fn record_fields(schema: &Schema, name: &str) -> Option<Vec<String>> {
+    match schema {
+        Schema::Record(r) if r.name.name() == name => Some(r.fields.iter().map(|f| f.name.clone()).collect()),
+        Schema::Record(r) => r.fields.iter().find_map(|f| record_fields(&f.schema, name)),
+        Schema::Union(u) => u.variants().iter().find_map(|v| record_fields(v, name)),
+        Schema::Array(a) => record_fields(&a.items, name),
+        _ => None,
+    }
+}
+
+/// The positional records' fields are in the order they are read in.
+fn check_order(schema: &Schema) -> Result<(), String> {
+    for (name, expected) in
+        [("AvroRecord", &RECORD_FIELDS[..]), ("ColumnValue", &COLUMN_VALUE_FIELDS[..]), ("Field", &FIELD_FIELDS[..])]
+    {
+        if record_fields(schema, name).as_deref().map(|f| f.iter().map(String::as_str).eq(expected.iter().copied())) != Some(true) {
+            return Err(format!("the schema's {name} does not have the fields {expected:?} in this order"));
+        }
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------ rules
@@ -314,10 +444,70 @@ pub(crate) struct OceanBaseAvroDecoder {
     default_zone: Option<i64>,
     rules: Vec<ColRule>,
     by_key: HashMap<Vec<u8>, Option<usize>>,
-    recent: Vec<(Vec<u8>, Option<usize>)>, // (key, rule) of the last record's columns, by position
-    calls: HashMap<Vec<u8>, Converted>,
+    recent: Vec<Vec<Seen>>, // the last few column types of each column position
+    calls: HashMap<Vec<u8>, Converted, BuildHasherDefault<Fx>>,
     zones: HashMap<String, Option<i64>>,
     key: Vec<u8>,
+    scratch: Scratch,
+}
+
+/// Buffers reused from record to record.
+#[derive(Default)]
+struct Scratch {
+    text: Vec<u8>,
+    label: String,
+    keys: Vec<usize>, // the key columns' field indexes
+}
+
+/// What `_column_type` reads of a value besides its type_info and member.
+#[derive(PartialEq)]
+enum Detail {
+    None,
+    Charset(String),
+    Decimal(i32, i32),
+    Bit(i32),
+    Defines(Option<Vec<String>>),
+}
+
+impl Detail {
+    fn of(v: &Member) -> Detail {
+        match v {
+            Member::StringObject { charset, .. } => Detail::Charset(charset.clone()),
+            Member::DecimalObject { precision, scale, .. } => Detail::Decimal(*precision, *scale),
+            Member::BitObject { bit_length, .. } => Detail::Bit(*bit_length),
+            Member::EnumSetValue { defines, .. } => Detail::Defines(defines.clone()),
+            _ => Detail::None,
+        }
+    }
+    /// The same as `v`'s (whose member kind is the one this was taken from).
+    fn same(&self, v: &Member) -> bool {
+        match (self, v) {
+            (Detail::None, _) => true,
+            (Detail::Charset(c), Member::StringObject { charset, .. }) => c == charset,
+            (Detail::Decimal(p, s), Member::DecimalObject { precision, scale, .. }) => p == precision && s == scale,
+            (Detail::Bit(n), Member::BitObject { bit_length, .. }) => n == bit_length,
+            (Detail::Defines(d), Member::EnumSetValue { defines, .. }) => d == defines,
+            _ => false,
+        }
+    }
+}
+
+/// A column type seen at a column position: compared field by field with the next records'
+/// columns, so a repeated type costs no key and no hash lookup.
+struct Seen {
+    code: i32,
+    values: Vec<(u8, u8, Detail)>,
+    rule: Option<usize>,
+}
+
+impl Seen {
+    fn same(&self, code: i32, values: &[&ColumnValue]) -> bool {
+        self.code == code
+            && self.values.len() == values.len()
+            && self.values.iter().zip(values).all(|((info, kind, detail), v)| {
+                *info == v.type_info as u8 && *kind == v.value.kind() && detail.same(&v.value)
+            })
+    }
 }
 
 /// A column's values' share of its type key: what `_column_type` reads of each.
@@ -397,21 +587,54 @@ fn decimal_text(text: &str, scale: i32, out: &mut Vec<u8>) -> R<()> {
     Ok(())
 }
 
+/// `n` (checked to be 0 or more) in decimal, zero-padded to `width` digits: `f"{n:0{width}d}"`.
+fn push_padded(out: &mut Vec<u8>, n: i64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut i = digits.len();
+    let mut u = n.unsigned_abs();
+    while u > 0 {
+        i -= 1;
+        digits[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+    }
+    out.extend_from_slice(&digits[i.min(digits.len() - width)..]);
+}
+
 /// `_fraction`: nothing, microseconds, or nanoseconds.
 fn fraction(nanos: i32, out: &mut Vec<u8>) {
     if nanos == 0 {
     } else if nanos % 1000 == 0 {
-        write!(out, ".{:06}", nanos / 1000).unwrap();
+        out.push(b'.');
+        push_padded(out, i64::from(nanos / 1000), 6);
     } else {
-        write!(out, ".{:09}", nanos).unwrap();
+        out.push(b'.');
+        push_padded(out, i64::from(nanos), 9);
     }
+}
+
+/// `HH:MM:SS` (hours at least two digits).
+fn push_clock(out: &mut Vec<u8>, h: i64, m: i64, s: i64) {
+    push_padded(out, h, 2);
+    out.push(b':');
+    push_padded(out, m, 2);
+    out.push(b':');
+    push_padded(out, s, 2);
+}
+
+/// `YYYY-MM-DD`.
+fn push_date(out: &mut Vec<u8>, year: i64, month: i64, day: i64) {
+    push_padded(out, year, 4);
+    out.push(b'-');
+    push_padded(out, month, 2);
+    out.push(b'-');
+    push_padded(out, day, 2);
 }
 
 fn date_text(year: i64, month: i64, day: i64, out: &mut Vec<u8>) -> R<()> {
     if !((0..=9999).contains(&year) && (0..=12).contains(&month) && (0..=31).contains(&day)) {
         return Err(Fallback);
     }
-    write!(out, "{:04}-{:02}-{:02}", year, month, day).unwrap();
+    push_date(out, year, month, day);
     Ok(())
 }
 
@@ -419,7 +642,10 @@ fn time_text(negative: bool, h: i64, m: i64, s: i64, nanos: i32, max_hours: i64,
     if !((0..=max_hours).contains(&h) && (0..60).contains(&m) && (0..60).contains(&s) && (0..1_000_000_000).contains(&nanos)) {
         return Err(Fallback);
     }
-    write!(out, "{}{:02}:{:02}:{:02}", if negative { "-" } else { "" }, h, m, s).unwrap();
+    if negative {
+        out.push(b'-');
+    }
+    push_clock(out, h, m, s);
     fraction(nanos, out);
     Ok(())
 }
@@ -453,7 +679,9 @@ fn timestamp_text(seconds: i64, nanos: i32, offset: i64, out: &mut Vec<u8>) -> R
     }
     let (year, month, day) = civil(local.div_euclid(86_400));
     let s = local.rem_euclid(86_400);
-    write!(out, "{:04}-{:02}-{:02} {:02}:{:02}:{:02}", year, month, day, s / 3600, s / 60 % 60, s % 60).unwrap();
+    push_date(out, year, month, day);
+    out.push(b' ');
+    push_clock(out, s / 3600, s / 60 % 60, s % 60);
     fraction(nanos, out);
     Ok(())
 }
@@ -508,6 +736,9 @@ fn side(image: &Option<Vec<ColumnValue>>, wanted: bool, width: usize) -> R<Optio
     }
 }
 
+/// Keys kept per column position (`rule_at`).
+const RECENT: usize = 4;
+
 /// How a value came out: null, a value, or a value with its label (in the label buffer).
 enum Rendered {
     Null,
@@ -517,19 +748,18 @@ enum Rendered {
 
 impl OceanBaseAvroDecoder {
     /// The rule of column `n` whose values (after image's, then before image's) are `values`:
-    /// the same key as the last record's `n`th column needs no hash lookup (records of one
-    /// table repeat). None: the codec refuses the column (its record goes to Python).
+    /// a key among the last few of the `n`th column needs no hash lookup (records of one table
+    /// repeat; a nullable column has two). None: the codec refuses the column (its record goes
+    /// to Python).
     fn rule_at(&mut self, py: Python<'_>, n: usize, code: i32, values: &[&ColumnValue]) -> PyResult<Option<usize>> {
+        if let Some(seen) = self.recent.get(n).and_then(|seen| seen.iter().find(|s| s.same(code, values))) {
+            return Ok(seen.rule);
+        }
         let key = &mut self.key;
         key.clear();
         key.extend_from_slice(&code.to_le_bytes());
         for v in values {
             key_of(v, key);
-        }
-        if let Some((k, rule)) = self.recent.get(n) {
-            if k == key {
-                return Ok(*rule);
-            }
         }
         let rule = match self.by_key.get(key.as_slice()) {
             Some(&rule) => rule,
@@ -539,10 +769,15 @@ impl OceanBaseAvroDecoder {
                 rule
             }
         };
-        if n < self.recent.len() {
-            self.recent[n] = (self.key.clone(), rule);
-        } else if n == self.recent.len() {
-            self.recent.push((self.key.clone(), rule));
+        if n == self.recent.len() {
+            self.recent.push(Vec::new());
+        }
+        if let Some(seen) = self.recent.get_mut(n) {
+            if seen.len() == RECENT {
+                seen.remove(0);
+            }
+            let values = values.iter().map(|v| (v.type_info as u8, v.value.kind(), Detail::of(&v.value))).collect();
+            seen.push(Seen { code, values, rule });
         }
         Ok(rule)
     }
@@ -633,8 +868,14 @@ impl OceanBaseAvroDecoder {
                 Ok(Ok(Rendered::Value))
             }
             Member::Int(_) | Member::Long(_) if labels => self.call(py, rule, v, text, label),
-            Member::Int(n) => done(write!(text, "{}", n).map_err(|_| Fallback)),
-            Member::Long(n) => done(write!(text, "{}", n).map_err(|_| Fallback)),
+            Member::Int(n) => {
+                push_int(text, i64::from(*n));
+                Ok(Ok(Rendered::Value))
+            }
+            Member::Long(n) => {
+                push_int(text, *n);
+                Ok(Ok(Rendered::Value))
+            }
             Member::Float(f) => {
                 let f = f64::from(*f);
                 done(if float { craft::shortest_f32(f, text) } else { craft::shortest_f64(f, text) })
@@ -694,7 +935,8 @@ impl OceanBaseAvroDecoder {
                 if n >> *bit_length != 0 {
                     return Ok(Err(Fallback));
                 }
-                done(write!(text, "{}", n).map_err(|_| Fallback))
+                text.extend_from_slice(n.to_string().as_bytes());
+                Ok(Ok(Rendered::Value))
             }
             Member::EnumSetValue { value, defines } => {
                 if defines.is_some() && labels {
@@ -738,14 +980,19 @@ impl OceanBaseAvroDecoder {
 
     pub(crate) fn record(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions) -> PyResult<R<()>> {
         let events = b.rec_idx.len();
-        let out = self.message(py, d, rec, b, pos);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let out = self.message(py, d, rec, b, pos, &mut scratch);
+        self.scratch = scratch;
         if !matches!(out, Ok(Ok(()))) {
             pos.truncate(events);
         }
         out
     }
 
-    fn message(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions) -> PyResult<R<()>> {
+    #[allow(clippy::too_many_arguments)]
+    fn message(&mut self, py: Python<'_>, d: &[u8], rec: i32, b: &mut Builders, pos: &mut Positions, scratch: &mut Scratch) -> PyResult<R<()>> {
+        let Scratch { text, label, keys } = scratch;
+        keys.clear();
         let (mut msg, schema_id) = match self.read(d) {
             Ok(x) => x,
             Err(f) => return Ok(Err(f)),
@@ -816,31 +1063,32 @@ impl OceanBaseAvroDecoder {
             _ => return Ok(Err(Fallback)),
         };
         let width = fields.len();
-        let mut keys: Vec<&str> = Vec::new();
         for &i in msg.pk_indexes.iter().flatten() {
-            let Some(f) = usize::try_from(i).ok().and_then(|i| fields.get(i)) else { return Ok(Err(Fallback)) };
-            if f.name.is_empty() {
-                return Ok(Err(Fallback)); // event_problem: a key name must be a name
+            match usize::try_from(i).ok().filter(|&i| i < width) {
+                Some(i) if !fields[i].name.is_empty() => keys.push(i),
+                _ => return Ok(Err(Fallback)), // out of range, or event_problem: a key name must be a name
             }
-            keys.push(&f.name);
         }
         let (before, after) = match (side(&msg.before_images, op != "insert", width), side(&msg.after_images, op != "delete", width)) {
             (Ok(before), Ok(after)) => (before, after),
             _ => return Ok(Err(Fallback)),
         };
-        let mut text = Vec::new();
-        let mut label = String::new();
         let mut codes_differ = false;
         for (i, field) in fields.iter().enumerate() {
-            let values: Vec<&ColumnValue> = [after, before].into_iter().flatten().map(|img| &img[i]).collect();
-            let Some(rule) = self.rule_at(py, i, field.code, &values)? else { return Ok(Err(Fallback)) };
+            let values = match (after, before) {
+                (Some(a), Some(b)) => [&a[i], &b[i]],
+                (Some(img), None) | (None, Some(img)) => [&img[i], &img[i]],
+                (None, None) => unreachable!("an operation has an image"),
+            };
+            let values = &values[..1 + usize::from(after.is_some() && before.is_some())];
+            let Some(rule) = self.rule_at(py, i, field.code, values)? else { return Ok(Err(Fallback)) };
             codes_differ |= field.code != self.rules[rule].default_code;
-            let key = keys.contains(&field.name.as_str());
+            let key = keys.iter().any(|&k| fields[k].name == field.name);
             for (img, is_after) in [(after, true), (before, false)] {
                 let Some(img) = img else { continue };
                 text.clear();
                 label.clear();
-                let rendered = match self.render(py, rule, &img[i].value, &mut text, &mut label)? {
+                let rendered = match self.render(py, rule, &img[i].value, text, label)? {
                     Ok(r) => r,
                     Err(f) => return Ok(Err(f)),
                 };
@@ -865,8 +1113,8 @@ impl OceanBaseAvroDecoder {
         b.execute_ts.push(execute_ts);
         b.database.push_str(Some(database));
         b.table.push_str(Some(table));
-        for k in &keys {
-            b.keys.push_str(Some(k));
+        for &k in keys.iter() {
+            b.keys.push_str(Some(&fields[k].name));
         }
         b.key_columns.push(true, b.keys.len());
         b.before.push(before.is_some(), b.before_cols.len());
@@ -900,6 +1148,7 @@ impl OceanBaseAvroDecoder {
     ) -> PyResult<Self> {
         let invalid = |e: String| pyo3::exceptions::PyValueError::new_err(e);
         let parsed = Schema::parse_str(schema).map_err(|e| invalid(format!("the AvroRecord schema: {e}")))?;
+        check_order(&parsed).map_err(invalid)?;
         let reader = SchemaReader::new(Box::new(parsed)).ok_or_else(|| invalid("no datum reader for the schema".into()))?;
         let framing = match framing {
             "auto" => Framing::Auto,
@@ -919,9 +1168,10 @@ impl OceanBaseAvroDecoder {
             rules: Vec::new(),
             by_key: HashMap::new(),
             recent: Vec::new(),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             zones: HashMap::new(),
             key: Vec::new(),
+            scratch: Scratch::default(),
         })
     }
 

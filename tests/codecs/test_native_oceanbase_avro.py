@@ -108,3 +108,153 @@ def test_the_compiled_path_takes_rows_and_leaves_the_rest_to_python():
     assert native_share([GOLDEN_INSERT_BYTES], {"time-zone": "Asia/Shanghai"}) == (1, 0)
     assert native_decode.choose("oceanbase-avro", {}, "auto") == (
         "native", "compiled oceanbase-avro decoder (records it cannot take exactly go to the Python codec)")
+
+
+# ----------------------------------------------------------------------------- edge cases
+
+TS = {"seconds": 1639633094, "nanos": 670000000, "timezone": None}
+DT = {"year": 2021, "month": 12, "day": 31, "hours": 23, "minutes": 59, "seconds": 59, "nanos": 0}
+ENUM = {"value": "b", "defines": ["a", "b", "it's"]}
+
+EDGE = [
+    # integers, booleans and floats in every kind of column; int members in ENUM/SET columns
+    *[one(code, cv(info, value, member)) for code, info, value, member in [
+        (1, "INTEGER", 2147483647, "int"), (8, "LONG", -(1 << 63), "long"), (1, "BOOLEAN", False, "boolean"),
+        (4, "FLOAT", 3.4028234663852886e38, "float"), (4, "FLOAT", 1e-45, "float"), (5, "FLOAT", 0.1, "float"),
+        (5, "DOUBLE", -0.0, "double"), (5, "DOUBLE", 5e-324, "double"), (4, "DOUBLE", 0.1, "double"),
+        (4, "DOUBLE", 0.5, "double"), (4, "DOUBLE", 1e300, "double"), (5, "DOUBLE", float("inf"), "double"),
+        (4, "FLOAT", float("nan"), "float"), (247, "ENUM", 2, "int"), (247, "ENUM", 7, "long"),
+        (248, "SET", 5, "int"), (15, "STRING", 12, "int"), (247, "ENUM", "b", "string"),
+        (248, "SET", "a,c", "string"), (247, "ENUM", b"\x01", "bytes"), (247, "ENUM", True, "boolean"),
+    ]],
+    # ENUM/SET columns whose labels come from another value of the row (before/after)
+    row([("e", 247)], after=[cv("ENUM", ENUM, "EnumSetValue")], before=[cv("ENUM", 3, "int")]),
+    row([("e", 248)], after=[cv("SET", 6, "long")], before=[cv("SET", {"value": "b,c", "defines": ["a", "b", "c"]},
+                                                              "EnumSetValue")]),
+    row([("e", 247)], after=[cv("ENUM", "zz", "string")], before=[cv("ENUM", ENUM, "EnumSetValue")]),
+    row([("e", 247)], after=[cv("ENUM", {"value": "", "defines": ["a"]}, "EnumSetValue")],
+        before=[cv("ENUM", {"value": "a", "defines": None}, "EnumSetValue")]),
+    one(15, cv("STRING", {"value": "x", "defines": ["x"]}, "EnumSetValue")),  # labels in a VARCHAR column
+    # strings: binary columns (ISO-8859-1), charsets, OMS's codes, text in a blob code and back
+    *[one(code, cv(info, value, member)) for code, info, value, member in [
+        (198, "BINARY", "\xff\x00é", "string"), (198, "BINARY", "\u4e2d", "string"), (15, "STRING", "", "string"),
+        (15, "BINARY", b"\xff", "bytes"), (211, "STRING", "clob", "string"), (211, "RAW", b"\x00", "bytes"),
+        (252, "STRING", b"latin \xe9", "bytes"), (253, "NULL", None, None), (249, "NULL", None, None),
+        (15, "BINARY", None, None), (254, "STRING", None, None),
+    ]],
+    *[one(code, cv("STRING", {"charsetName": charset, "value": value}, "StringObject")) for code, charset, value in [
+        (254, "utf8mb4", "abc"), (254, "BINARY", "\xfe"), (15, "Binary", "\u4e2d"), (15, "bınary", "x"),
+        (253, "latin1", "é"), (198, "utf8", "\u0100"),
+    ]],
+    # OceanBase-only codes named after their type_info, and unknown codes
+    *[one(code, cv(info, value, member)) for code, info, value, member in [
+        (161, "ARRAY", "[1,2]", "string"), (999, "VECTOR", "[1.5]", "string"), (999, "STRING", "x", "string"),
+        (215, "ROARINGBITMAP", b"\x01", "bytes"), (999, "MAP", None, None), (6, "NULL", None, None),
+        (245, "STRING", '{"a": 1}', "string"), (255, "GEOMETRY", {"srid": -1, "wkb": b"\x01\x02"}, "GeometryValue"),
+        (10, "DATE", "2020-01-01", "string"),
+    ]],
+    # decimals: padding to the scale, already long enough, no fraction, negative, and what only
+    # Python reads (exponents, spaces, NaN, non-ASCII digits, a huge scale); invalid precision/scale
+    *[one(246, cv("DECIMAL", {"precision": p, "scale": s, "value": v}, "DecimalObject")) for p, s, v in [
+        (10, 4, "1.5"), (10, 2, "-12.345"), (5, 0, "7"), (5, 3, "7"), (5, 2, "-0"), (5, 2, "1e3"), (5, 2, " 1"),
+        (5, 2, "NaN"), (5, 2, "\u0661"), (5, 2, "1."), (5, 2, ".5"), (5, 2, "+1"), (2, 5, "1"), (0, 0, "1"),
+        (65, 30, "0"), (2000, 1500, "1"),
+    ]],
+    one(15, cv("STRING", {"precision": 1, "scale": -3, "value": "12"}, "DecimalObject")),
+    # temporal values at their limits and beyond
+    *[one(code, cv(info, value, member)) for code, info, value, member in [
+        (10, "DATE", {"year": 0, "month": 0, "day": 0}, "DateObject"),
+        (10, "DATE", {"year": 9999, "month": 12, "day": 31}, "DateObject"),
+        (10, "DATE", {"year": 10000, "month": 1, "day": 1}, "DateObject"),
+        (10, "DATE", {"year": -1, "month": 1, "day": 1}, "DateObject"),
+        (11, "TIME", {"negative": False, "hours": 0, "minutes": 0, "seconds": 0, "nanos": 1}, "TimeObject"),
+        (11, "TIME", {"negative": True, "hours": 839, "minutes": 0, "seconds": 0, "nanos": 0}, "TimeObject"),
+        (11, "TIME", {"negative": False, "hours": 1, "minutes": 60, "seconds": 0, "nanos": 0}, "TimeObject"),
+        (11, "TIME", {"negative": False, "hours": 1, "minutes": 2, "seconds": 3, "nanos": 1000}, "TimeObject"),
+        (11, "TIME", {"negative": False, "hours": 1, "minutes": 2, "seconds": 3, "nanos": 1_000_000_000},
+         "TimeObject"),
+        (12, "DATETIME", {**DT, "hours": 24}, "DateTimeObject"), (12, "DATETIME", {**DT, "nanos": 999999999},
+                                                                  "DateTimeObject"),
+        (12, "DATETIME", {**DT, "nanos": -1}, "DateTimeObject"),
+        (7, "TIMESTAMP", TS, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "+05:45"}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "-0330"}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "UTC"}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": ""}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "Asia/Shanghai"}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "Nowhere/Land"}, "TimestampObject"),
+        (7, "TIMESTAMP", {**TS, "timezone": "+24:00"}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": -62135596800, "nanos": 0, "timezone": None}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": -62135596801, "nanos": 0, "timezone": None}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": 253402300799, "nanos": 5, "timezone": None}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": 253402300799, "nanos": 0, "timezone": "+00:01"}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": -62135596800, "nanos": 0, "timezone": "-00:01"}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": 951782400, "nanos": 0, "timezone": "+08:00"}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": 0, "nanos": -1, "timezone": None}, "TimestampObject"),
+        (7, "TIMESTAMP", {"seconds": 1 << 62, "nanos": 0, "timezone": None}, "TimestampObject"),
+    ]],
+    # BIT: leading zeros, the widest, too wide, not digits, empty, non-ASCII digits, lengths out of range
+    *[one(16, cv("BIT", {"bit_length": n, "value": v}, "BitObject")) for n, v in [
+        (8, "0007"), (64, "18446744073709551615"), (64, "18446744073709551616"), (1, "0"), (8, ""), (8, "\u0661"),
+        (0, "0"), (65, "1"), (8, "0" * 30 + "5"), (8, "1" * 25),
+    ]],
+    # key columns: none, several, repeated, an empty key name; names differing in case only
+    row([("a", 3), ("B", 3)], [cv("INTEGER", 1, "int"), cv("INTEGER", 2, "int")], pkIndexes=[1, 0, 1]),
+    row([("", 3), ("b", 3)], [cv("INTEGER", 1, "int"), cv("INTEGER", 2, "int")], pkIndexes=[0]),
+    row([("", 3), ("b", 3)], [cv("INTEGER", 1, "int"), cv("INTEGER", 2, "int")], pkIndexes=[1]),
+    row([("a", 3), ("A", 3)], [cv("INTEGER", 1, "int"), cv("INTEGER", 2, "int")], pkIndexes=[1]),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], pkIndexes=[-1]), row([("a", 3)], [cv("INTEGER", 1, "int")], pkIndexes=[]),
+    # record fields: every extra, version, split markers, names, timestamps, empty images
+    row([("a", 3)], [cv("INTEGER", 1, "int")], xid="x", txind="B", position="p@1", version=3,
+        source=(NS + "Source", {"sourceType": "OB_ORACLE", "version": ""}), ukIndexes=[[0], [], [1, 2]],
+        tags={"k": "v", "é": "\u2028", "": ""}, total=1, index=0, timestamp=0),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], tags={"q": 'say "hi"'}),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], tags={"c": "\x01"}),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], tags={}), row([("a", 3)], [cv("INTEGER", 1, "int")], ukIndexes=[]),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], total=1, index=-1),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], total=2, index=0),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], beforeImageBytes=b"x"),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], timestamp=(1 << 63) // 1000),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], timestamp=-5),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], schemaName=""), row([("a", 3)], [cv("INTEGER", 1, "int")], tableName=None),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], beforeImages=[]),  # an INSERT's empty before image: fine
+    row([("a", 3)], [cv("INTEGER", 1, "int")], operation="DELETE", beforeImages=[cv("INTEGER", 1, "int")]),
+    row([("a", 3)], None, before=[cv("INTEGER", 1, "int")], afterImages=[]),
+    row([("a", 3)], [cv("INTEGER", 1, "int")], operation="UPDATE", beforeImages=[]),
+    row([], [cv("INTEGER", 1, "int")]),
+    row([("a", 3), ("a", 15)], [cv("INTEGER", 1, "int"), cv("STRING", "x", "string")]),  # a name twice
+    # a raw libobcdc code whose values disagree (text after, binary before) and codes the encoder
+    # would not write (dataTypeNumbers kept)
+    row([("v", 253)], after=[cv("STRING", "x", "string")], before=[cv("BINARY", b"y", "bytes")]),
+    row([("v", 3), ("w", 15)], [cv("INTEGER", 1, "int"), cv("INTEGER", 2, "int")]),
+]
+
+
+@pytest.mark.parametrize("options", [None, {"time-zone": "-05:30"}, {"time-zone": "Asia/Shanghai"}])
+def test_edge_cases_decode_the_same(options):
+    python = assert_same(EDGE, options)
+    assert {r["kind"] for r in python} == {"row", "quarantine"}
+    taken, left = native_share(EDGE, options)
+    assert taken >= 75 and left >= 45  # the rest: refused by the reference or not exactly renderable here
+
+
+def test_column_types_the_extension_caches_follow_the_values():
+    """One column position whose type changes from record to record (NULL and not, other
+    charsets, other DECIMAL parameters, other ENUM labels), more than the positions' caches hold:
+    each record is decoded with its own type."""
+    values = [one(code, value) for code, value in [
+        (253, cv("STRING", "x", "string")), (253, cv("BINARY", b"x", "bytes")), (253, cv("NULL")),
+        (253, cv("STRING", {"charsetName": "binary", "value": "x"}, "StringObject")),
+        (253, cv("STRING", {"charsetName": "utf8", "value": "x"}, "StringObject")),
+        (246, cv("DECIMAL", {"precision": 5, "scale": 2, "value": "1"}, "DecimalObject")),
+        (246, cv("DECIMAL", {"precision": 6, "scale": 2, "value": "1"}, "DecimalObject")),
+        (246, cv("DECIMAL", {"precision": 6, "scale": 3, "value": "1"}, "DecimalObject")),
+        (247, cv("ENUM", ENUM, "EnumSetValue")), (247, cv("ENUM", {"value": "b", "defines": ["b"]}, "EnumSetValue")),
+        (247, cv("ENUM", {"value": "b", "defines": None}, "EnumSetValue")), (247, cv("ENUM", 1, "int")),
+        (16, cv("BIT", {"bit_length": 3, "value": "5"}, "BitObject")),
+        (16, cv("BIT", {"bit_length": 4, "value": "5"}, "BitObject")),
+    ]]
+    rng = random.Random(5)
+    stream = [rng.choice(values) for _ in range(300)]
+    assert_same(stream)
+    assert native_share(stream)[1] == 0

@@ -258,3 +258,158 @@ def test_column_types_the_extension_caches_follow_the_values():
     stream = [rng.choice(values) for _ in range(300)]
     assert_same(stream)
     assert native_share(stream)[1] == 0
+
+
+# ----------------------------------------------------------------------------- archives
+
+@pytest.mark.parametrize("options", [None, {"avro-framing": "confluent"}])
+def test_a_generated_archive_decodes_the_same_through_the_line_reader(tmp_path, options):
+    out = paths.generated_archive("oceanbase-avro", tmp_path, records_per_object=40, options=options)
+    assert len(out["native"]) == len(out["python"]) > 300
+    assert out["native"] == out["python"]
+    assert {"row", "ddl", "quarantine"} <= {r["kind"] for r in out["python"]}
+
+
+def test_archive_lines_the_line_reader_leaves_reach_the_python_path(monkeypatch, tmp_path):
+    from .test_native_shared import _both, _lines, _lines_share
+    from .test_native_canal_json import object_bytes
+
+    messages = [(None, value) for value in GOLDEN if value is not None]
+    path = tmp_path / "ob+0+0.jsonl"
+    path.write_bytes(object_bytes(_lines(messages)))
+    rows = _both(monkeypatch, "oceanbase-avro", str(path))
+    assert {r["kind"] for r in rows} == {"row", "ddl", "empty", "quarantine"}
+    taken, left = _lines_share("oceanbase-avro", str(path))
+    assert taken + left == len(messages) + 3
+    assert taken == len(ROWS) + 1  # the rows, and the first record again without a key (none is read)
+
+
+# ----------------------------------------------------------------------------- fuzzing
+
+def _mutate(rng: random.Random, data: bytes) -> bytes:
+    """The codec tests' mutations: bit flips, random bytes, junk, cuts, truncation; and a huge length."""
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        action = rng.random()
+        pos = rng.randrange(len(data)) if data else 0
+        if action < 0.35 and data:
+            data[pos] ^= 1 << rng.randrange(8)
+        elif action < 0.55 and data:
+            data[pos] = rng.randrange(256)
+        elif action < 0.7:
+            data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3)))
+        elif action < 0.85 and data:
+            del data[pos:pos + rng.randint(1, 4)]
+        elif action < 0.95:
+            data = data[:pos]
+        else:
+            data[pos:pos] = b"\xff\xff\xff\xff\x0f"
+    return bytes(data)
+
+
+@pytest.mark.parametrize("options", [None, {"avro-framing": "plain"}])
+def test_mutated_records_decode_the_same(options):
+    rng = random.Random(20261126)
+    seeds = [*ROWS, *EDGE[:40], DDL]
+    mutated = [_mutate(rng, seeds[n % len(seeds)]) for n in range(3000)]
+    python = assert_same(mutated, options)
+    kinds = [r["kind"] for r in python]
+    assert kinds.count("quarantine") > 1000 and kinds.count("row") > 100
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(strategies.events(), min_size=1, max_size=8),
+       options=st.fixed_dictionaries({}, optional={
+           "time-zone": st.sampled_from(["UTC", "+08:00", "-05:30", "America/New_York"]),
+           "avro-framing": st.sampled_from(["auto", "plain", "confluent"]),
+           "timestamp-unit": st.sampled_from(["s", "ms"])}))
+def test_generated_event_streams_decode_the_same(events, options):
+    codec = get_codec("oceanbase-avro", options)
+    assert_same([m.value for m in codec.encode(events, topic="ob", partition=0)], options)
+
+
+# arbitrary ColumnValues: any member under any type_info, in any column code
+INFOS = st.sampled_from(["NULL", "INTEGER", "LONG", "FLOAT", "DOUBLE", "DECIMAL", "STRING", "BINARY", "TIMESTAMP",
+                         "DATE", "TIME", "DATETIME", "BOOLEAN", "BIT", "GEOMETRY", "RAW", "ENUM", "SET", "ARRAY",
+                         "VECTOR", "SPARSE_VECTOR", "ROARINGBITMAP", "MAP"])
+INT = st.integers(-(1 << 31), (1 << 31) - 1)
+SMALL = st.integers(-2, 70)
+TEXT = st.text(max_size=6) | st.sampled_from(["1", "-12.5", "0007", "a,b", "b", "utf8mb4", "binary", "BINARY"])
+LABELS = st.lists(st.sampled_from(["a", "b", "c", "it's", ""]), max_size=3, unique=True)
+MEMBERS = st.one_of(
+    st.none(), st.tuples(st.just("boolean"), st.booleans()), st.tuples(st.just("int"), INT),
+    st.tuples(st.just("long"), st.integers(-(1 << 63), (1 << 63) - 1)),
+    st.tuples(st.just("float"), st.floats(width=32)), st.tuples(st.just("double"), st.floats()),
+    st.tuples(st.just("bytes"), st.binary(max_size=6)), st.tuples(st.just("string"), TEXT),
+    st.tuples(st.just(NS + "StringObject"), st.fixed_dictionaries({"charsetName": TEXT, "value": TEXT})),
+    st.tuples(st.just(NS + "DecimalObject"), st.fixed_dictionaries({"precision": SMALL, "scale": SMALL,
+                                                                     "value": TEXT})),
+    st.tuples(st.just(NS + "DateObject"), st.fixed_dictionaries({"year": st.integers(-1, 10001), "month": SMALL,
+                                                                  "day": SMALL})),
+    st.tuples(st.just(NS + "TimeObject"), st.fixed_dictionaries({
+        "negative": st.booleans(), "hours": st.integers(-1, 840), "minutes": SMALL, "seconds": SMALL,
+        "nanos": st.integers(-1, 10**9)})),
+    st.tuples(st.just(NS + "DateTimeObject"), st.fixed_dictionaries({
+        "year": st.integers(-1, 10001), "month": SMALL, "day": SMALL, "hours": SMALL, "minutes": SMALL,
+        "seconds": SMALL, "nanos": st.integers(-1, 10**9)})),
+    st.tuples(st.just(NS + "TimestampObject"), st.fixed_dictionaries({
+        "seconds": st.integers(-(1 << 40), 1 << 40) | st.integers(-62135596900, -62135596700)
+        | st.integers(253402300700, 253402300900),
+        "nanos": st.integers(-1, 10**9), "timezone": st.none() | st.sampled_from(["", "+08:00", "-0330", "UTC", "Z",
+                                                                                   "Europe/Paris", "bogus"])})),
+    st.tuples(st.just(NS + "BitObject"), st.fixed_dictionaries({"bit_length": SMALL, "value": TEXT})),
+    st.tuples(st.just(NS + "EnumSetValue"), st.fixed_dictionaries({"value": TEXT, "defines": st.none() | LABELS})),
+    st.tuples(st.just(NS + "GeometryValue"), st.fixed_dictionaries({"srid": INT, "wkb": st.binary(max_size=4)})),
+)
+CODES = st.sampled_from([0, 1, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 15, 16, 161, 198, 199, 211, 215, 245, 246, 247, 248,
+                         249, 251, 252, 253, 254, 255, 999])
+
+
+@st.composite
+def avro_records(draw) -> bytes:
+    """An AvroRecord written field by field: any operation, fields and images of any width."""
+    width = draw(st.integers(1, 4))
+    names = draw(st.lists(st.sampled_from(["id", "a", "A", "é", ""]), min_size=width, max_size=width))
+    images = {side: draw(st.none() | st.lists(st.builds(lambda info, value: {"type_info": info, "value": value},
+                                                          INFOS, MEMBERS), min_size=width, max_size=width))
+              for side in ("beforeImages", "afterImages")}
+    return avro(base_record(
+        id=draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        operation=draw(st.sampled_from(["INSERT", "UPDATE", "DELETE", "DELETE", "HEARTBEAT", None])),
+        xid=draw(st.none() | TEXT), txind=draw(st.none() | st.sampled_from(["B", "M", "E", "W"])),
+        timestamp=draw(st.none() | st.integers(-(1 << 62), 1 << 62)),
+        schemaName=draw(st.sampled_from(["shop", "", None])), tableName="t",
+        fields=[{"name": n, "dataTypeNumber": draw(CODES)} for n in names],
+        pkIndexes=draw(st.none() | st.lists(st.integers(-1, width), max_size=2)),
+        tags=draw(st.none() | st.dictionaries(TEXT, TEXT, max_size=2)), **images))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(avro_records(), min_size=1, max_size=10),
+       zone=st.sampled_from([None, {"time-zone": "+08:00"}, {"time-zone": "Europe/Paris"}]))
+def test_arbitrary_records_decode_the_same(records, zone):
+    assert_same(records, zone)
+
+
+FLOATS = st.lists(st.tuples(st.floats(allow_nan=False, allow_infinity=False),
+                            st.floats(width=32, allow_nan=False, allow_infinity=False)), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=FLOATS)
+def test_float_and_double_texts_decode_the_same(pairs):
+    """Doubles and float32 values in DOUBLE and FLOAT columns, both members each way (ties and
+    float32-exact doubles included)."""
+    values = [row([("d", 5), ("f", 4), ("x", 4), ("y", 5)],
+                  [cv("DOUBLE", d, "double"), cv("FLOAT", f, "float"), cv("DOUBLE", d, "double"),
+                   cv("FLOAT", f, "float")]) for d, f in pairs]
+    assert_same(values)
+
+
+def test_an_extension_without_the_oceanbase_avro_decoder_is_said_and_the_python_codec_decodes(monkeypatch):
+    monkeypatch.delattr(native_decode.cdc_replay_native, "OceanBaseAvroDecoder")
+    path, reason = native_decode.choose("oceanbase-avro", {}, mode="auto")
+    assert path == "python" and "has no OceanBaseAvroDecoder" in reason and "scripts/bootstrap" in reason
+    with pytest.raises(RuntimeError, match="has no OceanBaseAvroDecoder"):
+        native_decode.choose("oceanbase-avro", {}, mode="native")
+    assert _rows(GOLDEN, "auto", None) == _rows(GOLDEN, "python", None)  # auto: all through the Python codec

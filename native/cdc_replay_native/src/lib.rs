@@ -273,9 +273,15 @@ impl std::hash::Hasher for Fx {
 
 /// An integer's decimal text (what `str(int)` writes), without the formatting machinery.
 pub(crate) fn push_int(out: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    push_uint(out, n.unsigned_abs());
+}
+
+pub(crate) fn push_uint(out: &mut Vec<u8>, mut u: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
-    let mut u = n.unsigned_abs();
     loop {
         i -= 1;
         digits[i] = b'0' + (u % 10) as u8;
@@ -283,9 +289,6 @@ pub(crate) fn push_int(out: &mut Vec<u8>, n: i64) {
         if u == 0 {
             break;
         }
-    }
-    if n < 0 {
-        out.push(b'-');
     }
     out.extend_from_slice(&digits[i..]);
 }

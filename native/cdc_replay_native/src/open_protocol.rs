@@ -15,25 +15,23 @@ use std::fmt;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
 
 use crate::archive::Text;
 use crate::canal_typed::{Checked, CheckedVisitor, Loose};
 use crate::craft::{shortest_f32, shortest_f64};
-use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
+use crate::{decode_batch, push_int, push_uint, BinaryArray, Builders, Fallback, R};
 
-/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so.
-fn truthy(v: Option<&Value>) -> R<bool> {
+/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so (a
+/// float goes to Python).
+fn truthy(v: &Option<Loose>) -> R<bool> {
     match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => Ok(!s.is_empty()),
-        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
-            Some(x) => Ok(x != 0),
-            None => Err(Fallback),
-        },
-        Some(Value::Array(a)) => Ok(!a.is_empty()),
-        Some(Value::Object(o)) => Ok(!o.is_empty()),
+        None | Some(Loose::Null) => Ok(false),
+        Some(Loose::Bool(b)) => Ok(*b),
+        Some(Loose::Str(s)) => Ok(!s.is_empty()),
+        Some(Loose::UInt(n)) => Ok(*n != 0),
+        Some(Loose::NegInt(_)) => Ok(true),
+        Some(Loose::Float(_)) => Err(Fallback),
+        Some(Loose::Array(any)) | Some(Loose::Object(any)) => Ok(*any),
     }
 }
 
@@ -59,11 +57,12 @@ struct TypeRule {
     kind: Kind,
 }
 
+#[derive(Clone, Copy)]
 struct Col<'a> {
     name: &'a str,
     rule: usize,
     flags: i32,
-    value: Option<Vec<u8>>,
+    value: Option<(usize, usize)>, // the value's bytes in the decoder's `values`
 }
 
 #[pyclass]
@@ -71,6 +70,8 @@ pub(crate) struct OpenProtocolDecoder {
     rule_fn: Py<PyAny>,
     rules: Vec<TypeRule>,
     by_code: HashMap<(u8, i32), usize>,
+    recent: Vec<(u8, i32, usize)>, // (code, flags, rule) of the last image's columns, by position
+    values: Vec<u8>,               // the message's column values, one after the other
 }
 
 // ------------------------------------------------------------------------------ the value JSON
@@ -277,11 +278,61 @@ fn frame(buf: &[u8], pos: usize) -> R<(usize, usize)> {
     Ok((start, start + length as usize))
 }
 
-/// A JSON integer of Python's `int` type (not bool, not float).
-fn int_of(v: &Value) -> Option<i128> {
-    match v {
-        Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
-        _ => None,
+/// A database or table name: absent, empty (quarantined as a row without names) or not a
+/// string goes to Python.
+fn name_of<'k>(field: &'k Option<Loose<'_>>) -> R<&'k str> {
+    match field {
+        Some(Loose::Str(s)) if !s.is_empty() => Ok(s),
+        _ => Err(Fallback),
+    }
+}
+
+/// An event key's fields the decoder reads, typed (no map, strings borrowed from the key);
+/// the others are checked as `orjson` would, not built. A repeated field's last value counts,
+/// as in the reference's dict.
+#[derive(Default)]
+struct KeyMsg<'a> {
+    ts: Option<Loose<'a>>,
+    t: Option<Loose<'a>>,
+    scm: Option<Loose<'a>>,
+    tbl: Option<Loose<'a>>,
+    rid: Option<Loose<'a>>,
+    ptn: Option<Loose<'a>>,
+    ohk: Option<Loose<'a>>,
+    ccl: Option<Loose<'a>>,
+}
+
+impl<'de> Deserialize<'de> for KeyMsg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyMsg<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event key object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyMsg<'de>, A::Error> {
+                let mut m = KeyMsg::default();
+                while let Some(Text(k)) = map.next_key::<Text>()? {
+                    let slot = match k.as_ref() {
+                        "ts" => &mut m.ts,
+                        "t" => &mut m.t,
+                        "scm" => &mut m.scm,
+                        "tbl" => &mut m.tbl,
+                        "rid" => &mut m.rid,
+                        "ptn" => &mut m.ptn,
+                        "ohk" => &mut m.ohk,
+                        "ccl" => &mut m.ccl,
+                        _ => {
+                            map.next_value::<Checked>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<Loose>()?);
+                }
+                Ok(m)
+            }
+        }
+        d.deserialize_map(V) // anything but an object is an error: Python's too
     }
 }
 
@@ -407,7 +458,9 @@ fn float_value(v: &Loose) -> R<f64> {
 }
 
 impl OpenProtocolDecoder {
-    fn rule(&mut self, py: Python<'_>, code: &Loose, flags: i64) -> R<usize> {
+    /// The rule of the `n`th column's (type code, flags): the same pair as the last image's
+    /// `n`th column needs no hash lookup (images of one table repeat).
+    fn rule(&mut self, py: Python<'_>, n: usize, code: &Loose, flags: i64) -> R<usize> {
         let code = match int_of_j(code) {
             Some(c) if (0..=255).contains(&c) => c as u8,
             _ => return Err(Fallback),
@@ -416,6 +469,21 @@ impl OpenProtocolDecoder {
             return Err(Fallback);
         }
         let flags = flags as i32;
+        if let Some(&(c, f, i)) = self.recent.get(n) {
+            if (c, f) == (code, flags) {
+                return Ok(i);
+            }
+        }
+        let i = self.rule_of(py, code, flags)?;
+        if n < self.recent.len() {
+            self.recent[n] = (code, flags, i);
+        } else if n == self.recent.len() {
+            self.recent.push((code, flags, i));
+        }
+        Ok(i)
+    }
+
+    fn rule_of(&mut self, py: Python<'_>, code: u8, flags: i32) -> R<usize> {
         if let Some(&i) = self.by_code.get(&(code, flags)) {
             return Ok(i);
         }
@@ -456,35 +524,22 @@ impl OpenProtocolDecoder {
             if matches!(col.h, Some(Loose::Bool(true))) {
                 flags |= HANDLE_KEY;
             }
-            let rule = self.rule(py, code, flags)?;
+            let rule = self.rule(py, i, code, flags)?;
             let kind = self.rules[rule].kind;
-            let data = match value {
-                Loose::Null => None,
-                Loose::NegInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                Loose::UInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                Loose::Str(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
-                Loose::Str(s) if kind == Kind::Quoted => {
-                    let mut out = Vec::with_capacity(s.len());
-                    go_unquote(s, &mut out)?;
-                    Some(out)
-                }
-                Loose::Str(s) if kind == Kind::Base64 => {
-                    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-                    base64(s, &mut out)?;
-                    Some(out)
-                }
-                v if kind == Kind::Float64 => {
-                    let mut out = Vec::new();
-                    shortest_f64(float_value(v)?, &mut out)?;
-                    Some(out)
-                }
-                v if kind == Kind::Float32 => {
-                    let mut out = Vec::new();
-                    shortest_f32(float_value(v)?, &mut out)?;
-                    Some(out)
-                }
+            let out = &mut self.values;
+            let start = out.len();
+            match value {
+                Loose::Null => {}
+                Loose::NegInt(n) if kind == Kind::Int => push_int(out, *n),
+                Loose::UInt(n) if kind == Kind::Int => push_uint(out, *n),
+                Loose::Str(s) if kind == Kind::Text => out.extend_from_slice(s.as_bytes()),
+                Loose::Str(s) if kind == Kind::Quoted => go_unquote(s, out)?,
+                Loose::Str(s) if kind == Kind::Base64 => base64(s, out)?,
+                v if kind == Kind::Float64 => shortest_f64(float_value(v)?, out)?,
+                v if kind == Kind::Float32 => shortest_f32(float_value(v)?, out)?,
                 _ => return Err(Fallback),
-            };
+            }
+            let data = (!matches!(value, Loose::Null)).then_some((start, out.len()));
             if flags & HANDLE_KEY != 0 {
                 keys.push(name.as_ref());
             }
@@ -499,33 +554,28 @@ impl OpenProtocolDecoder {
             pool.name.push_str(Some(c.name));
             pool.mysql_type.push_str(Some(&self.rules[c.rule].mysql_type));
             pool.flags.push(c.flags);
-            pool.value.push(c.value.as_deref());
+            pool.value.push(c.value.map(|(start, end)| &self.values[start..end]));
             pool.label.push(None);
         }
         list.push(cols.is_some(), pool.len());
     }
 
-    fn row(&mut self, py: Python<'_>, key: &Map<String, Value>, raw: &[u8], b: &mut Builders) -> R<()> {
-        if truthy(key.get("ohk"))? || truthy(key.get("ccl"))? {
+    fn row(&mut self, py: Python<'_>, key: &KeyMsg, raw: &[u8], b: &mut Builders) -> R<()> {
+        if truthy(&key.ohk)? || truthy(&key.ccl)? {
             return Err(Fallback); // handle-key-only / claim-check: the Python codec
         }
-        let name = |field: &str| match key.get(field) {
-            Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
-            _ => Err(Fallback), // absent, empty (quarantined as a row without names) or not a string
-        };
-        let (database, table) = (name("scm")?, name("tbl")?);
+        let (database, table) = (name_of(&key.scm)?, name_of(&key.tbl)?);
         let mut extras: Vec<(&str, String)> = Vec::new();
-        for (field, extra) in [("rid", "open.rid"), ("ptn", "open.ptn")] {
-            match key.get(field) {
-                None | Some(Value::Null) => {}
-                Some(v) => match int_of(v) {
-                    Some(n) if i64::try_from(n).is_ok() => extras.push((extra, n.to_string())),
-                    _ => return Err(Fallback),
-                },
+        for (field, extra) in [(&key.rid, "open.rid"), (&key.ptn, "open.ptn")] {
+            match field {
+                None | Some(Loose::Null) => {}
+                Some(Loose::UInt(n)) if i64::try_from(*n).is_ok() => extras.push((extra, n.to_string())),
+                Some(Loose::NegInt(n)) => extras.push((extra, n.to_string())),
+                Some(_) => return Err(Fallback),
             }
         }
         // the reference rewrites a float column's Go `-0` (`"v":-0` before `,` or `}`) to -0.0
-        if raw.windows(7).any(|w| &w[..6] == b"\"v\":-0" && (w[6] == b',' || w[6] == b'}')) {
+        if memchr::memmem::find_iter(raw, b"\"v\":-0").any(|at| matches!(raw.get(at + 6), Some(b',') | Some(b'}'))) {
             return Err(Fallback);
         }
         let msg: RowMsg = serde_json::from_slice(raw).map_err(|_| Fallback)?;
@@ -571,15 +621,15 @@ impl OpenProtocolDecoder {
         if key.len() < 8 || u64::from_be_bytes(key[..8].try_into().unwrap()) != 1 {
             return Err(Fallback);
         }
+        self.values.clear();
         let (mut key_pos, mut value_pos) = (8, 0);
         let mut index = 0;
         while key_pos < key.len() {
             let (start, end) = frame(key, key_pos)?;
             key_pos = end;
-            let msg_key: Value = serde_json::from_slice(&key[start..end]).map_err(|_| Fallback)?;
-            let Value::Object(msg_key) = msg_key else { return Err(Fallback) };
-            let ts = match msg_key.get("ts").and_then(int_of) {
-                Some(ts) if (0..1 << 63).contains(&ts) => ts as i64,
+            let msg_key: KeyMsg = serde_json::from_slice(&key[start..end]).map_err(|_| Fallback)?;
+            let ts = match msg_key.ts {
+                Some(Loose::UInt(ts)) if ts < 1 << 63 => ts as i64,
                 _ => return Err(Fallback),
             };
             if value_pos >= value.len() {
@@ -587,8 +637,8 @@ impl OpenProtocolDecoder {
             }
             let (vstart, vend) = frame(value, value_pos)?;
             value_pos = vend;
-            let kind = match msg_key.get("t") {
-                Some(Value::Number(n)) => n.as_u64().ok_or(Fallback)?,
+            let kind = match msg_key.t {
+                Some(Loose::UInt(t)) => t,
                 _ => return Err(Fallback),
             };
             b.rec_idx.push(rec);
@@ -623,10 +673,7 @@ impl OpenProtocolDecoder {
 fn fill_old<'a>(old: Vec<Col<'a>>, new: &[Col<'a>]) -> Vec<Col<'a>> {
     let mut image: Vec<Col> = Vec::with_capacity(new.len().max(old.len()));
     for c in new {
-        match old.iter().find(|o| o.name == c.name) {
-            Some(o) => image.push(Col { name: o.name, rule: o.rule, flags: o.flags, value: o.value.clone() }),
-            None => image.push(Col { name: c.name, rule: c.rule, flags: c.flags, value: c.value.clone() }),
-        }
+        image.push(*old.iter().find(|o| o.name == c.name).unwrap_or(c));
     }
     for o in old {
         if !new.iter().any(|c| c.name == o.name) {
@@ -641,7 +688,7 @@ impl OpenProtocolDecoder {
     /// `rule(type_code, flags) -> (mysql_type, value kind)` or None: open_protocol._column_kind.
     #[new]
     fn new(rule: Py<PyAny>) -> Self {
-        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new() }
+        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new(), recent: Vec::new(), values: Vec::new() }
     }
 
     /// As `CanalJsonDecoder.decode`, with the records' keys as a second Arrow binary array.

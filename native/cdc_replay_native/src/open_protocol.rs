@@ -72,6 +72,7 @@ pub(crate) struct OpenProtocolDecoder {
     by_code: HashMap<(u8, i32), usize>,
     recent: Vec<(u8, i32, usize)>, // (code, flags, rule) of the last image's columns, by position
     values: Vec<u8>,               // the message's column values, one after the other
+    names: Vec<String>,            // the column names of the last image, which has no name twice
 }
 
 // ------------------------------------------------------------------------------ the value JSON
@@ -182,7 +183,7 @@ impl<'de> Visitor<'de> for PartVisitor {
         f.write_str("an image object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Part<'de>, A::Error> {
-        let mut cols = Vec::new();
+        let mut cols = Vec::with_capacity(16);
         while let Some(Text(k)) = map.next_key::<Text>()? {
             let Column(c) = map.next_value::<Column>()?;
             cols.push((k, c));
@@ -508,10 +509,16 @@ impl OpenProtocolDecoder {
     fn image<'a>(&mut self, py: Python<'_>, columns: &'a Cols<'a>) -> R<(Vec<Col<'a>>, Vec<&'a str>)> {
         let mut image = Vec::with_capacity(columns.len());
         let mut keys = Vec::new();
-        for (i, (name, col)) in columns.iter().enumerate() {
-            if columns[..i].iter().any(|(other, _)| other == name) {
-                return Err(Fallback); // a repeated column name: Python's dict keeps the last value
+        // a repeated column name goes to Python (its dict keeps the last value); the names of
+        // the last image checked, in the same order, need no check
+        let checked = columns.len() == self.names.len() && columns.iter().zip(&self.names).all(|((n, _), m)| n == m);
+        if !checked {
+            if (1..columns.len()).any(|i| columns[..i].iter().any(|(other, _)| *other == columns[i].0)) {
+                return Err(Fallback);
             }
+            self.names = columns.iter().map(|(n, _)| n.to_string()).collect();
+        }
+        for (i, (name, col)) in columns.iter().enumerate() {
             let Some(col) = col else { return Err(Fallback) };
             let (Some(code), Some(value)) = (&col.t, &col.v) else { return Err(Fallback) };
             let mut flags = match &col.f {
@@ -578,7 +585,9 @@ impl OpenProtocolDecoder {
         if memchr::memmem::find_iter(raw, b"\"v\":-0").any(|at| matches!(raw.get(at + 6), Some(b',') | Some(b'}'))) {
             return Err(Fallback);
         }
-        let msg: RowMsg = serde_json::from_slice(raw).map_err(|_| Fallback)?;
+        // UTF-8 checked once for the whole value, not string by string (the same values fail)
+        let text = std::str::from_utf8(raw).map_err(|_| Fallback)?;
+        let msg: RowMsg = serde_json::from_str(text).map_err(|_| Fallback)?;
         let (new, old, deleted) = (msg.u.columns()?, msg.p.columns()?, msg.d.columns()?);
         let (op, before, after, keys) = if let Some(deleted) = deleted {
             if new.is_some() || old.is_some() {
@@ -627,7 +636,8 @@ impl OpenProtocolDecoder {
         while key_pos < key.len() {
             let (start, end) = frame(key, key_pos)?;
             key_pos = end;
-            let msg_key: KeyMsg = serde_json::from_slice(&key[start..end]).map_err(|_| Fallback)?;
+            let text = std::str::from_utf8(&key[start..end]).map_err(|_| Fallback)?;
+            let msg_key: KeyMsg = serde_json::from_str(text).map_err(|_| Fallback)?;
             let ts = match msg_key.ts {
                 Some(Loose::UInt(ts)) if ts < 1 << 63 => ts as i64,
                 _ => return Err(Fallback),
@@ -688,7 +698,7 @@ impl OpenProtocolDecoder {
     /// `rule(type_code, flags) -> (mysql_type, value kind)` or None: open_protocol._column_kind.
     #[new]
     fn new(rule: Py<PyAny>) -> Self {
-        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new(), recent: Vec::new(), values: Vec::new() }
+        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new(), recent: Vec::new(), values: Vec::new(), names: Vec::new() }
     }
 
     /// As `CanalJsonDecoder.decode`, with the records' keys as a second Arrow binary array.

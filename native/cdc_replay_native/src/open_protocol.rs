@@ -90,12 +90,14 @@ fn consume_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<(), A::Error> {
 }
 
 /// A column object's fields (`t`, `f`, `h`, `v`; others are ignored, as the reference does),
-/// or `None` when the column is not a JSON object.
+/// or `None` when the column is not a JSON object. The type code and flags are kept as what the
+/// decoder uses of them (Err: not an integer in range, the record goes to Python), `h` as
+/// whether it is `true`: a column is small to move.
 #[derive(Default)]
 struct ColJ<'a> {
-    t: Option<Loose<'a>>,
-    f: Option<Loose<'a>>,
-    h: Option<Loose<'a>>,
+    t: Option<Result<u8, ()>>,
+    f: Option<Result<i64, ()>>,
+    h: bool,
     v: Option<Loose<'a>>,
 }
 
@@ -129,17 +131,21 @@ impl<'de> Visitor<'de> for ColVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut c = ColJ::default();
         while let Some(Text(k)) = map.next_key::<Text>()? {
-            let slot = match k.as_ref() {
-                "t" => &mut c.t,
-                "f" => &mut c.f,
-                "h" => &mut c.h,
-                "v" => &mut c.v,
+            match k.as_ref() {
+                "t" => {
+                    let code = int_of_j(&map.next_value::<Loose>()?).filter(|c| (0..=255).contains(c));
+                    c.t = Some(code.map(|c| c as u8).ok_or(()));
+                }
+                "f" => {
+                    let flags = int_of_j(&map.next_value::<Loose>()?).filter(|f| (0..1 << 31).contains(f));
+                    c.f = Some(flags.map(|f| f as i64).ok_or(()));
+                }
+                "h" => c.h = matches!(map.next_value::<Loose>()?, Loose::Bool(true)),
+                "v" => c.v = Some(map.next_value::<Loose>()?),
                 _ => {
                     map.next_value::<Checked>()?;
-                    continue;
                 }
-            };
-            *slot = Some(map.next_value::<Loose>()?);
+            }
         }
         Ok(Some(c))
     }
@@ -461,11 +467,7 @@ fn float_value(v: &Loose) -> R<f64> {
 impl OpenProtocolDecoder {
     /// The rule of the `n`th column's (type code, flags): the same pair as the last image's
     /// `n`th column needs no hash lookup (images of one table repeat).
-    fn rule(&mut self, py: Python<'_>, n: usize, code: &Loose, flags: i64) -> R<usize> {
-        let code = match int_of_j(code) {
-            Some(c) if (0..=255).contains(&c) => c as u8,
-            _ => return Err(Fallback),
-        };
+    fn rule(&mut self, py: Python<'_>, n: usize, code: u8, flags: i64) -> R<usize> {
         if !(0..1 << 31).contains(&flags) {
             return Err(Fallback);
         }
@@ -520,15 +522,13 @@ impl OpenProtocolDecoder {
         }
         for (i, (name, col)) in columns.iter().enumerate() {
             let Some(col) = col else { return Err(Fallback) };
-            let (Some(code), Some(value)) = (&col.t, &col.v) else { return Err(Fallback) };
-            let mut flags = match &col.f {
+            let (Some(Ok(code)), Some(value)) = (col.t, &col.v) else { return Err(Fallback) };
+            let mut flags = match col.f {
                 None => 0,
-                Some(f) => match int_of_j(f) {
-                    Some(f) if (0..1 << 31).contains(&f) => f as i64,
-                    _ => return Err(Fallback),
-                },
+                Some(Ok(f)) => f,
+                Some(Err(())) => return Err(Fallback),
             };
-            if matches!(col.h, Some(Loose::Bool(true))) {
+            if col.h {
                 flags |= HANDLE_KEY;
             }
             let rule = self.rule(py, i, code, flags)?;
@@ -582,7 +582,9 @@ impl OpenProtocolDecoder {
             }
         }
         // the reference rewrites a float column's Go `-0` (`"v":-0` before `,` or `}`) to -0.0
-        if memchr::memmem::find_iter(raw, b"\"v\":-0").any(|at| matches!(raw.get(at + 6), Some(b',') | Some(b'}'))) {
+        static GO_ZERO: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+        let finder = GO_ZERO.get_or_init(|| memchr::memmem::Finder::new(b"\"v\":-0"));
+        if finder.find_iter(raw).any(|at| matches!(raw.get(at + 6), Some(b',') | Some(b'}'))) {
             return Err(Fallback);
         }
         // UTF-8 checked once for the whole value, not string by string (the same values fail)

@@ -286,32 +286,12 @@ def test_archive_lines_the_line_reader_leaves_reach_the_python_path(monkeypatch,
 
 # ----------------------------------------------------------------------------- fuzzing
 
-def _mutate(rng: random.Random, data: bytes) -> bytes:
-    """The codec tests' mutations: bit flips, random bytes, junk, cuts, truncation; and a huge length."""
-    data = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        action = rng.random()
-        pos = rng.randrange(len(data)) if data else 0
-        if action < 0.35 and data:
-            data[pos] ^= 1 << rng.randrange(8)
-        elif action < 0.55 and data:
-            data[pos] = rng.randrange(256)
-        elif action < 0.7:
-            data[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3)))
-        elif action < 0.85 and data:
-            del data[pos:pos + rng.randint(1, 4)]
-        elif action < 0.95:
-            data = data[:pos]
-        else:
-            data[pos:pos] = b"\xff\xff\xff\xff\x0f"
-    return bytes(data)
-
-
 @pytest.mark.parametrize("options", [None, {"avro-framing": "plain"}])
 def test_mutated_records_decode_the_same(options):
+    """The codec tests' mutations of rows, edge cases and DDL: same rows or same quarantine rows."""
     rng = random.Random(20261126)
     seeds = [*ROWS, *EDGE[:40], DDL]
-    mutated = [_mutate(rng, seeds[n % len(seeds)]) for n in range(3000)]
+    mutated = [golden.mutate(rng, seeds[n % len(seeds)]) for n in range(3000)]
     python = assert_same(mutated, options)
     kinds = [r["kind"] for r in python]
     assert kinds.count("quarantine") > 1000 and kinds.count("row") > 100

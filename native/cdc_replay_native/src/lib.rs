@@ -491,6 +491,18 @@ impl Builders {
         self.after.push(false, self.after_cols.len());
         self.watermark_ts.push(Some(ts));
     }
+    /// A row event's first fields: record and event index, kind, op, times, names.
+    #[allow(clippy::too_many_arguments)]
+    fn start_row(&mut self, rec: i32, index: i32, op: &str, commit_ts: Option<i64>, execute_ts: Option<i64>, database: &str, table: &str) {
+        self.rec_idx.push(rec);
+        self.event_index.push(index);
+        self.kind.push_str(Some("row"));
+        self.op.push_str(Some(op));
+        self.commit_ts.push(commit_ts);
+        self.execute_ts.push(execute_ts);
+        self.database.push_str(Some(database));
+        self.table.push_str(Some(table));
+    }
     /// One record written by `record`, or nothing of it when `record` gives it up (rolled
     /// back); true when it was taken. Every decoder's record loop goes through here.
     fn attempt(&mut self, record: impl FnOnce(&mut Builders) -> PyResult<R<()>>) -> PyResult<bool> {
@@ -575,7 +587,7 @@ impl CanalJsonDecoder {
     }
 }
 
-fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
+fn buffer_bytes(buf: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: the buffer is held (and so kept alive and unchanged) for the whole call.
     unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
 }
@@ -601,6 +613,7 @@ impl CanalJsonDecoder {
     /// Returns a dict of Arrow buffers (see spark_apps/native_decode.py) and `status`: one byte
     /// per record, 1 when decoded here, 0 when the Python codec must decode it.
     #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
+    #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         &mut self,
         py: Python<'py>,

@@ -347,7 +347,7 @@ positional!(ColumnValue, "ColumnValue", COLUMN_VALUE_FIELDS, |map| ColumnValue {
 positional!(FieldDef, "Field", FIELD_FIELDS, |map| FieldDef { name: next(&mut map)?, code: next(&mut map)? });
 
 positional!(AvroRecord, "AvroRecord", RECORD_FIELDS, |map| {
-    // struct expressions evaluate their fields in the order written: the schema's
+    // read in the schema's order (tuple and struct expressions evaluate left to right)
     let (id, version, operation, xid, txind, position, timestamp, source) = (
         next(&mut map)?,
         next(&mut map)?,
@@ -1105,14 +1105,7 @@ impl OceanBaseAvroDecoder {
             let codes: Vec<String> = fields.iter().map(|f| f.code.to_string()).collect();
             extras.push(("oceanbase.dataTypeNumbers", codes.join(",")));
         }
-        b.rec_idx.push(rec);
-        b.event_index.push(0);
-        b.kind.push_str(Some("row"));
-        b.op.push_str(Some(op));
-        b.commit_ts.push(None);
-        b.execute_ts.push(execute_ts);
-        b.database.push_str(Some(database));
-        b.table.push_str(Some(table));
+        b.start_row(rec, 0, op, None, execute_ts, database, table);
         for &k in keys.iter() {
             b.keys.push_str(Some(&fields[k].name));
         }

@@ -431,7 +431,7 @@ fn b64(c: u8) -> R<u32> {
 /// Python's `binascii.a2b_base64(strict_mode=True)`.
 fn base64(text: &str, out: &mut Vec<u8>) -> R<()> {
     let b = text.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(Fallback);
     }
     for (q, chunk) in b.chunks(4).enumerate() {

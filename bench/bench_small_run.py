@@ -24,7 +24,7 @@ Two measurements:
 
     .venv/bin/python bench/bench_small_run.py --stages
     .venv/bin/python bench/bench_small_run.py --events 10000 --rounds 3 [--before DIR] [--small-run-off]
-    .venv/bin/python bench/bench_small_run.py --timeline [--events 10000] [--spark-conf K=V ...]
+    .venv/bin/python bench/bench_small_run.py --timeline [--events 10000] [--spark-conf K=V ...] [--before DIR]
     .venv/bin/python bench/bench_small_run.py --worker-imports --rounds 5
 """
 
@@ -105,10 +105,12 @@ def snapshot_stages(spark, workdir: str) -> dict[str, tuple[int, int]]:
 
 def cli_round(source: str, output: str, code: str | None = None, env: dict | None = None) -> tuple[float, float]:
     """(wall s, CPU s) of one `cdc-replay replay` process tree; `code`: a checkout of another
-    commit whose spark_apps is run instead (first on PYTHONPATH), for before/after pairs;
-    `env`: extra environment (e.g. the small-run settings off)."""
-    binary = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
-    env = {**os.environ, **(env or {}), **({"PYTHONPATH": os.path.abspath(code)} if code else {})}
+    commit, for before/after pairs: its own `.venv/bin/cdc-replay` when it was bootstrapped,
+    else this environment with its spark_apps first on PYTHONPATH; `env`: extra environment
+    (e.g. the small-run settings off)."""
+    own = code and os.path.join(code, ".venv", "bin", "cdc-replay")
+    binary = own if own and os.path.exists(own) else os.path.join(os.path.dirname(sys.executable), "cdc-replay")
+    env = {**os.environ, **(env or {}), **({"PYTHONPATH": os.path.abspath(code)} if code and binary != own else {})}
     shutil.rmtree(output, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -153,7 +155,8 @@ class _ProcessTree:
 
         self.root = root
         self.ticks = os.sysconf("SC_CLK_TCK")
-        self.boot = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+        # the epoch time of the boot, to 10 ms (/proc/stat's btime is whole seconds)
+        self.boot = time.time() - float(open("/proc/uptime").read().split()[0])
         self.processes: dict[int, dict] = {}
         self.threads: dict[tuple[int, int], tuple[str, float]] = {}
         self._stop = threading.Event()
@@ -189,7 +192,7 @@ class _ProcessTree:
                     command = open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip()
                 except OSError:
                     command = ""
-                seen.update(cpu=cpu, comm=comm, command=command or seen["command"])
+                seen.update(cpu=cpu, comm=comm, command=command or seen["command"], last=time.time())
                 if comm == "java":
                     try:
                         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -236,14 +239,16 @@ def _thread_group(name: str) -> str:
     return "other Spark threads (scheduler, shuffle, AQE, listeners)"
 
 
-def timeline(source: str, output: str, spark_conf: list[str]) -> None:
-    """Print where one `cdc-replay replay` run's wall time and CPU time go."""
+def timeline(source: str, output: str, spark_conf: list[str], code: str | None = None) -> None:
+    """Print where one `cdc-replay replay` run's wall time and CPU time go (`code`: a checkout
+    with its own .venv to run instead of this one)."""
     import json
     import re
     import threading
 
     events_dir = tempfile.mkdtemp(prefix="bench-small-events-")
-    binary = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
+    binary = os.path.join(code, ".venv", "bin", "cdc-replay") if code else os.path.join(
+        os.path.dirname(sys.executable), "cdc-replay")
     argv = [binary, "replay", "--source", source, "--protocol", "canal-json", "--output", output, "--emit", "snapshot",
             *TIDB, "--spark-conf", "spark.eventLog.enabled=true", "--spark-conf", f"spark.eventLog.dir={events_dir}",
             "--spark-conf", "spark.eventLog.compress=false"]
@@ -252,12 +257,13 @@ def timeline(source: str, output: str, spark_conf: list[str]) -> None:
     shutil.rmtree(output, ignore_errors=True)
     load = os.getloadavg()[0]
     started = time.time()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the driver's log lines reach the CLI's stdout (spark-submit merges the driver's stderr)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tree = _ProcessTree(process.pid)
     lines: list[tuple[float, str]] = []
 
     def read():
-        for line in process.stderr:
+        for line in process.stdout:
             lines.append((time.time(), line.rstrip()))
 
     reader = threading.Thread(target=read, daemon=True)
@@ -288,8 +294,11 @@ def timeline(source: str, output: str, spark_conf: list[str]) -> None:
     def line_at(pattern: str) -> float | None:
         return next((t for t, text in lines if re.search(pattern, text)), None)
 
-    submit = first("spark-submit's scripts")
-    jvm = first("driver JVM (SparkSubmit)") or first("spark-submit's scripts")
+    def last(what: str) -> float | None:
+        return max((p["last"] for p in tree.processes.values() if _what(p["command"]) == what), default=None)
+
+    submit = first("driver JVM (SparkSubmit)")  # spark-submit's own process, which execs the JVM
+    jvm = last("spark-submit's launcher JVM")  # about when the driver JVM is exec'd (50 ms samples)
     driver = first("driver Python (spark_apps/replay.py)")
     listed = line_at(r"\] \d+ objects, ")
     decoding = line_at(r"\] reading and decoding")
@@ -324,7 +333,10 @@ def timeline(source: str, output: str, spark_conf: list[str]) -> None:
     committed = line_at(r"\] committed ")
     rows.append((previous, committed, "driver: manifest and commit"))
     rows.append((committed, app_end, "spark.stop()"))
-    rows.append((app_end, ended, "driver Python and JVM exit, the CLI's end (class-data archive kept)"))
+    driver_end, jvm_end = last("driver Python (spark_apps/replay.py)"), last("driver JVM (SparkSubmit)")
+    rows.append((app_end, driver_end, "the driver Python's end (summary, exit)"))
+    rows.append((driver_end, jvm_end, "the driver JVM's end (shutdown hooks, temporary folders)"))
+    rows.append((jvm_end, ended, "the CLI's end (class-data archive kept)"))
     daemon = first("Python worker daemon / worker")
     print(f"load average (1 min) at the start: {load:.1f}; wall {ended - started:.1f} s\n")
     print("| from s | to s | wall s | phase |\n|---:|---:|---:|---|")
@@ -360,7 +372,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", metavar="DIR",
-                        help="also run a checkout of another commit (git archive), alternating with this one")
+                        help="also run a checkout of another commit, alternating with this one: with its own "
+                             ".venv (scripts/bootstrap run there) or, without one, in this environment")
     parser.add_argument("--small-run-off", action="store_true",
                         help="also run this checkout with CDC_REPLAY_SMALL_RUN_MB=0, alternating")
     parser.add_argument("--worker-imports", action="store_true",
@@ -398,7 +411,7 @@ def main() -> None:
         records = archive_of(args.events, source)
         print(f"archive: {records:,} records under {source}")
         if args.timeline:
-            timeline(source, os.path.join(workdir, "out"), args.spark_conf)
+            timeline(source, os.path.join(workdir, "out"), args.spark_conf, args.before)
             return
         print("| round | code | load average (1 min) | wall s | CPU s |\n|---:|---|---:|---:|---:|")
         for i in range(args.rounds):

@@ -32,10 +32,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if "--code" in sys.argv:  # another checkout's spark_apps (before/after pairs)
-    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--code") + 1]))
-
 from bench_canal_json import bench_naive_replay, bench_replay, write_history  # noqa: E402
+
+if "--code" in sys.argv:  # another checkout's spark_apps (before/after pairs), ahead of ours
+    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--code") + 1]))
 
 
 def _stages(spark) -> list[dict]:

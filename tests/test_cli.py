@@ -146,8 +146,8 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
 
 def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_generation(tmp_path, monkeypatch):
     """The class-data archive is for every local run whose class path is Spark's own; the C1-only
-    JIT and the interpreted expressions (launch.SMALL_RUN_SPARK_CONF) only for small ones, and a
-    --spark-conf of the user's replaces ours key by key."""
+    JIT only for small ones, the interpreted expressions (launch.SMALL_RUN_SPARK_CONF) only up
+    to launch.INTERPRETED_RUN_MB, and a --spark-conf of the user's replaces ours key by key."""
     from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF, class_archive
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
@@ -176,6 +176,10 @@ def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_ge
     conf, why = launched([*base, "--spark-conf", "spark.sql.codegen.wholeStage=true"])
     assert conf["spark.sql.codegen.wholeStage"] == "true" and conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
     assert "wholeStage" not in why
+    (source / "00000000000000001000.jsonl.gz").write_bytes(b"x" * 4_000_000)  # 4.6 MB: C1, generated code
+    conf, why = launched(base)
+    assert SMALL_RUN_JAVA_OPTIONS in conf["spark.driver.extraJavaOptions"] and not set(SMALL_RUN_SPARK_CONF) & set(conf)
+    assert why.endswith(f"class-data archive {archive}, generated code (over 4 MB)")
     monkeypatch.setenv(SMALL_RUN_ENV, "0.5")  # a large run: the archive only
     conf, why = launched(base)
     assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {mapped}"

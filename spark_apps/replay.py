@@ -18,6 +18,11 @@ import uuid
 
 if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # pyspark from the installed package, where its compiled bytecode is cached, not from
+    # spark-submit's copy in pyspark.zip (spark_apps/pyspark_path.py)
+    from spark_apps.pyspark_path import prefer_installed
+
+    prefer_installed()
 
 from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
@@ -65,6 +70,24 @@ def build_session(master: str, app_name: str, conf: list[str]):
     for key, value in defaults.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def stop_session(spark) -> None:
+    """spark.stop() without waiting for pyspark's accumulator server to notice: its handler polls
+    the JVM's connection once a second, and SparkContext.stop() waits for that poll (0.85 s of
+    the 0.95 s a stop took, measured). The server is shut down in a daemon thread instead, which
+    ends within that second (or with the process)."""
+    import threading
+
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        context._accumulatorServer = None
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            threading.Thread(target=server.shutdown, name="cdc-replay-accumulator-stop", daemon=True).start()
 
 
 def _starting_schemas(uri: str) -> schema_files.StartingSchemas:
@@ -251,13 +274,16 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bo
     of spark_apps/lean_decode.py."""
     from spark_apps.archive_io import decode_objects_fn
     from spark_apps.lean_decode import LEAN_STRUCT, leaned
+    from spark_apps.local_data import balanced_slices, local_frame
     from spark_apps.progress import counting
     from spark_apps.schema import DECODED_STRUCT
 
     parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
-    # biggest objects first, spread over the slices
-    rows = [(o.uri, o.size, getattr(o, "params", None)) for o in sorted(objects, key=lambda o: -o.size)]
-    objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long, params string")
+    # slices of about equal bytes, the heaviest first, each biggest object first; built in the
+    # JVM (local_data: no Python worker of its own)
+    rows = [(o.uri, o.size, getattr(o, "params", None)) for o in objects]
+    objects_df = local_frame(spark, rows, "uri string, size long, params string",
+                             balanced_slices([o.size for o in objects], parallelism))
     decode = counting(decode_objects_fn(protocol, options), counter)
     return (objects_df.mapInArrow(leaned(decode), LEAN_STRUCT) if lean
             else objects_df.mapInArrow(decode, DECODED_STRUCT))
@@ -345,7 +371,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
                         target_protocol, target_options, base, progress, layout_plan=layout_plan)
     finally:
         if own_session:
-            spark.stop()
+            stop_session(spark)
 
 
 def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
@@ -577,7 +603,9 @@ def _ddl_where_sql_says(spark, decoded, statements):
             mapping.append((database, table, query, target[0], target[1]))
     if not mapping:
         return decoded
-    targets = spark.createDataFrame(mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
+    from spark_apps.local_data import local_frame
+
+    targets = local_frame(spark, mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
     matched = decoded.join(
         F.broadcast(targets),
         (F.col("kind") == Kind.DDL) & F.col("database").eqNullSafe(F.col("_db"))
@@ -816,12 +844,14 @@ class _OutputPlan:
         history, spark = self.schema_history, self.spark
         if not history.known:
             return None, None
-        intervals = spark.createDataFrame(
-            [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-              i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
-              None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
-             for i in history.intervals()],
-            "database string, table string, after array<bigint>, until array<bigint>, "
+        from spark_apps.local_data import local_frame
+
+        rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
+                 i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
+                 None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+                for i in history.intervals()]
+        intervals = local_frame(
+            spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>, "
             "row_columns array<struct<names: array<string>, default: binary>>")
         return intervals, sorted(history.known)  # held in the plan: no broadcast job
@@ -1079,7 +1109,9 @@ class _OutputPlan:
             if self.args.since is not None:
                 marks = marks.where(F.col("wm") > self.args.since)
             if self.cut["point"] is not None:
-                marks = marks.unionByName(self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint"))
+                from spark_apps.local_data import local_frame
+
+                marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
             out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
         from spark_apps.snapshot import precision_from_history
 

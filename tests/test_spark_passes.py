@@ -88,3 +88,44 @@ def test_the_summary_column_sets_sort_as_spark_sorted_them(spark):
     ).orderBy("i").collect()
     for row in rows:
         assert [tuple(c) for c in _shape_columns(row["shape"])] == [tuple(c) for c in row["spark"]]
+
+
+def test_the_small_run_spark_settings_write_what_generated_code_writes(spark, tmp_path):
+    """Small local runs evaluate expressions interpreted, without Janino (launch.SMALL_RUN_SPARK_CONF,
+    docs/engine.md "Small runs"): the same archive gives byte-identical output objects, quarantine
+    and counts with either."""
+    import pathlib
+
+    from spark_apps.launch import SMALL_RUN_SPARK_CONF
+
+    generated = generate(transactions=40, partitions=3, seed=11, duplicate_rate=0.1, bad_values=1)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source, records_per_object=25, bad_lines=1)
+
+    def replay(name):
+        argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / name),
+                "--emit", "snapshot", "--max-bad-records", "5", "--run-id", "same", *TIDB]
+        manifest = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+        root = pathlib.Path(tmp_path / name)
+        files = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+                 if p.is_file() and p.name != "_manifest.json"}
+        return manifest, files
+
+    generated_code, generated_files = replay("codegen")
+    for key, value in SMALL_RUN_SPARK_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        interpreted, interpreted_files = replay("interpreted")
+    finally:
+        for key in SMALL_RUN_SPARK_CONF:
+            spark.conf.unset(key)
+    assert interpreted_files == generated_files and len(generated_files) > 2
+    for part in ("counts", "cut", "ddl", "tables", "schemas", "timeline"):
+        assert interpreted[part] == generated_code[part], part
+    assert interpreted["quarantine"]["reasons"] == generated_code["quarantine"]["reasons"]
+    assert interpreted["counts"]["quarantined"] == 2 and interpreted["ddl"]
+
+    def places(manifest):
+        return [{**o, "uri": o["uri"].rsplit("/", 3)[1:]} for o in manifest["output"]["objects"]]
+
+    assert places(interpreted) == places(generated_code)

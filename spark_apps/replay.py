@@ -264,39 +264,33 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bo
 
 
 def _first_pass(decoded):
-    """(events, partition statistics, schema dictionary) of the persisted lean `decoded` rows
-    (spark_apps/lean_decode.py): one action, plus one for the distinct offsets of partitions
-    the decode tasks' runs do not prove (gaps.count_offsets). ValueError on an id collision."""
+    """(events, partition statistics, schema dictionary, DDL events) of the persisted lean
+    `decoded` rows (spark_apps/lean_decode.py): one action that collects only the decode tasks'
+    `aux` rows (the statistics, dictionary, offset runs and DDL events each task gathered while
+    decoding: no aggregate, no shuffle), plus one for the distinct offsets of partitions the
+    runs do not prove (gaps.count_offsets). ValueError on an id collision."""
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
+    from spark_apps.lean_decode import merge_stats
 
     events = decoded.where(F.col("aux").isNull()).drop("aux")
-    # lines that are not records (stage "archive") may still name their place: counted apart
-    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, the distinct DDL statements of each partition (every decoded
-    # event carries its record's topic) and, unioned beside them, the decode tasks' `aux` rows;
+    auxes = [r["aux"] for r in decoded.where(F.col("aux").isNotNull()).select("aux").collect()]
+    merged: dict[tuple, dict] = {}
+    for a in auxes:
+        for s in a["stats"]:
+            s = s.asDict()
+            key = (s.pop("topic"), s.pop("partition"))
+            merged[key] = s if key not in merged else merge_stats(merged[key], s)
     # sorted here, not by Spark
-    stats = records.groupBy("topic", "partition").agg(
-        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
-        *gaps_mod.offset_columns(),
-        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    )
-    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
-    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
-                        .alias("aux")).unionByName(
-        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
-    collected = both.collect()
-    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
+    partition_stats = sorted(({"topic": t, "partition": p, **s} for (t, p), s in merged.items()),
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
-    auxes = [r["aux"] for r in collected if r["aux"] is not None]
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
+    ddl = [e.asDict() for a in auxes for e in a["ddl"]]
+    # lines that are not records (stage "archive") may still name their place: not counted
+    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
-    return events, partition_stats, schema_dictionary
+    return events, partition_stats, schema_dictionary, ddl
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -375,11 +369,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     try:
-        events, partition_stats, schema_dictionary = _first_pass(decoded)
+        events, partition_stats, schema_dictionary, ddl_events = _first_pass(decoded)
     except ValueError as e:
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
-    ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
+    ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for d in ddl_events if d["topic"] is not None}
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 
 import sqlglot
 from sqlglot import exp
@@ -552,6 +553,7 @@ def _add_unique_constraint(uniques: list, item) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=65536)  # a statement is asked about once per run, per event copy
 def statement_table(query: str) -> tuple[str, str] | None:
     """(database, table) a one-table DDL statement names with its database, e.g. the
     ``CREATE TABLE `xj_`.`user02` `` of a Canal message whose `database` is the session's

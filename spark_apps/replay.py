@@ -401,7 +401,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     tagged = T.tag_status(
         T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference),
         tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
-    dictionary = T.dictionary_literal(schema_dictionary)
+    dictionary = T.dictionary_literal(schema_dictionary, T.spark_lower(spark))
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, QUARANTINE)

@@ -396,11 +396,18 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
-    # dictionary (one literal in the plan) where the output needs them
-    tagged = T.tag_status(
-        T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference),
-        tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
+    # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
+    # later copies, few; every event is then told apart from them by a join, so no event travels
+    # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
+    # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
+    # the output needs them
+    ready = T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference)
+    if needs_inference:  # a window per source partition: computed once
+        ready = ready.persist(StorageLevel.DISK_ONLY)
+    duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
+    duplicate_count = duplicates.count()
+    tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
+                          duplicates=duplicates, dedupe=duplicate_count > 0)
     dictionary = T.dictionary_literal(schema_dictionary, T.spark_lower(spark))
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
@@ -410,13 +417,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
     history = SchemaHistory(initial)
-    # one action over `tagged` (which materialises it): the counts, the applied DDL events and
-    # the column sets of the applied rows (only when a schema can be known to compare them with)
+    # one action over `tagged`: the counts, the applied DDL events and the column sets of the
+    # applied rows (only when a schema can be known to compare them with)
     # counts also per commit-time bucket: the manifest's timeline (the monitoring page's chart)
     frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
                          bucket=T.commit_bucket(*frame) if frame else None, dictionary=schema_dictionary)
-    decoded.unpersist()  # `tagged` is materialised now
     ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
@@ -428,7 +434,6 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     counts = summary["counts"]
-    lean_tagged = tagged  # persisted: unpersisted after the output
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
     lean = tagged
@@ -474,7 +479,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
-    lean_tagged.unpersist()
+    finally:
+        for persisted in (duplicates, ready, decoded):
+            persisted.unpersist()
 
     manifest = manifest_mod.build(
         run_id=run_id, args=args, source=source, output=output, started=started,

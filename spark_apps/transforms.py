@@ -126,21 +126,53 @@ def _identity_columns(lean: bool = False) -> list[Column]:
     ]
 
 
-def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
-    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
-    changes at or below `since` are outside the window (status `filtered`)."""
-    df = with_timeline(decoded).withColumn("_identity", identity(lean="after_values" in decoded.columns))
-    first_seen = Window.partitionBy("_identity").orderBy("partition", "offset", "event_index", "object", "line")
+FIRST_SEEN = ("partition", "offset", "event_index", "object", "line")  # which copy of an event counts
+PLACE = ("topic", "partition", "offset", "event_index", "object", "line")  # one event of the archive
+
+
+def _checked(tables: list[str] | None) -> tuple[Column, Column]:
+    """(what the duplicate check ranks, records that could not be decoded but have Kafka
+    coordinates): events in scope (watermarks always), and such records (the same offset read
+    from two objects)."""
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
     in_scope = table_filter(tables) if tables else F.lit(True)
-    # the duplicate check only ranks events that are in scope, and records that could not be
-    # decoded but have Kafka coordinates (the same offset read from two objects)
     redelivered_bad = (F.col("kind") == QUARANTINE_KIND) & F.col("offset").isNotNull()
-    df = df.withColumn(
-        "_first",
-        F.when((is_event & (in_scope | (F.col("kind") == Kind.WATERMARK))) | redelivered_bad,
-               F.row_number().over(first_seen) == 1),
-    )
+    return (is_event & (in_scope | (F.col("kind") == Kind.WATERMARK))) | redelivered_bad, redelivered_bad
+
+
+def duplicate_places(decoded: DataFrame, *, tables: list[str] | None = None) -> DataFrame:
+    """The places (`PLACE`) of the events that are later copies of an earlier one: the
+    duplicate check as a narrow shuffle, each checked event reduced to its identity and its
+    place, ranked by `FIRST_SEEN` within its identity. Few rows (redeliveries), so the events
+    are told apart from them by a join (`tag_status(duplicates=...)`, broadcast when small)
+    instead of every event travelling through the shuffle whole."""
+    checked, _ = _checked(tables)
+    first_seen = Window.partitionBy("_identity").orderBy(*FIRST_SEEN)
+    ranked = (with_timeline(decoded).where(checked).select(identity(lean="after_values" in decoded.columns).alias("_identity"), *PLACE)
+              .withColumn("_copy", F.row_number().over(first_seen)))
+    return ranked.where(F.col("_copy") > 1).select(*PLACE)
+
+
+def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
+               duplicates: DataFrame | None = None, dedupe: bool = True) -> DataFrame:
+    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
+    changes at or below `since` are outside the window (status `filtered`). `duplicates`:
+    the places `duplicate_places` found (None: the duplicate check runs here, as a window
+    over every event's identity). `dedupe=False`: no event is a duplicate (none was found)."""
+    df = with_timeline(decoded)
+    checked, redelivered_bad = _checked(tables)
+    in_scope = table_filter(tables) if tables else F.lit(True)
+    if not dedupe:
+        first = F.lit(True)
+    elif duplicates is None:
+        df = df.withColumn("_identity", identity(lean="after_values" in decoded.columns))
+        first = F.row_number().over(Window.partitionBy("_identity").orderBy(*FIRST_SEEN)) == 1
+    else:
+        marks = duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in PLACE]).withColumn("_dup", F.lit(True))
+        df = df.join(marks, [df[c].eqNullSafe(marks[f"_dup_{c}"]) for c in PLACE], "left").drop(
+            *[f"_dup_{c}" for c in PLACE])
+        first = F.col("_dup").isNull()
+    df = df.withColumn("_first", F.when(checked, first))
     if cut is None:
         above_cut = F.lit(False)
     else:
@@ -160,7 +192,7 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .when(above_cut, Status.PENDING)
         .otherwise(Status.APPLIED)
     )
-    return df.withColumn("status", status).drop("_first", "_identity")
+    return df.withColumn("status", status).drop("_first", "_identity", "_dup")
 
 
 IMAGES = ("before", "after")

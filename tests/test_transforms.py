@@ -225,3 +225,34 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
         "row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
     entry = T._with_entry(missing, "after", T.dictionary_literal({1: (("ID",), ("int",), (0,))}), "_entry")
     assert entry.select(T.row_key_lean("after", F.col("_entry")).alias("k")).first().k == [None, b"1"]
+
+
+def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_event(spark):
+    """`duplicate_places` + `tag_status(duplicates=...)` (what the replay runs) against the
+    window over every event's identity (`tag_status` alone): the same status for every event,
+    with copies in other partitions and objects, a copy at the same offset read from two
+    objects, copies out of scope, watermarks, and records that could not be decoded."""
+    from cdc_codecs.events import Kind as K
+
+    def at(event, partition, offset, obj, line=1):
+        return {**event, "partition": partition, "offset": offset, "object": obj, "line": line}
+
+    insert = row(Op.INSERT, 0, 10, None, [col("id", 1)])
+    update = row(Op.UPDATE, 0, 11, [col("id", 1)], [col("id", 2)])
+    other = row(Op.INSERT, 0, 10, None, [col("id", 9)], table="skipped")
+    mark = {"kind": K.WATERMARK, "watermark_ts": 12, "topic": "t"}
+    bad = {"kind": "quarantine", "error": "x", "raw_value": b"?", "topic": "t"}
+    events = frame(spark, [
+        at(insert, 0, 1, "a"), at(insert, 1, 7, "b"), at(insert, 0, 1, "c"),  # copies: another partition, another object
+        at(update, 0, 2, "a"), at(update, 0, 2, "a", line=2),  # the same record twice in one object
+        at(other, 0, 3, "a"), at(other, 1, 8, "b"),  # out of scope: never duplicates
+        at(mark, 0, 4, "a"), at(mark, 0, 4, "c"), at(mark, 1, 9, "b"),
+        at(bad, 0, 5, "a"), at(bad, 0, 5, "c"), at(bad, 0, 6, "c"),
+    ])
+    scope = {"tables": ["d.t"], "cut": [11], "since": None}
+    window = T.tag_status(events, **scope)
+    narrow = T.tag_status(events, **scope, duplicates=T.duplicate_places(events, tables=["d.t"]))
+    place = ["topic", "partition", "offset", "object", "line", "event_index"]
+    expected = sorted((tuple(r[c] for c in place), r.status) for r in window.collect())
+    assert sorted((tuple(r[c] for c in place), r.status) for r in narrow.collect()) == expected
+    assert [s for _, s in expected].count("duplicate") == 5

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import threading
 
 import sqlglot
 from sqlglot import exp
@@ -641,7 +642,43 @@ def _executable_comments(query: str) -> str:
     return "".join(out)
 
 
+_PARSED_AHEAD: dict[str, list | DDLError] = {}
+
+
+def parse_ahead(queries) -> threading.Thread:
+    """Parse DDL statements in a background thread, so that applying them later on the driver
+    (between Spark jobs, on the run's critical path) finds them parsed: the driver's Python
+    thread mostly waits for the Spark jobs that run meanwhile. An archive with thousands of
+    DDL events spends seconds in sqlglot otherwise. Replaces what an earlier call parsed."""
+    texts = list(dict.fromkeys(_executable_comments(q) for q in queries if q))
+    cache: dict[str, list | DDLError] = {}
+    _PARSED_AHEAD.clear()
+
+    def work():
+        for text in texts:
+            try:
+                cache[text] = _parse_now(text)
+            except DDLError as e:
+                cache[text] = e
+            _PARSED_AHEAD[text] = cache[text]
+
+    thread = threading.Thread(target=work, name="ddl-parse-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
 def _parse(text: str) -> list:
+    """`_parse_now`, or a copy of what `parse_ahead` parsed (statements are changed in place
+    by some callers: each gets its own)."""
+    ahead = _PARSED_AHEAD.get(text)
+    if ahead is None:
+        return _parse_now(text)
+    if isinstance(ahead, DDLError):
+        raise DDLError(str(ahead))
+    return [s.copy() for s in ahead]
+
+
+def _parse_now(text: str) -> list:
     """sqlglot's MySQL statements; a statement sqlglot cannot read is read again without what
     changes no column: a CREATE TABLE's trailing PARTITION BY clause, UNSIGNED after FLOAT
     (deprecated in MySQL 8.0.17; sqlglot refuses it)."""

@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit
 from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
+from spark_apps import ddl as ddl_mod  # noqa: E402
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
@@ -374,6 +375,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for d in ddl_events if d["topic"] is not None}
+    ddl_mod.parse_ahead(d["ddl_query"] for d in ddl_events)  # parsed while the next Spark jobs run
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
     try:

@@ -358,6 +358,8 @@ def main() -> int:
     ap.add_argument("--isolation", choices=("process", "session"), default="process",
                     help="full replays: each job (the replay, each baseline) in a fresh process and Spark session "
                          "(process, the default: no job runs on a JVM another job warmed), or all in this one session")
+    ap.add_argument("--archive", help="full replays: keep the generated archive in this folder and reuse it in later "
+                    "runs (a larger size extends it; the events written so far are recorded in its `.events`)")
     ap.add_argument("--job", choices=("replay", "native", "udf"), help=argparse.SUPPRESS)  # one job, in this process
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -403,8 +405,9 @@ def main() -> int:
     print("| events | records read | replay | seconds | events/s | vs hand-written | JVM peak MB | Python workers peak MB |"
           "\n|---:|---:|---|---:|---:|---:|---:|---:|")
     workdir = tempfile.mkdtemp(prefix="cdc-bench-")
-    source = os.path.join(workdir, "archive")
-    written = 0
+    source = os.path.abspath(args.archive) if args.archive else os.path.join(workdir, "archive")
+    marker = os.path.join(source, ".events")
+    written = int(open(marker).read()) if args.archive and os.path.exists(marker) else 0
     sizes = sorted(int(s) for s in args.replay_sizes.split(",") if s)
     chunk = min(100_000, math.gcd(*sizes))  # every size a whole number of chunks: larger archives extend smaller
     jobs = [("replay", "cdc-replay (`replay.run`, snapshot)"),
@@ -413,10 +416,17 @@ def main() -> int:
     jobs = [(kind, label) for kind, label in jobs if kind == "replay" or kind in args.baselines.split(",")]
     try:
         for size in sizes:
-            started = time.perf_counter()
-            write_history(size, source, chunk, first_event=written)
-            print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->", flush=True)
-            written = size
+            if size > written:
+                started = time.perf_counter()
+                write_history(size, source, chunk, first_event=written)
+                print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->",
+                      flush=True)
+                written = size
+                if args.archive:
+                    with open(marker, "w") as f:
+                        f.write(str(size))
+            elif size < written:
+                raise SystemExit(f"--archive {args.archive} holds {written:,} events: a smaller size needs another folder")
             rows = []
             for kind, label in jobs:
                 if args.isolation == "process":

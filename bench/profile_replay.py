@@ -7,7 +7,16 @@ shuffle read and write bytes, bytes spilled. The Python workers' CPU (decode, wr
 the JVM's figure: it is measured as the CPU time of the Python worker processes under the Spark
 JVM (psutil), per run.
 
+Cold start (`--rounds 2`, issue 13 point 5): the same replay again in the same session, and per
+round the wall time, the CPU seconds of the whole driver JVM (every thread: JIT compilers, GC,
+the driver's planning, not only the tasks), of the Python driver and of the Python workers,
+and the JVM's own counters: classes loaded, JIT compilation time, GC time, code generation
+(classes compiled, their source size, compile time); the session's start is measured too.
+`--code DIR` imports spark_apps from another checkout (run with that checkout's .venv python)
+for before/after pairs.
+
     .venv/bin/python bench/profile_replay.py --events 300000
+    .venv/bin/python bench/profile_replay.py --archive A --skip-baseline --rounds 2 [--code DIR]
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from bench_canal_json import bench_naive_replay, bench_replay, write_history  # noqa: E402
+
+if "--code" in sys.argv:  # another checkout's spark_apps (before/after pairs), ahead of ours
+    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--code") + 1]))
 
 
 def _stages(spark) -> list[dict]:
@@ -56,6 +67,47 @@ class _PythonCpu:
         return sum(self.seen.values())
 
 
+class _Counters:
+    """The driver JVM's CPU seconds (all threads, from /proc), the Python driver's, and the JVM's
+    class loading, JIT, GC and code generation counters, as deltas between two `take()`s."""
+
+    def __init__(self, spark, python_cpu: "_PythonCpu"):
+        import resource
+
+        self.resource = resource
+        self.jvm = spark._jvm
+        self.pid = self.jvm.java.lang.ProcessHandle.current().pid()
+        self.python_cpu = python_cpu
+
+    def take(self) -> dict:
+        management = self.jvm.java.lang.management.ManagementFactory
+        codegen = self.jvm.org.apache.spark.metrics.source.CodegenMetrics
+        compile_time, source = codegen.METRIC_COMPILATION_TIME(), codegen.METRIC_SOURCE_CODE_SIZE()
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        own = self.resource.getrusage(self.resource.RUSAGE_SELF)
+        return {
+            "JVM CPU s": (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+            "Python driver CPU s": own.ru_utime + own.ru_stime,
+            "Python workers CPU s": self.python_cpu.sample(),
+            "classes loaded": management.getClassLoadingMXBean().getTotalLoadedClassCount(),
+            "JIT compilation s": management.getCompilationMXBean().getTotalCompilationTime() / 1000,
+            "GC s": sum(g.getCollectionTime() for g in management.getGarbageCollectorMXBeans()) / 1000,
+            "generated classes compiled": compile_time.getCount(),
+            "generated source KB": source.getSnapshot().getMean() * source.getCount() / 1024,
+            "code generation compile s": compile_time.getSnapshot().getMean() * compile_time.getCount() / 1000,
+        }
+
+
+def _report_rounds(session: dict, rounds: list[dict]) -> None:
+    print("\n| | session start | " + " | ".join(f"replay {i + 1}" for i in range(len(rounds))) + " |")
+    print("|---|" + "---:|" * (len(rounds) + 1))
+    for key in session:
+        cells = [session[key]] + [r[key] for r in rounds]
+        print(f"| {key} | " + " | ".join(f"{v:,.0f}" if key in ("classes loaded", "generated classes compiled")
+                                          else f"{v:.1f}" for v in cells) + " |")
+
+
 def _report(title: str, stages: list[dict], events: int, python_cpu: float, seconds: float) -> None:
     print(f"\n### {title}: {seconds:.1f} s wall, {events / seconds:,.0f} events/s\n")
     print("| stage | what | tasks | CPU s | run s | shuffle read MB | shuffle write MB | spill MB |")
@@ -83,13 +135,25 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--archive", help="reuse (or keep) the generated archive here")
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="replays in the same session (the first one cold): per round wall, CPU and JVM counters")
+    ap.add_argument("--code", metavar="DIR", help="import spark_apps from this checkout (before/after pairs)")
+    ap.add_argument("--java-options", default=None,
+                    help="spark.driver.extraJavaOptions of the session (e.g. the class-data archive's options)")
     args = ap.parse_args()
 
     from spark_apps.replay import build_session
 
+    started = time.perf_counter()
     spark = build_session(args.master, "cdc-replay-profile", [
         "spark.driver.memory=6g", "spark.sql.shuffle.partitions=16", "spark.ui.enabled=true", "spark.ui.port=0",
-        "spark.ui.retainedStages=2000", "spark.ui.retainedJobs=2000"])
+        "spark.ui.retainedStages=2000", "spark.ui.retainedJobs=2000"]
+        + ([f"spark.driver.extraJavaOptions={args.java_options}"] if args.java_options else []))
+    session_seconds = time.perf_counter() - started
+    counters = _Counters(spark, _PythonCpu())
+    session = {"wall s": session_seconds, **counters.take()}
+    print(f"spark_apps from {os.path.dirname(sys.modules['spark_apps.replay'].__file__)}; session up in "
+          f"{session_seconds:.1f} s", flush=True)
     workdir = tempfile.mkdtemp(prefix="cdc-profile-")
     source = args.archive or os.path.join(workdir, "archive")
     try:
@@ -97,13 +161,20 @@ def main() -> int:
             started = time.perf_counter()
             write_history(args.events, source, min(100_000, args.events))
             print(f"archive of {args.events:,} events written in {time.perf_counter() - started:.0f} s", flush=True)
-        py = _PythonCpu()
-        before_stages = {s["stageId"] for s in _stages(spark)}
-        cpu0 = py.sample()
-        seconds, manifest = bench_replay(spark, source, workdir)
-        stages = [s for s in _stages(spark) if s["stageId"] not in before_stages]
-        events = manifest["counts"]["read"]
-        _report(f"cdc-replay, {events:,} events", stages, events, py.sample() - cpu0, seconds)
+        py = counters.python_cpu
+        rounds = []
+        for i in range(args.rounds):
+            before_stages = {s["stageId"] for s in _stages(spark)}
+            cpu0 = py.sample()
+            before = counters.take()
+            seconds, manifest = bench_replay(spark, source, workdir)
+            after = counters.take()
+            rounds.append({"wall s": seconds, **{k: after[k] - before[k] for k in after}})
+            stages = [s for s in _stages(spark) if s["stageId"] not in before_stages]
+            events = manifest["counts"]["read"]
+            _report(f"cdc-replay, {events:,} events" + (f", replay {i + 1}" if args.rounds > 1 else ""), stages,
+                    events, py.sample() - cpu0, seconds)
+        _report_rounds(session, rounds)
         if not args.skip_baseline:
             before_stages = {s["stageId"] for s in _stages(spark)}
             cpu0 = py.sample()

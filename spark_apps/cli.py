@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     """The spark-submit command for `cdc-replay replay <argv>`; `say` gets the line that says
-    which driver JVM settings were chosen for the source's size, and why."""
+    which driver JVM and Spark settings were chosen for the source's size, and why."""
     from .launch import build_py_files, is_local, small_run_options, spark_submit_command
     from .options import parser as app_parser
 
@@ -120,10 +120,10 @@ def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     from cdc_codecs import parse_option_pairs
 
     conf = with_packages(args, parse_option_pairs(args.spark_conf))
-    java_options, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
+    java_options, small_conf, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
     say(why)
-    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files, conf=conf,
-                                driver_java_options=java_options)
+    return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
+                                conf={**small_conf, **conf}, driver_java_options=java_options)
 
 
 def source_bytes(source: str, master: str, conf: dict[str, str]) -> int | None:

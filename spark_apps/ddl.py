@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
+import threading
 
 import sqlglot
 from sqlglot import exp
@@ -552,6 +554,7 @@ def _add_unique_constraint(uniques: list, item) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=65536)  # a statement is asked about once per run, per event copy
 def statement_table(query: str) -> tuple[str, str] | None:
     """(database, table) a one-table DDL statement names with its database, e.g. the
     ``CREATE TABLE `xj_`.`user02` `` of a Canal message whose `database` is the session's
@@ -639,7 +642,50 @@ def _executable_comments(query: str) -> str:
     return "".join(out)
 
 
+_PARSED_AHEAD: dict[str, list | DDLError] = {}
+
+
+def parse_ahead(queries) -> threading.Thread:
+    """Parse DDL statements in a background thread, so that applying them later on the driver
+    (between Spark jobs, on the run's critical path) finds them parsed: the driver's Python
+    thread mostly waits for the Spark jobs that run meanwhile. An archive with thousands of
+    DDL events spends seconds in sqlglot otherwise. Replaces what an earlier call parsed."""
+    texts = list(dict.fromkeys(_executable_comments(q) for q in queries if q))
+    cache: dict[str, list | DDLError] = {}
+    _PARSED_AHEAD.clear()
+
+    def work():
+        for text in texts:
+            if text not in _PARSED_AHEAD:  # the main thread may have been first
+                try:
+                    cache[text] = _parse_now(text)
+                except DDLError as e:
+                    cache[text] = e
+                _PARSED_AHEAD.setdefault(text, cache[text])
+
+    thread = threading.Thread(target=work, name="ddl-parse-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
 def _parse(text: str) -> list:
+    """`_parse_now`, once per text: what `parse_ahead` or an earlier call parsed is returned as
+    it is (the statements are read, never changed: a copy costs a third of a parse)."""
+    parsed = _PARSED_AHEAD.get(text)
+    if parsed is None:
+        try:
+            parsed = _parse_now(text)
+        except DDLError as e:
+            parsed = e
+        if len(_PARSED_AHEAD) > 200_000:  # parse_ahead clears it per run; a bound for other callers
+            _PARSED_AHEAD.clear()
+        _PARSED_AHEAD[text] = parsed
+    if isinstance(parsed, DDLError):
+        raise DDLError(str(parsed))
+    return parsed
+
+
+def _parse_now(text: str) -> list:
     """sqlglot's MySQL statements; a statement sqlglot cannot read is read again without what
     changes no column: a CREATE TABLE's trailing PARTITION BY clause, UNSIGNED after FLOAT
     (deprecated in MySQL 8.0.17; sqlglot refuses it)."""

@@ -4,8 +4,8 @@ the highest offset the archive holds, every offset should be there.
 
 Two small Spark steps, nothing per offset reaches the driver:
 
-* per partition, the lowest and highest offset (added to the partition statistics the replay
-  already computes: `offset_columns`) and the number of distinct offsets (`count_offsets`); a
+* per partition, the lowest and highest offset (in the partition statistics the decode tasks
+  gather: spark_apps/lean_decode.py) and the number of distinct offsets (`count_offsets`); a
   partition whose distinct count is `max - min + 1` has no hole, and one read twice
   (overlapping objects) is not counted twice. The distinct count comes without a shuffle from
   the decode tasks' runs of strictly increasing offsets (spark_apps/lean_decode.py): runs whose
@@ -22,19 +22,6 @@ they fail the run only with `--require-contiguous`.
 from __future__ import annotations
 
 GAPS_LISTED = 1000  # holes listed in the manifest; more are counted, not listed
-
-
-def offset_columns():
-    """Aggregates for the per-partition statistics: over the rows that are records
-    (event_index 0 of a record read from the archive, with a Kafka offset)."""
-    from pyspark.sql import functions as F
-
-    is_record = (F.col("event_index") == 0) & F.col("offset").isNotNull()
-    offset = F.when(is_record, F.col("offset"))
-    return [
-        F.min(offset).alias("min_offset"),
-        F.max(offset).alias("max_offset"),
-    ]
 
 
 def proven_offsets(runs: list[dict]) -> int | None:

@@ -6,7 +6,12 @@ image becomes its column list id, its values and its labels, and each task ends 
   dictionary, so the `decoded` cache never holds names and types per event;
 * `runs`: per source partition, the strictly increasing runs of record offsets the task read
   (lowest, highest, count), from which the driver proves the distinct offset count without a
-  shuffle (`gaps.count_offsets`).
+  shuffle (`gaps.count_offsets`);
+* `stats`: per source partition, the statistics the cut and the manifest need (records,
+  highest watermark, commit ts range, rows without commit ts, updates without old values,
+  offset range): the driver merges the tasks' rows, so the first pass needs no aggregate job;
+* `ddl`: the task's DDL events, whole (lean rows without images): few, and the driver needs
+  them before any shuffle (the DDL history decides each row's table and key at the cut).
 
 Columnar: Arrow compute kernels and NumPy over the batch; Python touches only the distinct
 column lists of a batch (a few) and the runs (about one per archive object). The id is the
@@ -30,7 +35,10 @@ ENTRY_TYPE = pa.struct([pa.field("id", pa.int64()), pa.field("names", pa.list_(p
                         pa.field("types", pa.list_(pa.string())), pa.field("flags", pa.list_(pa.int32()))])
 RUN_TYPE = pa.struct([pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
                       pa.field("lo", pa.int64()), pa.field("hi", pa.int64()), pa.field("n", pa.int64())])
-AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE))])
+STATS_FIELDS = ("records", "watermark", "min_commit_ts", "max_commit_ts", "rows_without_commit_ts",
+                "updates_without_before", "min_offset", "max_offset")
+STATS_TYPE = pa.struct([pa.field("topic", pa.string()), pa.field("partition", pa.int32())]
+                       + [pa.field(name, pa.int64()) for name in STATS_FIELDS])
 MAX_RUNS = 512  # per partition and task; beyond, the partition's offsets are counted exactly (n = -1)
 
 _image_fields = [f for f in DECODED_ARROW_SCHEMA if f.name not in IMAGES]
@@ -39,7 +47,11 @@ LEAN_ARROW_SCHEMA = pa.schema(
     + [pa.field(f"{i}_schema", pa.int64()) for i in IMAGES]
     + [f for i in IMAGES for f in (pa.field(f"{i}_values", pa.list_(pa.binary())),
                                    pa.field(f"{i}_labels", pa.list_(pa.string())))]
-    + [pa.field("aux", AUX_TYPE)])
+)
+DDL_EVENT_TYPE = pa.struct(list(LEAN_ARROW_SCHEMA))  # a lean row (a DDL event) as a struct
+AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE)),
+                      pa.field("stats", pa.list_(STATS_TYPE)), pa.field("ddl", pa.list_(DDL_EVENT_TYPE))])
+LEAN_ARROW_SCHEMA = LEAN_ARROW_SCHEMA.append(pa.field("aux", AUX_TYPE))
 LEAN_STRUCT = from_arrow_schema(LEAN_ARROW_SCHEMA)
 
 
@@ -144,6 +156,70 @@ class _Runs:
                 for (topic, part), runs in self.runs.items() for lo, hi, n in runs]
 
 
+def _records(batch: pa.RecordBatch) -> pa.Array:
+    """The events of records read from the archive (a topic, and not a line that is not a
+    record): what the partition statistics count."""
+    stage = pc.fill_null(pc.equal(batch.column("error_stage"), "archive"), False)
+    return pc.and_(pc.is_valid(batch.column("topic")), pc.invert(stage))
+
+
+class _Stats:
+    """The partition statistics of a task's events (merged over batches; the driver merges the
+    tasks'): the same figures the replay used to aggregate with a Spark job."""
+
+    SUMS = ("records", "rows_without_commit_ts", "updates_without_before")
+
+    def __init__(self):
+        self.parts: dict[tuple, dict] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        records = batch.filter(_records(batch))
+        if records.num_rows == 0:
+            return
+        kind, index, op = records.column("kind"), records.column("event_index"), records.column("op")
+        commit = records.column("commit_ts")
+        is_record = pc.and_(pc.equal(index, 0), pc.is_valid(records.column("offset")))
+        table = pa.table({
+            "topic": records.column("topic"), "partition": records.column("partition"),
+            "records": pc.cast(pc.equal(index, 0), pa.int64()),
+            "watermark": pc.if_else(pc.equal(kind, "watermark"), records.column("watermark_ts"), None),
+            "commit_ts": commit,
+            "rows_without_commit_ts": pc.cast(pc.and_(pc.equal(kind, "row"), pc.is_null(commit)), pa.int64()),
+            "updates_without_before": pc.cast(pc.fill_null(pc.and_(
+                pc.equal(op, "update"), pc.is_null(records.column("before"))), False), pa.int64()),
+            "offset": pc.if_else(is_record, records.column("offset"), None),
+        })
+        grouped = table.group_by(["topic", "partition"], use_threads=False).aggregate([
+            ("records", "sum"), ("watermark", "max"), ("commit_ts", "min"), ("commit_ts", "max"),
+            ("rows_without_commit_ts", "sum"), ("updates_without_before", "sum"), ("offset", "min"),
+            ("offset", "max")])
+        names = {"records_sum": "records", "watermark_max": "watermark", "commit_ts_min": "min_commit_ts",
+                 "commit_ts_max": "max_commit_ts", "rows_without_commit_ts_sum": "rows_without_commit_ts",
+                 "updates_without_before_sum": "updates_without_before", "offset_min": "min_offset",
+                 "offset_max": "max_offset"}
+        for row in grouped.rename_columns([names.get(n, n) for n in grouped.column_names]).to_pylist():
+            key = (row.pop("topic"), row.pop("partition"))
+            seen = self.parts.get(key)
+            self.parts[key] = row if seen is None else merge_stats(seen, row)
+
+    def rows(self) -> list[dict]:
+        return [{"topic": topic, "partition": part, **figures} for (topic, part), figures in self.parts.items()]
+
+
+def merge_stats(a: dict, b: dict) -> dict:
+    """Two partial statistics of one partition as one (sums add; nulls are no value)."""
+    out = {}
+    for name in STATS_FIELDS:
+        x, y = a.get(name), b.get(name)
+        if name in _Stats.SUMS:
+            out[name] = (x or 0) + (y or 0)
+        elif x is None or y is None:
+            out[name] = y if x is None else x
+        else:
+            out[name] = min(x, y) if name.startswith("min_") else max(x, y)
+    return out
+
+
 def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
     """A DECODED_ARROW_SCHEMA batch as a LEAN_ARROW_SCHEMA batch (its `aux` null)."""
     columns = {f.name: batch.column(f.name) for f in _image_fields}
@@ -156,12 +232,23 @@ def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
                                       schema=LEAN_ARROW_SCHEMA)
 
 
-def aux_batch(entries: dict, runs: _Runs) -> pa.RecordBatch:
+def ddl_events(batch: pa.RecordBatch) -> pa.Array:
+    """The DDL events of a lean batch as DDL_EVENT_TYPE structs."""
+    ddl = batch.filter(pc.fill_null(pc.equal(batch.column("kind"), "ddl"), False))
+    return pa.StructArray.from_arrays([ddl.column(f.name) for f in DDL_EVENT_TYPE], fields=list(DDL_EVENT_TYPE))
+
+
+def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list | None = None) -> pa.RecordBatch:
     """The task's one `aux` row (every other column null, or "aux" / -1 where it cannot be)."""
-    value = {"entries": [{"id": i, "names": n, "types": t, "flags": f} for i, (n, t, f) in entries.items()],
-             "runs": runs.rows()}
+    events = pa.concat_arrays(ddl) if ddl else pa.array([], DDL_EVENT_TYPE)
+    value = pa.StructArray.from_arrays([
+        pa.array([[{"id": i, "names": n, "types": t, "flags": f} for i, (n, t, f) in entries.items()]],
+                 pa.list_(ENTRY_TYPE)),
+        pa.array([runs.rows()], pa.list_(RUN_TYPE)),
+        pa.array([stats.rows() if stats else []], pa.list_(STATS_TYPE)),
+        pa.ListArray.from_arrays(pa.array([0, len(events)], pa.int32()), events)], fields=list(AUX_TYPE))
     placeholder = {"kind": "aux", "event_index": -1}
-    arrays = [pa.array([value], AUX_TYPE) if f.name == "aux" else pa.array([placeholder[f.name]], f.type)
+    arrays = [value if f.name == "aux" else pa.array([placeholder[f.name]], f.type)
               if not f.nullable else pa.nulls(1, f.type) for f in LEAN_ARROW_SCHEMA]
     return pa.RecordBatch.from_arrays(arrays, schema=LEAN_ARROW_SCHEMA)
 
@@ -172,11 +259,16 @@ def leaned(fn):
 
     def run(batches):
         entries: dict = {}
-        runs = _Runs()
+        runs, stats, ddl = _Runs(), _Stats(), []
         for batch in fn(batches):
             if batch.num_rows:
                 runs.add(batch)
-                yield lean(batch, entries)
-        yield aux_batch(entries, runs)
+                stats.add(batch)
+                out = lean(batch, entries)
+                events = ddl_events(out)
+                if len(events):
+                    ddl.append(events)
+                yield out
+        yield aux_batch(entries, runs, stats, ddl)
 
     return run

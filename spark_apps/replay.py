@@ -18,10 +18,16 @@ import uuid
 
 if __package__ in (None, ""):  # run as a file by spark-submit
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # pyspark from the installed package, where its compiled bytecode is cached, not from
+    # spark-submit's copy in pyspark.zip (spark_apps/pyspark_path.py)
+    from spark_apps.pyspark_path import prefer_installed
+
+    prefer_installed()
 
 from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
+from spark_apps import ddl as ddl_mod  # noqa: E402
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
@@ -65,6 +71,24 @@ def build_session(master: str, app_name: str, conf: list[str]):
     for key, value in defaults.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def stop_session(spark) -> None:
+    """spark.stop() without waiting for pyspark's accumulator server to notice: its handler polls
+    the JVM's connection once a second, and SparkContext.stop() waits for that poll (0.85 s of
+    the 0.95 s a stop took, measured). The server is shut down in a daemon thread instead, which
+    ends within that second (or with the process)."""
+    import threading
+
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        context._accumulatorServer = None
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            threading.Thread(target=server.shutdown, name="cdc-replay-accumulator-stop", daemon=True).start()
 
 
 def _starting_schemas(uri: str) -> schema_files.StartingSchemas:
@@ -251,52 +275,49 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bo
     of spark_apps/lean_decode.py."""
     from spark_apps.archive_io import decode_objects_fn
     from spark_apps.lean_decode import LEAN_STRUCT, leaned
+    from spark_apps.local_data import balanced_slices, local_frame
     from spark_apps.progress import counting
     from spark_apps.schema import DECODED_STRUCT
 
     parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
-    # biggest objects first, spread over the slices
-    rows = [(o.uri, o.size, getattr(o, "params", None)) for o in sorted(objects, key=lambda o: -o.size)]
-    objects_df = spark.sparkContext.parallelize(rows, parallelism).toDF("uri string, size long, params string")
+    # slices of about equal bytes, the heaviest first, each biggest object first; built in the
+    # JVM (local_data: no Python worker of its own)
+    rows = [(o.uri, o.size, getattr(o, "params", None)) for o in objects]
+    objects_df = local_frame(spark, rows, "uri string, size long, params string",
+                             balanced_slices([o.size for o in objects], parallelism))
     decode = counting(decode_objects_fn(protocol, options), counter)
     return (objects_df.mapInArrow(leaned(decode), LEAN_STRUCT) if lean
             else objects_df.mapInArrow(decode, DECODED_STRUCT))
 
 
 def _first_pass(decoded):
-    """(events, partition statistics, schema dictionary) of the persisted lean `decoded` rows
-    (spark_apps/lean_decode.py): one action, plus one for the distinct offsets of partitions
-    the decode tasks' runs do not prove (gaps.count_offsets). ValueError on an id collision."""
+    """(events, partition statistics, schema dictionary, DDL events) of the persisted lean
+    `decoded` rows (spark_apps/lean_decode.py): one action that collects only the decode tasks'
+    `aux` rows (the statistics, dictionary, offset runs and DDL events each task gathered while
+    decoding: no aggregate, no shuffle), plus one for the distinct offsets of partitions the
+    runs do not prove (gaps.count_offsets). ValueError on an id collision."""
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
+    from spark_apps.lean_decode import merge_stats
 
     events = decoded.where(F.col("aux").isNull()).drop("aux")
-    # lines that are not records (stage "archive") may still name their place: counted apart
-    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    # one action: the statistics, the distinct DDL statements of each partition (every decoded
-    # event carries its record's topic) and, unioned beside them, the decode tasks' `aux` rows;
+    auxes = [r["aux"] for r in decoded.where(F.col("aux").isNotNull()).select("aux").collect()]
+    merged: dict[tuple, dict] = {}
+    for a in auxes:
+        for s in a["stats"]:
+            s = s.asDict()
+            key = (s.pop("topic"), s.pop("partition"))
+            merged[key] = s if key not in merged else merge_stats(merged[key], s)
     # sorted here, not by Spark
-    stats = records.groupBy("topic", "partition").agg(
-        F.count(F.when(F.col("event_index") == 0, 1)).alias("records"),
-        F.max(F.when(F.col("kind") == Kind.WATERMARK, F.col("watermark_ts"))).alias("watermark"),
-        F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
-        F.count(F.when((F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull(), 1)).alias("rows_without_commit_ts"),
-        F.count(F.when((F.col("op") == "update") & F.col("before_schema").isNull(), 1)).alias("updates_without_before"),
-        *gaps_mod.offset_columns(),
-        F.collect_set(F.when(F.col("kind") == Kind.DDL, F.struct("database", "table", "ddl_query"))).alias("_ddl"),
-    )
-    aux = decoded.where(F.col("aux").isNotNull()).select("aux")
-    both = stats.select(F.struct(*stats.columns).alias("stats"), F.lit(None).cast(aux.schema["aux"].dataType)
-                        .alias("aux")).unionByName(
-        aux.select(F.lit(None).cast(stats.schema.simpleString()).alias("stats"), "aux"))
-    collected = both.collect()
-    partition_stats = sorted((r["stats"].asDict() for r in collected if r["stats"] is not None),
+    partition_stats = sorted(({"topic": t, "partition": p, **s} for (t, p), s in merged.items()),
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
-    auxes = [r["aux"] for r in collected if r["aux"] is not None]
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
+    ddl = [e.asDict() for a in auxes for e in a["ddl"]]
+    # lines that are not records (stage "archive") may still name their place: not counted
+    records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
-    return events, partition_stats, schema_dictionary
+    return events, partition_stats, schema_dictionary, ddl
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -345,7 +366,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
                         target_protocol, target_options, base, progress, layout_plan=layout_plan)
     finally:
         if own_session:
-            spark.stop()
+            stop_session(spark)
 
 
 def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
@@ -375,11 +396,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     try:
-        events, partition_stats, schema_dictionary = _first_pass(decoded)
+        events, partition_stats, schema_dictionary, ddl_events = _first_pass(decoded)
     except ValueError as e:
         decoded.unpersist()
         raise ReplayError(f"lean rows: {e}") from None
-    ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for s in partition_stats for d in s.pop("_ddl")}
+    ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for d in ddl_events if d["topic"] is not None}
+    ddl_mod.parse_ahead(d["ddl_query"] for d in ddl_events)  # parsed while the next Spark jobs run
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
     try:
@@ -402,12 +424,19 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     progress.phase("deduplicating and cutting")
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    # the dedupe shuffle and the `tagged` cache hold lean rows; the images are rebuilt from the
-    # dictionary (one literal in the plan) where the output needs them
-    tagged = T.tag_status(
-        T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference),
-        tables=args.table_patterns(), cut=cut["point"], since=args.since).persist(StorageLevel.DISK_ONLY)
-    dictionary = T.dictionary_literal(schema_dictionary)
+    # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
+    # later copies, few; every event is then told apart from them by a join, so no event travels
+    # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
+    # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
+    # the output needs them
+    ready = T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference)
+    if needs_inference:  # a window per source partition: computed once
+        ready = ready.persist(StorageLevel.DISK_ONLY)
+    duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
+    duplicate_count = duplicates.count()
+    tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
+                          duplicates=duplicates, dedupe=duplicate_count > 0)
+    dictionary = T.dictionary_literal(schema_dictionary, T.spark_lower(spark))
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, QUARANTINE)
@@ -416,13 +445,12 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
     history = SchemaHistory(initial)
-    # one action over `tagged` (which materialises it): the counts, the applied DDL events and
-    # the column sets of the applied rows (only when a schema can be known to compare them with)
+    # one action over `tagged`: the counts, the applied DDL events and the column sets of the
+    # applied rows (only when a schema can be known to compare them with)
     # counts also per commit-time bucket: the manifest's timeline (the monitoring page's chart)
     frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
                          bucket=T.commit_bucket(*frame) if frame else None, dictionary=schema_dictionary)
-    decoded.unpersist()  # `tagged` is materialised now
     ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
@@ -434,7 +462,6 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     counts = summary["counts"]
-    lean_tagged = tagged  # persisted: unpersisted after the output
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
     lean = tagged
@@ -480,7 +507,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
-    lean_tagged.unpersist()
+    finally:
+        for persisted in (duplicates, ready, decoded):
+            persisted.unpersist()
 
     manifest = manifest_mod.build(
         run_id=run_id, args=args, source=source, output=output, started=started,
@@ -577,7 +606,9 @@ def _ddl_where_sql_says(spark, decoded, statements):
             mapping.append((database, table, query, target[0], target[1]))
     if not mapping:
         return decoded
-    targets = spark.createDataFrame(mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
+    from spark_apps.local_data import local_frame
+
+    targets = local_frame(spark, mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
     matched = decoded.join(
         F.broadcast(targets),
         (F.col("kind") == Kind.DDL) & F.col("database").eqNullSafe(F.col("_db"))
@@ -816,12 +847,14 @@ class _OutputPlan:
         history, spark = self.schema_history, self.spark
         if not history.known:
             return None, None
-        intervals = spark.createDataFrame(
-            [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-              i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
-              None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
-             for i in history.intervals()],
-            "database string, table string, after array<bigint>, until array<bigint>, "
+        from spark_apps.local_data import local_frame
+
+        rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
+                 i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
+                 None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+                for i in history.intervals()]
+        intervals = local_frame(
+            spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>, "
             "row_columns array<struct<names: array<string>, default: binary>>")
         return intervals, sorted(history.known)  # held in the plan: no broadcast job
@@ -1079,7 +1112,9 @@ class _OutputPlan:
             if self.args.since is not None:
                 marks = marks.where(F.col("wm") > self.args.since)
             if self.cut["point"] is not None:
-                marks = marks.unionByName(self.spark.createDataFrame([(self.cut["point"][0],)], "wm bigint"))
+                from spark_apps.local_data import local_frame
+
+                marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
             out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
         from spark_apps.snapshot import precision_from_history
 

@@ -126,21 +126,53 @@ def _identity_columns(lean: bool = False) -> list[Column]:
     ]
 
 
-def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None) -> DataFrame:
-    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
-    changes at or below `since` are outside the window (status `filtered`)."""
-    df = with_timeline(decoded).withColumn("_identity", identity(lean="after_values" in decoded.columns))
-    first_seen = Window.partitionBy("_identity").orderBy("partition", "offset", "event_index", "object", "line")
+FIRST_SEEN = ("partition", "offset", "event_index", "object", "line")  # which copy of an event counts
+PLACE = ("topic", "partition", "offset", "event_index", "object", "line")  # one event of the archive
+
+
+def _checked(tables: list[str] | None) -> tuple[Column, Column]:
+    """(what the duplicate check ranks, records that could not be decoded but have Kafka
+    coordinates): events in scope (watermarks always), and such records (the same offset read
+    from two objects)."""
     is_event = F.col("kind").isin(Kind.ROW, Kind.DDL, Kind.WATERMARK)
     in_scope = table_filter(tables) if tables else F.lit(True)
-    # the duplicate check only ranks events that are in scope, and records that could not be
-    # decoded but have Kafka coordinates (the same offset read from two objects)
     redelivered_bad = (F.col("kind") == QUARANTINE_KIND) & F.col("offset").isNotNull()
-    df = df.withColumn(
-        "_first",
-        F.when((is_event & (in_scope | (F.col("kind") == Kind.WATERMARK))) | redelivered_bad,
-               F.row_number().over(first_seen) == 1),
-    )
+    return (is_event & (in_scope | (F.col("kind") == Kind.WATERMARK))) | redelivered_bad, redelivered_bad
+
+
+def duplicate_places(decoded: DataFrame, *, tables: list[str] | None = None) -> DataFrame:
+    """The places (`PLACE`) of the events that are later copies of an earlier one: the
+    duplicate check as a narrow shuffle, each checked event reduced to its identity and its
+    place, ranked by `FIRST_SEEN` within its identity. Few rows (redeliveries), so the events
+    are told apart from them by a join (`tag_status(duplicates=...)`, broadcast when small)
+    instead of every event travelling through the shuffle whole."""
+    checked, _ = _checked(tables)
+    first_seen = Window.partitionBy("_identity").orderBy(*FIRST_SEEN)
+    ranked = (with_timeline(decoded).where(checked).select(identity(lean="after_values" in decoded.columns).alias("_identity"), *PLACE)
+              .withColumn("_copy", F.row_number().over(first_seen)))
+    return ranked.where(F.col("_copy") > 1).select(*PLACE)
+
+
+def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
+               duplicates: DataFrame | None = None, dedupe: bool = True) -> DataFrame:
+    """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
+    changes at or below `since` are outside the window (status `filtered`). `duplicates`:
+    the places `duplicate_places` found (None: the duplicate check runs here, as a window
+    over every event's identity). `dedupe=False`: no event is a duplicate (none was found)."""
+    df = with_timeline(decoded)
+    checked, redelivered_bad = _checked(tables)
+    in_scope = table_filter(tables) if tables else F.lit(True)
+    if not dedupe:
+        first = F.lit(True)
+    elif duplicates is None:
+        df = df.withColumn("_identity", identity(lean="after_values" in decoded.columns))
+        first = F.row_number().over(Window.partitionBy("_identity").orderBy(*FIRST_SEEN)) == 1
+    else:
+        marks = duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in PLACE]).withColumn("_dup", F.lit(True))
+        df = df.join(marks, [df[c].eqNullSafe(marks[f"_dup_{c}"]) for c in PLACE], "left").drop(
+            *[f"_dup_{c}" for c in PLACE])
+        first = F.col("_dup").isNull()
+    df = df.withColumn("_first", F.when(checked, first))
     if cut is None:
         above_cut = F.lit(False)
     else:
@@ -160,14 +192,15 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .when(above_cut, Status.PENDING)
         .otherwise(Status.APPLIED)
     )
-    return df.withColumn("status", status).drop("_first", "_identity")
+    return df.withColumn("status", status).drop("_first", "_identity", "_dup")
 
 
 IMAGES = ("before", "after")
 LEAN_COLUMNS = tuple(f"{image}{part}" for image in IMAGES for part in ("_schema", "_values", "_labels"))
 # an image as the codecs give it, its fields nullable (it is rebuilt by position)
 IMAGE_TYPE = "array<struct<name: string, mysql_type: string, flags: int, value: binary, label: string>>"
-BUCKET_ENTRY_TYPE = "struct<id: bigint, names: array<string>, types: array<string>, flags: array<int>>"
+BUCKET_ENTRY_TYPE = ("struct<id: bigint, names: array<string>, types: array<string>, flags: array<int>, "
+                     "lower_names: array<string>>")
 
 
 def with_schema_ids(decoded: DataFrame) -> DataFrame:
@@ -227,24 +260,44 @@ class SchemaDictionary(NamedTuple):
     slots: int  # the most entries one bucket holds
 
 
-def dictionary_literal(dictionary: dict) -> SchemaDictionary:
+def dictionary_literal(dictionary: dict, lower=None) -> SchemaDictionary:
     """The schema dictionary as one literal in the plan (no broadcast job): a hash table of
     buckets, parsed from JSON once and constant-folded by Spark, so a lookup is an array index
     and a compare or two, however many table versions the archive has (a literal map would be
-    searched entry by entry, and built of literals it makes every plan analysis walk them)."""
+    searched entry by entry, and built of literals it makes every plan analysis walk them).
+    Each entry also holds its names lower-cased (`lower`: Spark's own `lower`, spark_lower, so
+    the lean row keys compare names as `row_key` does; Python's for tests without a JVM)."""
+    lower = lower or str.lower
     size = max(1, 2 * len(dictionary))
     buckets: list[list[dict]] = [[] for _ in range(size)]
     for sid, (names, types, flags) in sorted(dictionary.items()):
-        buckets[sid % size].append({"id": sid, "names": list(names), "types": list(types), "flags": list(flags)})
+        buckets[sid % size].append({"id": sid, "names": list(names), "types": list(types), "flags": list(flags),
+                                    "lower_names": [lower(n) for n in names]})
     return SchemaDictionary(F.from_json(F.lit(json.dumps(buckets)), f"array<array<{BUCKET_ENTRY_TYPE}>>"), size,
                             max(len(b) for b in buckets))
 
 
-def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
-    """`df` with column `target`: the image rebuilt from its lean columns and the dictionary,
-    `{name, mysql_type, flags, value, label}` per column, as decoded. An id the dictionary
-    lacks fails the task. The bucket and the entry are columns of their own, so the literal
-    appears once in the plan (an expression repeating it would copy it into every task)."""
+def spark_lower(spark):
+    """Lower-casing as Spark's `lower` does it (the JVM's own function for names that are not
+    ASCII, where Java's and Python's rules can differ; Python's for ASCII, where they agree)."""
+    cache: dict[str, str] = {}
+
+    def lower(name: str) -> str:
+        if name is None or name.isascii():
+            return name.lower() if name is not None else None
+        if name not in cache:
+            utf8 = spark.sparkContext._jvm.org.apache.spark.unsafe.types.UTF8String
+            cache[name] = utf8.fromString(name).toLowerCase().toString()
+        return cache[name]
+
+    return lower
+
+
+def _with_entry(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
+    """`df` with column `target`: the dictionary entry of the image's column list (null for a
+    null image; an id the dictionary lacks fails the task). The bucket is a column of its own,
+    so the literal appears once in the plan (an expression repeating it would copy it into
+    every task)."""
     sid = F.col(f"{image}_schema")
     df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
         dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
@@ -252,14 +305,21 @@ def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: st
     for slot in reversed(range(dictionary.slots)):
         candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
         entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
-    df = df.withColumn("_entry", entry)
+    df = df.withColumn(target, entry).drop("_bucket")
+    missing = F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))).cast(BUCKET_ENTRY_TYPE)
+    return df.withColumn(target, F.when(sid.isNotNull() & F.col(target).isNull(), missing).otherwise(F.col(target)))
+
+
+def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
+    """`df` with column `target`: the image rebuilt from its lean columns and the dictionary,
+    `{name, mysql_type, flags, value, label}` per column, as decoded."""
+    sid = F.col(f"{image}_schema")
+    df = _with_entry(df, image, dictionary, "_entry")
     entry = F.col("_entry")
     values = F.col(f"{image}_values")
     labels = F.coalesce(F.col(f"{image}_labels"), F.array_repeat(F.lit(None).cast("string"), F.size(values)))
     zipped = F.arrays_zip(entry["names"], entry["types"], entry["flags"], values, labels).cast(IMAGE_TYPE)
-    return df.withColumn(target, F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE)).when(
-        entry.isNull(), F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))),
-    ).otherwise(zipped)).drop("_bucket", "_entry")
+    return df.withColumn(target, F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE)).otherwise(zipped)).drop("_entry")
 
 
 def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] | None = None) -> DataFrame:
@@ -272,16 +332,15 @@ def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] 
     return df.select(*order, *[c for c in df.columns if c not in order])
 
 
-def row_key(image: str, schema_keys: bool = False, img: Column | None = None) -> Column:
+def row_key(image: str, schema_keys: bool = False) -> Column:
     """The row's key: the values of its key columns. The key columns are the table's at the
     cut when the DDL history knows the table (`key_aliases`: every name each key column had,
     so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
     `key_columns`; a table without a key is keyed by all its values: for a table the DDL history
     knows, by its columns at the cut (`row_columns`: names each had, default), a column the
     image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
-    the same row. Values only, in key order. `img`: the image when it is not the column
-    `image` (rebuilt from lean rows: `_rebuild`)."""
-    img = F.col(image) if img is None else img
+    the same row. Values only, in key order (lean rows: `row_key_lean`)."""
+    img = F.col(image)
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
     all_values = F.transform(img, lambda c: c["value"])
@@ -301,17 +360,48 @@ def row_key(image: str, schema_keys: bool = False, img: Column | None = None) ->
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
 
 
+def row_key_lean(image: str, entry: Column) -> Column:
+    """`row_key(image, schema_keys=True)` for a lean image: the same rule, computed from the
+    image's values and its dictionary `entry`'s lower-cased names by position
+    (`array_position`), instead of searching the rebuilt image column by column with a
+    lower-casing lambda per column (Spark interprets lambdas: measured ~10x the JVM time of
+    this form over the bench archive's rows). The first column whose name matches wins, as in
+    `row_key`."""
+    names, values = entry["lower_names"], F.col(f"{image}_values")
+
+    def value_at(position):
+        return F.when(position > 0, F.element_at(values, position.cast("int")))
+
+    def first_of(aliases):  # the position of the first column named by any of `aliases`, or null
+        return F.array_min(F.transform(aliases, lambda n: F.nullif(F.array_position(names, n), F.lit(0))))
+
+    own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
+    by_own = F.transform(own_keys, lambda k: value_at(F.array_position(names, k)))
+    own = F.when(F.size(own_keys) > 0, by_own).otherwise(values)
+    by_schema = F.transform(F.col("key_aliases"), lambda aliases: value_at(first_of(aliases)))
+
+    def column_value(col):
+        found = first_of(col["names"])
+        return F.when(found.isNull(), col["default"]).otherwise(F.element_at(values, found.cast("int")))
+
+    by_columns = F.transform(F.col("row_columns"), column_value)
+    return (F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema)
+            .when(F.col("row_columns").isNotNull(), by_columns).otherwise(values))
+
+
 def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> DataFrame:
     """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
     DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
     old key. Columns: the event's plus `row_key`, `effect`, `rank`. Lean rows (`lean_images`)
     stay lean: the keys are read from images rebuilt in the expression (`dictionary`)."""
     lean = "after_values" in rows.columns
-    if lean:  # rebuilt once per row, beside the lean columns, and dropped before any shuffle
+    if lean:  # the keys by position from the dictionary's names; computed once per row
         for image in IMAGES:
-            rows = _rebuild(rows, image, dictionary, f"_{image}")
-    before_key, after_key = [
-        row_key(image, schema_keys=True, img=F.col(f"_{image}") if lean else None) for image in IMAGES]
+            rows = _with_entry(rows, image, dictionary, f"_{image}")
+        rows = rows.withColumns({f"_{image}_key": row_key_lean(image, F.col(f"_{image}")) for image in IMAGES})
+        before_key, after_key = F.col("_before_key"), F.col("_after_key")
+    else:
+        before_key, after_key = [row_key(image, schema_keys=True) for image in IMAGES]
     effects = F.when(
         F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
     ).when(
@@ -326,7 +416,7 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
     return (
         exploded.withColumn("row_key", F.col("_effect.row_key"))
         .withColumn("effect", F.col("_effect.effect"))
-        .drop("_effect", "_before", "_after")
+        .drop("_effect", "_before", "_after", "_before_key", "_after_key")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
 

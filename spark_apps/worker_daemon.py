@@ -33,6 +33,9 @@ def preload() -> list[str]:
 if __name__ == "__main__":
     import gc
 
+    from spark_apps.pyspark_path import prefer_installed
+
+    prefer_installed()  # pyspark from the installed package: its bytecode is cached there
     preload()
     gc.freeze()  # the imported objects stay in pages the forked workers share with the daemon
     from pyspark import daemon

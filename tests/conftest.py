@@ -63,7 +63,9 @@ def spark(s3_endpoint):
     session = build_session("local[2]", "cdc-replay-tests", ["spark.sql.shuffle.partitions=4",
                                                              f"spark.driver.extraJavaOptions={SMALL_RUN_JAVA_OPTIONS}"])
     yield session
-    session.stop()
+    from spark_apps.replay import stop_session
+
+    stop_session(session)
 
 
 @pytest.fixture

@@ -144,6 +144,56 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
     assert result.returncode == 2 and "$CDC_REPLAY_SMALL_RUN_MB='lots' is not a number of MB" in result.stderr
 
 
+def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_generation(tmp_path, monkeypatch):
+    """The class-data archive is for every local run whose class path is Spark's own; the C1-only
+    JIT only for small ones, the interpreted expressions (launch.SMALL_RUN_SPARK_CONF) only up
+    to launch.INTERPRETED_RUN_MB, and a --spark-conf of the user's replaces ours key by key."""
+    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF, class_archive
+
+    monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
+    monkeypatch.setenv(CDS_ENV, str(tmp_path / "cds"))
+    archive = class_archive()
+    os.makedirs(os.path.dirname(archive))
+    open(archive, "wb").write(b"jsa")  # written by an earlier run
+    source = tmp_path / "archive" / "shop" / "p0"
+    source.mkdir(parents=True)
+    (source / "00000000000000000000.jsonl.gz").write_bytes(b"x" * 600_000)
+    base = ["--source", str(tmp_path / "archive"), "--protocol", "canal-json", "--output", str(tmp_path / "o"),
+            "--emit", "snapshot"]
+    mapped = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+
+    def launched(argv):
+        said = []
+        command = cli.replay_command(argv, say=said.append)
+        conf = dict(c.split("=", 1) for flag, c in zip(command, command[1:]) if flag == "--conf")
+        return conf, said[0]
+
+    conf, why = launched(base)
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} {mapped}"
+    assert {k: conf[k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
+    assert why.endswith(f"class-data archive {archive}, spark.sql.codegen.wholeStage=false, "
+                        "spark.sql.codegen.factoryMode=NO_CODEGEN")
+    conf, why = launched([*base, "--spark-conf", "spark.sql.codegen.wholeStage=true"])
+    assert conf["spark.sql.codegen.wholeStage"] == "true" and conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+    assert "wholeStage" not in why
+    (source / "00000000000000001000.jsonl.gz").write_bytes(b"x" * 4_000_000)  # 4.6 MB: C1, generated code
+    conf, why = launched(base)
+    assert SMALL_RUN_JAVA_OPTIONS in conf["spark.driver.extraJavaOptions"] and not set(SMALL_RUN_SPARK_CONF) & set(conf)
+    assert why.endswith(f"class-data archive {archive}, generated code (over 4 MB)")
+    monkeypatch.setenv(SMALL_RUN_ENV, "0.5")  # a large run: the archive only
+    conf, why = launched(base)
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {mapped}"
+    assert not set(SMALL_RUN_SPARK_CONF) & set(conf)
+    assert why == ("driver JVM with its default JIT: the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB; "
+                   f"class-data archive {archive}")
+    conf, why = launched([*base, "--spark-conf", "spark.jars=/opt/extra.jar"])  # another class path
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert why.endswith("; no class-data archive")
+    conf, why = launched([*base, "--master", "spark://127.0.0.1:7077"])
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert not set(SMALL_RUN_SPARK_CONF) & set(conf) and "is a cluster" in why
+
+
 @pytest.mark.spark
 def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_path):
     generated = generate(transactions=30, partitions=2, seed=5, bad_values=1)

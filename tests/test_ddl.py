@@ -190,3 +190,30 @@ def test_tables_from_before_the_archive_can_be_renamed_and_truncated():
     assert h.is_known("d", "b") and not h.is_described("d", "b") and not h.is_described("d", "a")
     h.apply("CREATE TABLE d.b (id INT PRIMARY KEY)", [9])
     assert h.is_described("d", "b")
+
+
+def test_statements_parsed_ahead_apply_as_parsed_on_the_spot():
+    """ddl.parse_ahead (the replay parses an archive's DDL in a background thread while Spark
+    jobs run) changes nothing: the same outcomes, the same errors, and a statement applied
+    twice is not changed by its first application (each use gets its own copy)."""
+    from spark_apps import ddl
+
+    queries = ["CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(8))", "ALTER TABLE d.t ADD COLUMN w INT AFTER id",
+               "ALTER TABLE d.t ADD COLUMN w INT AFTER id", "NOT SQL AT ALL (", "ALTER TABLE d.t DROP COLUMN v",
+               "/*!40101 ALTER TABLE d.t ADD COLUMN x BIGINT */"]
+
+    def replayed():
+        history, outcomes = ddl.SchemaHistory(""), []
+        for i, q in enumerate(queries):
+            try:
+                outcomes.append(history.apply(q, [i + 1], "d"))
+            except ddl.DDLError as e:
+                outcomes.append(f"error: {e}")
+        return outcomes, history.create_statements()
+
+    ddl.parse_ahead([]).join()  # nothing parsed ahead
+    on_the_spot = replayed()
+    ddl.parse_ahead(queries).join()
+    assert replayed() == on_the_spot
+    assert any(o.startswith("error: cannot parse DDL") for o in on_the_spot[0])
+    ddl.parse_ahead([]).join()

@@ -55,3 +55,61 @@ def test_lean_rows_keep_values_and_labels_and_ids_name_column_lists_exactly(imag
     # the task's aux row carries the dictionary
     aux = aux_batch(entries, _Runs()).to_pylist()[0]
     assert aux["kind"] == "aux" and {e["id"] for e in aux["aux"]["entries"]} == set(entries)
+
+
+EVENT = st.fixed_dictionaries({
+    "kind": st.sampled_from(["row", "ddl", "watermark", "quarantine", "empty"]),
+    "op": st.none() | st.sampled_from(["insert", "update", "delete"]),
+    "commit_ts": st.none() | st.integers(0, 50), "watermark_ts": st.none() | st.integers(0, 50),
+    "topic": st.none() | st.sampled_from(["t", "u"]), "partition": st.none() | st.integers(0, 2),
+    "offset": st.none() | st.integers(0, 20), "event_index": st.integers(0, 2),
+    "error_stage": st.none() | st.sampled_from(["archive", "decode"]),
+    "before": st.none() | st.just([]),
+})
+
+
+def expected_stats(events: list[dict]) -> dict:
+    """The partition statistics as the replay's former Spark aggregate defined them, in plain Python."""
+    out: dict = {}
+    for e in events:
+        if e["topic"] is None or e["error_stage"] == "archive":
+            continue
+        s = out.setdefault((e["topic"], e["partition"]), {"records": 0, "watermark": [], "commit": [],
+                                                          "rows_without_commit_ts": 0, "updates_without_before": 0,
+                                                          "offsets": []})
+        s["records"] += e["event_index"] == 0
+        if e["kind"] == "watermark" and e["watermark_ts"] is not None:
+            s["watermark"].append(e["watermark_ts"])
+        if e["commit_ts"] is not None:
+            s["commit"].append(e["commit_ts"])
+        s["rows_without_commit_ts"] += e["kind"] == "row" and e["commit_ts"] is None
+        s["updates_without_before"] += e["op"] == "update" and e["before"] is None
+        if e["event_index"] == 0 and e["offset"] is not None:
+            s["offsets"].append(e["offset"])
+    return {k: {"records": s["records"], "watermark": max(s["watermark"], default=None),
+                "min_commit_ts": min(s["commit"], default=None), "max_commit_ts": max(s["commit"], default=None),
+                "rows_without_commit_ts": s["rows_without_commit_ts"],
+                "updates_without_before": s["updates_without_before"],
+                "min_offset": min(s["offsets"], default=None), "max_offset": max(s["offsets"], default=None)}
+            for k, s in out.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(EVENT, max_size=10), min_size=1, max_size=3))
+def test_partition_statistics_gathered_while_decoding_equal_the_aggregate_over_the_events(batches):
+    from spark_apps.lean_decode import _Stats, merge_stats
+
+    # one task's batches, and the same events split over two tasks merged as the driver does
+    one, halves = _Stats(), [_Stats(), _Stats()]
+    for i, events in enumerate(batches):
+        b = pa.RecordBatch.from_pylist(events, schema=DECODED_ARROW_SCHEMA)
+        one.add(b)
+        halves[i % 2].add(b)
+    got = {(r.pop("topic"), r.pop("partition")): r for r in one.rows()}
+    assert got == expected_stats([e for events in batches for e in events])
+    merged: dict = {}
+    for half in halves:
+        for r in half.rows():
+            key = (r.pop("topic"), r.pop("partition"))
+            merged[key] = r if key not in merged else merge_stats(merged[key], r)
+    assert merged == got

@@ -161,3 +161,98 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
     full = T.full_images(T.tag_status(lean_rows, cut=None), T.dictionary_literal(worker), events.columns)
     got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
     assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want
+
+
+def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
+    """`row_key_lean` (positions in the dictionary's lower-cased names) gives exactly what
+    `row_key` gives on the full image, for every rule: own key columns (names in another case,
+    a name twice), the history's key aliases, whole-row keys with defaults, and names whose
+    lower case Java and Python could disagree on (taken from the JVM). A key column the image
+    lacks is null in the lean key (`row_key` fails the task with an index error there, so such
+    cases are drawn only for the whole-row rule, whose defaults fill them)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from pyspark.sql import functions as F
+
+    names = st.sampled_from(["id", "ID", "Id", "v", "w", "İd", "ǅ", "ς", "Σ"])
+    jvm_lower = T.spark_lower(spark)
+
+    @st.composite
+    def case(draw):
+        img = draw(st.lists(st.tuples(names, st.none() | st.binary(max_size=2)), min_size=1, max_size=4))
+        present = sorted({jvm_lower(n) for n, _ in img})
+        kind = draw(st.sampled_from(["own", "aliases", "columns", "all"]))
+        if kind == "own":  # key names as the message writes them: any case of a column's name
+            spellings = [n for n, _ in img] + [n.upper() for n, _ in img if jvm_lower(n.upper()) == jvm_lower(n)]
+            spec = draw(st.lists(st.sampled_from(spellings), max_size=2))
+        elif kind == "aliases":  # each key column named by at least one alias the image has
+            spec = [[draw(st.sampled_from(present))] + draw(st.lists(st.sampled_from(["x", "σ", "i̇d"]), max_size=1))
+                    for _ in range(draw(st.integers(1, 2)))]
+        elif kind == "columns":
+            spec = draw(st.lists(st.tuples(st.lists(st.sampled_from(present + ["x", "ǆ"]), min_size=1, max_size=2),
+                                           st.none() | st.binary(max_size=1)), max_size=3))
+        else:
+            spec = None
+        return img, kind, spec
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(case(), min_size=1, max_size=6))
+    def check(cases):
+        dictionary, rows = {}, []
+        for i, (img, kind, spec) in enumerate(cases):
+            sid = i + 1
+            dictionary[sid] = (tuple(n for n, _ in img), ("int",) * len(img), (0,) * len(img))
+            rows.append({"after_schema": sid, "after_values": [v for _, v in img],
+                         "after": [{"name": n, "mysql_type": "int", "flags": 0, "value": v, "label": None}
+                                   for n, v in img],
+                         "key_columns": spec if kind == "own" else ["id"],
+                         "key_aliases": None if kind == "own" else [] if kind in ("columns", "all") else spec,
+                         "row_columns": [{"names": a, "default": d} for a, d in spec] if kind == "columns" else None})
+        df = spark.createDataFrame(rows, "after_schema bigint, after_values array<binary>, after array<struct<name: "
+                                   "string, mysql_type: string, flags: int, value: binary, label: string>>, "
+                                   "key_columns array<string>, key_aliases array<array<string>>, row_columns "
+                                   f"{T.ROW_COLUMNS_TYPE}")
+        with_entry = T._with_entry(df, "after", T.dictionary_literal(dictionary, jvm_lower), "_entry")
+        got = with_entry.select(T.row_key("after", schema_keys=True).alias("full"),
+                                T.row_key_lean("after", F.col("_entry")).alias("lean")).collect()
+        assert [r.lean for r in got] == [r.full for r in got]
+
+    check()
+    # a key column the image lacks: null in the lean key
+    missing = spark.createDataFrame([(1, [b"1"], [["nope"], ["id"]])],
+                                    "after_schema bigint, after_values array<binary>, key_aliases array<array<string>>")
+    missing = missing.withColumn("key_columns", F.array().cast("array<string>")).withColumn(
+        "row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
+    entry = T._with_entry(missing, "after", T.dictionary_literal({1: (("ID",), ("int",), (0,))}), "_entry")
+    assert entry.select(T.row_key_lean("after", F.col("_entry")).alias("k")).first().k == [None, b"1"]
+
+
+def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_event(spark):
+    """`duplicate_places` + `tag_status(duplicates=...)` (what the replay runs) against the
+    window over every event's identity (`tag_status` alone): the same status for every event,
+    with copies in other partitions and objects, a copy at the same offset read from two
+    objects, copies out of scope, watermarks, and records that could not be decoded."""
+    from cdc_codecs.events import Kind as K
+
+    def at(event, partition, offset, obj, line=1):
+        return {**event, "partition": partition, "offset": offset, "object": obj, "line": line}
+
+    insert = row(Op.INSERT, 0, 10, None, [col("id", 1)])
+    update = row(Op.UPDATE, 0, 11, [col("id", 1)], [col("id", 2)])
+    other = row(Op.INSERT, 0, 10, None, [col("id", 9)], table="skipped")
+    mark = {"kind": K.WATERMARK, "watermark_ts": 12, "topic": "t"}
+    bad = {"kind": "quarantine", "error": "x", "raw_value": b"?", "topic": "t"}
+    events = frame(spark, [
+        at(insert, 0, 1, "a"), at(insert, 1, 7, "b"), at(insert, 0, 1, "c"),  # copies: another partition, another object
+        at(update, 0, 2, "a"), at(update, 0, 2, "a", line=2),  # the same record twice in one object
+        at(other, 0, 3, "a"), at(other, 1, 8, "b"),  # out of scope: never duplicates
+        at(mark, 0, 4, "a"), at(mark, 0, 4, "c"), at(mark, 1, 9, "b"),
+        at(bad, 0, 5, "a"), at(bad, 0, 5, "c"), at(bad, 0, 6, "c"),
+    ])
+    scope = {"tables": ["d.t"], "cut": [11], "since": None}
+    window = T.tag_status(events, **scope)
+    narrow = T.tag_status(events, **scope, duplicates=T.duplicate_places(events, tables=["d.t"]))
+    place = ["topic", "partition", "offset", "object", "line", "event_index"]
+    expected = sorted((tuple(r[c] for c in place), r.status) for r in window.collect())
+    assert sorted((tuple(r[c] for c in place), r.status) for r in narrow.collect()) == expected
+    assert [s for _, s in expected].count("duplicate") == 5

@@ -44,6 +44,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
 
     timed = T.with_timeline(T.infer_commit_ts(events, needed=True))
     tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
+    T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.duplicate_places(timed, tables=["d.*"]))
     effects = T.row_effects(T.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
     live = T.live_rows(latest)
@@ -63,7 +64,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     # every public transform of the module was exercised above (a new one must be added here)
     exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
-                 "with_schema_ids", "schema_entries", "lean_images", "full_images"}
+                 "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

@@ -17,7 +17,15 @@ from cdc_replay_airflow.operators.replay import (
     subprocess_environment,
 )
 from cdc_replay_airflow.request import parse_request, replay_arguments
-from spark_apps.launch import LOCAL_DRIVER_MEMORY, LOG4J, REPLAY_APP, SMALL_RUN_JAVA_OPTIONS, spark_submit_command
+from spark_apps.launch import (
+    LOCAL_DRIVER_MEMORY,
+    LOG4J,
+    REPLAY_APP,
+    SMALL_RUN_JAVA_OPTIONS,
+    SMALL_RUN_SPARK_CONF,
+    small_run_options,
+    spark_submit_command,
+)
 
 REQUEST = parse_request({"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
                          "protocol_options": {"enable-tidb-extension": "true"}, "output": "s3://cdc-lake/out",
@@ -51,10 +59,13 @@ def test_submit_settings_are_exact(monkeypatch):
     small = submit_settings(REQUEST, master="local[2]", python="/p", source_bytes=1_000_000, say=said.append)
     assert small["conf"]["spark.driver.extraJavaOptions"] == (f"-Dlog4j2.configurationFile=file:{LOG4J} "
                                                               f"{SMALL_RUN_JAVA_OPTIONS}")
+    assert {k: small["conf"][k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
     assert said == ["small local run (1.0 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16): driver JVM with "
-                    "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive"]
+                    "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive, spark.sql.codegen.wholeStage=false, "
+                    "spark.sql.codegen.factoryMode=NO_CODEGEN"]
     cluster = submit_settings(REQUEST, master="spark://m:7077", python="/p", source_bytes=1_000_000)
     assert cluster["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert not set(SMALL_RUN_SPARK_CONF) & set(cluster["conf"])
 
 
 def test_subprocess_environment_puts_the_venv_first():
@@ -94,9 +105,10 @@ def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
         with zipfile.ZipFile(py_files) as z:
             names = z.namelist()
         assert "cdc_codecs/__init__.py" in names and "spark_apps/replay.py" in names
-    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r"), conf={},
+    java_options, conf, _ = small_run_options(master, None, {})  # the class-data archive of local runs
+    expected = spark_submit_command(replay_arguments(REQUEST, run_id="d.r"), conf=conf,
                                     master=master, python="/venv/bin/python", py_files=py_files,
-                                    spark_submit="spark-submit")
+                                    spark_submit="spark-submit", driver_java_options=java_options)
     assert _parts(command) == _parts(expected)
     assert command[-len(expected[expected.index(REPLAY_APP) + 1:]):] == expected[expected.index(REPLAY_APP) + 1:]
 

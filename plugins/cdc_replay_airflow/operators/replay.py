@@ -66,10 +66,11 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     from spark_apps.cli import with_packages
 
     conf = with_packages(request, conf)  # a kafka:// source: Spark's Kafka connector (a Spark package)
-    java_options, why = small_run_options(master, source_bytes, conf)
+    java_options, small_conf, why = small_run_options(master, source_bytes, conf)
     say(why)
     command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
-                                   spark_submit="spark-submit", conf=conf, driver_java_options=java_options)
+                                   spark_submit="spark-submit", conf={**small_conf, **conf},
+                                   driver_java_options=java_options)
     settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}
     i = 1
     while command[i].startswith("--"):

@@ -18,7 +18,7 @@ Events/s counts decoded events (an avro UPDATE decodes to its new row only and a
 to its key columns: avro has less to decode). Prints Markdown tables; bench/RESULTS.md keeps
 the figures with the machine, date and command.
 
-    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--no-pure] [--profile craft,avro]
+    .venv/bin/python bench/bench_codecs.py --events 100000 [--no-spark] [--no-pure] [--native-only] [--profile craft,avro]
 
 Adding a protocol: one line in PROTOCOLS.
 """
@@ -293,6 +293,8 @@ def main() -> int:
     ap.add_argument("--no-pure", action="store_true", help="skip (a), the codecs alone")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--profile", default="", help="comma-separated labels to profile with cProfile")
+    ap.add_argument("--native-only", action="store_true",
+                    help="(b): only the compiled paths (no Python codec runs, no parse floors): minutes less")
     args = ap.parse_args()
 
     missing = set(protocols()) - {p for _, p, _ in PROTOCOLS}
@@ -324,13 +326,13 @@ def main() -> int:
     results = []
     for label, protocol, options in PROTOCOLS:
         batches = record_batches(encoded[label])
-        for mode in ("auto", "python"):
+        for mode in ("auto",) if args.native_only else ("auto", "python"):
             seconds, n, path = decode_arrow(protocol, options_for(options, registry), batches, args.rounds, mode)
             results.append((f"{label} ({path})", seconds, n))
             sizes[results[-1][0]] = sizes[label]
             if path == "python":
                 break  # no compiled path: the python run would repeat this one
-    for label, protocol, options in PROTOCOLS:
+    for label, protocol, options in [] if args.native_only else PROTOCOLS:
         seconds = parse_floor(protocol, options_for(options, registry), encoded[label], args.rounds)
         if seconds is not None:
             n = next(r[2] for r in results if r[0].startswith(label + " ("))

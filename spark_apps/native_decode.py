@@ -1,5 +1,5 @@
 """The compiled decoders (native/cdc_replay_native, Rust + PyO3) behind the Python codecs:
-canal-json, craft, open-protocol, avro and canal-protobuf (PROTOCOLS).
+canal-json, craft, open-protocol, avro, canal-protobuf and oceanbase-avro (PROTOCOLS).
 
 The extension turns a batch of record values (an Arrow binary array) into Arrow buffers of the
 canonical events with no Python object per value; this module wraps those buffers into a batch
@@ -9,7 +9,8 @@ stays the reference: the output, quarantine rows included, is the same either wa
 (tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
 functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`,
 `_canal_protobuf_rule`; avro: the codec's analysis of each writer schema, once per schema id,
-`_avro_plan`). docs/engine.md says why this design.
+`_avro_plan`; oceanbase-avro: the codec's `_column_type`, `_render` and `parse_zone`,
+`_oceanbase_rules`). docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -26,10 +27,12 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from cdc_codecs import avro, craft, open_protocol
+from cdc_codecs import avro, craft, oceanbase_avro, open_protocol
 from cdc_codecs.canal_common import type_info
 from cdc_codecs.canal_json import _column_rule
-from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
+from cdc_codecs.errors import DecodeError
+from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA, ColumnFlag
+from cdc_codecs.mysql_types import BINARY_BASES
 
 from .schema import DECODED_ARROW_SCHEMA
 
@@ -47,7 +50,8 @@ ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
 # the protocols with a compiled decoder, and each one's class in the extension
 CLASSES = {"canal-json": "CanalJsonDecoder", "craft": "CraftDecoder", "open-protocol": "OpenProtocolDecoder",
-           "avro": "AvroDecoder", "canal-protobuf": "CanalProtobufDecoder"}
+           "avro": "AvroDecoder", "canal-protobuf": "CanalProtobufDecoder",
+           "oceanbase-avro": "OceanBaseAvroDecoder"}
 PROTOCOLS = tuple(CLASSES)
 
 
@@ -153,6 +157,58 @@ def _canal_protobuf_rule(utc: bool):
     return rule
 
 
+# a ColumnValue member's stand-in for `_column_type`, which reads only its kind, whether it is
+# bytes, and a record's charset / DECIMAL precision and scale / BIT length / ENUM-SET defines
+_OB_SAMPLES = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0, "bytes": b"",
+               "string": ""}
+_OB_DETAILS = {"StringObject": lambda d: {"charsetName": d, "value": ""},
+               "DecimalObject": lambda d: {"precision": d[0], "scale": d[1], "value": "0"},
+               "BitObject": lambda d: {"bit_length": d, "value": "0"},
+               "EnumSetValue": lambda d: {"value": "", "defines": d}}
+
+
+def _oceanbase_member(kind: str, detail):
+    if kind in _OB_SAMPLES:
+        return _OB_SAMPLES[kind]
+    return (oceanbase_avro._NS + kind, _OB_DETAILS.get(kind, lambda d: {})(detail))
+
+
+def _oceanbase_rules(codec):
+    """(column, render, zone) for the extension, each the oceanbase-avro codec's own rule:
+    `column(code, [(type_info, member, detail) of the after and before values])` is
+    `_column_type` (None when it refuses), as (mysql_type, flags, binary, float, enum_set,
+    labels, default dataTypeNumber, the parsed type); `render(parsed, member, payload)` is
+    `_render` of an ENUM/SET value (None when refused); `zone(text or None: the codec's)` is the
+    zone's fixed offset in seconds, None for zones with rules (their values go to the codec)."""
+    def column(code: int, values: list):
+        sample = [{"type_info": info, "value": _oceanbase_member(kind, detail)} for info, kind, detail in values]
+        try:
+            mysql_type, parsed = codec._column_type(code, sample, "")
+        except DecodeError:
+            return None
+        binary = parsed.base in BINARY_BASES
+        flags = int(ColumnFlag.BINARY) if binary else 0
+        return (mysql_type, flags, binary, parsed.base == "float", parsed.base in ("enum", "set"),
+                parsed.labels is not None, oceanbase_avro.type_code(mysql_type, flags), parsed)
+
+    def render(parsed, kind: str, payload):
+        member = (oceanbase_avro._NS + kind, {"value": payload[0], "defines": payload[1]}) \
+            if kind == "EnumSetValue" else payload
+        try:
+            return codec._render({"type_info": "NULL", "value": member}, parsed, "")
+        except DecodeError:
+            return None
+
+    def zone(text):
+        try:
+            tz = codec.zone if text is None else oceanbase_avro.parse_zone(text)
+        except Exception:  # noqa: BLE001 - not a zone: the codec names it
+            return None
+        return int(tz.utcoffset(None).total_seconds()) if isinstance(tz, dt.timezone) else None
+
+    return column, render, zone
+
+
 def _bytes_view(buffer):
     """An Arrow buffer as unsigned bytes for the extension (pyarrow exports signed chars)."""
     return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
@@ -218,6 +274,10 @@ class NativeDecoder:
             self.decoder = cdc_replay_native.AvroDecoder(_avro_plan(codec))
         elif codec.name == "canal-protobuf":
             self.decoder = cdc_replay_native.CanalProtobufDecoder(_canal_protobuf_rule(codec.zone is dt.timezone.utc))
+        elif codec.name == "oceanbase-avro":
+            self.decoder = cdc_replay_native.OceanBaseAvroDecoder(
+                json.dumps(oceanbase_avro.SCHEMA_JSON), codec.config["avro-framing"], codec.ms_per_unit,
+                *_oceanbase_rules(codec))
         else:
             self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
         self.native_records = 0
@@ -299,7 +359,7 @@ def _batch(out: dict, source: dict[str, pa.Array]) -> pa.RecordBatch:
         "extras": _list(out["extras"], extras_type, events, extras_child),
         "event_index": pa.array(np.frombuffer(out["event_index"], dtype=np.int32)),
     }
-    if "position" in out:  # canal-protobuf's binlog positions
+    if "position" in out:  # canal-protobuf's binlog positions, oceanbase-avro's record ids
         positions = pa.Array.from_buffers(pa.int64(), len(out["position_items"]) // 8,
                                           [None, pa.py_buffer(out["position_items"])])
         columns["position"] = _list(out["position"], fields.field("position").type, events, positions)

@@ -4,7 +4,7 @@
 //! value and build a `KafkaRecord` per record before the compiled decoder saw the values:
 //! about half of the decode's CPU. Here the decompressed bytes come whole; each line is parsed
 //! (topic, partition, offset, timestamp, key, value), its key and value decoded and handed to
-//! the compiled decoder (canal-json, craft, open-protocol or canal-protobuf: the same record functions as their
+//! the compiled decoder (any of them: the same record functions as their
 //! `decode`), and the record's coordinates written beside its events. A line this
 //! path is not sure about (not exactly what `parse_line` accepts, headers, unknown fields, a
 //! record the decoder hands back) is returned by its byte span for the Python path, which
@@ -20,11 +20,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::canal_protobuf::{CanalProtobufDecoder, Positions};
+use crate::canal_protobuf::CanalProtobufDecoder;
 use crate::craft::CraftDecoder;
 use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
-use crate::{buffer_bytes, Builders, CanalJsonDecoder, Fallback, I64Col, StrCol, R};
+use crate::oceanbase_avro::OceanBaseAvroDecoder;
+use crate::{buffer_bytes, Builders, CanalJsonDecoder, Fallback, I64Col, Positions, StrCol, R};
 
 /// A JSON string, borrowed from the line when it has no escapes.
 pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);
@@ -202,6 +203,7 @@ enum Decoder<'py> {
     OpenProtocol(PyRefMut<'py, OpenProtocolDecoder>),
     Avro(PyRefMut<'py, AvroDecoder>),
     CanalProtobuf(PyRefMut<'py, CanalProtobufDecoder>, Positions), // with its events' positions
+    OceanBaseAvro(PyRefMut<'py, OceanBaseAvroDecoder>, Positions),
 }
 
 impl<'py> Decoder<'py> {
@@ -218,6 +220,9 @@ impl<'py> Decoder<'py> {
         if let Ok(d) = decoder.extract() {
             return Ok(Decoder::CanalProtobuf(d, Positions::new()));
         }
+        if let Ok(d) = decoder.extract() {
+            return Ok(Decoder::OceanBaseAvro(d, Positions::new()));
+        }
         Ok(Decoder::OpenProtocol(decoder.extract()?))
     }
 
@@ -231,6 +236,7 @@ impl<'py> Decoder<'py> {
             Decoder::CanalJson(d) => d.record(py, value, rec, b),
             Decoder::Craft(d) => d.record(py, value, rec, b),
             Decoder::CanalProtobuf(d, pos) => d.record(py, value, rec, b, pos),
+            Decoder::OceanBaseAvro(d, pos) => d.record(py, value, rec, b, pos),
             Decoder::OpenProtocol(d) => Ok(match key {
                 Some(key) => d.message(py, key, value, rec, b),
                 None => Err(Fallback), // no key: the Python codec names it
@@ -331,7 +337,7 @@ pub(crate) fn decode_lines<'py>(
         }
     }
     let d = b.export(py)?;
-    if let Decoder::CanalProtobuf(_, pos) = &decoder {
+    if let Decoder::CanalProtobuf(_, pos) | Decoder::OceanBaseAvro(_, pos) = &decoder {
         pos.export(py, &d)?;
     }
     d.set_item("fallback", fallback)?;

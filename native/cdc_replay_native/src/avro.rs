@@ -55,11 +55,27 @@ enum Field {
     ChecksumVersion,
 }
 
+/// A parsed Avro schema and the crate's datum reader for it, which borrows it.
+pub(crate) struct SchemaReader {
+    // the reader borrows `_schema`: declared first so it is dropped first
+    pub(crate) reader: GenericDatumReader<'static>,
+    _schema: Box<Schema>,
+}
+
+impl SchemaReader {
+    /// None when the crate cannot build a reader for the schema.
+    pub(crate) fn new(schema: Box<Schema>) -> Option<Self> {
+        // SAFETY: the schema is boxed (it never moves) and kept in the same struct as the
+        // reader, which is dropped before it.
+        let schema_ref: &'static Schema = unsafe { &*(schema.as_ref() as *const Schema) };
+        let reader = GenericDatumReader::builder(schema_ref).build().ok()?;
+        Some(SchemaReader { reader, _schema: schema })
+    }
+}
+
 /// A writer schema analysed by the Python codec, with its datum reader.
 struct Plan {
-    // the reader borrows `_schema`: declared first so it is dropped first
-    reader: GenericDatumReader<'static>,
-    _schema: Box<Schema>,
+    reader: SchemaReader,
     id: i32,
     namespace: String,
     database: String,
@@ -199,11 +215,8 @@ impl AvroDecoder {
                 }
             });
         }
-        // SAFETY: the schema is boxed (it never moves) and kept in the same Plan as the reader,
-        // which is dropped before it; plans are never removed while the decoder lives.
-        let schema_ref: &'static Schema = unsafe { &*(schema.as_ref() as *const Schema) };
-        let Ok(reader) = GenericDatumReader::builder(schema_ref).build() else { return Ok(None) };
-        Ok(Some(Plan { reader, _schema: schema, id, namespace, database, table, fields }))
+        let Some(reader) = SchemaReader::new(schema) else { return Ok(None) };
+        Ok(Some(Plan { reader, id, namespace, database, table, fields }))
     }
 
     /// A Confluent-framed part: its plan and the record's field datums.
@@ -217,7 +230,7 @@ impl AvroDecoder {
         }
         let Some(p) = self.plan(py, id)? else { return Ok(Err(Fallback)) };
         let mut body = &data[5..];
-        let Ok(Value::Record(items)) = self.plans[p].reader.read_value(&mut body) else {
+        let Ok(Value::Record(items)) = self.plans[p].reader.reader.read_value(&mut body) else {
             return Ok(Err(Fallback));
         };
         if !body.is_empty() || items.len() != self.plans[p].fields.len() {

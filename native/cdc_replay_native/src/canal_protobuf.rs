@@ -15,9 +15,9 @@ use base64::Engine;
 use prost::bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 
-use crate::{decode_batch, java_float_text, label_of, BinaryArray, Builders, Fallback, ListCol, Rule, KEY_FLAGS, R};
+use crate::{decode_batch, java_float_text, label_of, BinaryArray, Builders, Fallback, Rule, KEY_FLAGS, Positions, R};
 
 // ------------------------------------------------------------------------------ messages
 //
@@ -226,28 +226,6 @@ enum Kind {
 struct TypeRule {
     rule: Rule, // flags and ENUM/SET labels, as canal-json's
     kind: Kind,
-}
-
-/// The `position` column (Canal's binlog file number, offset, row index), which the shared
-/// builders do not carry: kept here and rolled back with them.
-pub(crate) struct Positions {
-    lists: ListCol,
-    items: Vec<i64>,
-}
-
-impl Positions {
-    pub(crate) fn new() -> Self {
-        Positions { lists: ListCol::new(), items: Vec::new() }
-    }
-    fn truncate(&mut self, events: usize) {
-        self.lists.truncate(events);
-        self.items.truncate(self.lists.offsets[events] as usize);
-    }
-    /// `position` (list offsets, validity) and `position_items` (int64) into the output dict.
-    pub(crate) fn export(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
-        d.set_item("position", self.lists.export(py))?;
-        d.set_item("position_items", PyBytes::new(py, crate::as_bytes(&self.items)))
-    }
 }
 
 /// What an event's extras hold besides the message's and its entry's (built when the record is

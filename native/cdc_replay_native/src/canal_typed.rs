@@ -642,14 +642,7 @@ impl CanalJsonDecoder {
                     return Ok(Err(Fallback));
                 }
             }
-            b.rec_idx.push(rec);
-            b.event_index.push(i as i32);
-            b.kind.push_str(Some("row"));
-            b.op.push_str(Some(op));
-            b.commit_ts.push(commit_ts);
-            b.execute_ts.push(es);
-            b.database.push_str(Some(database));
-            b.table.push_str(Some(table));
+            b.start_row(rec, i as i32, op, commit_ts, es, database, table);
             match &pk_names {
                 Some(names) => {
                     for n in names {

@@ -21,7 +21,108 @@ mod avro;
 mod canal_protobuf;
 mod canal_typed;
 mod craft;
+mod oceanbase_avro;
 mod open_protocol;
+
+// ------------------------------------------------------------------------------ allocator
+
+/// The system allocator with a per-thread cache of small blocks in front of it. The decoders
+/// allocate and free many small blocks per record (the `apache-avro` crate: every string and
+/// bytes value it reads, about 25 per oceanbase-avro record, all freed at once), more of one
+/// size than glibc's own thread cache keeps (7), so most took its slower bins. Blocks of up to
+/// 256 bytes are kept here, 64 per 16-byte size class and thread (at most 256 KiB a thread,
+/// left to the process when a thread ends), and every such block is allocated at its class's
+/// full size, so any block of a class serves any request of it. Zeroed blocks are allocated and
+/// then cleared: glibc's `calloc` bypasses its thread cache, and the crate allocates every value
+/// it reads zeroed (`vec![0; n]`).
+struct Allocator;
+
+const CLASS: usize = 16;
+const CLASSES: usize = 16;
+const DEPTH: usize = 64;
+
+struct Cache {
+    blocks: [[*mut u8; DEPTH]; CLASSES],
+    counts: [usize; CLASSES],
+}
+
+thread_local! {
+    // const-initialised, nothing to drop: no allocation and no destructor behind it
+    static CACHE: std::cell::UnsafeCell<Cache> = const {
+        std::cell::UnsafeCell::new(Cache { blocks: [[std::ptr::null_mut(); DEPTH]; CLASSES], counts: [0; CLASSES] })
+    };
+}
+
+/// The size class of a block (None: not cached).
+#[inline]
+fn class_of(size: usize, align: usize) -> Option<usize> {
+    (size > 0 && size <= CLASS * CLASSES && align <= CLASS).then(|| (size - 1) / CLASS)
+}
+
+#[inline]
+fn class_layout(class: usize, align: usize) -> std::alloc::Layout {
+    // SAFETY: align is a power of two no larger than the class size
+    unsafe { std::alloc::Layout::from_size_align_unchecked((class + 1) * CLASS, align) }
+}
+
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let Some(class) = class_of(layout.size(), layout.align()) else { return std::alloc::System.alloc(layout) };
+        let cached = CACHE
+            .try_with(|c| {
+                // SAFETY: this thread's cache, not borrowed anywhere else (no reentry from here)
+                let c = &mut *c.get();
+                (c.counts[class] > 0).then(|| {
+                    c.counts[class] -= 1;
+                    c.blocks[class][c.counts[class]]
+                })
+            })
+            .ok()
+            .flatten();
+        match cached {
+            Some(p) => p,
+            None => std::alloc::System.alloc(class_layout(class, layout.align())),
+        }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // black_box: LLVM would fold a malloc + memset back into calloc
+        let p = std::hint::black_box(self.alloc(layout));
+        if !p.is_null() {
+            std::ptr::write_bytes(p, 0, layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        let Some(class) = class_of(layout.size(), layout.align()) else { return std::alloc::System.dealloc(ptr, layout) };
+        let kept = CACHE
+            .try_with(|c| {
+                // SAFETY: as in `alloc`
+                let c = &mut *c.get();
+                (c.counts[class] < DEPTH).then(|| {
+                    c.blocks[class][c.counts[class]] = ptr;
+                    c.counts[class] += 1;
+                })
+            })
+            .ok()
+            .flatten();
+        if kept.is_none() {
+            std::alloc::System.dealloc(ptr, class_layout(class, layout.align()));
+        }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let old = class_of(layout.size(), layout.align());
+        match class_of(new_size, layout.align()) {
+            // a small block stays small enough for its class: the same block
+            Some(new) if old.is_some_and(|old| new <= old) => ptr,
+            // a block that becomes small is made as large as its class
+            Some(new) => std::alloc::System.realloc(ptr, layout, (new + 1) * CLASS),
+            None => std::alloc::System.realloc(ptr, layout, new_size),
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Allocator = Allocator;
 
 // ------------------------------------------------------------------------------ builders
 
@@ -131,6 +232,29 @@ impl ListCol {
     }
 }
 
+/// The `position` column (canal-protobuf's binlog file number, offset and row index,
+/// oceanbase-avro's record id), which the shared builders do not carry: kept by the decoder
+/// beside them and rolled back with them.
+pub(crate) struct Positions {
+    pub(crate) lists: ListCol,
+    pub(crate) items: Vec<i64>,
+}
+
+impl Positions {
+    pub(crate) fn new() -> Self {
+        Positions { lists: ListCol::new(), items: Vec::new() }
+    }
+    pub(crate) fn truncate(&mut self, events: usize) {
+        self.lists.truncate(events);
+        self.items.truncate(self.lists.offsets[events] as usize);
+    }
+    /// `position` (list offsets, validity) and `position_items` (int64) into the output dict.
+    pub(crate) fn export(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        d.set_item("position", self.lists.export(py))?;
+        d.set_item("position_items", PyBytes::new(py, as_bytes(&self.items)))
+    }
+}
+
 /// The items of an image (list<struct<name, mysql_type, flags, value, label>>).
 struct Columns {
     name: StrCol,
@@ -186,6 +310,57 @@ fn pack(valid: &[u8]) -> (Option<Vec<u8>>, usize) {
 }
 
 // ------------------------------------------------------------------------------ decoding
+
+/// A fast hasher for the decoders' caches of distinct values (a multiply-rotate over 8-byte
+/// words; SipHash showed in the profile). Its keys come from records: a flood of colliding
+/// keys would cost time, not correctness, and the caches are bounded.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fx(u64);
+
+impl Fx {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let rest = chunks.remainder();
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        self.add(u64::from_le_bytes(last) ^ (rest.len() as u64) << 56);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// An integer's decimal text (what `str(int)` writes), without the formatting machinery.
+pub(crate) fn push_int(out: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    push_uint(out, n.unsigned_abs());
+}
+
+pub(crate) fn push_uint(out: &mut Vec<u8>, mut u: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
 
 /// What a column's type text implies, from the Python reference (`canal_json._column_rule`).
 struct Rule {
@@ -385,6 +560,18 @@ impl Builders {
         self.after.push(false, self.after_cols.len());
         self.watermark_ts.push(Some(ts));
     }
+    /// A row event's first fields: record and event index, kind, op, times, names.
+    #[allow(clippy::too_many_arguments)]
+    fn start_row(&mut self, rec: i32, index: i32, op: &str, commit_ts: Option<i64>, execute_ts: Option<i64>, database: &str, table: &str) {
+        self.rec_idx.push(rec);
+        self.event_index.push(index);
+        self.kind.push_str(Some("row"));
+        self.op.push_str(Some(op));
+        self.commit_ts.push(commit_ts);
+        self.execute_ts.push(execute_ts);
+        self.database.push_str(Some(database));
+        self.table.push_str(Some(table));
+    }
     /// One record written by `record`, or nothing of it when `record` gives it up (rolled
     /// back); true when it was taken. Every decoder's record loop goes through here.
     fn attempt(&mut self, record: impl FnOnce(&mut Builders) -> PyResult<R<()>>) -> PyResult<bool> {
@@ -469,7 +656,7 @@ impl CanalJsonDecoder {
     }
 }
 
-fn buffer_bytes<'a>(buf: &'a PyBuffer<u8>) -> &'a [u8] {
+fn buffer_bytes(buf: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: the buffer is held (and so kept alive and unchanged) for the whole call.
     unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
 }
@@ -495,6 +682,7 @@ impl CanalJsonDecoder {
     /// Returns a dict of Arrow buffers (see spark_apps/native_decode.py) and `status`: one byte
     /// per record, 1 when decoded here, 0 when the Python codec must decode it.
     #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
+    #[allow(clippy::too_many_arguments)]
     fn decode<'py>(
         &mut self,
         py: Python<'py>,
@@ -596,6 +784,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
+    m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())

@@ -15,25 +15,23 @@ use std::fmt;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
 
 use crate::archive::Text;
 use crate::canal_typed::{Checked, CheckedVisitor, Loose};
 use crate::craft::{shortest_f32, shortest_f64};
-use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
+use crate::{decode_batch, push_int, push_uint, BinaryArray, Builders, Fallback, R};
 
-/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so.
-fn truthy(v: Option<&Value>) -> R<bool> {
+/// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so (a
+/// float goes to Python).
+fn truthy(v: &Option<Loose>) -> R<bool> {
     match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => Ok(!s.is_empty()),
-        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_i64().map(|x| x as u64)) {
-            Some(x) => Ok(x != 0),
-            None => Err(Fallback),
-        },
-        Some(Value::Array(a)) => Ok(!a.is_empty()),
-        Some(Value::Object(o)) => Ok(!o.is_empty()),
+        None | Some(Loose::Null) => Ok(false),
+        Some(Loose::Bool(b)) => Ok(*b),
+        Some(Loose::Str(s)) => Ok(!s.is_empty()),
+        Some(Loose::UInt(n)) => Ok(*n != 0),
+        Some(Loose::NegInt(_)) => Ok(true),
+        Some(Loose::Float(_)) => Err(Fallback),
+        Some(Loose::Array(any)) | Some(Loose::Object(any)) => Ok(*any),
     }
 }
 
@@ -59,11 +57,12 @@ struct TypeRule {
     kind: Kind,
 }
 
+#[derive(Clone, Copy)]
 struct Col<'a> {
     name: &'a str,
     rule: usize,
     flags: i32,
-    value: Option<Vec<u8>>,
+    value: Option<(usize, usize)>, // the value's bytes in the decoder's `values`
 }
 
 #[pyclass]
@@ -71,6 +70,9 @@ pub(crate) struct OpenProtocolDecoder {
     rule_fn: Py<PyAny>,
     rules: Vec<TypeRule>,
     by_code: HashMap<(u8, i32), usize>,
+    recent: Vec<(u8, i32, usize)>, // (code, flags, rule) of the last image's columns, by position
+    values: Vec<u8>,               // the message's column values, one after the other
+    names: Vec<String>,            // the column names of the last image, which has no name twice
 }
 
 // ------------------------------------------------------------------------------ the value JSON
@@ -88,12 +90,14 @@ fn consume_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<(), A::Error> {
 }
 
 /// A column object's fields (`t`, `f`, `h`, `v`; others are ignored, as the reference does),
-/// or `None` when the column is not a JSON object.
+/// or `None` when the column is not a JSON object. The type code and flags are kept as what the
+/// decoder uses of them (Err: not an integer in range, the record goes to Python), `h` as
+/// whether it is `true`: a column is small to move.
 #[derive(Default)]
 struct ColJ<'a> {
-    t: Option<Loose<'a>>,
-    f: Option<Loose<'a>>,
-    h: Option<Loose<'a>>,
+    t: Option<Result<u8, ()>>,
+    f: Option<Result<i64, ()>>,
+    h: bool,
     v: Option<Loose<'a>>,
 }
 
@@ -127,17 +131,21 @@ impl<'de> Visitor<'de> for ColVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut c = ColJ::default();
         while let Some(Text(k)) = map.next_key::<Text>()? {
-            let slot = match k.as_ref() {
-                "t" => &mut c.t,
-                "f" => &mut c.f,
-                "h" => &mut c.h,
-                "v" => &mut c.v,
+            match k.as_ref() {
+                "t" => {
+                    let code = int_of_j(&map.next_value::<Loose>()?).filter(|c| (0..=255).contains(c));
+                    c.t = Some(code.map(|c| c as u8).ok_or(()));
+                }
+                "f" => {
+                    let flags = int_of_j(&map.next_value::<Loose>()?).filter(|f| (0..1 << 31).contains(f));
+                    c.f = Some(flags.map(|f| f as i64).ok_or(()));
+                }
+                "h" => c.h = matches!(map.next_value::<Loose>()?, Loose::Bool(true)),
+                "v" => c.v = Some(map.next_value::<Loose>()?),
                 _ => {
                     map.next_value::<Checked>()?;
-                    continue;
                 }
-            };
-            *slot = Some(map.next_value::<Loose>()?);
+            }
         }
         Ok(Some(c))
     }
@@ -181,7 +189,7 @@ impl<'de> Visitor<'de> for PartVisitor {
         f.write_str("an image object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Part<'de>, A::Error> {
-        let mut cols = Vec::new();
+        let mut cols = Vec::with_capacity(16);
         while let Some(Text(k)) = map.next_key::<Text>()? {
             let Column(c) = map.next_value::<Column>()?;
             cols.push((k, c));
@@ -277,11 +285,61 @@ fn frame(buf: &[u8], pos: usize) -> R<(usize, usize)> {
     Ok((start, start + length as usize))
 }
 
-/// A JSON integer of Python's `int` type (not bool, not float).
-fn int_of(v: &Value) -> Option<i128> {
-    match v {
-        Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
-        _ => None,
+/// A database or table name: absent, empty (quarantined as a row without names) or not a
+/// string goes to Python.
+fn name_of<'k>(field: &'k Option<Loose<'_>>) -> R<&'k str> {
+    match field {
+        Some(Loose::Str(s)) if !s.is_empty() => Ok(s),
+        _ => Err(Fallback),
+    }
+}
+
+/// An event key's fields the decoder reads, typed (no map, strings borrowed from the key);
+/// the others are checked as `orjson` would, not built. A repeated field's last value counts,
+/// as in the reference's dict.
+#[derive(Default)]
+struct KeyMsg<'a> {
+    ts: Option<Loose<'a>>,
+    t: Option<Loose<'a>>,
+    scm: Option<Loose<'a>>,
+    tbl: Option<Loose<'a>>,
+    rid: Option<Loose<'a>>,
+    ptn: Option<Loose<'a>>,
+    ohk: Option<Loose<'a>>,
+    ccl: Option<Loose<'a>>,
+}
+
+impl<'de> Deserialize<'de> for KeyMsg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KeyMsg<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an event key object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyMsg<'de>, A::Error> {
+                let mut m = KeyMsg::default();
+                while let Some(Text(k)) = map.next_key::<Text>()? {
+                    let slot = match k.as_ref() {
+                        "ts" => &mut m.ts,
+                        "t" => &mut m.t,
+                        "scm" => &mut m.scm,
+                        "tbl" => &mut m.tbl,
+                        "rid" => &mut m.rid,
+                        "ptn" => &mut m.ptn,
+                        "ohk" => &mut m.ohk,
+                        "ccl" => &mut m.ccl,
+                        _ => {
+                            map.next_value::<Checked>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<Loose>()?);
+                }
+                Ok(m)
+            }
+        }
+        d.deserialize_map(V) // anything but an object is an error: Python's too
     }
 }
 
@@ -373,7 +431,7 @@ fn b64(c: u8) -> R<u32> {
 /// Python's `binascii.a2b_base64(strict_mode=True)`.
 fn base64(text: &str, out: &mut Vec<u8>) -> R<()> {
     let b = text.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(Fallback);
     }
     for (q, chunk) in b.chunks(4).enumerate() {
@@ -407,15 +465,28 @@ fn float_value(v: &Loose) -> R<f64> {
 }
 
 impl OpenProtocolDecoder {
-    fn rule(&mut self, py: Python<'_>, code: &Loose, flags: i64) -> R<usize> {
-        let code = match int_of_j(code) {
-            Some(c) if (0..=255).contains(&c) => c as u8,
-            _ => return Err(Fallback),
-        };
+    /// The rule of the `n`th column's (type code, flags): the same pair as the last image's
+    /// `n`th column needs no hash lookup (images of one table repeat).
+    fn rule(&mut self, py: Python<'_>, n: usize, code: u8, flags: i64) -> R<usize> {
         if !(0..1 << 31).contains(&flags) {
             return Err(Fallback);
         }
         let flags = flags as i32;
+        if let Some(&(c, f, i)) = self.recent.get(n) {
+            if (c, f) == (code, flags) {
+                return Ok(i);
+            }
+        }
+        let i = self.rule_of(py, code, flags)?;
+        if n < self.recent.len() {
+            self.recent[n] = (code, flags, i);
+        } else if n == self.recent.len() {
+            self.recent.push((code, flags, i));
+        }
+        Ok(i)
+    }
+
+    fn rule_of(&mut self, py: Python<'_>, code: u8, flags: i32) -> R<usize> {
         if let Some(&i) = self.by_code.get(&(code, flags)) {
             return Ok(i);
         }
@@ -440,51 +511,42 @@ impl OpenProtocolDecoder {
     fn image<'a>(&mut self, py: Python<'_>, columns: &'a Cols<'a>) -> R<(Vec<Col<'a>>, Vec<&'a str>)> {
         let mut image = Vec::with_capacity(columns.len());
         let mut keys = Vec::new();
-        for (i, (name, col)) in columns.iter().enumerate() {
-            if columns[..i].iter().any(|(other, _)| other == name) {
-                return Err(Fallback); // a repeated column name: Python's dict keeps the last value
+        // a repeated column name goes to Python (its dict keeps the last value); the names of
+        // the last image checked, in the same order, need no check
+        let checked = columns.len() == self.names.len() && columns.iter().zip(&self.names).all(|((n, _), m)| n == m);
+        if !checked {
+            if (1..columns.len()).any(|i| columns[..i].iter().any(|(other, _)| *other == columns[i].0)) {
+                return Err(Fallback);
             }
+            self.names = columns.iter().map(|(n, _)| n.to_string()).collect();
+        }
+        for (i, (name, col)) in columns.iter().enumerate() {
             let Some(col) = col else { return Err(Fallback) };
-            let (Some(code), Some(value)) = (&col.t, &col.v) else { return Err(Fallback) };
-            let mut flags = match &col.f {
+            let (Some(Ok(code)), Some(value)) = (col.t, &col.v) else { return Err(Fallback) };
+            let mut flags = match col.f {
                 None => 0,
-                Some(f) => match int_of_j(f) {
-                    Some(f) if (0..1 << 31).contains(&f) => f as i64,
-                    _ => return Err(Fallback),
-                },
+                Some(Ok(f)) => f,
+                Some(Err(())) => return Err(Fallback),
             };
-            if matches!(col.h, Some(Loose::Bool(true))) {
+            if col.h {
                 flags |= HANDLE_KEY;
             }
-            let rule = self.rule(py, code, flags)?;
+            let rule = self.rule(py, i, code, flags)?;
             let kind = self.rules[rule].kind;
-            let data = match value {
-                Loose::Null => None,
-                Loose::NegInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                Loose::UInt(n) if kind == Kind::Int => Some(n.to_string().into_bytes()),
-                Loose::Str(s) if kind == Kind::Text => Some(s.as_bytes().to_vec()),
-                Loose::Str(s) if kind == Kind::Quoted => {
-                    let mut out = Vec::with_capacity(s.len());
-                    go_unquote(s, &mut out)?;
-                    Some(out)
-                }
-                Loose::Str(s) if kind == Kind::Base64 => {
-                    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-                    base64(s, &mut out)?;
-                    Some(out)
-                }
-                v if kind == Kind::Float64 => {
-                    let mut out = Vec::new();
-                    shortest_f64(float_value(v)?, &mut out)?;
-                    Some(out)
-                }
-                v if kind == Kind::Float32 => {
-                    let mut out = Vec::new();
-                    shortest_f32(float_value(v)?, &mut out)?;
-                    Some(out)
-                }
+            let out = &mut self.values;
+            let start = out.len();
+            match value {
+                Loose::Null => {}
+                Loose::NegInt(n) if kind == Kind::Int => push_int(out, *n),
+                Loose::UInt(n) if kind == Kind::Int => push_uint(out, *n),
+                Loose::Str(s) if kind == Kind::Text => out.extend_from_slice(s.as_bytes()),
+                Loose::Str(s) if kind == Kind::Quoted => go_unquote(s, out)?,
+                Loose::Str(s) if kind == Kind::Base64 => base64(s, out)?,
+                v if kind == Kind::Float64 => shortest_f64(float_value(v)?, out)?,
+                v if kind == Kind::Float32 => shortest_f32(float_value(v)?, out)?,
                 _ => return Err(Fallback),
-            };
+            }
+            let data = (!matches!(value, Loose::Null)).then_some((start, out.len()));
             if flags & HANDLE_KEY != 0 {
                 keys.push(name.as_ref());
             }
@@ -499,36 +561,35 @@ impl OpenProtocolDecoder {
             pool.name.push_str(Some(c.name));
             pool.mysql_type.push_str(Some(&self.rules[c.rule].mysql_type));
             pool.flags.push(c.flags);
-            pool.value.push(c.value.as_deref());
+            pool.value.push(c.value.map(|(start, end)| &self.values[start..end]));
             pool.label.push(None);
         }
         list.push(cols.is_some(), pool.len());
     }
 
-    fn row(&mut self, py: Python<'_>, key: &Map<String, Value>, raw: &[u8], b: &mut Builders) -> R<()> {
-        if truthy(key.get("ohk"))? || truthy(key.get("ccl"))? {
+    fn row(&mut self, py: Python<'_>, key: &KeyMsg, raw: &[u8], b: &mut Builders) -> R<()> {
+        if truthy(&key.ohk)? || truthy(&key.ccl)? {
             return Err(Fallback); // handle-key-only / claim-check: the Python codec
         }
-        let name = |field: &str| match key.get(field) {
-            Some(Value::String(s)) if !s.is_empty() => Ok(s.as_str()),
-            _ => Err(Fallback), // absent, empty (quarantined as a row without names) or not a string
-        };
-        let (database, table) = (name("scm")?, name("tbl")?);
+        let (database, table) = (name_of(&key.scm)?, name_of(&key.tbl)?);
         let mut extras: Vec<(&str, String)> = Vec::new();
-        for (field, extra) in [("rid", "open.rid"), ("ptn", "open.ptn")] {
-            match key.get(field) {
-                None | Some(Value::Null) => {}
-                Some(v) => match int_of(v) {
-                    Some(n) if i64::try_from(n).is_ok() => extras.push((extra, n.to_string())),
-                    _ => return Err(Fallback),
-                },
+        for (field, extra) in [(&key.rid, "open.rid"), (&key.ptn, "open.ptn")] {
+            match field {
+                None | Some(Loose::Null) => {}
+                Some(Loose::UInt(n)) if i64::try_from(*n).is_ok() => extras.push((extra, n.to_string())),
+                Some(Loose::NegInt(n)) => extras.push((extra, n.to_string())),
+                Some(_) => return Err(Fallback),
             }
         }
         // the reference rewrites a float column's Go `-0` (`"v":-0` before `,` or `}`) to -0.0
-        if raw.windows(7).any(|w| &w[..6] == b"\"v\":-0" && (w[6] == b',' || w[6] == b'}')) {
+        static GO_ZERO: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+        let finder = GO_ZERO.get_or_init(|| memchr::memmem::Finder::new(b"\"v\":-0"));
+        if finder.find_iter(raw).any(|at| matches!(raw.get(at + 6), Some(b',') | Some(b'}'))) {
             return Err(Fallback);
         }
-        let msg: RowMsg = serde_json::from_slice(raw).map_err(|_| Fallback)?;
+        // UTF-8 checked once for the whole value, not string by string (the same values fail)
+        let text = std::str::from_utf8(raw).map_err(|_| Fallback)?;
+        let msg: RowMsg = serde_json::from_str(text).map_err(|_| Fallback)?;
         let (new, old, deleted) = (msg.u.columns()?, msg.p.columns()?, msg.d.columns()?);
         let (op, before, after, keys) = if let Some(deleted) = deleted {
             if new.is_some() || old.is_some() {
@@ -571,15 +632,16 @@ impl OpenProtocolDecoder {
         if key.len() < 8 || u64::from_be_bytes(key[..8].try_into().unwrap()) != 1 {
             return Err(Fallback);
         }
+        self.values.clear();
         let (mut key_pos, mut value_pos) = (8, 0);
         let mut index = 0;
         while key_pos < key.len() {
             let (start, end) = frame(key, key_pos)?;
             key_pos = end;
-            let msg_key: Value = serde_json::from_slice(&key[start..end]).map_err(|_| Fallback)?;
-            let Value::Object(msg_key) = msg_key else { return Err(Fallback) };
-            let ts = match msg_key.get("ts").and_then(int_of) {
-                Some(ts) if (0..1 << 63).contains(&ts) => ts as i64,
+            let text = std::str::from_utf8(&key[start..end]).map_err(|_| Fallback)?;
+            let msg_key: KeyMsg = serde_json::from_str(text).map_err(|_| Fallback)?;
+            let ts = match msg_key.ts {
+                Some(Loose::UInt(ts)) if ts < 1 << 63 => ts as i64,
                 _ => return Err(Fallback),
             };
             if value_pos >= value.len() {
@@ -587,8 +649,8 @@ impl OpenProtocolDecoder {
             }
             let (vstart, vend) = frame(value, value_pos)?;
             value_pos = vend;
-            let kind = match msg_key.get("t") {
-                Some(Value::Number(n)) => n.as_u64().ok_or(Fallback)?,
+            let kind = match msg_key.t {
+                Some(Loose::UInt(t)) => t,
                 _ => return Err(Fallback),
             };
             b.rec_idx.push(rec);
@@ -623,10 +685,7 @@ impl OpenProtocolDecoder {
 fn fill_old<'a>(old: Vec<Col<'a>>, new: &[Col<'a>]) -> Vec<Col<'a>> {
     let mut image: Vec<Col> = Vec::with_capacity(new.len().max(old.len()));
     for c in new {
-        match old.iter().find(|o| o.name == c.name) {
-            Some(o) => image.push(Col { name: o.name, rule: o.rule, flags: o.flags, value: o.value.clone() }),
-            None => image.push(Col { name: c.name, rule: c.rule, flags: c.flags, value: c.value.clone() }),
-        }
+        image.push(*old.iter().find(|o| o.name == c.name).unwrap_or(c));
     }
     for o in old {
         if !new.iter().any(|c| c.name == o.name) {
@@ -641,7 +700,7 @@ impl OpenProtocolDecoder {
     /// `rule(type_code, flags) -> (mysql_type, value kind)` or None: open_protocol._column_kind.
     #[new]
     fn new(rule: Py<PyAny>) -> Self {
-        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new() }
+        OpenProtocolDecoder { rule_fn: rule, rules: Vec::new(), by_code: HashMap::new(), recent: Vec::new(), values: Vec::new(), names: Vec::new() }
     }
 
     /// As `CanalJsonDecoder.decode`, with the records' keys as a second Arrow binary array.

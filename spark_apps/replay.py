@@ -10,6 +10,7 @@ driver: per-partition watermarks, per-table counts, the DDL statements, object l
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import sys
@@ -429,7 +430,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
     # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
     # the output needs them
-    ready = T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference)
+    ready = T.infer_commit_ts(events, needs_inference)
     if needs_inference:  # a window per source partition: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
@@ -588,37 +589,6 @@ def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dic
     return {"complete": not partial, "changed_rows_only": sorted(partial)}
 
 
-def _ddl_where_sql_says(spark, decoded, statements):
-    """DDL events whose statement names another database than the message (Canal: the
-    session's `"database":"inventory"` with ``CREATE TABLE `xj_`.`user02` ``) take the
-    database and table the statement names, so --tables, per-table counts and the output see
-    the table the DDL changes. DDL statements are few: their distinct texts are read on the
-    driver (`statements`: the distinct (database, table, statement) of the DDL events, from the
-    partition statistics), and the small mapping is broadcast."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.ddl import statement_table
-
-    mapping = []
-    for database, table, query in sorted(statements, key=lambda d: tuple((v is not None, v or "") for v in d)):
-        target = statement_table(query or "")
-        if target is not None and target[0].lower() != (database or "").lower():
-            mapping.append((database, table, query, target[0], target[1]))
-    if not mapping:
-        return decoded
-    from spark_apps.local_data import local_frame
-
-    targets = local_frame(spark, mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
-    matched = decoded.join(
-        F.broadcast(targets),
-        (F.col("kind") == Kind.DDL) & F.col("database").eqNullSafe(F.col("_db"))
-        & F.col("table").eqNullSafe(F.col("_tb")) & (F.col("ddl_query") == F.col("_q")),
-        "left")
-    return (matched.withColumn("database", F.coalesce("_target_db", "database"))
-            .withColumn("table", F.coalesce("_target_tb", "table"))
-            .drop("_db", "_tb", "_q", "_target_db", "_target_tb"))
-
-
 SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
 
 
@@ -703,8 +673,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
         ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
-            columns = _shape_columns({"names": dictionary[g["_shape"]][0], "types": dictionary[g["_shape"]][1]}
-                                     if lean else g["_shape"])
+            columns = _shape_of(*dictionary[g["_shape"]][:2]) if lean else _shape_columns(g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
                                            "first": g["first"], "last": g["last"], "events": 0})
@@ -719,6 +688,12 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
     listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
     return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
             "reasons": listed[:T.REASONS_LISTED]}
+
+
+@functools.lru_cache(maxsize=65536)
+def _shape_of(names: tuple, types: tuple) -> list:
+    """`_shape_columns` of one column list of the dictionary (many summary groups share one)."""
+    return _shape_columns({"names": names, "types": types})
 
 
 def _shape_columns(shape) -> list:

@@ -303,22 +303,28 @@ def _first_pass(decoded):
     from spark_apps.lean_decode import merge_stats
 
     events = decoded.where(F.col("aux").isNull()).drop("aux")
-    auxes = [r["aux"] for r in decoded.where(F.col("aux").isNotNull()).select("aux").collect()]
+    auxes = [r["aux"] for r in _collected(decoded.where(F.col("aux").isNotNull()).select("aux"))]
     merged: dict[tuple, dict] = {}
     for a in auxes:
         for s in a["stats"]:
-            s = s.asDict()
             key = (s.pop("topic"), s.pop("partition"))
             merged[key] = s if key not in merged else merge_stats(merged[key], s)
     # sorted here, not by Spark
     partition_stats = sorted(({"topic": t, "partition": p, **s} for (t, p), s in merged.items()),
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
-    ddl = [e.asDict() for a in auxes for e in a["ddl"]]
+    ddl = [e for a in auxes for e in a["ddl"]]
     # lines that are not records (stage "archive") may still name their place: not counted
     records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
+    gaps_mod.count_offsets(records, partition_stats, [r for a in auxes for r in a["runs"]])
     return events, partition_stats, schema_dictionary, ddl
+
+
+def _collected(df) -> list[dict]:
+    """A small result on the driver as plain dicts (structs as dicts, arrays as lists), through
+    Arrow: many times cheaper than pickled Rows for the thousands of nested values of the
+    decode tasks' `aux` rows or the summary's groups."""
+    return df.toArrow().to_pylist()
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -643,7 +649,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
     if not given:
         conf.set(threshold, str(SUMMARY_GROUPS_IN_MEMORY))
     try:
-        groups = aggregated.collect()
+        groups = _collected(aggregated)
     finally:
         if not given:
             conf.unset(threshold)
@@ -658,9 +664,9 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
     for g in groups:
         if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
-                                                                     "records": 0, "sample": g["_sample"].asDict()})
+                                                                     "records": 0, "sample": g["_sample"]})
             r["records"] += g["events"]
-            place = g["_sample"].asDict()
+            place = g["_sample"]
             if (place["object"] or "", place["line"] or 0, place["offset"] or 0) < (
                     r["sample"]["object"] or "", r["sample"]["line"] or 0, r["sample"]["offset"] or 0):
                 r["sample"] = place
@@ -671,7 +677,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
         c["events"] += g["events"]
         c["min_commit_ts"] = lowest(c["min_commit_ts"], g["min_commit_ts"])
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
-        ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
+        ddl_rows += [{**d, "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
             columns = _shape_of(*dictionary[g["_shape"]][:2]) if lean else _shape_columns(g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
@@ -705,7 +711,8 @@ def _shape_columns(shape) -> list:
         return (value is not None, value or "")
 
     pairs = [((n.lower() if n is not None else None), t) for n, t in zip(shape["names"], shape["types"])]
-    return [Row(name=n, type=t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
+    column = Row("name", "type")
+    return [column(n, t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:

@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import functools
 import threading
+import time
 
 import sqlglot
 from sqlglot import exp
@@ -656,6 +657,9 @@ def parse_ahead(queries) -> threading.Thread:
 
     def work():
         for text in texts:
+            # the GIL back to the driver's thread between statements: it holds it only briefly
+            # (planning, Py4J calls) and would otherwise wait out a switch interval each time
+            time.sleep(0)
             if text not in _PARSED_AHEAD:  # the main thread may have been first
                 try:
                     cache[text] = _parse_now(text)

@@ -13,6 +13,8 @@ image becomes its column list id, its values and its labels, and each task ends 
 * `ddl`: the task's DDL events, whole (lean rows without images): few, and the driver needs
   them before any shuffle (the DDL history decides each row's table and key at the cut).
 
+DDL events already name the table their statement names (`where_sql_says`).
+
 Columnar: Arrow compute kernels and NumPy over the batch; Python touches only the distinct
 column lists of a batch (a few) and the runs (about one per archive object). The id is the
 first 8 bytes of BLAKE2b over an escaped (injective) encoding of names, types and flags, so
@@ -232,6 +234,33 @@ def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
                                       schema=LEAN_ARROW_SCHEMA)
 
 
+def where_sql_says(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """DDL events whose statement names another database than the message (Canal: the
+    session's `"database":"inventory"` with ``CREATE TABLE `xj_`.`user02` ``) take the
+    database and table the statement names, so --tables, per-table counts, the duplicate check
+    and the output see the table the DDL changes. Done here, where each statement is read once
+    by the task that decoded it, not on the driver between Spark jobs."""
+    is_ddl = pc.fill_null(pc.equal(batch.column("kind"), "ddl"), False)
+    if not pc.any(is_ddl).as_py():
+        return batch
+    from .ddl import statement_table
+
+    rows = pc.indices_nonzero(is_ddl)
+    databases, tables = batch.column("database").to_pylist(), batch.column("table").to_pylist()
+    changed = False
+    for i, query in zip(rows.to_pylist(), batch.column("ddl_query").take(rows).to_pylist()):
+        target = statement_table(query or "")
+        if target is not None and target[0].lower() != (databases[i] or "").lower():
+            databases[i], tables[i] = target
+            changed = True
+    if not changed:
+        return batch
+    names = batch.schema.names
+    columns = [pa.array(databases, pa.string()) if n == "database" else pa.array(tables, pa.string()) if n == "table"
+               else batch.column(n) for n in names]
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
 def ddl_events(batch: pa.RecordBatch) -> pa.Array:
     """The DDL events of a lean batch as DDL_EVENT_TYPE structs."""
     ddl = batch.filter(pc.fill_null(pc.equal(batch.column("kind"), "ddl"), False))
@@ -262,6 +291,7 @@ def leaned(fn):
         runs, stats, ddl = _Runs(), _Stats(), []
         for batch in fn(batches):
             if batch.num_rows:
+                batch = where_sql_says(batch)
                 runs.add(batch)
                 stats.add(batch)
                 out = lean(batch, entries)

@@ -10,6 +10,7 @@ driver: per-partition watermarks, per-table counts, the DDL statements, object l
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import sys
@@ -302,22 +303,28 @@ def _first_pass(decoded):
     from spark_apps.lean_decode import merge_stats
 
     events = decoded.where(F.col("aux").isNull()).drop("aux")
-    auxes = [r["aux"] for r in decoded.where(F.col("aux").isNotNull()).select("aux").collect()]
+    auxes = [r["aux"] for r in _collected(decoded.where(F.col("aux").isNotNull()).select("aux"))]
     merged: dict[tuple, dict] = {}
     for a in auxes:
         for s in a["stats"]:
-            s = s.asDict()
             key = (s.pop("topic"), s.pop("partition"))
             merged[key] = s if key not in merged else merge_stats(merged[key], s)
     # sorted here, not by Spark
     partition_stats = sorted(({"topic": t, "partition": p, **s} for (t, p), s in merged.items()),
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
-    ddl = [e.asDict() for a in auxes for e in a["ddl"]]
+    ddl = [e for a in auxes for e in a["ddl"]]
     # lines that are not records (stage "archive") may still name their place: not counted
     records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
-    gaps_mod.count_offsets(records, partition_stats, [r.asDict() for a in auxes for r in a["runs"]])
+    gaps_mod.count_offsets(records, partition_stats, [r for a in auxes for r in a["runs"]])
     return events, partition_stats, schema_dictionary, ddl
+
+
+def _collected(df) -> list[dict]:
+    """A small result on the driver as plain dicts (structs as dicts, arrays as lists), through
+    Arrow: many times cheaper than pickled Rows for the thousands of nested values of the
+    decode tasks' `aux` rows or the summary's groups."""
+    return df.toArrow().to_pylist()
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
@@ -429,7 +436,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
     # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
     # the output needs them
-    ready = T.infer_commit_ts(_ddl_where_sql_says(spark, events, ddl_statements), needs_inference)
+    ready = T.infer_commit_ts(events, needs_inference)
     if needs_inference:  # a window per source partition: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
@@ -588,37 +595,6 @@ def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dic
     return {"complete": not partial, "changed_rows_only": sorted(partial)}
 
 
-def _ddl_where_sql_says(spark, decoded, statements):
-    """DDL events whose statement names another database than the message (Canal: the
-    session's `"database":"inventory"` with ``CREATE TABLE `xj_`.`user02` ``) take the
-    database and table the statement names, so --tables, per-table counts and the output see
-    the table the DDL changes. DDL statements are few: their distinct texts are read on the
-    driver (`statements`: the distinct (database, table, statement) of the DDL events, from the
-    partition statistics), and the small mapping is broadcast."""
-    from pyspark.sql import functions as F
-
-    from spark_apps.ddl import statement_table
-
-    mapping = []
-    for database, table, query in sorted(statements, key=lambda d: tuple((v is not None, v or "") for v in d)):
-        target = statement_table(query or "")
-        if target is not None and target[0].lower() != (database or "").lower():
-            mapping.append((database, table, query, target[0], target[1]))
-    if not mapping:
-        return decoded
-    from spark_apps.local_data import local_frame
-
-    targets = local_frame(spark, mapping, "_db string, _tb string, _q string, _target_db string, _target_tb string")
-    matched = decoded.join(
-        F.broadcast(targets),
-        (F.col("kind") == Kind.DDL) & F.col("database").eqNullSafe(F.col("_db"))
-        & F.col("table").eqNullSafe(F.col("_tb")) & (F.col("ddl_query") == F.col("_q")),
-        "left")
-    return (matched.withColumn("database", F.coalesce("_target_db", "database"))
-            .withColumn("table", F.coalesce("_target_tb", "table"))
-            .drop("_db", "_tb", "_q", "_target_db", "_target_tb"))
-
-
 SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
 
 
@@ -673,7 +649,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
     if not given:
         conf.set(threshold, str(SUMMARY_GROUPS_IN_MEMORY))
     try:
-        groups = aggregated.collect()
+        groups = _collected(aggregated)
     finally:
         if not given:
             conf.unset(threshold)
@@ -688,9 +664,9 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
     for g in groups:
         if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
-                                                                     "records": 0, "sample": g["_sample"].asDict()})
+                                                                     "records": 0, "sample": g["_sample"]})
             r["records"] += g["events"]
-            place = g["_sample"].asDict()
+            place = g["_sample"]
             if (place["object"] or "", place["line"] or 0, place["offset"] or 0) < (
                     r["sample"]["object"] or "", r["sample"]["line"] or 0, r["sample"]["offset"] or 0):
                 r["sample"] = place
@@ -701,10 +677,9 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
         c["events"] += g["events"]
         c["min_commit_ts"] = lowest(c["min_commit_ts"], g["min_commit_ts"])
         c["max_commit_ts"] = highest(c["max_commit_ts"], g["max_commit_ts"])
-        ddl_rows += [{**d.asDict(), "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
+        ddl_rows += [{**d, "database": g["database"], "table": g["table"]} for d in g["_ddl"]]
         if g["_shape"] is not None:
-            columns = _shape_columns({"names": dictionary[g["_shape"]][0], "types": dictionary[g["_shape"]][1]}
-                                     if lean else g["_shape"])
+            columns = _shape_of(*dictionary[g["_shape"]][:2]) if lean else _shape_columns(g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
                                            "first": g["first"], "last": g["last"], "events": 0})
@@ -721,6 +696,12 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
             "reasons": listed[:T.REASONS_LISTED]}
 
 
+@functools.lru_cache(maxsize=65536)
+def _shape_of(names: tuple, types: tuple) -> list:
+    """`_shape_columns` of one column list of the dictionary (many summary groups share one)."""
+    return _shape_columns({"names": names, "types": types})
+
+
 def _shape_columns(shape) -> list:
     """An image's column set as (lower-case name, type) rows in the order Spark's `array_sort`
     of those structs gives (by name, then type; a null field first)."""
@@ -730,7 +711,8 @@ def _shape_columns(shape) -> list:
         return (value is not None, value or "")
 
     pairs = [((n.lower() if n is not None else None), t) for n, t in zip(shape["names"], shape["types"])]
-    return [Row(name=n, type=t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
+    column = Row("name", "type")
+    return [column(n, t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:

@@ -113,3 +113,24 @@ def test_partition_statistics_gathered_while_decoding_equal_the_aggregate_over_t
             key = (r.pop("topic"), r.pop("partition"))
             merged[key] = r if key not in merged else merge_stats(merged[key], r)
     assert merged == got
+
+
+def test_ddl_events_take_the_table_their_statement_names():
+    """Canal sends a DDL with the session's database (`inventory`) and a statement naming
+    another one: the decode task gives the event the statement's database and table; a
+    statement naming the message's own database, none, or one it cannot read keeps the
+    message's; row events are never touched."""
+    from spark_apps.lean_decode import where_sql_says
+
+    events = [
+        {"kind": "ddl", "database": "inventory", "table": "user02", "ddl_query": "CREATE TABLE `xj_`.`user02` (id INT)"},
+        {"kind": "ddl", "database": "Shop", "table": "t", "ddl_query": "ALTER TABLE shop.t ADD COLUMN v INT"},
+        {"kind": "ddl", "database": "inventory", "table": "t", "ddl_query": "ALTER TABLE t ADD COLUMN v INT"},
+        {"kind": "ddl", "database": "inventory", "table": None, "ddl_query": "NOT SQL ("},
+        {"kind": "row", "database": "inventory", "table": "user02", "ddl_query": "CREATE TABLE `xj_`.`x` (id INT)"},
+    ]
+    batch = pa.RecordBatch.from_pylist([{**e, "event_index": 0} for e in events], schema=DECODED_ARROW_SCHEMA)
+    out = where_sql_says(batch).to_pylist()
+    assert [(r["database"], r["table"]) for r in out] == [
+        ("xj_", "user02"), ("Shop", "t"), ("inventory", "t"), ("inventory", None), ("inventory", "user02")]
+    assert where_sql_says(batch.slice(1, 3)) is not None  # nothing to change: the batch as it is

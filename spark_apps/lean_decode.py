@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from .contract import Kind
 from .schema import DECODED_ARROW_SCHEMA
 
 IMAGES = ("before", "after")
@@ -37,8 +38,11 @@ ENTRY_TYPE = pa.struct([pa.field("id", pa.int64()), pa.field("names", pa.list_(p
                         pa.field("types", pa.list_(pa.string())), pa.field("flags", pa.list_(pa.int32()))])
 RUN_TYPE = pa.struct([pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
                       pa.field("lo", pa.int64()), pa.field("hi", pa.int64()), pa.field("n", pa.int64())])
-STATS_FIELDS = ("records", "watermark", "min_commit_ts", "max_commit_ts", "rows_without_commit_ts",
-                "updates_without_before", "min_offset", "max_offset")
+# each statistic and how partial ones combine (over batches, and over tasks on the driver)
+STATS_AGGREGATES = dict(records="sum", watermark="max", min_commit_ts="min", max_commit_ts="max",
+                        rows_without_commit_ts="sum", updates_without_before="sum", min_offset="min",
+                        max_offset="max")
+STATS_FIELDS = tuple(STATS_AGGREGATES)
 STATS_TYPE = pa.struct([pa.field("topic", pa.string()), pa.field("partition", pa.int32())]
                        + [pa.field(name, pa.int64()) for name in STATS_FIELDS])
 MAX_RUNS = 512  # per partition and task; beyond, the partition's offsets are counted exactly (n = -1)
@@ -52,7 +56,7 @@ LEAN_ARROW_SCHEMA = pa.schema(
 )
 DDL_EVENT_TYPE = pa.struct(list(LEAN_ARROW_SCHEMA))  # a lean row (a DDL event) as a struct
 AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE)),
-                      pa.field("stats", pa.list_(STATS_TYPE)), pa.field("ddl", pa.list_(DDL_EVENT_TYPE))])
+                      pa.field("stats", pa.list_(STATS_TYPE)), pa.field("ddl_events", pa.list_(DDL_EVENT_TYPE))])
 LEAN_ARROW_SCHEMA = LEAN_ARROW_SCHEMA.append(pa.field("aux", AUX_TYPE))
 LEAN_STRUCT = from_arrow_schema(LEAN_ARROW_SCHEMA)
 
@@ -169,8 +173,6 @@ class _Stats:
     """The partition statistics of a task's events (merged over batches; the driver merges the
     tasks'): the same figures the replay used to aggregate with a Spark job."""
 
-    SUMS = ("records", "rows_without_commit_ts", "updates_without_before")
-
     def __init__(self):
         self.parts: dict[tuple, dict] = {}
 
@@ -181,24 +183,20 @@ class _Stats:
         kind, index, op = records.column("kind"), records.column("event_index"), records.column("op")
         commit = records.column("commit_ts")
         is_record = pc.and_(pc.equal(index, 0), pc.is_valid(records.column("offset")))
+        offset = pc.if_else(is_record, records.column("offset"), None)
         table = pa.table({
             "topic": records.column("topic"), "partition": records.column("partition"),
             "records": pc.cast(pc.equal(index, 0), pa.int64()),
-            "watermark": pc.if_else(pc.equal(kind, "watermark"), records.column("watermark_ts"), None),
-            "commit_ts": commit,
-            "rows_without_commit_ts": pc.cast(pc.and_(pc.equal(kind, "row"), pc.is_null(commit)), pa.int64()),
+            "watermark": pc.if_else(pc.equal(kind, Kind.WATERMARK), records.column("watermark_ts"), None),
+            "min_commit_ts": commit, "max_commit_ts": commit,
+            "rows_without_commit_ts": pc.cast(pc.and_(pc.equal(kind, Kind.ROW), pc.is_null(commit)), pa.int64()),
             "updates_without_before": pc.cast(pc.fill_null(pc.and_(
                 pc.equal(op, "update"), pc.is_null(records.column("before"))), False), pa.int64()),
-            "offset": pc.if_else(is_record, records.column("offset"), None),
+            "min_offset": offset, "max_offset": offset,
         })
-        grouped = table.group_by(["topic", "partition"], use_threads=False).aggregate([
-            ("records", "sum"), ("watermark", "max"), ("commit_ts", "min"), ("commit_ts", "max"),
-            ("rows_without_commit_ts", "sum"), ("updates_without_before", "sum"), ("offset", "min"),
-            ("offset", "max")])
-        names = {"records_sum": "records", "watermark_max": "watermark", "commit_ts_min": "min_commit_ts",
-                 "commit_ts_max": "max_commit_ts", "rows_without_commit_ts_sum": "rows_without_commit_ts",
-                 "updates_without_before_sum": "updates_without_before", "offset_min": "min_offset",
-                 "offset_max": "max_offset"}
+        grouped = table.group_by(["topic", "partition"], use_threads=False).aggregate(
+            list(STATS_AGGREGATES.items()))
+        names = {f"{name}_{how}": name for name, how in STATS_AGGREGATES.items()}
         for row in grouped.rename_columns([names.get(n, n) for n in grouped.column_names]).to_pylist():
             key = (row.pop("topic"), row.pop("partition"))
             seen = self.parts.get(key)
@@ -211,14 +209,14 @@ class _Stats:
 def merge_stats(a: dict, b: dict) -> dict:
     """Two partial statistics of one partition as one (sums add; nulls are no value)."""
     out = {}
-    for name in STATS_FIELDS:
+    for name, how in STATS_AGGREGATES.items():
         x, y = a.get(name), b.get(name)
-        if name in _Stats.SUMS:
+        if how == "sum":
             out[name] = (x or 0) + (y or 0)
         elif x is None or y is None:
             out[name] = y if x is None else x
         else:
-            out[name] = min(x, y) if name.startswith("min_") else max(x, y)
+            out[name] = min(x, y) if how == "min" else max(x, y)
     return out
 
 
@@ -240,7 +238,7 @@ def where_sql_says(batch: pa.RecordBatch) -> pa.RecordBatch:
     database and table the statement names, so --tables, per-table counts, the duplicate check
     and the output see the table the DDL changes. Done here, where each statement is read once
     by the task that decoded it, not on the driver between Spark jobs."""
-    is_ddl = pc.fill_null(pc.equal(batch.column("kind"), "ddl"), False)
+    is_ddl = pc.fill_null(pc.equal(batch.column("kind"), Kind.DDL), False)
     if not pc.any(is_ddl).as_py():
         return batch
     from .ddl import statement_table
@@ -263,7 +261,7 @@ def where_sql_says(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def ddl_events(batch: pa.RecordBatch) -> pa.Array:
     """The DDL events of a lean batch as DDL_EVENT_TYPE structs."""
-    ddl = batch.filter(pc.fill_null(pc.equal(batch.column("kind"), "ddl"), False))
+    ddl = batch.filter(pc.fill_null(pc.equal(batch.column("kind"), Kind.DDL), False))
     return pa.StructArray.from_arrays([ddl.column(f.name) for f in DDL_EVENT_TYPE], fields=list(DDL_EVENT_TYPE))
 
 

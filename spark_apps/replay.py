@@ -313,7 +313,7 @@ def _first_pass(decoded):
     partition_stats = sorted(({"topic": t, "partition": p, **s} for (t, p), s in merged.items()),
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
-    ddl = [e for a in auxes for e in a["ddl"]]
+    ddl = [e for a in auxes for e in a["ddl_events"]]
     # lines that are not records (stage "archive") may still name their place: not counted
     records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     gaps_mod.count_offsets(records, partition_stats, [r for a in auxes for r in a["runs"]])

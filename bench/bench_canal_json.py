@@ -309,10 +309,11 @@ def bench_naive_replay(spark, source, workdir, parser_kind: str) -> float:
     return seconds
 
 
-def session(master: str):
+def session(master: str, driver_memory: str = "6g"):
     from spark_apps.replay import build_session
 
-    return build_session(master, "cdc-replay-bench", ["spark.driver.memory=6g", "spark.sql.shuffle.partitions=16"])
+    return build_session(master, "cdc-replay-bench",
+                         [f"spark.driver.memory={driver_memory}", "spark.sql.shuffle.partitions=16"])
 
 
 def _job(spark, kind: str, source: str, workdir: str) -> dict:
@@ -331,7 +332,7 @@ def _job(spark, kind: str, source: str, workdir: str) -> dict:
     return result
 
 
-def _job_in_own_process(kind: str, source: str, workdir: str, master: str) -> dict:
+def _job_in_own_process(kind: str, source: str, workdir: str, master: str, driver_memory: str = "6g") -> dict:
     """`_job` in a fresh Python process with its own Spark session: a cold JVM and cold Python
     workers, as each spark-submit has (in one session, whichever job runs second gets the JIT
     warm-up the first paid: measured 57.3 s cold against 32.5 s warm for the same replay)."""
@@ -339,7 +340,8 @@ def _job_in_own_process(kind: str, source: str, workdir: str, master: str) -> di
     import subprocess
 
     result = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", kind, "--source", source,
-                             "--workdir", workdir, "--master", master], capture_output=True, text=True)
+                             "--workdir", workdir, "--master", master, "--driver-memory", driver_memory],
+                            capture_output=True, text=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     if result.returncode != 0 or not lines:
         raise RuntimeError(f"the {kind} job failed: {result.stderr[-3000:]}")
@@ -355,6 +357,9 @@ def main() -> int:
     ap.add_argument("--decode-rounds", type=int, default=2, help="decode rounds (best of, round-robin)")
     ap.add_argument("--skip-replay", action="store_true", help="only the decode comparison")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="6g",
+                    help="spark.driver.memory of every session (in local mode the executors' heap too): "
+                         "a smaller heap shows what a run needs, where RSS shows what the JVM took")
     ap.add_argument("--isolation", choices=("process", "session"), default="process",
                     help="full replays: each job (the replay, each baseline) in a fresh process and Spark session "
                          "(process, the default: no job runs on a JVM another job warmed), or all in this one session")
@@ -368,12 +373,12 @@ def main() -> int:
     if args.job:
         import json
 
-        print("RESULT " + json.dumps(_job(session(args.master), args.job, args.source, args.workdir)), flush=True)
+        print("RESULT " + json.dumps(_job(session(args.master, args.driver_memory), args.job, args.source, args.workdir)), flush=True)
         return 0
     import pyspark
 
     # no session here when every job runs in its own process (an idle JVM beside them)
-    spark = session(args.master) if not args.skip_decode or args.isolation == "session" else None
+    spark = session(args.master, args.driver_memory) if not args.skip_decode or args.isolation == "session" else None
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"Spark {pyspark.__version__}, master {args.master}; {time.strftime('%Y-%m-%d')}; full replays: "
           + ("each job in a fresh process and Spark session, as spark-submit runs it" if args.isolation == "process"
@@ -422,15 +427,16 @@ def main() -> int:
                 print(f"<!-- archive of {size:,} events written in {time.perf_counter() - started:.0f} s -->",
                       flush=True)
                 written = size
-                if args.archive:
-                    with open(marker, "w") as f:
+                if args.archive:  # a new file, not rewritten in place: `cp -al` copies share the old one
+                    with open(marker + ".tmp", "w") as f:
                         f.write(str(size))
+                    os.replace(marker + ".tmp", marker)
             elif size < written:
                 raise SystemExit(f"--archive {args.archive} holds {written:,} events: a smaller size needs another folder")
             rows = []
             for kind, label in jobs:
                 if args.isolation == "process":
-                    result = _job_in_own_process(kind, source, workdir, args.master)
+                    result = _job_in_own_process(kind, source, workdir, args.master, args.driver_memory)
                 else:
                     result = _job(spark, kind, source, workdir)
                 rows.append((label, result))

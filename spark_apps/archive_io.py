@@ -32,7 +32,9 @@ from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 
-BATCH_ROWS = 4096
+# records per compiled call and per Arrow batch: fewer, larger batches cut the per-batch Python
+# work (lean rows, statistics, runs); 16,384 measured ~6% less decode CPU than 4,096
+BATCH_ROWS = 16384
 
 
 _quarantine_row = quarantine_row

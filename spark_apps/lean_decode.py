@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from .contract import Kind
+from . import identity as identity_mod
+from .identity import identities
 from .schema import DECODED_ARROW_SCHEMA
 
 IMAGES = ("before", "after")
@@ -53,6 +55,9 @@ LEAN_ARROW_SCHEMA = pa.schema(
     + [pa.field(f"{i}_schema", pa.int64()) for i in IMAGES]
     + [f for i in IMAGES for f in (pa.field(f"{i}_values", pa.list_(pa.binary())),
                                    pa.field(f"{i}_labels", pa.list_(pa.string())))]
+    # the duplicate check's identity of the row (spark_apps/identity.py), and the row's place
+    # in this run's decode: unique per row, the key the later copies are marked by (`leaned`)
+    + [pa.field("identity", pa.binary()), pa.field("place_id", pa.int64())]
 )
 DDL_EVENT_TYPE = pa.struct(list(LEAN_ARROW_SCHEMA))  # a lean row (a DDL event) as a struct
 AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE)),
@@ -85,26 +90,47 @@ def _canonical(image: pa.ListArray) -> pa.Array:
     return pc.binary_join_element_wise(names, types, flags, "\x00\x04")
 
 
+def canonical_text(names: list, types: list, flags: list) -> str:
+    """`_canonical` of one column list, in Python (the few distinct lists of a batch)."""
+    def joined(values):
+        return "\x00\x02".join("\x00\x03" if v is None else v.replace("\x00", "\x00\x01") for v in values)
+
+    return "\x00\x04".join((joined(names), joined(types), "\x00\x02".join(str(f) for f in flags)))
+
+
 def _id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                           "little", signed=True)
 
 
+def _lists(image: pa.ListArray) -> pa.Array:
+    """Per event, a value that tells its column list (names, types, flags) apart: 16 bytes by
+    the extension (`identity.hashed`, no text per event), else the canonical text."""
+    if identity_mod._native_identities is None:
+        return _canonical(image)
+    items, offsets, mask = _parts(image)
+    parts = [items.field("name"), items.field("mysql_type"), pc.cast(items.field("flags"), pa.int64())]
+    return identity_mod.hashed([pa.ListArray.from_arrays(offsets, p, mask=mask) for p in parts], len(image))
+
+
 def schema_ids(image: pa.ListArray, entries: dict) -> pa.Array:
     """Each event's column list id (null for a null image); adds the batch's new column lists
-    to `entries` ({id: (names, types, flags)})."""
-    encoded = pc.dictionary_encode(_canonical(image))
-    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    ids = np.array([_id(t) for t in encoded.dictionary.to_pylist()], dtype=np.int64)
+    to `entries` ({id: (names, types, flags)}). Events are grouped by `_lists`; each group's id
+    is the hash of the canonical text (`canonical_text`) of its first event."""
+    groups = pc.dictionary_encode(_lists(image))
     valid = ~np.asarray(image.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if len(ids):
-        seen, first = np.unique(np.where(valid, indices, -1), return_index=True)
-        for code, row in zip(seen, first):
-            if code >= 0 and int(ids[code]) not in entries:
-                cols = image[int(row)].values
-                entries[int(ids[code])] = (cols.field("name").to_pylist(), cols.field("mysql_type").to_pylist(),
-                                           cols.field("flags").to_pylist())
-    out = ids[np.where(valid, indices, 0)] if len(ids) else np.zeros(len(image), dtype=np.int64)
+    codes = np.where(valid, pc.fill_null(groups.indices, -1).to_numpy(zero_copy_only=False), -1)
+    ids = np.zeros(len(groups.dictionary), dtype=np.int64)
+    seen, first = np.unique(codes, return_index=True)
+    for code, row in zip(seen.tolist(), first.tolist()):
+        if code < 0:
+            continue
+        cols = image[row].values
+        names, types, flags = (cols.field("name").to_pylist(), cols.field("mysql_type").to_pylist(),
+                               cols.field("flags").to_pylist())
+        ids[code] = _id(canonical_text(names, types, flags))
+        entries.setdefault(int(ids[code]), (names, types, flags))
+    out = ids[np.where(codes >= 0, codes, 0)] if len(ids) else np.zeros(len(image), dtype=np.int64)
     return pa.array(out, pa.int64(), mask=~valid)
 
 
@@ -131,7 +157,7 @@ class _Runs:
         keep = pc.and_(pc.and_(pc.is_valid(batch.column("topic")), pc.equal(batch.column("event_index"), 0)),
                        pc.is_valid(batch.column("offset")))
         keep = pc.and_(keep, pc.invert(pc.fill_null(pc.equal(stage, "archive"), False)))
-        records = batch.filter(keep)
+        records = batch.select(["topic", "partition", "offset"]).filter(keep)  # not the wide images
         if records.num_rows == 0:
             return
         topics = pc.dictionary_encode(records.column("topic"))
@@ -177,7 +203,11 @@ class _Stats:
         self.parts: dict[tuple, dict] = {}
 
     def add(self, batch: pa.RecordBatch) -> None:
-        records = batch.filter(_records(batch))
+        # only the columns the figures read are filtered (copied), not the wide images
+        names = ["topic", "partition", "kind", "event_index", "op", "commit_ts", "offset", "watermark_ts"]
+        narrow = pa.RecordBatch.from_arrays([batch.column(n) for n in names] + [pc.is_null(batch.column("before"))],
+                                            names=names + ["no_before"])
+        records = narrow.filter(_records(batch))
         if records.num_rows == 0:
             return
         kind, index, op = records.column("kind"), records.column("event_index"), records.column("op")
@@ -191,7 +221,7 @@ class _Stats:
             "min_commit_ts": commit, "max_commit_ts": commit,
             "rows_without_commit_ts": pc.cast(pc.and_(pc.equal(kind, Kind.ROW), pc.is_null(commit)), pa.int64()),
             "updates_without_before": pc.cast(pc.fill_null(pc.and_(
-                pc.equal(op, "update"), pc.is_null(records.column("before"))), False), pa.int64()),
+                pc.equal(op, "update"), records.column("no_before")), False), pa.int64()),
             "min_offset": offset, "max_offset": offset,
         })
         grouped = table.group_by(["topic", "partition"], use_threads=False).aggregate(
@@ -227,9 +257,12 @@ def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
         column = batch.column(image)
         columns[f"{image}_schema"] = schema_ids(column, entries)
         columns[f"{image}_values"], columns[f"{image}_labels"] = _values_labels(column)
+    columns["identity"] = pa.nulls(batch.num_rows, pa.binary())
+    columns["place_id"] = pa.nulls(batch.num_rows, pa.int64())  # numbered by `leaned`
     columns["aux"] = pa.nulls(batch.num_rows, AUX_TYPE)
-    return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in LEAN_ARROW_SCHEMA],
-                                      schema=LEAN_ARROW_SCHEMA)
+    out = pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in LEAN_ARROW_SCHEMA],
+                                     schema=LEAN_ARROW_SCHEMA)
+    return out.set_column(out.schema.get_field_index("identity"), "identity", identities(out))
 
 
 def where_sql_says(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -280,11 +313,21 @@ def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list
     return pa.RecordBatch.from_arrays(arrays, schema=LEAN_ARROW_SCHEMA)
 
 
+PLACE_BITS = 40  # a task numbers its rows below 2**40; the task's partition index is above
+
+
 def leaned(fn):
     """The mapInArrow function `fn` (batches of DECODED_ARROW_SCHEMA out) made lean, its task's
-    `aux` row last."""
+    `aux` row last. Each row's `place_id` is its task's partition index and its number in the
+    task (`PLACE_BITS`): one 64-bit key per row instead of its six place columns (two of them
+    long strings), so the duplicate check's marks stay small enough to broadcast. A retried
+    task decodes the same records in the same order, so it gives the same numbers."""
 
     def run(batches):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        next_place = (context.partitionId() if context else 0) << PLACE_BITS
         entries: dict = {}
         runs, stats, ddl = _Runs(), _Stats(), []
         for batch in fn(batches):
@@ -293,10 +336,61 @@ def leaned(fn):
                 runs.add(batch)
                 stats.add(batch)
                 out = lean(batch, entries)
+                places = pa.array(np.arange(next_place, next_place + out.num_rows, dtype=np.int64))
+                next_place += out.num_rows
+                out = out.set_column(out.schema.get_field_index("place_id"), "place_id", places)
                 events = ddl_events(out)
                 if len(events):
                     ddl.append(events)
                 yield out
         yield aux_batch(entries, runs, stats, ddl)
+
+    return run
+
+
+# the lean rows without the `aux` column: what the decode tasks write as Parquet in local mode
+EVENTS_ARROW_SCHEMA = pa.schema([f for f in LEAN_ARROW_SCHEMA if f.name != "aux"])
+EVENTS_STRUCT = from_arrow_schema(EVENTS_ARROW_SCHEMA)
+
+
+def written_to(fn, directory: str):
+    """The lean mapInArrow function `fn` writing its event rows to one Parquet file per task
+    (`part-NNNNN.parquet`, the task's partition) under `directory`, yielding only its `aux` row.
+
+    Why: the rows then never enter the JVM during the decode: Spark's own persistence turned
+    each Arrow batch into rows and those into its compressed cache batches (about a third of
+    the decode's CPU, measured), and its later readers read only the columns they need with
+    the vectorized Parquet reader. A retried or speculative task writes the same rows under
+    the same name (written to a hidden file first, renamed when whole; Spark's file listing
+    skips hidden files)."""
+
+    def run(batches):
+        import os
+
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        part = context.partitionId() if context else 0
+        attempt = context.taskAttemptId() if context else os.getpid()
+        final = os.path.join(directory, f"part-{part:05d}.parquet")
+        temp = os.path.join(directory, f".part-{part:05d}.{attempt}.tmp")
+        writer = None
+        try:
+            for batch in fn(batches):
+                if batch.num_rows == 1 and batch.column("aux").null_count == 0:  # the task's last row
+                    if writer is not None:
+                        writer.close()
+                        writer = None
+                        os.replace(temp, final)
+                    yield batch
+                    continue
+                if writer is None:
+                    writer = pq.ParquetWriter(temp, EVENTS_ARROW_SCHEMA, compression="lz4", use_dictionary=False,
+                                              write_statistics=False)
+                writer.write_batch(pa.RecordBatch.from_arrays(batch.columns[:-1], schema=EVENTS_ARROW_SCHEMA))
+        finally:
+            if writer is not None:  # the task failed: its partial file stays hidden
+                writer.close()
 
     return run

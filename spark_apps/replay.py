@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -59,6 +60,12 @@ def build_session(master: str, app_name: str, conf: list[str]):
         "spark.pyspark.python": sys.executable,
         "spark.log.level": "WARN",
         "spark.sql.debug.maxToStringFields": "500",
+        # HotSpot never compiles a method of more than 8000 bytes of bytecode: a whole-stage
+        # method between that and Spark's own limit (65535) runs interpreted. Our plans keep
+        # their stages below it (transforms.codegen_boundary); this is the safety net: the last
+        # change per key's map stage before the boundaries, at 4M events, took 44.5 CPU s
+        # interpreted, 22.9 s as separate compiled operators (docs/engine.md, "Part 5")
+        "spark.sql.codegen.hugeMethodLimit": "8000",
     }
     if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
         defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"
@@ -269,41 +276,72 @@ def _decoder(codec) -> dict:
     return {"path": path, "reason": reason}
 
 
-def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bool = False):
+DECODE_TASK_MB_ENV = "CDC_REPLAY_DECODE_TASK_MB"
+# the decoded columns only records that could not be read or decoded fill (schema.py)
+UNREADABLE_ONLY = ("line", "error", "error_stage", "raw_key", "raw_value", "raw_line")
+DECODE_FILES_ENV = "CDC_REPLAY_DECODE_FILES"  # "off": Spark persists the decode in local mode too
+DECODE_TASK_MB = 64
+
+
+def decode_tasks(sizes: list[int], parallelism: int) -> int:
+    """How many decode tasks read objects of these stored `sizes`: two per core, and more for
+    a large archive, about `CDC_REPLAY_DECODE_TASK_MB` (default 64) stored MB each, so a
+    task's decoded rows, its share of every later map-side sort and its Python worker's
+    memory stay the same size whatever the archive's (with a fixed count, a 16M-event archive
+    gave each of 4 tasks 5M records: sorts spilled and workers grew). Never more than the
+    objects: an object is read by one task."""
+    import os
+
+    task_mb = float(os.environ.get(DECODE_TASK_MB_ENV) or DECODE_TASK_MB)
+    by_size = -(-sum(sizes) // max(1, int(task_mb * (1 << 20))))
+    return max(1, min(len(sizes), max(parallelism * 2, by_size)))
+
+
+def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bool = False,
+            files: str | None = None):
     """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
     decoded rows, each object read and decoded in a Spark task; `counter` (an accumulator)
     counts the records decoded, for the progress lines. `lean`: the lean rows and `aux` rows
-    of spark_apps/lean_decode.py."""
+    of spark_apps/lean_decode.py; `files`: the lean rows go to Parquet files in this folder
+    instead (`lean_decode.written_to`), only the `aux` rows come back."""
     from spark_apps.archive_io import decode_objects_fn
-    from spark_apps.lean_decode import LEAN_STRUCT, leaned
+    from spark_apps.lean_decode import LEAN_STRUCT, leaned, written_to
     from spark_apps.local_data import balanced_slices, local_frame
     from spark_apps.progress import counting
     from spark_apps.schema import DECODED_STRUCT
 
-    parallelism = max(1, min(len(objects), spark.sparkContext.defaultParallelism * 2))
+    parallelism = decode_tasks([o.size for o in objects], spark.sparkContext.defaultParallelism)
     # slices of about equal bytes, the heaviest first, each biggest object first; built in the
     # JVM (local_data: no Python worker of its own)
     rows = [(o.uri, o.size, getattr(o, "params", None)) for o in objects]
     objects_df = local_frame(spark, rows, "uri string, size long, params string",
                              balanced_slices([o.size for o in objects], parallelism))
     decode = counting(decode_objects_fn(protocol, options), counter)
+    if files:
+        return objects_df.mapInArrow(written_to(leaned(decode), files), LEAN_STRUCT)
     return (objects_df.mapInArrow(leaned(decode), LEAN_STRUCT) if lean
             else objects_df.mapInArrow(decode, DECODED_STRUCT))
 
 
-def _first_pass(decoded):
+def _first_pass(decoded, files: str | None = None):
     """(events, partition statistics, schema dictionary, DDL events) of the persisted lean
     `decoded` rows (spark_apps/lean_decode.py): one action that collects only the decode tasks'
     `aux` rows (the statistics, dictionary, offset runs and DDL events each task gathered while
     decoding: no aggregate, no shuffle), plus one for the distinct offsets of partitions the
-    runs do not prove (gaps.count_offsets). ValueError on an id collision."""
+    runs do not prove (gaps.count_offsets). With `files` the tasks wrote their rows there
+    (`_decode(files=...)`): `decoded` holds only the `aux` rows, and the events are read back
+    from the files. ValueError on an id collision."""
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
-    from spark_apps.lean_decode import merge_stats
+    from spark_apps.lean_decode import EVENTS_STRUCT, merge_stats
 
-    events = decoded.where(F.col("aux").isNull()).drop("aux")
-    auxes = [r["aux"] for r in _collected(decoded.where(F.col("aux").isNotNull()).select("aux"))]
+    if files:
+        auxes = [r["aux"] for r in _collected(decoded.select("aux"))]
+        events = decoded.sparkSession.read.schema(EVENTS_STRUCT).parquet(files)
+    else:
+        events = decoded.where(F.col("aux").isNull()).drop("aux")
+        auxes = [r["aux"] for r in _collected(decoded.where(F.col("aux").isNotNull()).select("aux"))]
     merged: dict[tuple, dict] = {}
     for a in auxes:
         for s in a["stats"]:
@@ -318,6 +356,20 @@ def _first_pass(decoded):
     records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     gaps_mod.count_offsets(records, partition_stats, [r for a in auxes for r in a["runs"]])
     return events, partition_stats, schema_dictionary, ddl
+
+
+def _decode_files(spark, source: str) -> str | None:
+    """A fresh folder for the decode tasks' Parquet files (`_decode(files=...)`) when every task
+    runs where the driver runs (local mode) and the source is an archive; None otherwise: on a
+    cluster an executor's disk is not another's, so Spark persists the rows itself
+    (DISK_ONLY), and so it does for Kafka sources or with CDC_REPLAY_DECODE_FILES=off."""
+    import tempfile
+
+    if (kafka_io.is_kafka(source) or not spark.sparkContext.master.startswith("local")
+            or os.environ.get(DECODE_FILES_ENV, "").lower() in ("off", "0", "false", "no")):
+        return None
+    local_dir = (spark.sparkContext.getConf().get("spark.local.dir") or "").split(",")[0] or None
+    return tempfile.mkdtemp(prefix="cdc-replay-decoded-", dir=local_dir)
 
 
 def _collected(df) -> list[dict]:
@@ -378,6 +430,24 @@ def run(args: ReplayArgs, spark=None) -> dict:
 
 def _run(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
          target_options, base, progress, layout_plan=None) -> dict:
+    home = _home(args, output)
+    files = _decode_files(spark, source)
+    try:
+        return _replay(spark, args, run_id, started, source, output, staging, objects, source_codec,
+                       target_protocol, target_options, base, progress, layout_plan, home, files)
+    finally:
+        if files:
+            shutil.rmtree(files, ignore_errors=True)
+
+
+def _release(decoded, files: str | None) -> None:
+    """Drop what Spark persisted of the decode (the files are removed when the run ends)."""
+    if not files:
+        decoded.unpersist()
+
+
+def _replay(spark, args, run_id, started, source, output, staging, objects, source_codec, target_protocol,
+            target_options, base, progress, layout_plan, home, files) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -385,7 +455,6 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     from spark_apps.archive_io import write_quarantine_fn
     from spark_apps.schema import DECODED_FIELD_NAMES, WRITTEN_STRUCT
 
-    home = _home(args, output)
     progress.phase(f"reading and decoding {len(objects)} objects" if objects else f"reading {source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
@@ -395,20 +464,27 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
                                         lean=True)
     else:
         decoded = _decode(spark, objects, args.protocol, parse_option_pairs(args.protocol_option),
-                          progress.records, lean=True)
+                          progress.records, lean=True, files=files)
     # the decode tasks write lean rows (spark_apps/lean_decode.py: each image's column list id,
     # values and labels) and end with one `aux` row each: the column lists they saw (the lean
-    # rows' dictionary) and their runs of offsets (the distinct offset count without a shuffle)
+    # rows' dictionary) and their runs of offsets (the distinct offset count without a shuffle).
+    # In local mode the rows go to Parquet files (read back by the later jobs); elsewhere Spark
+    # persists them
     decoded_columns = list(DECODED_FIELD_NAMES)
-    decoded = decoded.persist(StorageLevel.DISK_ONLY)
+    if files:
+        log.info("[replay %s] decoded rows: Parquet files in %s (local mode)", run_id, files)
+    else:
+        decoded = decoded.persist(StorageLevel.DISK_ONLY)
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     try:
-        events, partition_stats, schema_dictionary, ddl_events = _first_pass(decoded)
+        events, partition_stats, schema_dictionary, ddl_events = _first_pass(decoded, files)
     except ValueError as e:
-        decoded.unpersist()
+        _release(decoded, files)
         raise ReplayError(f"lean rows: {e}") from None
     ddl_statements = {(d["database"], d["table"], d["ddl_query"]) for d in ddl_events if d["topic"] is not None}
-    ddl_mod.parse_ahead(d["ddl_query"] for d in ddl_events)  # parsed while the next Spark jobs run
+    # parsed while the next Spark jobs run, about in the order they will be applied
+    ddl_mod.parse_ahead(d["ddl_query"] for d in sorted(
+        ddl_events, key=lambda d: (d["commit_ts"] is None, d["commit_ts"] or 0)))
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
     try:
@@ -423,7 +499,7 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
         log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)
         if args.require_contiguous:
-            decoded.unpersist()
+            _release(decoded, files)
             raise ReplayError(f"--require-contiguous: the archive misses offsets ({gap_count} holes: {shown}"
                               + (" ..." if gap_count > 5 else "") + "); a missing or truncated archive object?")
 
@@ -442,8 +518,11 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
-                          duplicates=duplicates, dedupe=duplicate_count > 0)
-    dictionary = T.dictionary_literal(schema_dictionary, T.spark_lower(spark))
+                          duplicates=duplicates, dedupe=duplicate_count > 0,
+                          broadcast_duplicates=duplicate_count <= T.DUPLICATES_BROADCAST_MAX)
+    dictionary = T.plan_dictionary(schema_dictionary, T.spark_lower(spark), spark=spark)
+    log.info("[replay %s] schema dictionary: %d column lists (%s)", run_id, len(schema_dictionary),
+             "a literal in the plan" if dictionary.frame is None else "a broadcast relation")
 
     # 3. DDL history, applied on the driver in timeline order (DDL events are few)
     quarantine_base = storage.join(staging, QUARANTINE)
@@ -504,7 +583,10 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
             if base_rows is not None:
                 rows = rows.unionByName(base_rows)
             elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
-                rows = lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
+                # what only a record that could not be read carries is not carried through the
+                # last change per key (every column there is sorted and aggregated)
+                rows = lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
+                    *UNREADABLE_ONLY)
                 output_plan.dictionary = dictionary
             written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
@@ -515,8 +597,9 @@ def _run(spark, args, run_id, started, source, output, staging, objects, source_
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
     finally:
-        for persisted in (duplicates, ready, decoded):
+        for persisted in (duplicates, ready):
             persisted.unpersist()
+        _release(decoded, files)
 
     manifest = manifest_mod.build(
         run_id=run_id, args=args, source=source, output=output, started=started,
@@ -705,14 +788,21 @@ def _shape_of(names: tuple, types: tuple) -> list:
 def _shape_columns(shape) -> list:
     """An image's column set as (lower-case name, type) rows in the order Spark's `array_sort`
     of those structs gives (by name, then type; a null field first)."""
-    from pyspark.sql import Row
 
     def nulls_first(value):
         return (value is not None, value or "")
 
     pairs = [((n.lower() if n is not None else None), t) for n, t in zip(shape["names"], shape["types"])]
-    column = Row("name", "type")
-    return [column(n, t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
+    return [_column_row(n, t) for n, t in sorted(pairs, key=lambda p: (nulls_first(p[0]), nulls_first(p[1])))]
+
+
+@functools.lru_cache(maxsize=65536)
+def _column_row(name: str | None, mysql_type: str | None):
+    """One (name, type) row, shared by every column set that has it (thousands of sets share
+    most columns; a Row is an immutable tuple)."""
+    from pyspark.sql import Row
+
+    return Row("name", "type")(name, mysql_type)
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:
@@ -812,7 +902,7 @@ class _OutputPlan:
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
-        self.dictionary = None  # the schema dictionary (transforms.dictionary_literal) when the rows are lean
+        self.dictionary = None  # the schema dictionary (transforms.plan_dictionary) when the rows are lean
 
     def kafka_target(self, home: str, fingerprint: str) -> None:
         servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
@@ -829,6 +919,7 @@ class _OutputPlan:
         history, spark = self.schema_history, self.spark
         if not history.known:
             return None, None
+        from spark_apps import transforms as T
         from spark_apps.local_data import local_frame
 
         rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
@@ -839,7 +930,10 @@ class _OutputPlan:
             spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
             "final_database string, final_table string, key_aliases array<array<string>>, "
             "row_columns array<struct<names: array<string>, default: binary>>")
-        return intervals, sorted(history.known)  # held in the plan: no broadcast job
+        known = sorted(history.known)
+        if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
+            return intervals, local_frame(spark, known, "database string, table string")
+        return intervals, known  # held in the plan: no broadcast job
 
     def _effects(self, rows):
         from spark_apps import transforms as T
@@ -1003,7 +1097,7 @@ class _OutputPlan:
         from spark_apps import transforms as T
         from spark_apps.snapshot import projector
 
-        latest = T.latest_per_key(self._effects(rows)).persist(StorageLevel.DISK_ONLY)
+        latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)))).persist(StorageLevel.DISK_ONLY)
         # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
         table_rows = [r.asDict() for r in latest.groupBy(
             F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(

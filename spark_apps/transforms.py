@@ -17,7 +17,9 @@ picks it up), `applied`; records that carry no change are `empty`.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
+import os
 import re
 from typing import NamedTuple
 
@@ -50,6 +52,8 @@ def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     decides. Computed only when `needed` (windows per source partition)."""
     if not needed:
         return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    # the inferred commit ts is part of an event's identity: the decode task's does not hold it
+    events = events.drop("identity")
     order = Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
     before = order.rowsBetween(Window.unboundedPreceding, -1)
     after = order.rowsBetween(1, Window.unboundedFollowing)
@@ -110,6 +114,14 @@ def identity(lean: bool = False) -> Column:
     return F.unhex(F.sha2(F.to_json(fields), 256))
 
 
+def identity_of(df: DataFrame) -> Column:
+    """The identity of `df`'s events: the `identity` column the decode tasks computed (lean
+    rows: spark_apps/identity.py; the same fields, hashed once where the rows are in Arrow),
+    else `identity` in Spark (rows without it, or whose commit ts are inferred:
+    `infer_commit_ts` drops it, as the decode task cannot know them)."""
+    return F.col("identity") if "identity" in df.columns else identity(lean="after_values" in df.columns)
+
+
 def _identity_columns(lean: bool = False) -> list[Column]:
     images = ([F.col(f"{image}{part}") for image in IMAGES for part in ("_schema", "_values", "_labels")] if lean
               else [F.col("before"), F.col("after")])
@@ -130,6 +142,15 @@ def _identity_columns(lean: bool = False) -> list[Column]:
 
 FIRST_SEEN = ("partition", "offset", "event_index", "object", "line")  # which copy of an event counts
 PLACE = ("topic", "partition", "offset", "event_index", "object", "line")  # one event of the archive
+# how many later copies the marks may hold and still be broadcast (64-bit place ids: 8 bytes
+# each; beyond, the events are joined with them by a shuffle)
+DUPLICATES_BROADCAST_MAX = 4_000_000
+
+
+def _place(df: DataFrame) -> tuple[str, ...]:
+    """The columns that name one event of `df`: the decode's `place_id` (lean rows,
+    spark_apps/lean_decode.py) where it has one, else PLACE."""
+    return ("place_id",) if "place_id" in df.columns else PLACE
 
 
 def _checked(tables: list[str] | None) -> tuple[Column, Column]:
@@ -143,36 +164,46 @@ def _checked(tables: list[str] | None) -> tuple[Column, Column]:
 
 
 def duplicate_places(decoded: DataFrame, *, tables: list[str] | None = None) -> DataFrame:
-    """The places (`PLACE`) of the events that are later copies of an earlier one: the
+    """The places (`_place`) of the events that are later copies of an earlier one: the
     duplicate check as a narrow shuffle, each checked event reduced to its identity and its
     place, ranked by `FIRST_SEEN` within its identity. Few rows (redeliveries), so the events
     are told apart from them by a join (`tag_status(duplicates=...)`, broadcast when small)
     instead of every event travelling through the shuffle whole."""
     checked, _ = _checked(tables)
+    place = _place(decoded)
     first_seen = Window.partitionBy("_identity").orderBy(*FIRST_SEEN)
-    ranked = (with_timeline(decoded).where(checked).select(identity(lean="after_values" in decoded.columns).alias("_identity"), *PLACE)
+    ranked = (with_timeline(decoded).where(checked)
+              .select(identity_of(decoded).alias("_identity"), *dict.fromkeys(FIRST_SEEN + place))
               .withColumn("_copy", F.row_number().over(first_seen)))
-    return ranked.where(F.col("_copy") > 1).select(*PLACE)
+    return ranked.where(F.col("_copy") > 1).select(*place)
 
 
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
-               duplicates: DataFrame | None = None, dedupe: bool = True) -> DataFrame:
+               duplicates: DataFrame | None = None, dedupe: bool = True,
+               broadcast_duplicates: bool = False) -> DataFrame:
     """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
     changes at or below `since` are outside the window (status `filtered`). `duplicates`:
     the places `duplicate_places` found (None: the duplicate check runs here, as a window
-    over every event's identity). `dedupe=False`: no event is a duplicate (none was found)."""
+    over every event's identity), joined as a broadcast when `broadcast_duplicates` (else
+    Spark decides by their estimated size: a sort-merge join moves every event through a
+    shuffle). `dedupe=False`: no event is a duplicate (none was found)."""
     df = with_timeline(decoded)
     checked, redelivered_bad = _checked(tables)
     in_scope = table_filter(tables) if tables else F.lit(True)
     if not dedupe:
         first = F.lit(True)
     elif duplicates is None:
-        df = df.withColumn("_identity", identity(lean="after_values" in decoded.columns))
+        df = df.withColumn("_identity", identity_of(decoded))
         first = F.row_number().over(Window.partitionBy("_identity").orderBy(*FIRST_SEEN)) == 1
     else:
-        marks = duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in PLACE]).withColumn("_dup", F.lit(True))
-        df = df.join(marks, [df[c].eqNullSafe(marks[f"_dup_{c}"]) for c in PLACE], "left").drop(
-            *[f"_dup_{c}" for c in PLACE])
+        place = _place(df)
+        marks = duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in place]).withColumn("_dup", F.lit(True))
+        if broadcast_duplicates:
+            marks = F.broadcast(marks)
+        # a place id is never null: plain equality keeps the join key one long
+        same = ([df["place_id"] == marks["_dup_place_id"]] if place == ("place_id",)
+                else [df[c].eqNullSafe(marks[f"_dup_{c}"]) for c in place])
+        df = df.join(marks, same, "left").drop(*[f"_dup_{c}" for c in place])
         first = F.col("_dup").isNull()
     df = df.withColumn("_first", F.when(checked, first))
     if cut is None:
@@ -194,7 +225,8 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .when(above_cut, Status.PENDING)
         .otherwise(Status.APPLIED)
     )
-    return df.withColumn("status", status).drop("_first", "_identity", "_dup")
+    # the decode task's identity served the duplicate check: no later step reads it
+    return df.withColumn("status", status).drop("_first", "_identity", "_dup", "identity", "place_id")
 
 
 IMAGES = ("before", "after")
@@ -255,21 +287,47 @@ def lean_images(df: DataFrame) -> DataFrame:
 
 
 class SchemaDictionary(NamedTuple):
-    """The schema dictionary in the plan (`dictionary_literal`)."""
+    """The schema dictionary as the plan holds it (`plan_dictionary`): a literal, or a broadcast `frame`."""
 
-    buckets: Column  # array<array<struct<id, names, types, flags>>>: entry `id` in bucket pmod(id, size)
+    buckets: Column | None  # array<array<struct<id, names, types, flags>>>: entry `id` in bucket pmod(id, size)
     size: int
     slots: int  # the most entries one bucket holds
+    frame: DataFrame | None = None  # the entries as a small DataFrame, joined by broadcast
 
 
-def dictionary_literal(dictionary: dict, lower=None) -> SchemaDictionary:
-    """The schema dictionary as one literal in the plan (no broadcast job): a hash table of
-    buckets, parsed from JSON once and constant-folded by Spark, so a lookup is an array index
+# beyond this many column lists the dictionary is a broadcast DataFrame, not a literal: a literal
+# is copied into every task of every stage that reads it (at 16M bench events the lists made a
+# 95 MB task binary and failed a 2 GB driver; at 4M the replay took 170.9 s with the literal and
+# 124.3 s with the broadcast); below it a small run saves the broadcast jobs
+DICTIONARY_LITERAL_MAX = 256
+
+
+def plan_literal_max() -> int:
+    """How many entries a side table (the schema dictionary, the DDL's table names) may have and
+    still be a literal in the plan: DICTIONARY_LITERAL_MAX, or env CDC_REPLAY_DICTIONARY_LITERAL_MAX."""
+    return int(os.environ.get("CDC_REPLAY_DICTIONARY_LITERAL_MAX", DICTIONARY_LITERAL_MAX))
+
+
+def plan_dictionary(dictionary: dict, lower=None, spark=None, literal_max: int | None = None) -> SchemaDictionary:
+    """The schema dictionary as the plan holds it. Up to `literal_max` entries, one literal (no
+    broadcast job): a hash table of buckets, parsed from JSON once and constant-folded by Spark, so a lookup is an array index
     and a compare or two, however many table versions the archive has (a literal map would be
     searched entry by entry, and built of literals it makes every plan analysis walk them).
     Each entry also holds its names lower-cased (`lower`: Spark's own `lower`, spark_lower, so
-    the lean row keys compare names as `row_key` does; Python's for tests without a JVM)."""
+    the lean row keys compare names as `row_key` does; Python's for tests without a JVM).
+    With `spark` and more than `literal_max` entries (`DICTIONARY_LITERAL_MAX`, env
+    CDC_REPLAY_DICTIONARY_LITERAL_MAX) the entries become a local relation joined by broadcast
+    instead, so the plan and the tasks stay the same size whatever the DDL count."""
     lower = lower or str.lower
+    if literal_max is None:
+        literal_max = plan_literal_max()
+    if spark is not None and len(dictionary) > literal_max:
+        from spark_apps.local_data import local_frame
+
+        rows = [(sid, list(names), list(types), list(flags), [lower(n) for n in names])
+                for sid, (names, types, flags) in sorted(dictionary.items())]
+        frame = local_frame(spark, rows, BUCKET_ENTRY_TYPE)
+        return SchemaDictionary(None, 0, 0, frame)
     size = max(1, 2 * len(dictionary))
     buckets: list[list[dict]] = [[] for _ in range(size)]
     for sid, (names, types, flags) in sorted(dictionary.items()):
@@ -295,20 +353,30 @@ def spark_lower(spark):
     return lower
 
 
-def _with_entry(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str) -> DataFrame:
+def _with_entry(df: DataFrame, image: str, dictionary: SchemaDictionary, target: str,
+                only: tuple[str, ...] | None = None) -> DataFrame:
     """`df` with column `target`: the dictionary entry of the image's column list (null for a
     null image; an id the dictionary lacks fails the task). The bucket is a column of its own,
     so the literal appears once in the plan (an expression repeating it would copy it into
-    every task)."""
+    every task); a `frame` dictionary is a broadcast left join on the id, its entries holding
+    `only` these fields when given (every row copies what its entry holds: the keys need only
+    the lower-case names)."""
     sid = F.col(f"{image}_schema")
-    df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
-        dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
-    entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
-    for slot in reversed(range(dictionary.slots)):
-        candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
-        entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
-    df = df.withColumn(target, entry).drop("_bucket")
-    missing = F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))).cast(BUCKET_ENTRY_TYPE)
+    if dictionary.frame is not None:
+        fields = list(only) if only else [f.name for f in dictionary.frame.schema.fields]
+        entries = dictionary.frame.select(F.col("id").alias("_entry_id"),
+                                          F.struct(*[F.col(c) for c in fields]).alias(target))
+        df = df.join(F.broadcast(entries), sid == F.col("_entry_id"), "left").drop("_entry_id")
+    else:
+        df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
+            dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
+        entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
+        for slot in reversed(range(dictionary.slots)):
+            candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
+            entry = F.when(candidate["id"] == sid, candidate).otherwise(entry)
+        df = df.withColumn(target, entry).drop("_bucket")
+    missing = F.raise_error(F.concat(F.lit("no column list for schema id "), sid.cast("string"))).cast(
+        df.schema[target].dataType)
     return df.withColumn(target, F.when(sid.isNotNull() & F.col(target).isNull(), missing).otherwise(F.col(target)))
 
 
@@ -399,8 +467,12 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
     lean = "after_values" in rows.columns
     if lean:  # the keys by position from the dictionary's names; computed once per row
         for image in IMAGES:
-            rows = _with_entry(rows, image, dictionary, f"_{image}")
-        rows = rows.withColumns({f"_{image}_key": row_key_lean(image, F.col(f"_{image}")) for image in IMAGES})
+            rows = _with_entry(rows, image, dictionary, f"_{image}", only=("lower_names",))
+        # each image's key in a generated method of its own (`codegen_boundary`): together with
+        # the joins above and the explode below they outgrow what the JVM compiles
+        for image in IMAGES:
+            rows = codegen_boundary(rows).withColumn(f"_{image}_key", row_key_lean(image, F.col(f"_{image}")))
+        rows = codegen_boundary(rows)
         before_key, after_key = F.col("_before_key"), F.col("_after_key")
     else:
         before_key, after_key = [row_key(image, schema_keys=True) for image in IMAGES]
@@ -421,6 +493,20 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
         .drop("_effect", "_before", "_after", "_before_key", "_after_key")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
+
+
+_boundaries = itertools.count()
+
+
+def codegen_boundary(df: DataFrame) -> DataFrame:
+    """`df` as it is, behind an operator Spark generates no code for (`observe`, with a count
+    nobody reads): whole-stage code generation ends below it and starts again above. Why:
+    Spark generates one method per stage, and the JVM does not compile a method past 8000
+    bytes of bytecode; replay.build_session makes Spark run such a stage as separate
+    operators instead (each copying every row), slower than two compiled methods. Measured
+    on the last change per key at 4M events: 21.8 CPU s as separate operators, 10.0 s in four
+    compiled stages (docs/engine.md)."""
+    return df.observe(f"cdc_replay_stage_{next(_boundaries)}", F.count(F.lit(1)))
 
 
 def change_rank(is_delete: Column) -> Column:
@@ -496,6 +582,27 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
         .withColumn("final_table", F.coalesce(F.col("_final_tb"), F.col("table")))
         .drop("_db", "_tb", "_final_db", "_final_tb", "_kdb", "_ktb", "_known")
     )
+
+
+# what the last change per key reads of a row event (assign_tables, row_effects, order_struct)
+EFFECT_INPUTS = ("database", "table", "timeline", "op", "commit_ts", "key_columns", "partition", "offset",
+                 "event_index", "before", "after", "before_schema", "after_schema", "before_values", "after_values")
+
+
+def packed(rows: DataFrame) -> DataFrame:
+    """`rows` with every column the last change per key does not read (`EFFECT_INPUTS`) in one
+    struct, `_carried` (`unpacked` undoes it). Why: Spark generates one method for the whole
+    map side of the last change per key (scan, joins, keys, sort), its size growing with the
+    columns each operator passes on; past 8000 bytes of bytecode the JVM does not compile it
+    (replay.build_session turns such stages into separate operators, slower than one
+    compiled method). One column instead of a dozen keeps the method small."""
+    carried = [c for c in rows.columns if c not in EFFECT_INPUTS]
+    return rows.select(*[c for c in rows.columns if c in EFFECT_INPUTS], F.struct(*carried).alias("_carried"))
+
+
+def unpacked(df: DataFrame) -> DataFrame:
+    """`df` with the columns `packed` put in `_carried` back at the top level."""
+    return df.select(*[c for c in df.columns if c != "_carried"], "_carried.*")
 
 
 def latest_per_key(effects: DataFrame) -> DataFrame:

@@ -234,6 +234,24 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     assert sum(sum(v) for v in timeline["tables"].values()) == len(read)  # duplicates are events read too
 
 
+@pytest.mark.spark
+def test_no_generated_stage_of_a_replay_is_too_long_for_the_jvm_to_compile(tmp_path):
+    """Every stage of a snapshot replay through spark-submit, its code generated and its
+    dictionary and table names broadcast as on a large archive, stays under the JVM's
+    8000-byte compile limit: Spark's log (WholeStageCodegenExec at INFO in our
+    log4j2.properties) names no stage it had to run as separate operators instead. The size
+    depends on the plan, not the data: a small archive shows it (docs/engine.md, "Part 5")."""
+    generated = generate(transactions=300, partitions=2, seed=11)
+    write_archive(generated.records, str(tmp_path / "archive"))
+    env = {**os.environ, "CDC_REPLAY_SMALL_RUN_MB": "0", "CDC_REPLAY_DICTIONARY_LITERAL_MAX": "0"}
+    result = run_cli("replay", "--source", str(tmp_path / "archive"), "--protocol", "canal-json",
+                     "--protocol-option", "enable-tidb-extension=true", "--output", str(tmp_path / "out"),
+                     "--emit", "snapshot", "--master", "local[2]", env=env, timeout=600)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert "(a broadcast relation)" in text, text[-3000:]
+    assert "Found too long generated codes" not in text, re.findall(r".*too long generated codes.*", text)
+
 
 def test_summary_of_a_missing_incomplete_or_foreign_output_is_one_line(tmp_path, s3_endpoint, capsys):
     cases = {

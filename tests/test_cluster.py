@@ -25,13 +25,13 @@ import pytest
 from spark_apps import storage
 from spark_apps.generate import generate, write_archive
 
+from .support import outputs
 from .support.spark_cluster import standalone_cluster
 
 CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
 ARGS = ["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot",
         "--target-option", "enable-tidb-extension=true"]
 SMALL = "spark.sql.shuffle.partitions=2"  # a tiny archive: the same few tasks in both modes
-VOLATILE = ("run_id", "started_at", "finished_at", "duration_s")
 
 
 @pytest.fixture(scope="module")
@@ -74,27 +74,12 @@ def local_output(archive) -> str:
     return output
 
 
-def _objects(output: str) -> dict[str, bytes]:
-    """{path below output: bytes} of every object the run wrote."""
-    return {info.uri[len(output) + 1:]: storage.read_bytes(info.uri) for info in storage.list_objects(output)}
-
-
-def _data(output: str) -> dict[str, bytes]:
-    return {path: data for path, data in _objects(output).items() if not path.split("/")[-1].startswith("_")}
-
-
-def _manifest(output: str) -> dict:
-    text = storage.read_bytes(f"{output}/_manifest.json").decode()
-    manifest = json.loads(text.replace(output, "<output>"))
-    return {key: value for key, value in manifest.items() if key not in VOLATILE}
-
-
 def _assert_same_output(output: str, local: str) -> None:
-    got, want = _data(output), _data(local)
+    got, want = outputs.data(output), outputs.data(local)
     assert sorted(got) == sorted(want)
     assert [path for path in want if got[path] != want[path]] == []
     assert want, "the local run wrote no data objects"
-    assert _manifest(output) == _manifest(local)
+    assert outputs.manifest(output) == outputs.manifest(local)
 
 
 def _assert_ran_on_both_workers(cluster, app_name: str) -> None:

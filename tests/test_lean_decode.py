@@ -134,3 +134,53 @@ def test_ddl_events_take_the_table_their_statement_names():
     assert [(r["database"], r["table"]) for r in out] == [
         ("xj_", "user02"), ("Shop", "t"), ("inventory", "t"), ("inventory", None), ("inventory", "user02")]
     assert where_sql_says(batch.slice(1, 3)) is not None  # nothing to change: the batch as it is
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(COLUMN, max_size=4), min_size=1, max_size=6))
+def test_one_column_lists_text_in_python_is_the_batch_kernels_text(images):
+    """A batch's column list ids come from the text of one event per group, made in Python
+    (`canonical_text`); it must be the text the Arrow kernels make for every event
+    (`_canonical`), which groups the events when the extension is not built."""
+    from spark_apps.lean_decode import _canonical, canonical_text
+
+    column = batch([(None, image) for image in images]).column("after")
+    expected = _canonical(column).to_pylist()
+    assert [canonical_text([c["name"] for c in image], [c["mysql_type"] for c in image],
+                           [c["flags"] for c in image]) for image in images] == expected
+
+
+def test_column_list_ids_are_the_same_with_and_without_the_extension(monkeypatch):
+    """Grouping by the extension's 16 bytes or by the text gives the same ids and entries."""
+    from spark_apps import identity as identity_mod
+    from spark_apps.lean_decode import schema_ids
+
+    images = [[{"name": "a", "mysql_type": "int", "flags": 1, "value": b"1", "label": None}],
+              None, [{"name": "a\x00", "mysql_type": None, "flags": 0, "value": None, "label": None}],
+              [{"name": "a", "mysql_type": "int", "flags": 1, "value": b"2", "label": None}], []]
+    column = batch([(None, image) for image in images]).column("after")
+    with_ext, without = {}, {}
+    ids = schema_ids(column, with_ext).to_pylist()
+    monkeypatch.setattr(identity_mod, "_native_identities", None)
+    assert schema_ids(column, without).to_pylist() == ids and without == with_ext
+    assert ids[0] == ids[3] and ids[1] is None and len({ids[0], ids[2], ids[4]}) == 3
+
+
+def test_each_lean_row_gets_its_own_place_id_numbered_within_its_task(spark):
+    """`place_id`: the task's partition index above PLACE_BITS, the row's number in the task
+    below, across batches; the `aux` row has none. Over a Spark job: unique in every task."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.lean_decode import LEAN_STRUCT, PLACE_BITS, leaned
+
+    def decoded(batches):  # every input row decoded as one row event
+        for b in batches:
+            yield batch([(None, [{"name": "id", "mysql_type": "int", "flags": 0, "value": b"1", "label": None}])]
+                        * b.num_rows)
+
+    rows = [b for b in leaned(decoded)([pa.record_batch({"x": [1, 2, 3]}), pa.record_batch({"x": [4, 5]})])]
+    assert [r.column("place_id").to_pylist() for r in rows] == [[0, 1, 2], [3, 4], [None]]
+    frame = spark.range(0, 100, 1, 4).mapInArrow(leaned(decoded), LEAN_STRUCT).where(F.col("aux").isNull())
+    ids = [r.place_id for r in frame.select("place_id").collect()]
+    assert len(ids) == len(set(ids)) == 100
+    assert sorted({i >> PLACE_BITS for i in ids}) == [0, 1, 2, 3]

@@ -26,6 +26,20 @@ def test_slices_are_balanced_by_size_heaviest_first():
     assert balanced_slices([], 4) == []
 
 
+def test_decode_tasks_grow_with_the_archive_not_past_its_objects(monkeypatch):
+    """Two decode tasks per core for a small archive; for a large one about 64 stored MB each
+    (CDC_REPLAY_DECODE_TASK_MB), so a task's share stays the same size; never more tasks than
+    objects (an object is read whole by one task)."""
+    from spark_apps.replay import DECODE_TASK_MB_ENV, decode_tasks
+
+    mb = 1 << 20
+    assert decode_tasks([3 * mb] * 40, 2) == 4  # 120 MB: two per core
+    assert decode_tasks([4 * mb] * 160, 2) == 10 and decode_tasks([4 * mb] * 640, 2) == 40
+    assert decode_tasks([1000 * mb] * 3, 2) == 3 and decode_tasks([10], 8) == 1
+    monkeypatch.setenv(DECODE_TASK_MB_ENV, "16")
+    assert decode_tasks([4 * mb] * 160, 2) == 40
+
+
 @pytest.mark.spark
 def test_driver_rows_become_a_frame_without_a_python_worker(spark):
     rows = [("s3://b/x", 10, None), ("s3://b/y", 300, "p=1"), ("s3://b/z", 20, None)]

@@ -13,6 +13,8 @@ from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
 from spark_apps.replay import run
 
+from .support import outputs
+
 pytestmark = pytest.mark.spark
 
 TIDB = ["--protocol-option", "enable-tidb-extension=true", "--target-option", "enable-tidb-extension=true"]
@@ -133,3 +135,41 @@ def test_the_small_run_spark_settings_write_what_generated_code_writes(spark, tm
         return [{**o, "uri": o["uri"].rsplit("/", 3)[1:]} for o in manifest["output"]["objects"]]
 
     assert places(interpreted) == places(generated_code)
+
+
+def test_the_decode_written_as_parquet_files_gives_the_output_spark_persistence_gives(spark, tmp_path, monkeypatch):
+    """Local mode: the decode tasks write their lean rows as Parquet files that the later jobs
+    read (spark_apps/lean_decode.written_to); on a cluster (and with
+    CDC_REPLAY_DECODE_FILES=off) Spark persists them. Both give the same bytes, quarantine
+    and counts included, and the files are gone when the run ends."""
+    import glob
+    import tempfile
+
+    from spark_apps import replay
+
+    generated = generate(transactions=30, partitions=3, seed=11, duplicate_rate=0.2, bad_values=1)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source, records_per_object=15, bad_lines=1)
+    local_dir = tmp_path / "local"
+    local_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(local_dir))
+    written, made = {}, []
+    real = replay._decode_files
+
+    def recorded(*args):
+        folder = real(*args)
+        made.append(folder)
+        return folder
+
+    monkeypatch.setattr(replay, "_decode_files", recorded)
+    for mode in ("off", "auto"):
+        monkeypatch.setenv(replay.DECODE_FILES_ENV, mode)
+        out = tmp_path / f"out-{mode}"
+        run(ReplayArgs.from_namespace(parser().parse_args(
+            ["--source", source, "--protocol", "canal-json", "--output", str(out), "--emit", "snapshot",
+             "--max-bad-records", "5", *TIDB])), spark=spark)
+        written[mode] = (outputs.data(str(out)), outputs.manifest(str(out)))
+    assert made[0] is None and made[1] is not None and made[1].startswith(str(local_dir))
+    assert not glob.glob(str(local_dir / "cdc-replay-decoded-*"))  # removed when the run ended
+    assert any("quarantine" in p for p in written["auto"][0]), sorted(written["auto"][0])
+    assert written["auto"] == written["off"]

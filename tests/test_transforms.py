@@ -129,7 +129,7 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
     # per event, the only string arrays left are the event's key names and the labels
     assert sorted(strings_in(tagged.schema)) == [".after_labels[]", ".before_labels[]", ".key_columns[]"]
     assert [r.status for r in tagged.orderBy("offset").collect()] == ["applied"] * 4
-    full = T.full_images(tagged, T.dictionary_literal(dictionary), events.columns)
+    full = T.full_images(tagged, T.plan_dictionary(dictionary), events.columns)
     assert full.columns[:len(events.columns)] == events.columns
     got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
     want = [(b, a) for b, a in images]
@@ -158,9 +158,19 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
             else:
                 assert spark_rows[r.offset][f"{image}_schema"] is None
     assert len(set(renamed.values())) == len(renamed) == 5
-    full = T.full_images(T.tag_status(lean_rows, cut=None), T.dictionary_literal(worker), events.columns)
+    full = T.full_images(T.tag_status(lean_rows, cut=None), T.plan_dictionary(worker), events.columns)
     got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
     assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want
+
+    # beyond DICTIONARY_LITERAL_MAX column lists the dictionary is a broadcast relation, not a
+    # literal: the same images, and the plan holds no dictionary literal
+    joined = T.plan_dictionary(worker, spark=spark, literal_max=0)
+    assert joined.frame is not None and joined.buckets is None
+    full = T.full_images(T.tag_status(lean_rows, cut=None), joined, events.columns)
+    assert full.columns[:len(events.columns)] == events.columns
+    got = [(r.before, r.after) for r in full.orderBy("offset").collect()]
+    assert [tuple(None if img is None else [x.asDict() for x in img] for img in pair) for pair in got] == want
+    assert "BroadcastHashJoin" in full._jdf.queryExecution().executedPlan().toString()
 
 
 def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
@@ -212,7 +222,7 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
                                    "string, mysql_type: string, flags: int, value: binary, label: string>>, "
                                    "key_columns array<string>, key_aliases array<array<string>>, row_columns "
                                    f"{T.ROW_COLUMNS_TYPE}")
-        with_entry = T._with_entry(df, "after", T.dictionary_literal(dictionary, jvm_lower), "_entry")
+        with_entry = T._with_entry(df, "after", T.plan_dictionary(dictionary, jvm_lower), "_entry")
         got = with_entry.select(T.row_key("after", schema_keys=True).alias("full"),
                                 T.row_key_lean("after", F.col("_entry")).alias("lean")).collect()
         assert [r.lean for r in got] == [r.full for r in got]
@@ -223,8 +233,13 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
                                     "after_schema bigint, after_values array<binary>, key_aliases array<array<string>>")
     missing = missing.withColumn("key_columns", F.array().cast("array<string>")).withColumn(
         "row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
-    entry = T._with_entry(missing, "after", T.dictionary_literal({1: (("ID",), ("int",), (0,))}), "_entry")
-    assert entry.select(T.row_key_lean("after", F.col("_entry")).alias("k")).first().k == [None, b"1"]
+    for literal_max in (None, 0):  # the literal, then the broadcast relation
+        one = T.plan_dictionary({1: (("ID",), ("int",), (0,))}, spark=spark, literal_max=literal_max)
+        entry = T._with_entry(missing, "after", one, "_entry")
+        assert entry.select(T.row_key_lean("after", F.col("_entry")).alias("k")).first().k == [None, b"1"]
+        # an id the dictionary lacks fails the task, naming the id
+        with pytest.raises(Exception, match="no column list for schema id 2"):
+            T._with_entry(missing.withColumn("after_schema", F.lit(2).cast("bigint")), "after", one, "_entry").collect()
 
 
 def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_event(spark):
@@ -232,6 +247,8 @@ def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_
     window over every event's identity (`tag_status` alone): the same status for every event,
     with copies in other partitions and objects, a copy at the same offset read from two
     objects, copies out of scope, watermarks, and records that could not be decoded."""
+    from pyspark.sql import functions as F
+
     from cdc_codecs.events import Kind as K
 
     def at(event, partition, offset, obj, line=1):
@@ -256,3 +273,21 @@ def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_
     expected = sorted((tuple(r[c] for c in place), r.status) for r in window.collect())
     assert sorted((tuple(r[c] for c in place), r.status) for r in narrow.collect()) == expected
     assert [s for _, s in expected].count("duplicate") == 5
+    # lean rows name each event by the decode's `place_id`: the marks are those ids, broadcast
+    numbered = events.withColumn("place_id", F.monotonically_increasing_id()).localCheckpoint()
+    marks = T.duplicate_places(numbered, tables=["d.t"])
+    assert marks.columns == ["place_id"]
+    by_id = T.tag_status(numbered, **scope, duplicates=marks, broadcast_duplicates=True)
+    assert "place_id" not in by_id.columns
+    assert sorted((tuple(r[c] for c in place), r.status) for r in by_id.collect()) == expected
+
+
+def test_packed_rows_carry_what_the_keys_do_not_read_and_unpack_to_the_same_rows(spark):
+    """`packed` keeps EFFECT_INPUTS at the top level and the rest in `_carried`; `unpacked`
+    gives back the same columns and values; `codegen_boundary` changes no row."""
+    events = frame(spark, [row(Op.INSERT, 0, 10, None, [col("id", 1)]), row(Op.DELETE, 1, 11, [col("id", 1)])])
+    packed = T.packed(events)
+    assert set(packed.columns) == {c for c in events.columns if c in T.EFFECT_INPUTS} | {"_carried"}
+    again = T.codegen_boundary(T.unpacked(packed))
+    assert sorted(again.columns) == sorted(events.columns)
+    assert sorted(map(tuple, again.select(*events.columns).collect())) == sorted(map(tuple, events.collect()))

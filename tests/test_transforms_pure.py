@@ -56,15 +56,16 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     # lean rows (issue 13 point 3): ids, lean images, keys from rebuilt images, full images again
     T.schema_entries(T.with_schema_ids(timed))
     lean = T.tag_status(T.lean_images(T.with_schema_ids(timed)), cut=[12])
-    dictionary = T.dictionary_literal({7: (("id",), ("int",), (3,))})
-    T.full_images(T.live_rows(T.latest_per_key(T.row_effects(T.assign_tables(lean, None, None), dictionary))),
-                  dictionary)
+    dictionary = T.plan_dictionary({7: (("id",), ("int",), (3,))})
+    T.full_images(T.live_rows(T.unpacked(T.latest_per_key(T.row_effects(T.assign_tables(
+        T.packed(lean), None, None), dictionary)))), dictionary)
     monkeypatch.undo()
     assert _jobs(spark) == before, "a transform started a Spark job"
     # every public transform of the module was exercised above (a new one must be added here)
     exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
-                 "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places"}
+                 "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
+                 "packed", "unpacked", "codegen_boundary"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

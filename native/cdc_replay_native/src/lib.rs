@@ -21,6 +21,7 @@ mod avro;
 mod canal_protobuf;
 mod canal_typed;
 mod craft;
+mod identity;
 mod oceanbase_avro;
 mod open_protocol;
 
@@ -656,7 +657,7 @@ impl CanalJsonDecoder {
     }
 }
 
-fn buffer_bytes(buf: &PyBuffer<u8>) -> &[u8] {
+pub(crate) fn buffer_bytes(buf: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: the buffer is held (and so kept alive and unchanged) for the whole call.
     unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
 }
@@ -786,6 +787,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(identity::identities, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())
 }

@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import gzip
+import json
 import random
+import re
 import zlib
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from cdc_codecs import KafkaRecord, get_codec
 from cdc_codecs.archive import format_record, object_name
@@ -46,6 +48,15 @@ TABLES = {
         ("note", "text", 0),
     ],
 }
+# Opt-in tables (generate(keyless=True / year_bit=True)): a table without any key whose rows
+# repeat (MySQL keeps identical rows of a keyless table: a multiset), and one with YEAR and BIT
+# columns (TiDB flags both UNSIGNED; its storage sink writes `YEAR UNSIGNED` / `BIT UNSIGNED`).
+KEYLESS_TABLE = ("ledger", [("item", "varchar(8)", 0), ("qty", "int", 0)])
+YEAR_BIT_TABLE = ("devices", [
+    ("id", "int", PK),
+    ("built", "year", int(ColumnFlag.UNSIGNED)),
+    ("mask", "bit(8)", int(ColumnFlag.UNSIGNED)),
+])
 NAMES = ["Zoë", "李雷", "O'Brien", "<b>&co</b>", "tab\there", "Ωmega", "line\nbreak", "plain"]
 
 
@@ -64,6 +75,22 @@ class Generated:
     stats: dict
     # CREATE TABLE statements of the tables as they were before the archive (for --schema)
     schema_sql: str = ""
+    ddl_before: list[dict] = dataclasses.field(default_factory=list)  # the CREATE statements sent first
+    # every row / DDL message of the archive (redeliveries too) with its partition and offset
+    placements: list["Placement"] = dataclasses.field(default_factory=list)
+    final_rows: dict = dataclasses.field(default_factory=dict)  # keyless tables: sorted rows, copies kept
+    tables_before: dict = dataclasses.field(default_factory=dict)  # {table: [(name, type, flags)]}
+    keyless_tables: list[str] = dataclasses.field(default_factory=list)
+    database: str = "shop"
+
+
+class Placement(NamedTuple):
+    """Where one canonical event of the archive sits (each redelivery is a placement too)."""
+
+    partition: int
+    offset: int
+    index: int  # the event's index in its message
+    event: dict
 
 
 MAX_EXTRA_COLUMNS = 8  # columns added by generated DDL that a table holds at most
@@ -74,37 +101,69 @@ def tso(ms: int, logical: int = 0) -> int:
 
 
 class _Simulator:
-    def __init__(self, seed: int, database: str, ddl_rate: float, split_key_updates: bool):
+    def __init__(self, seed: int, database: str, ddl_rate: float, split_key_updates: bool, *,
+                 keyless: bool = False, year_bit: bool = False, same_second_ddl: bool = False,
+                 backward_es_rate: float = 0.0, ddl_after_rows: bool = False):
         self.rng = random.Random(seed)
         self.ddl_rate = ddl_rate
         self.split_key_updates = split_key_updates
         self.db = database
-        self.columns = {name: list(cols) for name, cols in TABLES.items()}
-        self.rows: dict[str, dict[tuple, dict]] = {name: {} for name in TABLES}
+        self.tables = dict(TABLES)
+        if year_bit:
+            self.tables[YEAR_BIT_TABLE[0]] = YEAR_BIT_TABLE[1]
+        self.keyless = {KEYLESS_TABLE[0]} if keyless else set()
+        if keyless:
+            self.tables[KEYLESS_TABLE[0]] = KEYLESS_TABLE[1]
+        self.columns = {name: list(cols) for name, cols in self.tables.items()}
+        self.rows: dict[str, dict[tuple, dict]] = {name: {} for name in self.tables if name not in self.keyless}
+        self.bags: dict[str, list[dict]] = {name: [] for name in self.keyless}  # keyless: a multiset
         self.next_id = defaultdict(lambda: 1)
         self.deleted: dict[str, list] = defaultdict(list)
         self.ms = EPOCH_MS
+        self.logical = 0
         self.extra_columns = 0
+        # same_second_ddl: transactions left that keep the clock's millisecond, the table they favour
+        self.same_second_ddl = same_second_ddl
+        self.hold, self.focus = 0, None
+        # backward_es_rate: transactions whose event time (es) is earlier than the one before,
+        # never earlier than the last DDL's (the commit ts stay in order)
+        self.backward_es_rate = backward_es_rate
+        self.es_floor = EPOCH_MS
+        # ddl_after_rows: DDL only on tables some row event of the archive already touched
+        # (a mid-stream archive whose table the reader knows only from its rows)
+        self.ddl_after_rows = ddl_after_rows
+        self.touched_tables: set[str] = set()
+        self.keyless_sent: set = set()  # (op, before, after, second): never two identical events
 
     def seed_rows(self, count: int) -> None:
         """Rows that existed before the archive starts (no event for them): a mid-stream
         archive's first change of such a key is an UPDATE or a DELETE."""
-        for table in TABLES:
+        for table in self.tables:
             for _ in range(count):
                 row_id = self.next_id[table]
                 self.next_id[table] += 1
-                self.rows[table][(str(row_id).encode(),)] = {
-                    n: self.value(table, n, t, row_id) for n, t, _ in self.columns[table]}
+                values = {n: self.value(table, n, t, row_id) for n, t, _ in self.columns[table]}
+                if table in self.keyless:
+                    self.bags[table].append(values)
+                else:
+                    self.rows[table][(str(row_id).encode(),)] = values
 
     def create_sql(self) -> str:
-        return "".join(self.create_query(t, cols) + ";\n" for t, cols in TABLES.items())
+        return "".join(self.create_query(t, cols) + ";\n" for t, cols in self.tables.items())
 
     def commit_ts(self) -> int:
+        if self.hold:  # same_second_ddl: one more transaction in the DDL's millisecond
+            self.hold -= 1
+            self.logical += self.rng.randint(1, 50)
+            return tso(self.ms, self.logical)
         self.ms += self.rng.randint(1, 40)
-        return tso(self.ms, self.rng.randint(0, 1000))
+        self.logical = self.rng.randint(0, 1000)
+        return tso(self.ms, self.logical)
 
     def value(self, table: str, name: str, type_text: str, row_id: int) -> bytes | None:
         r = self.rng
+        if table in self.keyless:  # a tiny domain: identical rows are frequent
+            return r.choice([b"a", b"b"]) if name == "item" else str(r.randint(1, 2)).encode()
         if name == "id":
             return str(row_id).encode()
         if r.random() < 0.08:
@@ -123,6 +182,10 @@ class _Simulator:
         if base == "datetime":
             moment = dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=self.ms - EPOCH_MS)
             return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3].encode()
+        if base == "year":
+            return str(r.choice([1901, 2155, r.randint(1901, 2155)])).encode()
+        if base == "bit":
+            return str(r.choice([0, 255, r.randint(0, 255)])).encode()
         if type_text == "bigint unsigned":
             return str(r.choice([U64_MAX, 0, r.randint(0, U64_MAX)])).encode()
         if base == "int":
@@ -139,21 +202,27 @@ class _Simulator:
         return image
 
     def row_event(self, table, op, before, after, ts) -> dict:
+        self.touched_tables.add(table)
         return new_event(
             Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts >> 18, database=self.db, table=table,
-            key_columns=["id"], before=self.image(table, before) if before is not None else None,
+            key_columns=[] if table in self.keyless else ["id"],
+            before=self.image(table, before) if before is not None else None,
             after=self.image(table, after) if after is not None else None,
         )
 
     def ddl_event(self, query: str, table: str | None, ts: int) -> dict:
+        self.es_floor = max(self.es_floor, ts >> 18)
+        if self.same_second_ddl:  # the next transactions share the DDL's millisecond (and second)
+            self.hold, self.focus = 3, table
         return new_event(Kind.DDL, commit_ts=ts, execute_ts_ms=ts >> 18, database=self.db, table=table,
                          ddl_query=query, ddl_type=classify(query))
 
     def create_statements(self, ts) -> list[dict]:
         events = [self.ddl_event(f"CREATE DATABASE IF NOT EXISTS `{self.db}`", None, ts)]
-        for table, cols in TABLES.items():
+        for table, cols in self.tables.items():
             ts = self.commit_ts()
             events.append(self.ddl_event(self.create_query(table, cols), table, ts))
+        self.focus = None
         return events
 
     def create_query(self, table: str, cols: list) -> str:
@@ -161,18 +230,36 @@ class _Simulator:
         upper = ("'".join(p if i % 2 else p.upper() for i, p in enumerate(t.split("'"))) for _, t, _ in cols)
         defs = ", ".join(f"`{n}` {u}{' NOT NULL' if f & ColumnFlag.PRIMARY_KEY else ''}"
                          for (n, _, f), u in zip(cols, upper))
-        return f"CREATE TABLE `{self.db}`.`{table}` ({defs}, PRIMARY KEY (`id`))"
+        key = "" if table in self.keyless else ", PRIMARY KEY (`id`)"
+        return f"CREATE TABLE `{self.db}`.`{table}` ({defs}{key})"
+
+    def event_time(self, ts: int) -> int:
+        """The transaction's event time (es): its commit time, or with backward_es_rate now and
+        then up to 3 s earlier (a later binlog transaction carrying an earlier second)."""
+        es = ts >> 18
+        if self.backward_es_rate and self.rng.random() < self.backward_es_rate:
+            es = max(self.es_floor, es - self.rng.randint(1000, 3000))
+        return es
 
     def transaction(self) -> list[dict]:
         """One transaction: 1-4 row changes, or a DDL now and then."""
         r = self.rng
         ts = self.commit_ts()
+        es = self.event_time(ts) if self.backward_es_rate else ts >> 18
         if r.random() < self.ddl_rate:
-            return [self.ddl(ts)]
+            ddl = self.ddl(ts)
+            if ddl is not None:
+                return [ddl]
         events = []
         touched = set()
+        tables = list(self.tables)
         for _ in range(r.randint(1, 4)):
-            table = r.choice(list(TABLES))
+            table = r.choice(tables)
+            if self.focus in self.tables and r.random() < 0.8:
+                table = self.focus
+            if table in self.keyless:
+                events += self.keyless_change(table, ts, es)
+                continue
             rows = self.rows[table]
             choice = r.random()
             if not rows or choice < 0.45:
@@ -217,11 +304,49 @@ class _Simulator:
                     events.append(self.row_event(table, Op.DELETE, old, None, ts))
                 touched.add((table, key))
             touched.add((table, key))
+        if self.backward_es_rate:
+            for event in events:
+                event["execute_ts_ms"] = es
         return events
 
-    def ddl(self, ts) -> dict:
+    def keyless_change(self, table: str, ts: int, es: int) -> list[dict]:
+        """A change of the keyless table: INSERT a copy (often of a row it already holds),
+        DELETE or UPDATE one copy (MySQL's `DELETE ... LIMIT 1` / `UPDATE ... LIMIT 1`). Two
+        events that would be indistinguishable (same change in the same second: a replay
+        without commit ts could only take the second for a redelivery) are not generated."""
         r = self.rng
-        table = r.choice(list(TABLES))
+        bag = self.bags[table]
+        choice = r.random()
+        if not bag or choice < 0.6:
+            op, before = Op.INSERT, None
+            after = dict(r.choice(bag)) if bag and r.random() < 0.5 else {
+                n: self.value(table, n, t, 0) for n, t, _ in self.columns[table]}
+        else:
+            before = r.choice(bag)
+            if choice < 0.8:
+                op, after = Op.DELETE, None
+            else:
+                op, after = Op.UPDATE, {n: self.value(table, n, t, 0) for n, t, _ in self.columns[table]}
+                if after == before:
+                    return []
+        signature = (op, tuple(sorted((before or {}).items())), tuple(sorted((after or {}).items())),
+                     es // 1000)
+        if signature in self.keyless_sent:
+            return []
+        self.keyless_sent.add(signature)
+        if before is not None:
+            bag.remove(before)
+        if after is not None:
+            bag.append(after)
+        return [self.row_event(table, op, before, after, ts)]
+
+    def ddl(self, ts) -> dict | None:
+        r = self.rng
+        choices = [t for t in self.tables if t not in self.keyless
+                   and (not self.ddl_after_rows or t in self.touched_tables)]
+        if not choices:
+            return None
+        table = r.choice(choices)
         added = [c for c in self.columns[table] if c[0].startswith("extra")]
         kind = r.random()
         # ADD is likelier than DROP, so without a bound a long history widened the tables
@@ -245,7 +370,16 @@ class _Simulator:
         return self.ddl_event(f"TRUNCATE TABLE `{self.db}`.`{table}`", table, ts)
 
     def state(self) -> dict:
-        return {(self.db, t): {k: dict(v) for k, v in rows.items()} for t, rows in self.rows.items()}
+        """{(db, table): {key: row}}; a keyless table's rows keyed by all their values (two
+        identical rows show as one here: Generated.final_rows keeps the copies)."""
+        out = {(self.db, t): {k: dict(v) for k, v in rows.items()} for t, rows in self.rows.items()}
+        for t, bag in self.bags.items():
+            out[(self.db, t)] = {tuple(v[n] for n, _, _ in self.columns[t]): dict(v) for v in bag}
+        return out
+
+    def bag_state(self) -> dict:
+        """{(db, table): sorted list of the keyless tables' rows, copies included}."""
+        return {(self.db, t): sorted(tuple(sorted(v.items())) for v in bag) for t, bag in self.bags.items()}
 
 
 def generate(
@@ -264,6 +398,11 @@ def generate(
     ddl_rate: float = 0.02,
     split_key_updates: bool | None = None,
     mid_stream: bool = False,
+    mid_stream_ddl: bool = False,
+    keyless: bool = False,
+    year_bit: bool = False,
+    same_second_ddl: bool = False,
+    backward_es_rate: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> Generated:
     """A history and its archive. `split_key_updates`: send a primary-key-changing UPDATE as
@@ -274,6 +413,21 @@ def generate(
     all, rows that predate the archive (their first change in it is an UPDATE or a DELETE),
     and partitions whose first offset is arbitrary. `expected`/`final` then hold only the
     keys the archive changed (all a replay without a base snapshot can know).
+    `mid_stream_ddl`: with `mid_stream`, DDL at `ddl_rate` all the same (ALTER / TRUNCATE of
+    tables the archive never created, each after the table's first row event).
+
+    Shapes real captures have (issue 32), all off by default:
+    * `keyless`: a table `ledger` (item, qty) without any key, whose rows repeat: INSERT of a
+      copy, DELETE / UPDATE of one copy (MySQL keeps identical rows of a keyless table);
+    * `year_bit`: a table `devices` with YEAR and BIT(8) columns (see write_schema_files);
+    * `same_second_ddl`: the 3 transactions after each DDL (CREATE TABLE included) commit in
+      the DDL's millisecond, so in its second too (Canal's `es`), and mostly change its table:
+      rows using a column in the same second as the ADD COLUMN that made it;
+    * `backward_es_rate`: that fraction of the row transactions carries an event time (`es`,
+      `execute_ts_ms`) 1-3 s earlier than its commit time (never earlier than the last DDL's),
+      as a later binlog transaction can; commit ts stay in order.
+    With `options={"flat-message-flavor": "canal"}` canal-json writes Alibaba Canal's flat
+    message (`es` in whole seconds, no commit ts, no watermarks).
 
     `progress(done, records)` is called every 5% of the transactions (a long history takes
     minutes)."""
@@ -281,11 +435,15 @@ def generate(
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
-    sim = _Simulator(seed, database, 0.0 if mid_stream else ddl_rate, split_key_updates)
+    sim = _Simulator(seed, database, ddl_rate if (not mid_stream or mid_stream_ddl) else 0.0, split_key_updates,
+                     keyless=keyless, year_bit=year_bit, same_second_ddl=same_second_ddl,
+                     backward_es_rate=backward_es_rate, ddl_after_rows=mid_stream)
     schema_sql = sim.create_sql()
+    tables_before = {t: list(cols) for t, cols in sim.columns.items()}
     if mid_stream:
         sim.seed_rows(12)
-    streams: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+    # each partition's messages: (key, value, event or None, index of the event in its message)
+    streams: dict[int, list[tuple]] = defaultdict(list)
     all_events = []
 
     position_style = POSITION_STYLES.get(protocol)
@@ -300,21 +458,27 @@ def generate(
                 event["position"] = [next(sequence)]
             if event["kind"] == Kind.ROW:
                 image = event["after"] or event["before"]
-                key = next(c["value"] for c in image if c["name"] == "id")
-                row_partition = zlib.crc32(f"{event['table']}:{key.decode()}".encode()) % partitions
+                if event["table"] in sim.keyless:  # TiCDC / Canal dispatch a keyless table's rows by table
+                    row_partition = zlib.crc32(event["table"].encode()) % partitions
+                else:
+                    key = next(c["value"] for c in image if c["name"] == "id")
+                    row_partition = zlib.crc32(f"{event['table']}:{key.decode()}".encode()) % partitions
             else:
                 row_partition = 0
             for p in codec.partitions_for(event, partitions, row_partition):
                 for message in codec.encode([event], topic=topic, partition=p):
-                    streams[p].append((message.key, message.value))
+                    placed = event if event["kind"] != Kind.WATERMARK else None
+                    streams[p].append((message.key, message.value, placed, 0))
                     if event["kind"] == Kind.WATERMARK:
-                        watermark_messages[p].append((message.key, message.value))
+                        watermark_messages[p].append((message.key, message.value, None, 0))
                     if sim.rng.random() < duplicate_rate:
                         # at-least-once: the same message again, a little later
-                        streams[p].append((message.key, message.value))
+                        streams[p].append((message.key, message.value, placed, 0))
 
+    ddl_before = []
     if not mid_stream:
-        send(sim.create_statements(sim.commit_ts()))
+        ddl_before = sim.create_statements(sim.commit_ts())
+        send(ddl_before)
     cut_ts = 0
     report_every = max(1, transactions // 20)
     for i in range(transactions):
@@ -324,6 +488,7 @@ def generate(
         all_events.extend(events)
         send(events)
         if (i + 1) % watermark_every == 0 or i == transactions - 1:
+            sim.hold = 0  # nothing after a watermark commits below it
             cut_ts = tso(sim.ms, 1 << 17)
             send([new_event(Kind.WATERMARK, watermark_ts=cut_ts, execute_ts_ms=cut_ts >> 18)])
             # a redelivered watermark that falls back must be tolerated
@@ -334,6 +499,7 @@ def generate(
     expected = sim.state()
     applied_events = len(all_events)
     sim.ms += 1
+    sim.hold = 0
     for _ in range(pending_transactions):
         events = sim.transaction()
         all_events.extend(events)
@@ -341,12 +507,16 @@ def generate(
 
     for _ in range(bad_values):  # records whose value is not the protocol
         p = sim.rng.randrange(partitions)
-        streams[p].insert(sim.rng.randrange(len(streams[p]) + 1), (None, b"\x00not a " + protocol.encode()))
+        streams[p].insert(sim.rng.randrange(len(streams[p]) + 1),
+                          (None, b"\x00not a " + protocol.encode(), None, 0))
     records = []
+    placements = []
     for p in range(partitions):
         first = sim.rng.randrange(1, 10**9) if mid_stream else 0
-        for i, (key, value) in enumerate(streams[p]):
+        for i, (key, value, event, index) in enumerate(streams[p]):
             records.append(KafkaRecord(topic, p, first + i, EPOCH_MS + i, key, value))
+            if event is not None:
+                placements.append(Placement(p, first + i, index, event))
     final = sim.state()
     if mid_stream:
         expected = _changed_only(expected, all_events[:applied_events])
@@ -357,16 +527,70 @@ def generate(
         "row_events": sum(e["kind"] == Kind.ROW for e in all_events),
         "bad_values": bad_values,
     }
-    return Generated(records, expected, final, cut_ts, all_events, stats, schema_sql)
+    return Generated(records, expected, final, cut_ts, all_events, stats, schema_sql,
+                     ddl_before=ddl_before, placements=placements, final_rows=sim.bag_state(),
+                     tables_before=tables_before, keyless_tables=sorted(sim.keyless), database=database)
 
 
 def _changed_only(state: dict, events: list[dict]) -> dict:
-    """The rows of `state` whose key some row event of `events` wrote."""
+    """The rows of `state` whose key some row event of `events` wrote (a keyless table: the
+    rows equal to an image some event wrote)."""
     written = set()
     for e in events:
         if e["kind"] == Kind.ROW and e["after"] is not None:
-            written.add((e["database"], e["table"], next(c["value"] for c in e["after"] if c["name"] == "id")))
-    return {(db, t): {k: v for k, v in rows.items() if (db, t, k[0]) in written} for (db, t), rows in state.items()}
+            key = next((c["value"] for c in e["after"] if c["name"] == "id"), None)
+            written.add((e["database"], e["table"], key if key is not None else
+                         tuple(c["value"] for c in e["after"])))
+    return {(db, t): {k: v for k, v in rows.items() if (db, t, k[0] if len(k) == 1 else k) in written}
+            for (db, t), rows in state.items()}
+
+
+TIDB_COLUMN_TYPES = {"int": "INT", "bigint": "BIGINT", "varchar": "VARCHAR", "decimal": "DECIMAL",
+                     "enum": "ENUM", "varbinary": "VARBINARY", "datetime": "DATETIME", "text": "TEXT",
+                     "year": "YEAR", "bit": "BIT"}
+
+
+def schema_file_columns(columns: list) -> list[dict]:
+    """A table's columns as TiCDC's storage sink writes them in a table schema file
+    (pingcap/tiflow pkg/sink/cloudstorage/table_definition.go): the type name upper-cased plus
+    ` UNSIGNED` when the column has TiDB's unsigned flag, which YEAR and BIT columns always
+    have (`YEAR UNSIGNED`, `BIT UNSIGNED`); the length / precision / scale apart."""
+    out = []
+    for name, type_text, flags in columns:
+        t = parse_type(type_text)
+        unsigned = t.unsigned or t.base in ("year", "bit")
+        column = {"ColumnName": name, "ColumnType": TIDB_COLUMN_TYPES[t.base] + (" UNSIGNED" if unsigned else "")}
+        params = [p for p in re.findall(r"\d+", type_text.split("(", 1)[1]) if p] if "(" in type_text and not t.labels else []
+        if t.base in ("varchar", "varbinary") and params:
+            column["ColumnLength"] = params[0]
+        elif t.base == "decimal" and params:
+            column["ColumnPrecision"], column["ColumnScale"] = params[0], params[1]
+        elif t.base == "datetime" and params:
+            column["ColumnScale"] = params[0]
+        elif t.base == "bit" and params:
+            column["ColumnPrecision"] = params[0]
+        if flags & ColumnFlag.PRIMARY_KEY:
+            column["ColumnNullable"], column["ColumnIsPk"] = "false", "true"
+        out.append(column)
+    return out
+
+
+def write_schema_files(generated: Generated, prefix: str) -> list[str]:
+    """Write the tables as they were before the archive as TiCDC storage-sink table schema
+    files, `{db}/{table}/meta/schema_{version}_{crc32}.json` under `prefix` (usable as
+    `--schema`): with `year_bit`, the `devices` table's YEAR / BIT columns read `YEAR UNSIGNED`
+    / `BIT UNSIGNED` there, as TiDB writes them."""
+    version = tso(EPOCH_MS - 1000)
+    written = []
+    for table, columns in generated.tables_before.items():
+        cols = schema_file_columns(columns)
+        doc = {"Table": table, "Schema": generated.database, "Version": 1, "TableVersion": version,
+               "Query": "", "Type": 3, "TableColumns": cols, "TableColumnsTotal": str(len(cols))}
+        data = json.dumps(doc, ensure_ascii=False).encode()
+        uri = storage.join(prefix, f"{generated.database}/{table}/meta/schema_{version}_{zlib.crc32(data):010d}.json")
+        storage.write_bytes(uri, data)
+        written.append(uri)
+    return written
 
 
 def write_archive(records: list[KafkaRecord], prefix: str, *, records_per_object: int = 500,

@@ -81,8 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "row changes dispatched by key, DDL (ADD/DROP COLUMN, TRUNCATE; a table never holds\n"
                     "more than 8 added columns), watermarks every 10 transactions, 5% redelivered\n"
                     "messages and 5 pending transactions above the last watermark. Progress goes to stderr.",
-        epilog="example:\n  cdc-replay generate --output s3://archive/shop --transactions 10000 --partitions 4\n"
-               "  cdc-replay replay --source s3://archive/shop --protocol canal-json --output /tmp/snap")
+        epilog="examples:\n"
+               "  cdc-replay generate --output s3://archive/shop --transactions 10000 --partitions 4\n"
+               "  cdc-replay replay --source s3://archive/shop --protocol canal-json \\\n"
+               "      --protocol-option enable-tidb-extension=true --emit snapshot --output /tmp/snap\n"
+               "\n"
+               "  # Alibaba Canal flat messages with the shapes of real captures: a keyless table with\n"
+               "  # identical rows, rows in the same second as the DDL before them, es going backwards\n"
+               "  cdc-replay generate --output /tmp/canal --protocol-option flat-message-flavor=canal \\\n"
+               "      --keyless --same-second-ddl --backward-es-rate 0.1 --ddl-rate 0.05\n"
+               "  cdc-replay replay --source /tmp/canal --protocol canal-json \\\n"
+               "      --protocol-option flat-message-flavor=canal --emit snapshot --output /tmp/canal-snap\n"
+               "\n"
+               "  # a mid-stream archive whose tables get ALTERed, YEAR/BIT columns, storage-sink schema files\n"
+               "  cdc-replay generate --output /tmp/mid --mid-stream --mid-stream-ddl --year-bit \\\n"
+               "      --schema-files /tmp/mid-schemas\n"
+               "  cdc-replay replay --source /tmp/mid --protocol canal-json --schema /tmp/mid-schemas \\\n"
+               "      --protocol-option enable-tidb-extension=true --emit snapshot --output /tmp/mid-snap")
     gen.add_argument("--output", required=True, metavar="URI",
                      help="where to write the archive: a local directory or s3://bucket/prefix (the bucket is "
                           "created when missing)")
@@ -100,6 +115,29 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--mid-stream", action="store_true",
                      help="an archive that starts after the tables exist: no DDL, rows from before it (first "
                           "changed by an UPDATE or a DELETE), partitions starting at arbitrary offsets")
+    gen.add_argument("--mid-stream-ddl", action="store_true",
+                     help="with --mid-stream, DDL all the same (at --ddl-rate): ALTER / TRUNCATE of tables the "
+                          "archive never created, each after the table's first row event; write no --schema-files "
+                          "to replay it without a schema dump")
+    gen.add_argument("--ddl-rate", type=float, default=0.02, metavar="P",
+                     help="fraction of transactions that are a DDL (ADD/DROP COLUMN, TRUNCATE) (default: %(default)s)")
+    gen.add_argument("--keyless", action="store_true",
+                     help="add a table `ledger` (item, qty) without any key whose rows repeat: INSERT of a copy, "
+                          "DELETE and UPDATE of one copy (MySQL keeps identical rows of a keyless table)")
+    gen.add_argument("--year-bit", action="store_true",
+                     help="add a table `devices` with YEAR and BIT(8) columns (TiDB flags both UNSIGNED)")
+    gen.add_argument("--same-second-ddl", action="store_true",
+                     help="the 3 transactions after each DDL (CREATE TABLE included) commit in the DDL's "
+                          "millisecond and mostly change its table: rows in the same second (Canal's `es`) as "
+                          "the CREATE TABLE / ADD COLUMN before them")
+    gen.add_argument("--backward-es-rate", type=float, default=0.0, metavar="P",
+                     help="fraction of row transactions whose event time (`es`) is 1-3 s earlier than the "
+                          "transaction before (never before the last DDL), as a later binlog transaction can "
+                          "carry; commit ts stay in order (default: %(default)s)")
+    gen.add_argument("--schema-files", metavar="URI",
+                     help="also write the tables as they were before the archive as TiCDC storage-sink table "
+                          "schema files ({db}/{table}/meta/schema_<version>_<crc>.json, usable as --schema); "
+                          "YEAR and BIT columns are `YEAR UNSIGNED` / `BIT UNSIGNED` there, as TiDB writes them")
 
     sub.add_parser("protocols", help="list protocols and their options")
 
@@ -238,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
 
         generated = generate(transactions=args.transactions, partitions=args.partitions, seed=args.seed,
                              protocol=args.protocol, options=options, mid_stream=args.mid_stream,
-                             progress=progress)
+                             mid_stream_ddl=args.mid_stream_ddl, ddl_rate=args.ddl_rate, keyless=args.keyless,
+                             year_bit=args.year_bit, same_second_ddl=args.same_second_ddl,
+                             backward_es_rate=args.backward_es_rate, progress=progress)
         output = storage.normalize(args.output)
         if storage.is_s3(output):
             storage.ensure_bucket(output)
@@ -246,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         objects = write_archive(generated.records, output)
         print(f"wrote {len(generated.records):,} records in {len(objects)} objects to {output} "
               f"(cut at commit ts {generated.cut_ts}) in {time.monotonic() - started:.1f} s")
+        if args.schema_files:
+            from .generate import write_schema_files
+
+            schema_root = storage.normalize(args.schema_files)
+            if storage.is_s3(schema_root):
+                storage.ensure_bucket(schema_root)
+            files = write_schema_files(generated, schema_root)
+            print(f"wrote {len(files)} table schema files to {schema_root}")
         return 0
     if args.command == "protocols":
         import cdc_codecs

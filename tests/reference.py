@@ -1,19 +1,31 @@
-"""A deliberately simple reference replayer, independent of the Spark code: apply canonical
-events one by one, in commit order, to a dict. Tests compare the Spark replay with it.
+"""A deliberately simple reference replayer, independent of the Spark code (it shares no code
+with spark_apps/ or cdc_codecs/): apply canonical events one by one, in the archive's order, to
+lists of rows. Tests compare the Spark replay with it. It models the intended semantics
+(docs/semantics.md):
+
+* order: commit ts where the protocol carries one (a split key update's DELETE first); the
+  source position (canal-protobuf's binlog position, OceanBase's record id) where it carries
+  that instead; otherwise (Canal flat JSON, TiCDC canal-json without the TiDB extension) the
+  point (t, partition, offset, index in message), t the highest `es` of the partition up to and
+  including the message (event_points). A DDL at point P applies to the rows after P: a row in
+  another partition at the DDL's t counts as after it (the DDL is on partition 0).
+* identity: a table its DDL (or `schema_sql`) describes is keyed by its primary key, else by
+  its first UNIQUE key whose columns are all NOT NULL, else it is keyless; a table nothing
+  describes takes the columns and key columns of its first row event as its schema, and later
+  DDL applies to it (a column added after a row was written shows its default).
+* a keyless table is a multiset: INSERT adds a copy, DELETE removes one identical copy (none
+  when the archive never wrote it), UPDATE removes one copy of the old image and adds the new.
+* a row event for a table that does not exist at its point (dropped, created later, renamed
+  away) is not part of the state.
 
 It understands the DDL shapes the test histories use (CREATE TABLE with PRIMARY KEY / UNIQUE
-KEY, DROP/TRUNCATE TABLE, ADD/DROP COLUMN with a literal default, RENAME TABLE); it is an
-oracle for those, not a SQL engine.
-
-Row identity is the database's: a table its DDL describes is keyed by its primary key, else by
-its first UNIQUE key whose columns are all NOT NULL, else by all its current columns (stored
-rows follow ADD/DROP COLUMN, so later images still find them). A table no DDL describes (the
-archive began after it) is keyed by the key columns its events name, else by all values. An
-UPDATE or DELETE of a row the archive never inserted replaces / removes nothing.
+KEY, CREATE TABLE LIKE, DROP/TRUNCATE TABLE, DROP DATABASE, ADD/DROP COLUMN with a literal
+default, RENAME TABLE); it is an oracle for those, not a SQL engine.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 
 _NAME = r"`?(?P<{0}>[\w-]+)`?"
@@ -88,104 +100,213 @@ def _identity(schema: dict) -> list[str]:
     return []
 
 
+def _schema_of_event(event: dict, image: list[dict]) -> dict:
+    """The schema of a table no DDL describes: the columns its first row event carries, keyed by
+    the key columns the event names (pkNames / isKey / handle-key flags)."""
+    keys = list(event["key_columns"] or [])
+    return {"columns": [{"name": c["name"], "default": None, "not_null": c["name"] in keys, "primary": c["name"] in keys,
+                         "unique": False} for c in image],
+            "primary": keys, "uniques": []}
+
+
 class _Table:
     def __init__(self, schema: dict | None):
-        self.schema = schema
-        self.rows: list[dict] = []  # each {"values": {column: value}, "keys": key column names or None}
+        self.schema = schema  # None: nothing describes it yet (its first row event will)
+        self.rows: list[dict] = []  # each {column: value}, in the table's current columns
 
-    def names(self, event, image) -> list[str]:
-        """The columns that identify a row for this table."""
-        if self.schema is not None:
-            return _identity(self.schema) or [c["name"] for c in self.schema["columns"]]
-        return list(event["key_columns"] or [c["name"] for c in image])
+    def identity(self) -> list[str]:
+        """The columns that identify a row; [] for a keyless table (a multiset)."""
+        return _identity(self.schema)
 
     def value(self, image_values: dict, name: str):
-        if name in image_values or self.schema is None:
-            return image_values.get(name)
+        if name in image_values:
+            return image_values[name]
         return next((c["default"] for c in self.schema["columns"] if c["name"] == name), None)
 
-    def find(self, event, image) -> int | None:
+    def project(self, image) -> dict:
+        """An image as the table has it now: its columns, a missing one at its default."""
         values = {c["name"]: c["value"] for c in image}
-        names = self.names(event, image)
-        want = [self.value(values, n) for n in names]
+        return {c["name"]: self.value(values, c["name"]) for c in self.schema["columns"]}
+
+    def find(self, values: dict) -> int | None:
+        names = self.identity() or list(values)
+        want = [values[n] for n in names]
         for i, row in enumerate(self.rows):
-            if [row["values"].get(n) for n in names] == want:
+            if [row.get(n) for n in names] == want:
                 return i
         return None
 
-    def put(self, event, image) -> None:
-        values = {c["name"]: c["value"] for c in image}
-        if self.schema is not None:  # the row as the table has it now
-            values = {c["name"]: self.value(values, c["name"]) for c in self.schema["columns"]}
-        self.rows.append({"values": values, "keys": list(event["key_columns"] or []) or None})
+    def apply(self, event) -> None:
+        if self.schema is None:
+            self.schema = _schema_of_event(event, event["after"] or event["before"])
+        op = event["op"]
+        keyless = not self.identity()
+        if op in ("update", "delete"):  # one copy (keyless) / the row with the key, if present
+            found = self.find(self.project(event["before"]))
+            if found is not None:
+                del self.rows[found]
+        if op in ("insert", "update"):
+            after = self.project(event["after"])
+            if not keyless:  # a key holds one row: the new image replaces what it held
+                found = self.find(after)
+                if found is not None:
+                    del self.rows[found]
+            self.rows.append(after)
 
     def state(self) -> dict:
-        out = {}
-        for row in self.rows:
-            if self.schema is not None:
-                names = _identity(self.schema) or list(row["values"])
-            else:
-                names = row["keys"] or list(row["values"])
-            out[tuple(row["values"][n] for n in names)] = dict(row["values"])
-        return out
+        names = self.identity()
+        return {tuple(row[n] for n in (names or list(row))): dict(row) for row in self.rows}
+
+    def multiset(self) -> list[tuple]:
+        return sorted((tuple(sorted(row.items())) for row in self.rows), key=repr)
 
 
-def reference_state(events: list[dict], as_of: int | None = None, schema_sql: str = "") -> dict:
-    """{(db, table): {key: {column: value}}} after applying every event with commit ts <= as_of.
-    `schema_sql`: CREATE TABLE statements describing tables before the events (--schema)."""
+def event_points(placements, es_unit_ms: int = 1) -> dict:
+    """{id(event): point} for archives without commit ts or position (Canal flat JSON, TiCDC
+    canal-json without the TiDB extension): the point of a message is (t, partition, offset,
+    index in message), t the highest event time `es` (in units of `es_unit_ms`: Canal's are
+    whole seconds) of its partition up to and including it in offset order. A redelivered
+    event counts at its first placement."""
+    points: dict = {}
+    by_partition: dict = {}
+    for placement in placements:
+        by_partition.setdefault(placement[0], []).append(placement)
+    for partition, messages in by_partition.items():
+        highest = None
+        for _, offset, index, event in sorted(messages, key=lambda m: (m[1], m[2])):
+            es = event["execute_ts_ms"] // es_unit_ms * es_unit_ms
+            highest = es if highest is None else max(highest, es)
+            point = (highest, partition, offset, index)
+            if id(event) not in points or point < points[id(event)][0]:
+                points[id(event)] = (point, event)
+    return points
+
+
+def _ordered(events, placements, es_unit_ms) -> list[dict]:
+    if placements is not None:
+        points = event_points(placements, es_unit_ms)
+        return [e for _, e in sorted(points.values(), key=lambda pe: pe[0]) if e["kind"] in ("row", "ddl")]
+    rows_and_ddl = [e for e in events if e["kind"] in ("row", "ddl")]
+    if rows_and_ddl and all(e["commit_ts"] is None for e in rows_and_ddl):  # canal-protobuf, OceanBase
+        return sorted(rows_and_ddl, key=lambda e: tuple(e["position"]))
+    # a split key update (DELETE + INSERT at one commit ts): the DELETE first
+    return sorted(rows_and_ddl, key=lambda e: (e["commit_ts"], 0 if e["op"] == "delete" else 1))
+
+
+def _replay(events, as_of, schema_sql, placements, es_unit_ms) -> dict:
     tables: dict = {}
     for statement in schema_sql.split(";"):
         if statement.strip():
-            _apply_ddl(tables, statement)
-    ordered = sorted(
-        (e for e in events if e["kind"] in ("row", "ddl")),
-        key=lambda e: (e["commit_ts"], 0 if e["op"] == "delete" else 1),
-    )
+            _apply_ddl(tables, set(), statement)
+    ordered = _ordered(events, placements, es_unit_ms)
+    if as_of is not None:
+        ordered = [e for e in ordered if e["commit_ts"] is None or e["commit_ts"] <= as_of]
+    absent = _created_later(ordered) - set(tables)
     for event in ordered:
-        if as_of is not None and event["commit_ts"] > as_of:
-            break
         if event["kind"] == "ddl":
-            _apply_ddl(tables, event["ddl_query"])
+            _apply_ddl(tables, absent, event["ddl_query"])
             continue
-        table = tables.setdefault((event["database"], event["table"]), _Table(None))
-        if event["op"] in ("update", "delete"):
-            found = table.find(event, event["before"])
-            if found is not None:
-                del table.rows[found]
-        if event["op"] in ("insert", "update"):
-            found = table.find(event, event["after"])
-            if found is not None:
-                del table.rows[found]
-            table.put(event, event["after"])
+        name = (event["database"], event["table"])
+        if name in absent:
+            continue  # no such table at its point (dropped, not created yet, renamed away): quarantined
+        tables.setdefault(name, _Table(None)).apply(event)
+    return tables
+
+
+def reference_state(events: list[dict], as_of: int | None = None, schema_sql: str = "", *,
+                    placements=None, es_unit_ms: int = 1) -> dict:
+    """{(db, table): {key: {column: value}}} after applying every event with commit ts <= as_of
+    (a keyless table's identical rows show once here: reference_rows keeps the copies).
+    `schema_sql`: CREATE TABLE statements describing tables before the events (--schema).
+    `placements`: [(partition, offset, index in message, event)] of an archive without commit
+    ts (order by event time and offset, see event_points; `events` is then not used)."""
+    tables = _replay(events, as_of, schema_sql, placements, es_unit_ms)
     return {k: t.state() for k, t in tables.items() if t.rows}
 
 
-def _apply_ddl(tables: dict, query: str) -> None:
+def reference_rows(events: list[dict], as_of: int | None = None, schema_sql: str = "", *,
+                   placements=None, es_unit_ms: int = 1) -> dict:
+    """{(db, table): sorted [row as sorted (column, value) pairs]}: the tables as multisets,
+    identical rows of a keyless table as many times as the table holds them."""
+    tables = _replay(events, as_of, schema_sql, placements, es_unit_ms)
+    return {k: t.multiset() for k, t in tables.items() if t.rows}
+
+
+_CREATE = rf"CREATE TABLE (?:IF NOT EXISTS )?{_TABLE}"
+_RENAME_PAIR = rf"{_TABLE}\s+TO\s+`?(?P<db2>[\w-]+)`?\.`?(?P<table2>[\w-]+)`?"
+
+
+def _rename_pairs(query: str) -> list[tuple]:
+    m = re.match(r"RENAME TABLES? (.*)$", query.strip(), re.I | re.S)
+    if not m:
+        return []
+    return [((p["db"], p["table"]), (p["db2"], p["table2"]))
+            for part in _split_top(m[1]) if (p := re.match(_RENAME_PAIR, part, re.I))]
+
+
+def _created_later(ordered) -> set:
+    """Tables whose first existence-changing DDL creates them (CREATE TABLE, RENAME ... TO):
+    they do not exist before it."""
+    seen, later = set(), set()
+    for event in ordered:
+        if event["kind"] != "ddl":
+            continue
+        q = event["ddl_query"].strip()
+        if m := re.match(_CREATE, q, re.I):
+            name = (m["db"], m["table"])
+            if name not in seen:
+                later.add(name)
+            seen.add(name)
+        elif m := re.match(rf"DROP TABLE (?:IF EXISTS )?{_TABLE}", q, re.I):
+            seen.add((m["db"], m["table"]))
+        for old, new in _rename_pairs(q):
+            seen.add(old)
+            if new not in seen:
+                later.add(new)
+            seen.add(new)
+    return later
+
+
+def _apply_ddl(tables: dict, absent: set, query: str) -> None:
     q = query.strip()
-    if m := re.match(rf"CREATE TABLE (?:IF NOT EXISTS )?{_TABLE}\s*\((?P<body>.*)\)", q, re.I | re.S):
+    if m := re.match(rf"{_CREATE}\s+LIKE\s+{_TABLE.replace('db', 'sdb').replace('table', 'stable')}", q, re.I):
+        source = tables.get((m["sdb"], m["stable"]))
+        schema = copy.deepcopy(source.schema) if source is not None else None
+        tables[(m["db"], m["table"])] = _Table(schema)
+        absent.discard((m["db"], m["table"]))
+    elif m := re.match(rf"{_CREATE}\s*\((?P<body>.*)\)", q, re.I | re.S):
         tables[(m["db"], m["table"])] = _Table(_parse_create(m["body"]))
-    elif m := re.match(rf"(DROP|TRUNCATE) TABLE {_TABLE}", q, re.I):
+        absent.discard((m["db"], m["table"]))
+    elif m := re.match(r"DROP (?:DATABASE|SCHEMA) (?:IF EXISTS )?`?(?P<db>[\w-]+)`?", q, re.I):
+        for name in [n for n in tables if n[0] == m["db"]]:
+            del tables[name]
+            absent.add(name)
+    elif m := re.match(rf"(DROP|TRUNCATE) TABLE (?:IF EXISTS )?{_TABLE}", q, re.I):
         if m[1].upper() == "DROP":
             tables.pop((m["db"], m["table"]), None)
+            absent.add((m["db"], m["table"]))
         elif (m["db"], m["table"]) in tables:
             tables[(m["db"], m["table"])].rows.clear()
     elif m := re.match(rf"ALTER TABLE {_TABLE} ADD COLUMN (?P<def>.*)$", q, re.I | re.S):
         col = _column(m["def"])
         table = tables.get((m["db"], m["table"]))
-        if table is not None:
-            if table.schema is not None:
-                table.schema["columns"].append(col)
-            for row in table.rows:
-                row["values"][col["name"]] = col["default"]
+        if table is not None and table.schema is not None:
+            table.schema["columns"].append(col)
+            for row in table.rows:  # rows written before it and never re-sent: the default
+                row[col["name"]] = col["default"]
     elif m := re.match(rf"ALTER TABLE {_TABLE} DROP COLUMN `?(?P<col>\w+)`?", q, re.I):
         table = tables.get((m["db"], m["table"]))
-        if table is not None:
-            if table.schema is not None:
-                table.schema["columns"] = [c for c in table.schema["columns"] if c["name"] != m["col"]]
-                for unique in table.schema["uniques"]:
-                    unique[:] = [n for n in unique if n != m["col"]]
-                table.schema["uniques"] = [u for u in table.schema["uniques"] if u]
+        if table is not None and table.schema is not None:
+            schema = table.schema
+            schema["columns"] = [c for c in schema["columns"] if c["name"] != m["col"]]
+            schema["primary"] = [n for n in schema["primary"] if n != m["col"]]
+            for unique in schema["uniques"]:
+                unique[:] = [n for n in unique if n != m["col"]]
+            schema["uniques"] = [u for u in schema["uniques"] if u]
             for row in table.rows:
-                row["values"].pop(m["col"], None)
-    elif m := re.match(rf"RENAME TABLE {_TABLE} TO `?(?P<db2>[\w-]+)`?\.`?(?P<table2>[\w-]+)`?", q, re.I):
-        tables[(m["db2"], m["table2"])] = tables.pop((m["db"], m["table"]), _Table(None))
+                row.pop(m["col"], None)
+    elif pairs := _rename_pairs(q):
+        for old, new in pairs:  # MySQL applies the pairs left to right
+            tables[new] = tables.pop(old, None) or _Table(None)
+            absent.add(old)
+            absent.discard(new)

@@ -564,7 +564,7 @@ def schema_file_columns(columns: list) -> list[dict]:
         t = parse_type(type_text)
         unsigned = t.unsigned or t.base in ("year", "bit")
         column = {"ColumnName": name, "ColumnType": TIDB_COLUMN_TYPES[t.base] + (" UNSIGNED" if unsigned else "")}
-        params = [p for p in re.findall(r"\d+", type_text.split("(", 1)[1]) if p] if "(" in type_text and not t.labels else []
+        params = re.findall(r"\d+", type_text.split("(", 1)[1]) if "(" in type_text and not t.labels else []
         if t.base in ("varchar", "varbinary") and params:
             column["ColumnLength"] = params[0]
         elif t.base == "decimal" and params:

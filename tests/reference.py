@@ -104,8 +104,8 @@ def _schema_of_event(event: dict, image: list[dict]) -> dict:
     """The schema of a table no DDL describes: the columns its first row event carries, keyed by
     the key columns the event names (pkNames / isKey / handle-key flags)."""
     keys = list(event["key_columns"] or [])
-    return {"columns": [{"name": c["name"], "default": None, "not_null": c["name"] in keys, "primary": c["name"] in keys,
-                         "unique": False} for c in image],
+    return {"columns": [{"name": c["name"], "default": None, "not_null": c["name"] in keys,
+                         "primary": c["name"] in keys, "unique": False} for c in image],
             "primary": keys, "uniques": []}
 
 

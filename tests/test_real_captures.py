@@ -51,18 +51,20 @@ def _topics(folder: str, topics: int, files: int) -> list[tuple[str, str]]:
 
 _FIVE = [f"canal-data-{i}.txt" for i in range(1, 6)]
 TIDB = {"enable-tidb-extension": "true"}
+DEFECT_2 = ("issue 32 defect 2: ALTER on a table the archive never created is quarantined (\"the table has no "
+            "known schema\"): {}; the final rows match only because every row message carries its own types")
 
 CAPTURES = [
     Capture("flink-canal-data", [("flink/canal-data.txt", "t")], "flink/canal-data.expected.json"),
     Capture("flink-canal-data-filter-table", [("flink/canal-data-filter-table.txt", "t")],
             "flink/canal-data-filter-table.expected.json", tables="my*.prod*"),
     Capture("paimon-table-schemaevolution", _paimon("table/schemaevolution", _FIVE),
-            "paimon/table/schemaevolution/expected.json"),
+            "paimon/table/schemaevolution/expected.json", xfail=DEFECT_2.format("all 16 ALTERs")),
     Capture("paimon-table-schemaevolutionmissingddl", _paimon("table/schemaevolutionmissingddl", _FIVE),
             "paimon/table/schemaevolutionmissingddl/expected.json"),
     Capture("paimon-table-schemaevolutionmultiple",
             _paimon("table/schemaevolutionmultiple", ["canal-data-1.txt", "canal-data-2.txt"]),
-            "paimon/table/schemaevolutionmultiple/expected.json"),
+            "paimon/table/schemaevolutionmultiple/expected.json", xfail=DEFECT_2.format("the one ALTER")),
     Capture("paimon-table-startupmode", _paimon("table/startupmode", ["canal-data-1.txt", "canal-data-2.txt"]),
             "paimon/table/startupmode/expected.json"),
     Capture("paimon-table-nonpk", _paimon("table/nonpk", ["canal-data-1.txt"]), "paimon/table/nonpk/expected.json",
@@ -82,9 +84,9 @@ CAPTURES = [
                   "not): pkNames ['k1'] misses the column spelled K1, which becomes a second column, so the "
                   "key k1 of rows 7 and 8 is null in the snapshot"),
     Capture("paimon-database-schemaevolution", _topics("database/schemaevolution", 3, 3),
-            "paimon/database/schemaevolution/expected.json"),
+            "paimon/database/schemaevolution/expected.json", xfail=DEFECT_2.format("all 4 ALTERs")),
     Capture("paimon-database-prefixsuffix", _topics("database/prefixsuffix", 2, 3),
-            "paimon/database/prefixsuffix/expected.json"),
+            "paimon/database/prefixsuffix/expected.json", xfail=DEFECT_2.format("all 4 ALTERs")),
     Capture("ticdc-consistency-checker-1", [("ticdc/consistency-checker-DataContent1.txt", "t")],
             "ticdc/consistency-checker-DataContent1.expected.json", options=TIDB),
     Capture("ticdc-consistency-checker-2", [("ticdc/consistency-checker-DataContent2.txt", "t")],
@@ -322,3 +324,5 @@ def test_real_capture_replays_to_the_published_final_state(spark, capture, tmp_p
         if not _matches(got, rows):
             problems.append(f"{name} {columns}:\n  expected {sorted(map(str, rows))}\n  snapshot {sorted(map(str, got))}")
     assert not problems, f"counts {manifest['counts']}\n" + "\n".join(problems)
+    # the published captures are all valid: nothing of them may end in the quarantine
+    assert manifest["counts"]["quarantined"] == 0, (manifest["counts"], manifest["quarantine"]["ddl"][:3])

@@ -149,11 +149,12 @@ def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_uni
     labels: dict[str, list] = defaultdict(list)
     types: dict[str, str] = {}
     order: list[str] = []
+    spelled: dict[str, str] = {}  # MySQL column names are case-insensitive: one column per name
     for i, event in enumerate(events):
         image = event["after"] if event["after"] is not None else event["before"]
         seen = set()
         for col in image or ():
-            name = col["name"]
+            name = spelled.setdefault(col["name"].lower(), col["name"])
             if name not in columns:
                 columns[name] = [None] * i
                 labels[name] = [None] * i

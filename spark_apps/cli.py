@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--mid-stream", action="store_true",
                      help="an archive that starts after the tables exist: no DDL, rows from before it (first "
                           "changed by an UPDATE or a DELETE), partitions starting at arbitrary offsets")
+    gen.add_argument("--ddl-rate", type=float, default=None, metavar="R",
+                     help="share of transactions that are a DDL: ADD/DROP COLUMN, TRUNCATE (default: 0.02; 0 with "
+                          "--mid-stream, where a rate gives ALTERs of tables the archive never created)")
 
     sub.add_parser("protocols", help="list protocols and their options")
 
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
         generated = generate(transactions=args.transactions, partitions=args.partitions, seed=args.seed,
                              protocol=args.protocol, options=options, mid_stream=args.mid_stream,
-                             progress=progress)
+                             ddl_rate=args.ddl_rate, progress=progress)
         output = storage.normalize(args.output)
         if storage.is_s3(output):
             storage.ensure_bucket(output)

@@ -261,7 +261,7 @@ def generate(
     watermark_every: int = 10,
     pending_transactions: int = 5,
     bad_values: int = 0,
-    ddl_rate: float = 0.02,
+    ddl_rate: float | None = None,
     split_key_updates: bool | None = None,
     mid_stream: bool = False,
     progress: Callable[[int, int], None] | None = None,
@@ -273,7 +273,9 @@ def generate(
     `mid_stream`: the archive starts after the tables exist, as most real ones do: no DDL at
     all, rows that predate the archive (their first change in it is an UPDATE or a DELETE),
     and partitions whose first offset is arbitrary. `expected`/`final` then hold only the
-    keys the archive changed (all a replay without a base snapshot can know).
+    keys the archive changed (all a replay without a base snapshot can know). `ddl_rate`: the
+    share of transactions that are a DDL (ADD/DROP COLUMN, TRUNCATE); default 0.02, and 0 for
+    a mid-stream archive (give it to have ALTERs of tables the archive never created).
 
     `progress(done, records)` is called every 5% of the transactions (a long history takes
     minutes)."""
@@ -281,7 +283,9 @@ def generate(
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
-    sim = _Simulator(seed, database, 0.0 if mid_stream else ddl_rate, split_key_updates)
+    if ddl_rate is None:
+        ddl_rate = 0.0 if mid_stream else 0.02
+    sim = _Simulator(seed, database, ddl_rate, split_key_updates)
     schema_sql = sim.create_sql()
     if mid_stream:
         sim.seed_rows(12)

@@ -119,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --mid-stream, DDL all the same (at --ddl-rate): ALTER / TRUNCATE of tables the "
                           "archive never created, each after the table's first row event; write no --schema-files "
                           "to replay it without a schema dump")
-    gen.add_argument("--ddl-rate", type=float, default=0.02, metavar="P",
-                     help="fraction of transactions that are a DDL (ADD/DROP COLUMN, TRUNCATE) (default: %(default)s)")
+    gen.add_argument("--ddl-rate", type=float, default=None, metavar="P",
+                     help="share of transactions that are a DDL: ADD/DROP COLUMN, TRUNCATE (default: 0.02; 0 with "
+                          "--mid-stream unless --mid-stream-ddl; a rate with --mid-stream gives ALTERs of tables "
+                          "the archive never created)")
     gen.add_argument("--keyless", action="store_true",
                      help="add a table `ledger` (item, qty) without any key whose rows repeat: INSERT of a copy, "
                           "DELETE and UPDATE of one copy (MySQL keeps identical rows of a keyless table)")

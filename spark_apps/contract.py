@@ -138,7 +138,8 @@ def in_staging(home: str, uri: str) -> bool:
 # 0: no `version` field (before 2026-11-25). 1: `version`; every section below always present.
 MANIFEST_VERSION = 1
 # sections added over time, with the value that means "none" (what an older manifest lacks)
-MANIFEST_DEFAULTS = {"window": {}, "schemas": [], "schema_conflicts": [], "coverage": None, "timeline": None,
+MANIFEST_DEFAULTS = {"window": {}, "schemas": [], "schema_conflicts": [], "inferred_schemas": [], "coverage": None,
+                     "timeline": None,
                      "warnings": [], "ddl": [], "partitions": [],
                      "gaps": {"count": 0, "missing_offsets": 0, "listed": []}}
 

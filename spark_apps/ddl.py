@@ -67,6 +67,9 @@ class TableSchema:
     # False for a table the archive renamed or truncated without ever describing it: rows
     # keep the columns and key their messages carry
     columns_known: bool = True
+    # a table no DDL described whose columns were taken from its row events
+    # (SchemaHistory.use_stream_schemas): the first point of the column set they came from
+    inferred_from: Point | None = None
 
     def identity_columns(self) -> list[str]:
         """What identifies a row, as TiDB's handle (and InnoDB's clustered index) has it: the
@@ -142,6 +145,10 @@ class SchemaHistory:
         self.versions: dict[tuple[str, str], list] = {}
         self._starts_cache: dict[tuple[str, str], tuple] = {}  # table -> (versions' length, starts or None)
         self._use: str | None = None
+        # per table name: the column sets its row events carry (use_stream_schemas), and the
+        # tables whose schema was built from them (the manifest's `inferred_schemas`)
+        self.stream_shapes: dict[tuple[str, str], list[dict]] = {}
+        self.inferred: list[dict] = []
         if initial_schemas.strip():
             self.apply(initial_schemas, [], default_database)
         self._use = None
@@ -235,7 +242,7 @@ class SchemaHistory:
             if kind == "TABLE":
                 return self._create_table(stmt, point, database)
             if kind == "INDEX" and stmt.args.get("unique") and isinstance(stmt.this, exp.Index):
-                return self._create_unique_index(stmt.this, database)
+                return self._create_unique_index(stmt.this, database, point)
             return f"ignored create {kind.lower()}"
         if isinstance(stmt, exp.Drop):
             kind = (stmt.args.get("kind") or "").upper()
@@ -271,7 +278,11 @@ class SchemaHistory:
                     for col in schema.columns:
                         col.added, col.aliases = list(point), []
                 else:
-                    self._placeholder(db, name).start = point
+                    schema = self._placeholder(db, name, point)
+                    schema.start = point
+                    schema.names = [(point, schema.database, schema.name)]
+                    for col in schema.columns:
+                        col.added, col.aliases = list(point), []
             return "truncate table"
         if isinstance(stmt, exp.Alter):
             return self._alter(stmt, point, database)
@@ -289,19 +300,101 @@ class SchemaHistory:
             raise DDLError(f"unsupported DDL statement: {query[:120]}")
         return f"ignored {type(stmt).__name__.lower()}"
 
-    def _placeholder(self, db: str, name: str) -> TableSchema:
+    def _placeholder(self, db: str, name: str, point: Point) -> TableSchema:
         """A table from before the archive that a RENAME/TRUNCATE names but no DDL described:
-        its rows keep the columns and key their messages carry."""
+        its schema as its row events carry it (`_from_stream`), else unknown columns: its rows
+        keep the columns and key their messages carry."""
+        inferred = self._from_stream(db, name, point)
+        if inferred is not None:
+            return inferred
         schema = TableSchema(db, name, [], [], [], [([], db, name)], columns_known=False)
         self.tables[_key(db, name)] = schema
         self.undescribed.add(_key(db, name))
         self.versions.setdefault(_key(db, name), []).append(([], UNKNOWN_COLUMNS))
         return schema
 
-    def _create_unique_index(self, index: exp.Index, database: str | None) -> str:
+    # ------------------------------------------------------------------ schemas from the stream
+    def use_stream_schemas(self, shapes: list[dict]) -> None:
+        """The column sets the archive's row events carry, for tables no DDL describes: a DDL
+        that needs such a table's columns (ALTER, RENAME, TRUNCATE, CREATE UNIQUE INDEX) finds
+        its schema built from them (`_from_stream`), as if a CREATE TABLE had come before the
+        archive. `shapes`: one dict per distinct column set of a table's new images, with
+        `database`, `table`, `columns` [(name, type, flags)] in the message's order, `first`
+        and `last` points and `events`."""
+        for shape in shapes:
+            if shape.get("database") is None or shape.get("table") is None or not shape.get("columns"):
+                continue
+            self.stream_shapes.setdefault(_key(shape["database"], shape["table"]), []).append(shape)
+        for found in self.stream_shapes.values():
+            found.sort(key=lambda s: (list(s["first"] or []), list(s["last"] or [])))
+
+    def _from_stream(self, db: str, name: str, point: Point, placeholder: TableSchema | None = None):
+        """The schema of a table no DDL described, from the column sets its row events carry:
+        the last set that began before `point` (the DDL about to be applied), else the first
+        one after it. Column names, order, types as the message gives them (as precise as the
+        protocol is: see docs/semantics.md, "Tables no DDL describes") and the key columns it
+        flags (primary key, else TiDB's handle key); nullability, defaults and other indexes
+        are not in row events (columns are taken as nullable, without default). Fills
+        `placeholder` (a table renamed or truncated earlier with unknown columns) or registers
+        a new table, as if created before the archive; None when no row event shows the table,
+        or when the table is one an earlier DDL already created, dropped or renamed."""
+        key = _key(db, name)
+        if placeholder is None and (key in self.tables or key in self.versions):
+            return None
+        names = [(d, n) for _, d, n in placeholder.names] if placeholder is not None else [(db, name)]
+        shapes = [s for d, n in dict.fromkeys(_key(d, n) for d, n in names) for s in self.stream_shapes.get((d, n), ())]
+        if not shapes:
+            return None
+        before = [s for s in shapes if point and list(s["first"] or []) < point]
+        shape = max(before, key=lambda s: list(s["first"] or [])) if before else min(
+            shapes, key=lambda s: list(s["first"] or []))
+        columns, primary, handle = [], [], []
+        for col_name, type_text, flags in shape["columns"]:
+            flags = int(flags or 0)
+            if flags & ColumnFlag.PRIMARY_KEY:
+                primary.append(col_name)
+            if flags & ColumnFlag.HANDLE_KEY:
+                handle.append(col_name)
+            keep = flags & (ColumnFlag.BINARY | ColumnFlag.UNSIGNED | ColumnFlag.GENERATED)
+            if parse_type(type_text or "").unsigned:
+                keep |= ColumnFlag.UNSIGNED
+            columns.append(ColumnDef(col_name, type_text or "", keep | ColumnFlag.NULLABLE, None, None, [], []))
+        keys = primary or handle
+        if placeholder is not None:
+            schema = placeholder
+            schema.columns, schema.key_columns, schema.columns_known = columns, keys, True
+            for col in columns:
+                col.added = list(schema.start)
+        else:
+            schema = TableSchema(db, name, columns, keys, [], [([], db, name)])
+            self.tables[key] = schema
+            self.versions.setdefault(key, []).append(
+                ([], tuple((c.name.lower(), c.mysql_type) for c in columns)))
+        schema.inferred_from = list(shape["first"] or []) if not before else None
+        self._mark_keys(schema)
+        for d, n in names:  # no DDL gave its columns (--require-schema still refuses its rows)
+            self.undescribed.add(_key(d, n))
+        self.undescribed.add(_key(schema.database, schema.name))
+        coarse = [c.name for c in columns if _coarse(c.mysql_type)]
+        self.inferred.append({
+            "table": f"{schema.database}.{schema.name}",
+            "from": f"{shape['events']} row events at points {list(shape['first'] or [])}.."
+                    f"{list(shape['last'] or [])} (their in-band columns), for the DDL at point {list(point)}",
+            "columns": [[c.name, c.mysql_type] for c in columns],
+            "key": list(keys),
+            "unknown": ["nullability", "defaults", "indexes other than the key"]
+                       + ([f"type parameters (length, precision, labels) of {', '.join(coarse)}"] if coarse else []),
+        })
+        return schema
+
+    def _create_unique_index(self, index: exp.Index, database: str | None, point: Point) -> str:
         db, name = self._table_ref(index.args["table"], database)
         schema = self.tables.get(_key(db, name))
         if schema is None or not schema.columns_known:
+            schema = self._from_stream(db, name, point, schema)
+            if schema is not None:
+                self.known.add(_key(db, name))
+        if schema is None:
             return "create unique index (table without known schema)"
         columns = [_name(o.this) for o in index.args["params"].args.get("columns") or []]
         _add_unique(schema.unique_keys, _name(index.this) if index.this else None, columns)
@@ -400,20 +493,30 @@ class SchemaHistory:
                 schema is None or not schema.columns_known):
             # a table from before the archive renamed: its rows move to the new name
             if schema is None:
-                schema = self._placeholder(db, name)
+                schema = self._placeholder(db, name, point)
             self.known.add(key)
             new_db, new_name = self._table_ref(actions[-1].this, db)
             self._rename_table(schema, new_db, new_name, point)
             return f"rename table to {new_name}"
         if schema is None or not schema.columns_known:
+            schema = self._from_stream(db, name, point, schema)
+        if schema is None:
             # not marked known: its rows keep the columns their messages carry
             raise DDLError(f"ALTER TABLE {db}.{name}: the table has no known schema (give it with --schema)")
         self.known.add(key)
+        # a schema taken from row events written after this statement already shows what it
+        # does: adding a column it has redefines it, dropping one it lacks is done
+        lenient = schema.inferred_from is not None and (not point or point < schema.inferred_from)
         done = []
         for action in stmt.args.get("actions") or []:
             if isinstance(action, exp.ColumnDef):
                 col = self._column_def(action, point)
-                if schema.column(col.name) is not None:
+                existing = schema.column(col.name)
+                if existing is not None and lenient:
+                    schema.columns[schema.columns.index(existing)] = col
+                    done.append(f"add column {col.name} (in the rows' schema already)")
+                    continue
+                if existing is not None:
                     raise DDLError(f"ADD COLUMN {col.name}: {db}.{name} already has it")
                 position = action.args.get("position")
                 self._insert_column(schema, col, position)
@@ -424,7 +527,7 @@ class SchemaHistory:
                     col_name = _name(target)
                     col = schema.column(col_name)
                     if col is None:
-                        if action.args.get("exists"):
+                        if action.args.get("exists") or lenient:
                             continue
                         raise DDLError(f"DROP COLUMN {col_name}: {db}.{name} has no such column")
                     schema.columns.remove(col)
@@ -438,6 +541,10 @@ class SchemaHistory:
                 new_def = action.this
                 old_name = _name(action.args["rename_from"]) if action.args.get("rename_from") else new_def.name
                 col = schema.column(old_name)
+                if col is None and lenient:
+                    col = schema.column(new_def.name)
+                    if col is None:
+                        continue
                 if col is None:
                     raise DDLError(f"MODIFY/CHANGE COLUMN {old_name}: {db}.{name} has no such column")
                 replacement = self._column_def(new_def, point)
@@ -449,6 +556,8 @@ class SchemaHistory:
             elif isinstance(action, exp.RenameColumn):
                 old_name, new_name = _name(action.this), _name(action.args["to"])
                 col = schema.column(old_name)
+                if col is None and lenient and schema.column(new_name) is not None:
+                    continue
                 if col is None:
                     raise DDLError(f"RENAME COLUMN {old_name}: {db}.{name} has no such column")
                 self._rename_column(schema, col, new_name, point)
@@ -535,7 +644,7 @@ class SchemaHistory:
             if schema is None:
                 # a table from before the archive: its rows move to the new name, with the
                 # columns and key their messages carry
-                schema = self._placeholder(old_db, old_name)
+                schema = self._placeholder(old_db, old_name, point)
             self._rename_table(schema, new_db, new_name, point)
         return "rename table"
 
@@ -1027,3 +1136,14 @@ def column_differences(want: dict[str, str], carried: dict[str, str]) -> list[st
 def _type_key(type_text: str) -> tuple:
     parsed = parse_type(type_text)
     return parsed.base, parsed.unsigned
+
+
+# types whose parameters shape or bound their values: a message that gives the bare name
+# (TiCDC canal-json without content-compatible, open-protocol / craft type codes) leaves them unknown
+_PARAMETRISED = {"decimal", "numeric", "char", "varchar", "binary", "varbinary", "enum", "set", "bit"}
+
+
+def _coarse(type_text: str) -> bool:
+    """Whether a column type from a message lacks the parameters its DDL type has."""
+    parsed = parse_type(type_text or "")
+    return not type_text or (parsed.base in _PARAMETRISED and not parsed.params)

@@ -399,7 +399,7 @@ def generate(
     watermark_every: int = 10,
     pending_transactions: int = 5,
     bad_values: int = 0,
-    ddl_rate: float = 0.02,
+    ddl_rate: float | None = None,
     split_key_updates: bool | None = None,
     mid_stream: bool = False,
     mid_stream_ddl: bool = False,
@@ -432,6 +432,9 @@ def generate(
       as a later binlog transaction can; commit ts stay in order.
     With `options={"flat-message-flavor": "canal"}` canal-json writes Alibaba Canal's flat
     message (`es` in whole seconds, no commit ts, no watermarks).
+    `ddl_rate`: the share of transactions that are a DDL (ADD/DROP COLUMN, TRUNCATE); default
+    0.02, and 0 for a mid-stream archive unless `mid_stream_ddl` (a rate given with
+    `mid_stream` gives ALTERs of tables the archive never created).
 
     `progress(done, records)` is called every 5% of the transactions (a long history takes
     minutes)."""
@@ -439,7 +442,9 @@ def generate(
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
-    sim = _Simulator(seed, database, ddl_rate if (not mid_stream or mid_stream_ddl) else 0.0, split_key_updates,
+    if ddl_rate is None:
+        ddl_rate = 0.0 if mid_stream and not mid_stream_ddl else 0.02
+    sim = _Simulator(seed, database, ddl_rate, split_key_updates,
                      keyless=keyless, year_bit=year_bit, same_second_ddl=same_second_ddl,
                      backward_es_rate=backward_es_rate, ddl_after_rows=mid_stream)
     schema_sql = sim.create_sql()

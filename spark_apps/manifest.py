@@ -94,7 +94,8 @@ def _table_name(database, table) -> str:
 
 def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
           ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None, gaps=((), 0)) -> dict:
+          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None, gaps=((), 0),
+          inferred_schemas=()) -> dict:
     by_status = defaultdict(int)
     applied_by_kind = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))
@@ -197,6 +198,8 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
             "ddl": ddl_failures,
         },
         "schema_conflicts": list(schema_conflicts),
+        # tables no DDL nor --schema described whose schema was taken from their row events
+        "inferred_schemas": list(inferred_schemas),
         # snapshot/history: tables whose rows the archive did not all carry (it began after them)
         "coverage": coverage,
         "timeline": None,  # the run adds it (timeline())

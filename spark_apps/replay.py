@@ -537,7 +537,12 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     frame = manifest_mod.timeline_frame(partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     summary = _summarise(tagged, shapes=history.known or bool(ddl_statements),
                          bucket=T.commit_bucket(*frame) if frame else None, dictionary=schema_dictionary)
+    # tables no DDL (nor --schema) describes get the schema their row events carry when a DDL
+    # needs their columns (ddl.SchemaHistory.use_stream_schemas)
+    history.use_stream_schemas(_stream_shapes(summary["shapes"], schema_dictionary))
     ddl_log, ddl_failures = _apply_ddl(history, summary["ddl"], args.protocol)
+    for inferred in history.inferred:
+        log.info("[replay %s] schema of %s taken from the stream: %s", run_id, inferred["table"], inferred["from"])
     if ddl_failures:
         manifest_mod.write_ddl_quarantine(quarantine_base, ddl_failures)
     conflicts = _schema_conflicts(history, summary["shapes"]) if history.known else []
@@ -611,6 +616,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
         window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                 "base_cut": base["cut"]["commit_ts"] if base else None},
         schema_conflicts=conflicts, coverage=_coverage(args, history, table_rows, base),
+        inferred_schemas=history.inferred,
         gaps=(offset_gaps, gap_count),
     )
     if layout_plan is not None:
@@ -765,7 +771,10 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
             columns = _shape_of(*dictionary[g["_shape"]][:2]) if lean else _shape_columns(g["_shape"])
             skey = (g["database"], g["table"], tuple((col["name"], col["type"]) for col in columns))
             s = by_shape.setdefault(skey, {"database": g["database"], "table": g["table"], "columns": columns,
-                                           "first": g["first"], "last": g["last"], "events": 0})
+                                           "first": g["first"], "last": g["last"], "events": 0,
+                                           "schema": g["_shape"] if lean else None})
+            if lean and g["first"] < s["first"]:  # the column list (order, flags) of its first event
+                s["schema"] = g["_shape"]
             s["first"], s["last"] = min(s["first"], g["first"]), max(s["last"], g["last"])
             s["events"] += g["events"]
 
@@ -803,6 +812,23 @@ def _column_row(name: str | None, mysql_type: str | None):
     from pyspark.sql import Row
 
     return Row("name", "type")(name, mysql_type)
+
+
+def _stream_shapes(shapes: list[dict], dictionary: dict | None) -> list[dict]:
+    """`_summarise`'s column sets as `SchemaHistory.use_stream_schemas` takes them: each with
+    its columns (name, type, flags) in the order of the message (the schema dictionary's
+    column list of its first event)."""
+    out = []
+    for shape in shapes:
+        entry = (dictionary or {}).get(shape.get("schema"))
+        if entry is not None:
+            names, types, flags = entry
+            columns = list(zip(names, types, flags))
+        else:
+            columns = [(c["name"], c["type"], 0) for c in shape["columns"]]
+        out.append({"database": shape["database"], "table": shape["table"], "columns": columns,
+                    "first": list(shape["first"] or []), "last": list(shape["last"] or []), "events": shape["events"]})
+    return out
 
 
 def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple[list, list]:

@@ -250,11 +250,13 @@ def test_manifests_of_older_versions_are_read_and_newer_refused(tmp_path):
         counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
         target_protocol="canal-json", target_options={})
     assert built["version"] == contract.MANIFEST_VERSION
-    old = {k: v for k, v in built.items() if k not in ("version", "gaps", "timeline", "coverage", "window")}
+    old = {k: v for k, v in built.items()
+           if k not in ("version", "gaps", "timeline", "coverage", "window", "inferred_schemas")}
     old["quarantine"] = {k: v for k, v in built["quarantine"].items() if k != "reasons"}
     (tmp_path / contract.MANIFEST).write_text(json.dumps(old))
     read = manifest_mod.read_manifest(str(tmp_path))
     assert read["version"] == contract.MANIFEST_VERSION and read["gaps"]["count"] == 0
+    assert built["inferred_schemas"] == [] and read["inferred_schemas"] == []
     assert read["quarantine"]["reasons"] == [] and "events read" in manifest_mod.summary(read)
     (tmp_path / contract.MANIFEST).write_text(json.dumps({**built, "version": contract.MANIFEST_VERSION + 1}))
     assert cli.main(["summary", str(tmp_path)]) == 2

@@ -157,6 +157,7 @@ def _identity_columns(lean: bool = False) -> list[Column]:
         F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
+        F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("event_index").cast("bigint")),
         *images, F.col("ddl_query"),
         # a watermark is per partition
         F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),

@@ -256,6 +256,9 @@ class SchemaHistory:
                 for table in tables:
                     db, name = self._table_ref(table, database)
                     self.known.add(_key(db, name))
+                    if _key(db, name) not in self.versions and _key(db, name) not in self.tables:
+                        # dropped before the archive described it: it existed until now
+                        self.versions[_key(db, name)] = [([], UNKNOWN_COLUMNS)]
                     self.tables.pop(_key(db, name), None)
                 return "drop table"
             if kind == "INDEX" and isinstance(stmt.args.get("cluster"), exp.OnProperty):
@@ -669,6 +672,25 @@ class SchemaHistory:
                 until = tuple(names[i + 1][0]) if i + 1 < len(names) else None
                 result.append(TableInterval(db.lower(), name.lower(), after, until, schema.database, schema.name,
                                             None if keys is None else tuple(keys), row_columns))
+        return result
+
+    def existence(self) -> list[tuple]:
+        """(database, table, after, until) per stretch of points (after, until] at which a
+        table of that name exists (until None: to the end), lower case, for every name a DDL
+        mentioned; a name with no versions exists throughout (its rows keep their own
+        schema). Rows of a name outside all its stretches have no table at their point."""
+        result = []
+        for key in sorted(self.known | set(self.versions)):
+            versions = self.versions.get(key) or [([], UNKNOWN_COLUMNS)]
+            start = None
+            for i, (point, signature) in enumerate(versions):
+                if signature is not None and start is None:
+                    start = tuple(point)
+                elif signature is None and start is not None:
+                    result.append((*key, start, tuple(point)))
+                    start = None
+            if start is not None:
+                result.append((*key, start, None))
         return result
 
     def create_statements(self) -> list[str]:

@@ -37,8 +37,10 @@ NO_EVENT_POINT = "no commit ts or position"
 # condition holds (else it is null): the event is of that kind, or has NO_EVENT_POINT
 FIELDS = (
     ("kind", None), ("database", None), ("table", None), ("op", None), ("commit_ts", None), ("position", None),
-    # without commit ts or position, the event time is part of the identity
-    ("execute_ts_ms", NO_EVENT_POINT),
+    # without commit ts or position, the event time is part of the identity, and so is the
+    # row's place in its message (Canal sends a binlog rows event as one message: identical
+    # rows of a table without a key in one INSERT are distinct rows, not redeliveries)
+    ("execute_ts_ms", NO_EVENT_POINT), ("event_index", NO_EVENT_POINT),
     ("before_schema", None), ("before_values", None), ("before_labels", None),
     ("after_schema", None), ("after_values", None), ("after_labels", None), ("ddl_query", None),
     # a watermark is per partition

@@ -34,6 +34,8 @@ def local_frame(spark, rows, schema: str, slices: list[list[int]] | None = None)
     batches = [pa.RecordBatch.from_arrays([pa.array([column[i] for i in group], type=field.type)
                                            for column, field in zip(columns, arrow_schema)], schema=arrow_schema)
                for group in groups if group]
+    if not batches:  # no rows: one empty batch (a table of no batches has columns of no chunks)
+        batches = [pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in arrow_schema], schema=arrow_schema)]
     table = pa.Table.from_batches(batches, schema=arrow_schema)
     if slices is None:
         return spark.createDataFrame(table, struct)

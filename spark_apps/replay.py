@@ -281,6 +281,9 @@ DECODE_TASK_MB_ENV = "CDC_REPLAY_DECODE_TASK_MB"
 UNREADABLE_ONLY = ("line", "error", "error_stage", "raw_key", "raw_value", "raw_line")
 DECODE_FILES_ENV = "CDC_REPLAY_DECODE_FILES"  # "off": Spark persists the decode in local mode too
 DECODE_TASK_MB = 64
+# protocols whose events carry the producer's position where they have no commit ts
+# (docs/semantics.md): their order needs no running event time
+POSITIONED_PROTOCOLS = ("canal-protobuf", "oceanbase-avro")
 
 
 def decode_tasks(sizes: list[int], parallelism: int) -> int:
@@ -512,8 +515,12 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
     # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
     # the output needs them
-    ready = T.infer_commit_ts(events, needs_inference)
-    if needs_inference:  # a window per source partition: computed once
+    # no commit ts and no producer position anywhere (Canal flat JSON, canal-json without the
+    # TiDB extension): the partition offset orders, through a running event time
+    needs_event_time = (not any(s["max_commit_ts"] is not None for s in partition_stats)
+                        and args.protocol not in POSITIONED_PROTOCOLS)
+    ready = T.partition_event_time(T.infer_commit_ts(events, needs_inference), needs_event_time)
+    if needs_inference or needs_event_time:  # a window per source partition: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
@@ -553,6 +560,9 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     for conflict in conflicts[:5]:
         log.warning("[replay %s] schema conflict: %s", run_id, conflict)
     counts = summary["counts"]
+    if args.emit != "topics":  # a topic carries every applied event, whatever its table's fate
+        tagged, counts = _quarantine_missing_tables(spark, tagged, counts, history,
+                                                    T.commit_bucket(*frame) if frame else None)
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
     lean = tagged
@@ -576,6 +586,9 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
     output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
+    # identical rows of a table without a key are counted (transforms.latest_per_key)
+    output_plan.multiset = bool(summary["keyless"]) or any(
+        i.key_aliases == () for i in history.intervals())
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
     output_plan.run = {"run_id": run_id, "source": source, "output": output, "protocol": args.protocol}
     if kafka_io.is_kafka(output):
@@ -645,6 +658,11 @@ def _quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_fai
     if moved and not any(r["stage"] == "schema" for r in reasons):
         reasons.append({"stage": "schema", "reason": "no schema is known for the table (--require-schema)",
                         "records": moved, "sample": {}})
+    missing = sum(c["events"] for c in counts if c["status"] == Status.QUARANTINED and c["error_stage"] == "table")
+    if missing:
+        reasons.append({"stage": "table", "reason": "row events of a table that does not exist at their point in the "
+                        "DDL history (dropped, truncated, renamed or not yet created)", "records": missing,
+                        "sample": {}})
     if ddl_failures:
         first = ddl_failures[0]
         reasons.append({"stage": "ddl", "reason": "DDL not applied", "records": len(ddl_failures),
@@ -694,6 +712,8 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
       error_stage, bucket), `bucket` being the commit-time bucket of the timeline (a column,
       transforms.commit_bucket; null without one);
     * `ddl`: the applied DDL events, in timeline order (DDL events are few);
+    * `keyless`: the (database, table) of applied row events whose message names no key
+      columns (a table without a key, or one the messages do not say: the DDL history may);
     * `shapes` (when `shapes`): the distinct column sets (lower-case name, type) of the applied
       rows' new images per table, with the first and last timeline point and events of each.
 
@@ -728,6 +748,9 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
         F.count(F.lit(1)).alias("events"), F.collect_list(ddl).alias("_ddl"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.min("timeline").alias("first"), F.max("timeline").alias("last"), sample.alias("_sample"),
+        F.count(F.when(applied & (F.col("kind") == Kind.ROW)
+                       & (F.size(F.coalesce("key_columns", F.array().cast("array<string>"))) == 0), 1)
+                ).alias("_keyless"),
     )
     # the groups (tables x timeline buckets x column sets) can be thousands per task: past
     # this many (Spark's default is 128) the hash map would fall back to sorting the events;
@@ -750,6 +773,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
         return b if a is None else a if b is None else max(a, b)
 
     counts, by_shape, ddl_rows, reasons = {}, {}, [], {}
+    keyless = {(g["database"], g["table"]) for g in groups if g["_keyless"]}
     for g in groups:
         if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
@@ -785,7 +809,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
                                  nulls_first(r["event_index"])))
     listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
     return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
-            "reasons": listed[:T.REASONS_LISTED]}
+            "reasons": listed[:T.REASONS_LISTED], "keyless": keyless}
 
 
 @functools.lru_cache(maxsize=65536)
@@ -883,6 +907,75 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     return tagged, list(merged.values())
 
 
+def _table_frames(spark, history: SchemaHistory):
+    """(intervals, known) of the DDL history for `transforms.assign_tables` and
+    `mark_missing_tables`; (None, None) when no DDL mentioned a table."""
+    if not history.known:
+        return None, None
+    from spark_apps import transforms as T
+    from spark_apps.local_data import local_frame
+
+    rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
+             i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
+             None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+            for i in history.intervals()]
+    intervals = local_frame(
+        spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
+        "final_database string, final_table string, key_aliases array<array<string>>, "
+        "row_columns array<struct<names: array<string>, default: binary>>")
+    known = sorted(history.known)
+    if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
+        return intervals, local_frame(spark, known, "database string, table string")
+    return intervals, known  # held in the plan: no broadcast job
+
+
+def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: SchemaHistory, bucket):
+    """Row events of a table that does not exist at their point (`SchemaHistory.existence`,
+    `transforms.mark_missing_tables`) are quarantined, and the counts moved with them: one
+    small aggregate over the marked events (grouped like `_summarise`'s counts). Nothing to do
+    when every name exists throughout."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+    from spark_apps.local_data import local_frame
+
+    stretches = history.existence()
+    if all(not after and until is None for _, _, after, until in stretches):
+        return tagged, counts
+    frame = local_frame(spark, [(d, t, list(after), None if until is None else list(until), d, t, None, None)
+                                for d, t, after, until in stretches],
+                        "database string, table string, after array<bigint>, until array<bigint>, "
+                        "final_database string, final_table string, key_aliases array<array<string>>, "
+                        "row_columns array<struct<names: array<string>, default: binary>>")
+    names = sorted({(d, t) for d, t, _, _ in stretches})
+    if len(names) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
+        names = local_frame(spark, names, "database string, table string")
+    tagged = T.mark_missing_tables(tagged, frame, names)
+    bucket = F.lit(None).cast("int") if bucket is None else bucket
+    moved = [r.asDict() for r in tagged.where(
+        (F.col("status") == Status.QUARANTINED) & (F.col("error_stage") == T.MISSING_TABLE_STAGE)).groupBy(
+        "database", "table", bucket.alias("bucket")).agg(
+        F.count(F.lit(1)).alias("events"), F.min("commit_ts").alias("min_commit_ts"),
+        F.max("commit_ts").alias("max_commit_ts")).collect()]
+    return tagged, _moved_counts(counts, moved, T.MISSING_TABLE_STAGE)
+
+
+def _moved_counts(counts: list[dict], moved: list[dict], stage: str) -> list[dict]:
+    """`counts` (`_summarise`'s) with the `moved` applied row events (per database, table,
+    bucket: events, lowest and highest commit ts) counted as quarantined at `stage`."""
+    result = [dict(c) for c in counts]
+    for m in moved:
+        for c in result:
+            if (c["status"] == Status.APPLIED and c["kind"] == Kind.ROW and c["database"] == m["database"]
+                    and c["table"] == m["table"] and c.get("bucket") == m["bucket"]):
+                c["events"] -= m["events"]
+                break
+        result.append({"status": Status.QUARANTINED, "kind": Kind.ROW, "database": m["database"],
+                       "table": m["table"], "error_stage": stage, "bucket": m["bucket"], "events": m["events"],
+                       "min_commit_ts": m["min_commit_ts"], "max_commit_ts": m["max_commit_ts"]})
+    return [c for c in result if c["events"]]
+
+
 def _schema_conflicts(history: SchemaHistory, shapes: list[dict]) -> list[str]:
     """Distinct column sets the applied rows carry (`_summarise`'s `shapes`), compared with the
     DDL history."""
@@ -911,6 +1004,7 @@ def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
     decoded = _decode(spark, objects, base["output"]["protocol"], options)
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
+            .withColumn("event_time", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
             .withColumn("status", F.lit(Status.APPLIED)))
     return rows.select(*columns)
@@ -925,6 +1019,7 @@ class _OutputPlan:
         self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
         self.partitions, self.staging = partitions, staging
         self.fill_images = False
+        self.multiset = True  # a table without a key may hold identical rows: count them
         self.run: dict = {}
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
@@ -942,24 +1037,7 @@ class _OutputPlan:
 
     # ----------------------------------------------------------------- helpers
     def _tables(self):
-        history, spark = self.schema_history, self.spark
-        if not history.known:
-            return None, None
-        from spark_apps import transforms as T
-        from spark_apps.local_data import local_frame
-
-        rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-                 i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
-                 None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
-                for i in history.intervals()]
-        intervals = local_frame(
-            spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
-            "final_database string, final_table string, key_aliases array<array<string>>, "
-            "row_columns array<struct<names: array<string>, default: binary>>")
-        known = sorted(history.known)
-        if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
-            return intervals, local_frame(spark, known, "database string, table string")
-        return intervals, known  # held in the plan: no broadcast job
+        return _table_frames(self.spark, self.schema_history)
 
     def _effects(self, rows):
         from spark_apps import transforms as T
@@ -1123,11 +1201,12 @@ class _OutputPlan:
         from spark_apps import transforms as T
         from spark_apps.snapshot import projector
 
-        latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)))).persist(StorageLevel.DISK_ONLY)
+        latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset)).persist(
+            StorageLevel.DISK_ONLY)
         # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
         table_rows = [r.asDict() for r in latest.groupBy(
             F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
-            F.count(F.when(F.col("effect") == "upsert", 1)).alias("rows"),
+            F.sum(T.live_copies()).alias("rows"),
             F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
             F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
         live = self._full(T.live_rows(latest))

@@ -71,15 +71,42 @@ def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     )
 
 
+def partition_event_time(events: DataFrame, needed: bool) -> DataFrame:
+    """Add `event_time`: for an event with neither commit ts nor producer position (Canal flat
+    JSON, TiCDC canal-json without the TiDB extension), the highest event time (`es`) of its
+    source partition up to and including it, in offset order. Why: a binlog's event times
+    are not monotonic across transactions (a later transaction can carry an earlier second),
+    while the partition offset is the producer's order; a running maximum is never lower than
+    an earlier event's, so within a partition the offset decides and across partitions time
+    still orders. Computed only when `needed` (a window per source partition)."""
+    if not needed:
+        return events.withColumn("event_time", F.lit(None).cast("bigint"))
+    order = (Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
+             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    untimed = F.col("commit_ts").isNull() & F.col("position").isNull()
+    return events.withColumn("event_time", F.when(untimed, F.max("execute_ts_ms").over(order)))
+
+
 def with_timeline(events: DataFrame) -> DataFrame:
-    if "inferred_ts" not in events.columns:
-        events = events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    """Add `timeline` (see the module doc). Without commit ts or position, the point is
+    (event time, source partition, offset, index in message): within a partition the
+    producer's order, so a DDL and the rows after it in the same second (Canal's `es` has whole
+    seconds) fall on the right sides; DDL messages go to partition 0 (Canal, TiCDC canal-json),
+    so a row of another partition at the DDL's event time counts as after it."""
+    for name in ("inferred_ts", "event_time"):
+        if name not in events.columns:
+            events = events.withColumn(name, F.lit(None).cast("bigint"))
     return events.withColumn(
         "timeline",
         F.when(F.col("commit_ts").isNotNull(), F.array(F.col("commit_ts")))
         .when(F.col("inferred_ts").isNotNull(), F.array(F.col("inferred_ts")))
         .when(F.col("position").isNotNull(), F.col("position"))
-        .otherwise(F.array(F.coalesce(F.col("execute_ts_ms"), F.lit(0).cast("bigint")))),
+        .otherwise(F.array(
+            F.coalesce(F.col("event_time"), F.col("execute_ts_ms"), F.lit(0).cast("bigint")),
+            F.coalesce(F.col("partition").cast("bigint"), F.lit(-1).cast("bigint")),
+            F.coalesce(F.col("offset"), F.lit(-1).cast("bigint")),
+            F.coalesce(F.col("event_index").cast("bigint"), F.lit(0).cast("bigint")),
+        )),
     )
 
 
@@ -130,6 +157,7 @@ def _identity_columns(lean: bool = False) -> list[Column]:
         F.col("inferred_ts"), F.col("position"),
         # without commit ts or position, the event time is part of the identity
         F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("execute_ts_ms")),
+        F.when(F.col("commit_ts").isNull() & F.col("position").isNull(), F.col("event_index").cast("bigint")),
         *images, F.col("ddl_query"),
         # a watermark is per partition
         F.when(F.col("kind") == Kind.WATERMARK, F.col("topic")),
@@ -476,23 +504,36 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
         before_key, after_key = F.col("_before_key"), F.col("_after_key")
     else:
         before_key, after_key = [row_key(image, schema_keys=True) for image in IMAGES]
+    def effect(key, name, copies):
+        return F.struct(key.alias("row_key"), F.lit(name).alias("effect"), F.lit(copies).alias("copies"))
+
     effects = F.when(
-        F.col("op") == Op.DELETE, F.array(F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")))
+        F.col("op") == Op.DELETE, F.array(effect(before_key, "delete", COPY_REMOVED))
     ).when(
         (F.col("op") == Op.UPDATE) & F.col("before_schema" if lean else "before").isNotNull()
         & (before_key != after_key),
-        F.array(
-            F.struct(before_key.alias("row_key"), F.lit("delete").alias("effect")),
-            F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect")),
-        ),
-    ).otherwise(F.array(F.struct(after_key.alias("row_key"), F.lit("upsert").alias("effect"))))
+        F.array(effect(before_key, "delete", COPY_REMOVED), effect(after_key, "upsert", COPY_ADDED)),
+    ).when(
+        F.col("op") == Op.INSERT, F.array(effect(after_key, "upsert", COPY_ADDED))
+    ).otherwise(F.array(effect(after_key, "upsert", COPY_KEPT)))
     exploded = rows.withColumn("_effect", F.explode(effects))
+    no_keys = F.array().cast("array<string>")
+    keyless = F.when(F.col("key_aliases").isNull(), F.size(F.coalesce(F.col("key_columns"), no_keys)) == 0
+                     ).otherwise(F.size("key_aliases") == 0)
     return (
         exploded.withColumn("row_key", F.col("_effect.row_key"))
         .withColumn("effect", F.col("_effect.effect"))
+        # a table without a key is a multiset: how the change moves the count of identical rows
+        .withColumn("copy_change", F.when(keyless, F.col("_effect.copies")))
         .drop("_effect", "_before", "_after", "_before_key", "_after_key")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
+
+
+# how a change moves the number of identical rows of a table without a key (`copy_change`):
+# an INSERT adds one, a DELETE removes one if any is there, an UPDATE that leaves the image
+# as it was (or carries no old image) leaves at least one
+COPY_ADDED, COPY_REMOVED, COPY_KEPT = 1, -1, 0
 
 
 _boundaries = itertools.count()
@@ -539,18 +580,11 @@ def fill_previous_images(rows: DataFrame) -> DataFrame:
     return rows.withColumn("_key", key).withColumn("before", filled).drop("_key")
 
 
-def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
-    """Map each row event to the live table it belongs to at the cut (`final_database`,
-    `final_table`, and that table's `key_aliases`), dropping events of dropped or truncated
-    incarnations.
-
-    `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
-    mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
-    broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
-    if intervals is None:
-        return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
-                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
-                .withColumn("row_columns", F.lit(None).cast(ROW_COLUMNS_TYPE)))
+def _match_tables(rows: DataFrame, intervals: DataFrame, known) -> DataFrame:
+    """`rows` with the live table each belongs to at the cut (`_final_db`, `_final_tb`,
+    `key_aliases`, `row_columns`: null when no interval holds the event) and `_known` (true
+    when any DDL mentioned its name, else null). Intervals of one name never overlap, so an
+    event matches at most one."""
     ev = (
         rows.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
         .withColumn("_tb", F.lower(F.coalesce("table", F.lit(""))))
@@ -567,21 +601,57 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
              F.col("iv.key_aliases").alias("key_aliases"), F.col("iv.row_columns").alias("row_columns"))
     if isinstance(known, DataFrame):
         kn = known.select(F.col("database").alias("_kdb"), F.col("table").alias("_ktb"), F.lit(True).alias("_known"))
-        flagged = matched.join(
+        return matched.join(
             F.broadcast(kn), (F.col("_db") == F.col("_kdb")) & (F.col("_tb") == F.col("_ktb")), "left"
-        )
-    else:
-        pair = F.struct(F.col("_db").alias("d"), F.col("_tb").alias("t"))
-        names = F.array(*[F.struct(F.lit(d).cast("string").alias("d"), F.lit(t).cast("string").alias("t"))
-                          for d, t in sorted(known)]) if known else F.array().cast("array<struct<d: string, t: string>>")
-        # true or null, as the left join's flag
-        flagged = matched.withColumn("_known", F.when(F.array_contains(names, pair), F.lit(True)))
+        ).drop("_kdb", "_ktb")
+    pair = F.struct(F.col("_db").alias("d"), F.col("_tb").alias("t"))
+    names = F.array(*[F.struct(F.lit(d).cast("string").alias("d"), F.lit(t).cast("string").alias("t"))
+                      for d, t in sorted(known)]) if known else F.array().cast("array<struct<d: string, t: string>>")
+    # true or null, as the left join's flag
+    return matched.withColumn("_known", F.when(F.array_contains(names, pair), F.lit(True)))
+
+
+def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
+    """Map each row event to the live table it belongs to at the cut (`final_database`,
+    `final_table`, and that table's `key_aliases`), leaving out events of dropped or truncated
+    incarnations (`mark_missing_tables` quarantined those before: no event is left out
+    uncounted).
+
+    `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
+    mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
+    broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
+    if intervals is None:
+        return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
+                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
+                .withColumn("row_columns", F.lit(None).cast(ROW_COLUMNS_TYPE)))
+    flagged = _match_tables(rows, intervals, known)
     kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
     return (
         kept.withColumn("final_database", F.coalesce(F.col("_final_db"), F.col("database")))
         .withColumn("final_table", F.coalesce(F.col("_final_tb"), F.col("table")))
-        .drop("_db", "_tb", "_final_db", "_final_tb", "_kdb", "_ktb", "_known")
+        .drop("_db", "_tb", "_final_db", "_final_tb", "_known")
     )
+
+
+MISSING_TABLE_STAGE = "table"
+
+
+def mark_missing_tables(tagged: DataFrame, intervals: DataFrame, known) -> DataFrame:
+    """Applied row events of a table that does not exist at their point (dropped, truncated
+    away, renamed, or not yet created: a DDL mentions the name, but no live table's interval
+    holds the event) become `quarantined` with that reason (error stage `table`), so every row
+    event ends in a status that says what happened to it."""
+    flagged = _match_tables(tagged, intervals, known)
+    missing = ((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)
+               & F.col("_final_tb").isNull() & F.col("_known").isNotNull())
+    reason = F.concat(F.lit("no table "), F.coalesce(F.col("database"), F.lit("")), F.lit("."),
+                      F.coalesce(F.col("table"), F.lit("")),
+                      F.lit(" at this event's point in the DDL history (dropped, truncated, renamed or not yet "
+                            "created); timeline "), F.col("timeline").cast("string"))
+    return (flagged.withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")))
+            .withColumn("error_stage", F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
+            .withColumn("error", F.when(missing, reason).otherwise(F.col("error")))
+            .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns"))
 
 
 # what the last change per key reads of a row event (assign_tables, row_effects, order_struct)
@@ -605,28 +675,58 @@ def unpacked(df: DataFrame) -> DataFrame:
     return df.select(*[c for c in df.columns if c != "_carried"], "_carried.*")
 
 
-def latest_per_key(effects: DataFrame) -> DataFrame:
+def latest_per_key(effects: DataFrame, multiset: bool = True) -> DataFrame:
     """The last change of every (table, key) by the replay order: distributed by key hash,
-    so no table is ever held by one task and nothing reaches the driver."""
+    so no table is ever held by one task and nothing reaches the driver. For a table without
+    a key (the key is the whole row: identical rows share it) also `copies`, how many
+    identical rows its changes leave, folded in the replay order (null for keyed tables).
+    `multiset=False` (no table without a key in the run) leaves `copies` null: the fold's
+    list is a typed aggregate, which a plain last-change aggregate does not need."""
     payload = F.struct(*[F.col(c) for c in effects.columns
-                         if c not in ("final_database", "final_table", "row_key", "key_aliases", "row_columns")])
+                         if c not in ("final_database", "final_table", "row_key", "key_aliases", "row_columns",
+                                      "copy_change")])
     # `first_change`: how the archive first touched the key ("update"/"delete": a row that
     # predates the archive, whose insert it never saw), so those keys are counted
     first = F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op"))
-    last = (
-        effects.groupBy("final_database", "final_table", "row_key")
-        .agg(F.max_by(payload, order_struct()).alias("last"), F.min_by(first, order_struct()).alias("first_change"))
-    )
-    return last.select("final_database", "final_table", "row_key", "last.*", "first_change")
+    changes = F.sort_array(F.collect_list(F.when(
+        F.col("copy_change").isNotNull(), F.struct(order_struct().alias("o"), F.col("copy_change").alias("c")))))
+
+    def fold(count, change):  # a DELETE of a row the archive never inserted removes nothing
+        return (F.when(change["c"] == COPY_ADDED, count + 1)
+                .when(change["c"] == COPY_REMOVED, F.greatest(count - 1, F.lit(0)))
+                .otherwise(F.greatest(count, F.lit(1))))
+
+    aggregates = [F.max_by(payload, order_struct()).alias("last"), F.min_by(first, order_struct()).alias("first_change")]
+    if multiset:
+        aggregates.append(changes.alias("_copy_changes"))
+    last = effects.groupBy("final_database", "final_table", "row_key").agg(*aggregates)
+    copies = (F.when(F.size("_copy_changes") > 0, F.aggregate("_copy_changes", F.lit(0), fold)) if multiset
+              else F.lit(None).cast("int"))
+    return last.select("final_database", "final_table", "row_key", "last.*", "first_change", copies.alias("copies"))
+
+
+def live_copies() -> Column:
+    """How many snapshot rows a key's last change leaves: 1 or 0 for a keyed table (upsert or
+    delete), the folded count of identical rows for a table without a key."""
+    return F.coalesce(F.col("copies"), F.when(F.col("effect") == "upsert", 1).otherwise(0))
 
 
 def live_rows(latest: DataFrame) -> DataFrame:
-    """Snapshot rows: one INSERT per key whose last change left the row in place."""
-    live = latest.where(F.col("effect") == "upsert").withColumn("op", F.lit(Op.INSERT))
+    """Snapshot rows: one INSERT per key whose last change left the row in place, and per
+    identical row still there for a table without a key (whose last change may be the DELETE
+    of one of several copies: the row is then its old image)."""
+    live = latest.where(live_copies() > 0).withColumn("op", F.lit(Op.INSERT))
+    deleted = F.col("effect") == "delete"
+    for part in ("", "_schema", "_values", "_labels"):
+        if f"after{part}" in latest.columns:
+            live = live.withColumn(f"after{part}", F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}")))
     for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
         live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
+    # identical rows of a table without a key: one row each
+    live = live.withColumn("_copy", F.explode(F.array_repeat(F.lit(True), live_copies().cast("int")))).drop("_copy")
     return (
         live
+        .withColumn("effect", F.lit("upsert"))
         .withColumn("database", F.col("final_database"))
         .withColumn("table", F.col("final_table"))
     )

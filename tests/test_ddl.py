@@ -312,3 +312,18 @@ def test_columns_at_by_bisection_answers_as_a_scan_of_every_version():
                     pass
 
     check()
+
+
+def test_existence_says_where_a_name_has_a_table():
+    """The stretches of points at which a table of each name exists: from its CREATE (or the
+    start, for a table described before the archive or dropped without being described) to its
+    DROP or RENAME; a name no version mentions exists throughout."""
+    h = SchemaHistory("CREATE TABLE d.old (id int primary key)")
+    h.apply("CREATE TABLE d.t (id int primary key)", [10])
+    h.apply("DROP TABLE d.t", [20])
+    h.apply("CREATE TABLE d.t (id int primary key, v int)", [30])
+    h.apply("DROP TABLE d.before_archive", [40])
+    h.apply("RENAME TABLE d.old TO d.new", [50])
+    stretches = {(t, after, until) for _, t, after, until in h.existence()}
+    assert stretches == {("t", (10,), (20,)), ("t", (30,), None), ("before_archive", (), (40,)),
+                         ("old", (), (50,)), ("new", (50,), None)}

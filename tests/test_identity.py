@@ -20,7 +20,7 @@ TYPES = {
     "before_schema": pa.int64(), "before_values": pa.list_(pa.binary()), "before_labels": pa.list_(pa.string()),
     "after_schema": pa.int64(), "after_values": pa.list_(pa.binary()), "after_labels": pa.list_(pa.string()),
     "ddl_query": pa.string(), "topic": pa.string(), "partition": pa.int32(), "watermark_ts": pa.int64(),
-    "offset": pa.int64(), "raw_value": pa.binary(),
+    "offset": pa.int64(), "raw_value": pa.binary(), "event_index": pa.int32(),
 }
 KINDS = ["row", "ddl", "watermark", "quarantine", "empty"]
 
@@ -35,6 +35,7 @@ rows = st.fixed_dictionaries({
     "after_values": st.none() | st.lists(blobs, max_size=4), "after_labels": st.none() | st.lists(texts, max_size=4),
     "ddl_query": texts, "topic": texts, "partition": st.none() | st.integers(-(2 ** 31), 2 ** 31 - 1),
     "watermark_ts": longs, "offset": longs, "raw_value": blobs,
+    "event_index": st.none() | st.integers(0, 2 ** 31 - 1),
 })
 
 

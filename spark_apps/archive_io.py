@@ -268,7 +268,7 @@ def _native_lines(native, params: str | None):
     if (decoded["layout"] == "ticdc-storage" and "topic" in decoded and "columns" not in decoded
             and native.codec.name == "canal-json"):
         ticdc = layouts.ticdc_storage
-        return ((decoded["topic"], ticdc.offset(decoded["days"], decoded["index"], 0), ticdc.MAX_LINE),
+        return ((decoded["topic"], ticdc.base_offset(decoded), ticdc.MAX_LINE),
                 lambda uri, line_no, line: ticdc.line_record(uri, decoded, line_no, line))
     return None
 

@@ -70,15 +70,34 @@ def count_offsets(records, partition_stats: list[dict], runs: list[dict]) -> Non
 
 
 def missing_offsets(stats: dict) -> int:
-    """Offsets between the partition's lowest and highest that no record holds."""
+    """Offsets between the partition's lowest and highest that no record holds (as the
+    statistics say when the layout numbers offsets per object: `layout_holes`)."""
+    if "missing_offsets" in stats:
+        return stats["missing_offsets"]
     if stats.get("min_offset") is None:
         return 0
     return stats["max_offset"] - stats["min_offset"] + 1 - stats["offsets"]
 
 
-def gaps(decoded, partition_stats: list[dict], limit: int = GAPS_LISTED) -> tuple[list[dict], int]:
+def layout_holes(partition_stats: list[dict], holes, limit: int = GAPS_LISTED) -> tuple[list[dict], int]:
+    """The holes of a layout whose offsets are numbered per object (TiCDC's storage sink: line
+    numbers, which jump from one data file to the next): the objects it knows are missing,
+    each where its records would be. The partitions' offsets between are not holes: each
+    partition's statistics say so (`missing_offsets` 0: how many records a missing file held
+    is not known)."""
+    for s in partition_stats:
+        s["missing_offsets"] = 0
+    listed = sorted(holes, key=lambda h: (h["topic"], h["partition"], h["from"]))
+    return [{**h, "missing": None} for h in listed[:limit]], len(listed)
+
+
+def gaps(decoded, partition_stats: list[dict], limit: int = GAPS_LISTED, layout=None) -> tuple[list[dict], int]:
     """([{topic, partition, from, to, missing}], number of holes) for the partitions whose
-    statistics show missing offsets; ([], 0) without touching the data when none do."""
+    statistics show missing offsets; ([], 0) without touching the data when none do.
+    `layout`: the source's layout plan (spark_apps.layouts.base.Plan); when it numbers offsets
+    per object, its missing objects are the holes (`layout_holes`)."""
+    if layout is not None and layout.per_file_offsets:
+        return layout_holes(partition_stats, layout.holes, limit)
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

@@ -216,7 +216,9 @@ class _Stats:
         offset = pc.if_else(is_record, records.column("offset"), None)
         table = pa.table({
             "topic": records.column("topic"), "partition": records.column("partition"),
-            "records": pc.cast(pc.equal(index, 0), pa.int64()),
+            # records with an offset: not the rows a layout adds itself (a storage sink's
+            # checkpoint and schema files: layouts.base.watermark_row, ddl_row)
+            "records": pc.cast(pc.fill_null(is_record, False), pa.int64()),
             "watermark": pc.if_else(pc.equal(kind, Kind.WATERMARK), records.column("watermark_ts"), None),
             "min_commit_ts": commit, "max_commit_ts": commit,
             "rows_without_commit_ts": pc.cast(pc.and_(pc.equal(kind, Kind.ROW), pc.is_null(commit)), pa.int64()),

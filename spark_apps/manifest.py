@@ -185,7 +185,8 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
         "gaps": {
             "count": gap_count,
             "missing_offsets": sum(_missing(p) for p in partition_stats),
-            "listed": [{"topic": g["topic"], "partition": g["partition"], "from": g["from"], "to": g["to"]}
+            "listed": [{"topic": g["topic"], "partition": g["partition"], "from": g["from"], "to": g["to"],
+                        **({"object": g["object"]} if g.get("object") else {})}  # a layout's missing object
                        for g in gap_list],
         },
         "commit_ts_range": [min(all_min) if all_min else None, max(all_max) if all_max else None],
@@ -245,9 +246,9 @@ def timeline(counts: list[dict], frame: tuple[int, int] | None, buckets: int) ->
 
 def _missing(stats: dict) -> int:
     """Offsets between a partition's lowest and highest that no record holds."""
-    if stats.get("min_offset") is None:
-        return 0
-    return stats["max_offset"] - stats["min_offset"] + 1 - stats["offsets"]
+    from .gaps import missing_offsets
+
+    return missing_offsets(stats)
 
 
 def write_ddl_quarantine(base: str, failures: list[dict]) -> None:

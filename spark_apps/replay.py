@@ -497,7 +497,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     if args.since is not None and cut["kind"] != "commit_ts":
         raise ReplayError("--since needs commit ts, and this archive carries none")
     log.info("[replay %s] cut: %s", run_id, cut["description"])
-    offset_gaps, gap_count = gaps_mod.gaps(events, partition_stats)
+    offset_gaps, gap_count = gaps_mod.gaps(events, partition_stats, layout=layout_plan)
     if gap_count:
         shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
         log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)

@@ -22,8 +22,15 @@ from .ddl import column_differences
 
 # meta/schema_<table version>_<crc32, 10 digits>.json, or the older <version>/schema.json
 _SCHEMA_FILE = re.compile(r"(?:^|/)meta/schema_(\d+)_\d+\.json$|(?:^|/)(\d+)/schema\.json$")
-_LENGTH_TYPES = ("char", "varchar", "binary", "varbinary", "bit")
+# What TiDB's types.TypeToStr names (upper case in the files) that MySQL spells otherwise
+_SINK_BASES = {"var_string": "varchar"}
+_LENGTH_TYPES = ("char", "varchar", "binary", "varbinary")  # (n), n >= 0
 _FRACTION_TYPES = ("time", "datetime", "timestamp")
+# TiDB flags every BIT and YEAR column UNSIGNED (and ZEROFILL columns too), and the sink appends
+# " UNSIGNED" whenever the flag is set: MySQL has no BIT/YEAR UNSIGNED. FLOAT UNSIGNED is read
+# as FLOAT by the DDL history (spark_apps.ddl), so a schema file says the same.
+_NEVER_UNSIGNED = ("bit", "year", "float")
+_NOW = re.compile(r"^(?:current_timestamp|now)(?:\((\d?)\))?$", re.IGNORECASE)
 
 
 class SchemaFileError(ValueError):
@@ -41,12 +48,15 @@ class TableVersion:
     columns: tuple[tuple[str, str], ...]  # (name, MySQL type text)
     not_null: frozenset[str]
     keys: tuple[str, ...]
+    defaults: tuple[tuple[str, str], ...] = ()  # (name, DEFAULT clause SQL) of the columns that have one
 
     def create_statement(self) -> str:
         def q(name: str) -> str:
             return "`" + name.replace("`", "``") + "`"
 
+        defaults = dict(self.defaults)
         parts = [f"{q(name)} {type_text}{' NOT NULL' if name in self.not_null else ''}"
+                 + (f" DEFAULT {defaults[name]}" if name in defaults else "")
                  for name, type_text in self.columns]
         if self.keys:
             parts.append(f"PRIMARY KEY ({', '.join(q(k) for k in self.keys)})")
@@ -75,33 +85,72 @@ def _flag(value) -> bool:
     return str(value).strip().lower() == "true"
 
 
-def _positive(value) -> int | None:
+def _number(value) -> int | None:
     try:
-        number = int(str(value).strip())
+        return int(str(value).strip())
     except (TypeError, ValueError):
         return None
-    return number if number > 0 else None
+
+
+def _positive(value) -> int | None:
+    number = _number(value)
+    return number if number is not None and number > 0 else None
 
 
 def column_type(column: dict) -> str:
-    """MySQL type text of a storage-sink column: `ColumnType` ("INT UNSIGNED", "DECIMAL", ...)
-    with the length, precision/scale or fraction digits that matter for decoding (ENUM/SET
-    labels are not in the files: the messages carry them)."""
+    """MySQL type text of a storage-sink column (tiflow/ticdc pkg/sink/cloudstorage
+    table_definition.go, TableCol.FromTiColumnInfo): `ColumnType` is TiDB's type name upper
+    case (types.TypeToStr: TEXT/CHAR/VARCHAR of the binary charset are BLOB/BINARY/VARBINARY)
+    plus " UNSIGNED" when the column's unsigned flag is set; `ColumnPrecision` is the length of
+    CHAR/VARCHAR/BINARY/VARBINARY/BIT (and the display width of integers and YEAR, the length of
+    TEXT/BLOB: not part of the type here), FLOAT/DOUBLE/DECIMAL's precision with `ColumnScale` its
+    scale; `ColumnScale` alone is TIME/DATETIME/TIMESTAMP's fraction digits. ENUM/SET labels,
+    charset and collation are not in the files (the messages carry the labels). An older
+    `ColumnLength` is read as the length too."""
     words = str(column.get("ColumnType") or "").strip().lower().split()
     if not words:
         raise SchemaFileError(f"column {column.get('ColumnName')!r} has no ColumnType")
-    base, unsigned = words[0], "unsigned" in words[1:]
+    base = _SINK_BASES.get(words[0], words[0])
+    unsigned = "unsigned" in words[1:] and base not in _NEVER_UNSIGNED
     params = ""
     if base in _LENGTH_TYPES:
+        length = _number(column.get("ColumnLength"))
+        if length is None or length < 0:
+            length = _number(column.get("ColumnPrecision"))
+        params = f"({length})" if length is not None and length >= 0 else ""
+    elif base == "bit":
         length = _positive(column.get("ColumnLength")) or _positive(column.get("ColumnPrecision"))
         params = f"({length})" if length else ""
     elif base in ("decimal", "numeric"):
         precision, scale = _positive(column.get("ColumnPrecision")), _positive(column.get("ColumnScale")) or 0
         params = f"({precision},{scale})" if precision else ""
+    elif base in ("float", "double"):  # (M,D) only when the scale was given: DOUBLE(M) is no MySQL type
+        precision, scale = _positive(column.get("ColumnPrecision")), _positive(column.get("ColumnScale"))
+        params = f"({precision},{scale})" if precision and scale else ""
     elif base in _FRACTION_TYPES:
         fraction = _positive(column.get("ColumnScale"))
         params = f"({fraction})" if fraction else ""
     return f"{base}{params}{' unsigned' if unsigned else ''}"
+
+
+def default_clause(column: dict, type_text: str) -> str | None:
+    """The DEFAULT of a storage-sink column as SQL, or None: `ColumnDefault` is TiDB's default
+    (model.GetColumnDefaultValue: a string for most types, CURRENT_TIMESTAMP[(n)] for a time
+    default, the value's raw bytes for BIT), left out when there is none."""
+    value = column.get("ColumnDefault")
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, bool):
+        value = int(value)
+    text = str(value)
+    base = type_text.split("(")[0].split()[0]
+    if base in ("bit",) and isinstance(value, str):
+        if any(ord(c) > 0xFF for c in text):  # not the raw bytes (replaced while encoding): unknown
+            return None
+        return str(int.from_bytes(text.encode("latin-1"), "big")) if text else "0"
+    if base in _FRACTION_TYPES + ("date",) and (now := _NOW.match(text.strip())):
+        return f"CURRENT_TIMESTAMP({now[1]})" if now[1] else "CURRENT_TIMESTAMP"
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def parse_schema_file(data: bytes, uri: str) -> TableVersion | None:
@@ -118,6 +167,11 @@ def parse_schema_file(data: bytes, uri: str) -> TableVersion | None:
         version = int(doc["TableVersion"])
         columns = doc.get("TableColumns") or []
         parsed = tuple((str(c["ColumnName"]), column_type(c)) for c in columns)
+        total = doc.get("TableColumnsTotal")
+        if total is not None and _number(total) not in (None, len(columns)):
+            raise ValueError(f"TableColumnsTotal {total} but {len(columns)} TableColumns")
+        defaults = tuple((name, clause) for (name, type_text), c in zip(parsed, columns)
+                         if (clause := default_clause(c, type_text)) is not None)
     except SchemaFileError as e:
         raise SchemaFileError(f"{uri}: {e}") from None
     except (ValueError, KeyError, TypeError) as e:
@@ -127,7 +181,7 @@ def parse_schema_file(data: bytes, uri: str) -> TableVersion | None:
     return TableVersion(
         uri, database, table, version, parsed,
         frozenset(str(c["ColumnName"]) for c in columns if "ColumnNullable" in c and not _flag(c["ColumnNullable"])),
-        tuple(str(c["ColumnName"]) for c in columns if _flag(c.get("ColumnIsPk"))))
+        tuple(str(c["ColumnName"]) for c in columns if _flag(c.get("ColumnIsPk"))), defaults)
 
 
 def load(uri: str, list_objects=storage.list_objects, read_bytes=storage.read_bytes) -> StartingSchemas:

@@ -96,8 +96,10 @@ def test_storage_sink_paths_are_parsed_as_ticdc_writes_them():
     assert parse("db/t/437/2026-01/CDC0000000007.json.gz")["index"] == 7
     assert parse("db/t/meta/schema_1_0000000001.json") is None
     assert parse("db/t/437/x/y/z/CDC000001.json") is None
-    # the coordinate grows with date, then file index, then line
-    assert ticdc_storage.offset(1, 1, 1) > ticdc_storage.offset(0, 99, 5) > ticdc_storage.offset(0, 2, 1)
+    # the offset grows with the table's file number, then the line; any realistic archive's offsets
+    # fit a signed 64-bit integer (Spark's bigint, the manifest's JSON)
+    assert ticdc_storage.offset(1, 1) > ticdc_storage.offset(0, 99) > ticdc_storage.offset(0, 2)
+    assert ticdc_storage.offset(ticdc_storage.MAX_FILES - 1, 10 ** 9) < 2 ** 63
 
 
 def test_storage_sink_plan_reads_visible_files_and_the_checkpoint(tmp_path):
@@ -122,9 +124,60 @@ def test_storage_sink_plan_reads_visible_files_and_the_checkpoint(tmp_path):
     assert ids == [1, 2, 3, 4, 6, 7, 8]
     first = next(r for r, line in records if r.object.endswith("2026-01-01/CDC000001.json") and line == 2)
     assert (first.topic, first.partition, first.value) == ("shop.t", 0, canal_line("shop", "t", TS[1], 2, "b"))
-    assert first.offset == ticdc_storage.offset(20454, 1, 2)
+    assert first.offset == ticdc_storage.offset(0, 2)  # shop.t's first data file, line 2
+    assert plan.per_file_offsets and plan.holes == () and plan.info["missing_files"] == 0
     with pytest.raises(layouts.LayoutError, match="--protocol canal-json"):
         layouts.plan(str(tmp_path), "ticdc-storage", protocol="open-protocol")
+
+
+def test_storage_sink_files_are_numbered_per_table_and_missing_files_are_holes(tmp_path):
+    """Offsets of a mid-stream archive as the sink lays it out (tiflow/ticdc
+    pkg/sink/cloudstorage/path.go: {version}/[{partition id}/][{date}/]CDC{index}.json, the index
+    restarting in each date directory, meta/CDC[_{dispatcher}].index naming the last file):
+    every data file of a table has its own number in the sink's order (version, partition id,
+    date, dispatcher, index), so no two lines share an offset and all fit in 63 bits whatever
+    the dates and versions; a number up to an index file with no data file is a hole, numbered
+    where that file would be."""
+    line = canal_line("shop", "t", TS[0], 1, "a") + b"\r\n"
+    v1, v2 = 449_000_000_000_000_000, 449_000_000_100_000_000
+    dirs = {f"shop/t/{v1}/2026-01-01": 3, f"shop/t/{v1}/2026-01-02": 2, f"shop/t/{v2}/2026-01-02": 1,
+            f"shop/p/{v1}/89/2026-01-01": 1, f"shop/p/{v1}/88/2026-01-01": 2}
+    for directory, files in dirs.items():
+        for index in range(1, files + 1):
+            put(tmp_path, f"{directory}/CDC{index:06d}.json", line * index)
+        put(tmp_path, f"{directory}/meta/CDC.index", b"CDC%06d.json\n" % files)
+    put(tmp_path, f"shop/d/{v1}/2026-01/CDC_ab12_000001.json", line)
+    put(tmp_path, f"shop/d/{v1}/2026-01/meta/CDC_ab12.index", b"CDC_ab12_000001.json\n")
+    plan = layouts.plan(str(tmp_path), "ticdc-storage", protocol="canal-json")
+    assert plan.holes == () and plan.info["missing_files"] == 0 and plan.per_file_offsets
+    numbers = {os.path.relpath(it.uri, tmp_path): orjson.loads(it.params)["file"] for it in plan.items
+               if "file" in orjson.loads(it.params)}
+    assert numbers == {
+        f"shop/t/{v1}/2026-01-01/CDC000001.json": 0, f"shop/t/{v1}/2026-01-01/CDC000002.json": 1,
+        f"shop/t/{v1}/2026-01-01/CDC000003.json": 2, f"shop/t/{v1}/2026-01-02/CDC000001.json": 3,
+        f"shop/t/{v1}/2026-01-02/CDC000002.json": 4, f"shop/t/{v2}/2026-01-02/CDC000001.json": 5,
+        f"shop/p/{v1}/88/2026-01-01/CDC000001.json": 0, f"shop/p/{v1}/88/2026-01-01/CDC000002.json": 1,
+        f"shop/p/{v1}/89/2026-01-01/CDC000001.json": 2, f"shop/d/{v1}/2026-01/CDC_ab12_000001.json": 0}
+    offsets = []
+    for it in plan.items:
+        offsets += [(r.topic, r.offset) for r, _ in layouts.read(it.uri, it.params) if not isinstance(r, dict)]
+    assert len(offsets) == len(set(offsets)) == (1 + 2 + 3) + (1 + 2) + 1 + (1 + 2) + 1 + 1  # lines per file
+    assert all(0 < o < 2 ** 63 for _, o in offsets)
+    assert plan.items == layouts.plan(str(tmp_path), "ticdc-storage", protocol="canal-json").items  # deterministic
+
+    # a data file gone from the middle of a directory (its index file names a later one): a hole
+    os.remove(tmp_path / f"shop/t/{v1}/2026-01-01/CDC000002.json")
+    os.remove(tmp_path / f"shop/d/{v1}/2026-01/CDC_ab12_000001.json")  # the only file: no numbered file is left
+    plan = layouts.plan(str(tmp_path), "ticdc-storage", protocol="canal-json")
+    [hole] = plan.holes
+    assert hole == {"topic": "shop.t", "partition": 0, "from": ticdc_storage.offset(1, 1),
+                    "to": ticdc_storage.offset(1, ticdc_storage.MAX_LINE),
+                    "object": str(tmp_path / f"shop/t/{v1}/2026-01-01/CDC000002.json")}
+    assert plan.info["missing_files"] == 1 and plan.info["missing_objects"] == [hole["object"]]
+    assert "1 missing" in plan.found
+    numbers = {os.path.relpath(it.uri, tmp_path): orjson.loads(it.params)["file"] for it in plan.items
+               if "file" in orjson.loads(it.params)}
+    assert numbers[f"shop/t/{v1}/2026-01-01/CDC000003.json"] == 2  # the same numbers as before
 
 
 # -------------------------------------------------------------------- kafka-connect-s3

@@ -33,6 +33,10 @@ class Plan:
     not_visible: tuple[str, ...] = ()  # objects deliberately not read (e.g. beyond an index file)
     schema_uri: str | None = None  # starting schemas the layout carries (used when --schema is not given)
     info: dict = dataclasses.field(default_factory=dict)  # the manifest's `layout` section
+    # offsets numbered per object (line numbers: they jump from one object to the next), so a
+    # hole is an object the layout knows is missing (`holes`), not a jump between offsets
+    per_file_offsets: bool = False
+    holes: tuple[dict, ...] = ()  # {topic, partition, from, to, object}: where a missing object's records would be
 
     @property
     def objects(self) -> int:
@@ -66,18 +70,19 @@ def quarantine_row(uri, line_no, stage, reason, record=None, raw_line=None,
 
 
 def watermark_row(uri: str, topic: str, partition: int, watermark_ts: int) -> dict:
-    """A watermark the layout itself carries (not a message): everything of `topic`/`partition`
-    at or below `watermark_ts` is in the archive."""
+    """A watermark the layout itself carries (not a message, so no offset: it is no record and
+    makes no hole): everything of `topic`/`partition` at or below `watermark_ts` is in the archive."""
     row = new_event(Kind.WATERMARK, watermark_ts=watermark_ts)
-    row.update(topic=topic, partition=partition, offset=-1, object=uri, line=0, event_index=0)
+    row.update(topic=topic, partition=partition, offset=None, object=uri, line=0, event_index=0)
     return row
 
 
 def ddl_row(uri: str, topic: str, database: str, table: str, commit_ts: int, query: str) -> dict:
-    """A DDL the layout itself records (a storage-sink schema file's Query at its version)."""
+    """A DDL the layout itself records (a storage-sink schema file's Query at its version; no
+    offset, like a watermark_row)."""
     from cdc_codecs.ddl_types import classify
 
     row = new_event(Kind.DDL, commit_ts=commit_ts, execute_ts_ms=commit_ts >> 18, database=database, table=table,
                     ddl_query=query, ddl_type=classify(query))
-    row.update(topic=topic, partition=0, offset=-1, object=uri, line=0, event_index=0)
+    row.update(topic=topic, partition=0, offset=None, object=uri, line=0, event_index=0)
     return row

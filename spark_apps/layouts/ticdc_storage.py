@@ -15,10 +15,15 @@ The date directory (date-separator year/month/day) comes from the TiCDC node's c
 file index restarts in each one; file-index-width only pads the index.
 
 Records: one per line (`\\r\\n` or `\\n` terminated); topic `{schema}.{table}`, partition 0 and
-offset `days(date) × 2^47 + file index × 2^24 + line`, where days(date) is the date
-directory's first day counted from 1970-01-01 (0 without a date directory): a stable
-coordinate that grows with the sink's own order inside a table. Changes are ordered by their
-commit ts; the coordinate only breaks ties and names where a record was read.
+offset `file × 2^32 + line`, where `file` numbers the table's data files from 0 in the sink's
+own order (table version, partition id, date, dispatcher, file index) and `line` is the 1-based
+line: unique in the table, below 2^63, the same on every run over the same files. Changes are
+ordered by their commit ts; the offset only breaks ties and names where a record was read.
+Offsets jump from one file to the next (a file's line count is not known before it is read),
+so the holes of such an archive are not holes in the offsets but data files missing from a
+directory: an index file names the directory's last file and the sink numbers its files from 1
+without gaps, so a number up to the index that has no file is a missing file (`Plan.holes`,
+numbered among the table's files like the file it stands for).
 
 Schemas come from the schema files: the earliest of each table is its starting schema (the
 source becomes `--schema`), and a file whose columns differ from the table's previous one
@@ -61,8 +66,9 @@ _TABLE_SCHEMA = re.compile(r"^[^/]+/[^/]+/meta/schema_\d+_\d{10}\.json$|^[^/]+/[
 _DB_SCHEMA = re.compile(r"^[^/]+/meta/schema_\d+_\d{10}\.json$")
 _DATE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
 
-INDEX_BITS, LINE_BITS = 23, 24
+LINE_BITS = 32  # lines per data file; the file number takes the 31 bits above (a signed 64-bit offset)
 MAX_LINE = (1 << LINE_BITS) - 1
+MAX_FILES = 1 << (63 - LINE_BITS)  # data files per table
 
 
 def _date_days(segment: str) -> int | None:
@@ -96,8 +102,55 @@ def parse_data_path(rel: str) -> dict | None:
             "dispatcher": m["dispatcher"], "index": int(m["index"]), "ext": m["ext"], "dir": directory}
 
 
-def offset(days: int, index: int, line: int) -> int:
-    return (days << (INDEX_BITS + LINE_BITS)) | (min(index, (1 << INDEX_BITS) - 1) << LINE_BITS) | min(line, MAX_LINE)
+def offset(file: int, line: int) -> int:
+    """The offset of line `line` (1-based) of the table's data file number `file` (from 0)."""
+    return (file << LINE_BITS) | min(line, MAX_LINE)
+
+
+def base_offset(params: dict) -> int:
+    """The offset of a data file item's line 0 (its lines add their number)."""
+    return offset(params["file"], 0)
+
+
+def _file_order(d: dict, rel: str) -> tuple:
+    """The sink's own order of a table's data files: table version, partition id, date,
+    dispatcher, file index (the directory and name only make it total)."""
+    return (d["version"], -1 if d["partition_id"] is None else d["partition_id"], d["days"], d["dir"],
+            d["dispatcher"] or "", d["index"], rel)
+
+
+def number_files(files: list[tuple], visible_up_to: dict) -> tuple[dict, list[tuple]]:
+    """Number each table's data files in the sink's order, counting the files missing from a
+    directory (a number up to the directory's index file without a data file): ({relative path:
+    file number}, [(topic, file number, relative path of the missing file)]). `files`: (relative
+    path, parsed path) of the visible data files."""
+    by_topic: dict[str, list] = defaultdict(list)
+    present: dict[tuple, set] = defaultdict(set)
+    for rel, d in files:
+        by_topic[f"{d['schema']}.{d['table']}"].append((_file_order(d, rel), rel))
+        present[(d["dir"], d["dispatcher"])].add(d["index"])
+    for rel, d in files:  # one stand-in per missing number, placed where that file would be
+        group = (d["dir"], d["dispatcher"])
+        if group not in present:
+            continue
+        have = present.pop(group)
+        width = len(re.search(r"(\d+)\.\w+" + _COMPRESSION + "$", rel)[1])
+        name = rel.rsplit("/", 1)[-1]
+        prefix = name[:name.rindex(f"{d['index']:0{width}d}")]
+        suffix = name[len(prefix) + width:]
+        for index in sorted(set(range(1, visible_up_to[group] + 1)) - have):
+            missing = f"{d['dir']}/{prefix}{index:0{width}d}{suffix}"
+            by_topic[f"{d['schema']}.{d['table']}"].append((_file_order({**d, "index": index}, missing), None, missing))
+    numbers, holes = {}, []
+    for topic, entries in by_topic.items():
+        if len(entries) > MAX_FILES:
+            raise LayoutError(f"{topic}: {len(entries)} data files, more than the {MAX_FILES} a table's offsets can number")
+        for number, entry in enumerate(sorted(entries, key=lambda e: e[0])):
+            if entry[1] is None:
+                holes.append((topic, number, entry[2]))
+            else:
+                numbers[entry[1]] = number
+    return numbers, holes
 
 
 def matches(relatives: list[str]) -> int:
@@ -193,7 +246,7 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         if rel == METADATA:
             metadata = o
         elif (parsed := parse_data_path(rel)) is not None:
-            data.append((o, parsed))
+            data.append((o, parsed, rel))
         elif m := _INDEX.match(rel):
             indexes[(m["dir"], m["dispatcher"])] = o.uri
         elif _TABLE_SCHEMA.match(rel):
@@ -202,7 +255,7 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
             db_schemas += 1
     if not data:
         raise LayoutError(f"{source}: no TiCDC storage-sink data files (<schema>/<table>/<version>/.../CDC*.json|csv)")
-    formats = sorted({d["ext"] for _, d in data})
+    formats = sorted({d["ext"] for _, d, _ in data})
     if len(formats) > 1:
         raise LayoutError(f"{source}: holds both .json and .csv data files; replay one changefeed's output at a time")
     expected = FORMATS[formats[0]]
@@ -224,11 +277,18 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
     quote = (protocol_options or {}).get("quote", '"')
     items, not_visible, topics = [], [], set()
     by_group = defaultdict(int)
-    for o, d in data:
+    visible = []
+    for o, d, rel in data:
         last = visible_up_to.get((d["dir"], d["dispatcher"]))
         if last is None or d["index"] > last:
             not_visible.append(o.uri)
-            continue
+        else:
+            visible.append((o, d, rel))
+    numbers, missing = number_files([(rel, d) for _, d, rel in visible], visible_up_to)
+    root = data[0][0].uri[:len(data[0][0].uri) - len(data[0][2])]  # the objects' URIs are root + relative path
+    holes = tuple({"topic": topic, "partition": 0, "from": offset(number, 1), "to": offset(number, MAX_LINE),
+                   "object": root + rel} for topic, number, rel in missing)
+    for o, d, rel in visible:
         topic = f"{d['schema']}.{d['table']}"
         topics.add(topic)
         by_group[(d["dir"], d["dispatcher"])] += 1
@@ -236,7 +296,7 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         if expected == "csv":
             extra = {"csv_quote": quote,
                      "columns": _columns_at(schemas.get((d["schema"].lower(), d["table"].lower()), []), d["version"])}
-        items.append(item(o.uri, o.size, NAME, topic=topic, days=d["days"], index=d["index"], **extra))
+        items.append(item(o.uri, o.size, NAME, topic=topic, file=numbers[rel], **extra))
     data_files = len(items)
     if (checkpoint is not None and topics) or changes:
         where = metadata if metadata is not None else data[0][0]
@@ -244,13 +304,15 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
         items.append(item(where.uri, 0, NAME, checkpoint=checkpoint, topics=sorted(marked), changes=changes))
     found = (f"TiCDC storage sink, {expected} ({formats[0]}) files: {data_files} data "
              f"files in {len(by_group)} directories of {len(topics)} tables; {len(not_visible)} files not yet "
-             f"visible (beyond their index file); {len(table_schemas)} table and {db_schemas} database schema files, "
+             f"visible (beyond their index file), {len(holes)} missing (numbered up to their index file, absent); "
+             f"{len(table_schemas)} table and {db_schemas} database schema files, "
              f"{len(changes)} schema changes between them; "
              + (f"checkpoint-ts {checkpoint}" if checkpoint is not None else
                 "no root metadata file (no checkpoint: the cut is the archive's end)"))
     return Plan(NAME, tuple(items), found, tuple(not_visible),
-                schema_uri=source if table_schemas else None,
+                schema_uri=source if table_schemas else None, per_file_offsets=True, holes=holes,
                 info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
+                      "missing_files": len(holes), "missing_objects": [h["object"] for h in holes[:100]],
                       "table_schema_files": len(table_schemas), "database_schema_files": db_schemas,
                       "schema_changes": len(changes)})
 
@@ -281,7 +343,7 @@ def read(uri: str, params: dict) -> Iterator:
 def line_record(uri: str, params: dict, line_no: int, line: bytes, headers=()) -> KafkaRecord:
     """The record of one non-blank line of a data file (json or csv; also for the compiled line reader's
     leftovers, spark_apps.archive_io)."""
-    return KafkaRecord(params["topic"], 0, offset(params["days"], params["index"], line_no), None, None, line,
+    return KafkaRecord(params["topic"], 0, offset(params["file"], line_no), None, None, line,
                        headers, uri)
 
 
@@ -334,8 +396,8 @@ def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, p
                 storage.write_bytes(storage.join(base, directory, name), data)
                 storage.write_bytes(storage.join(base, directory, "meta/CDC.index"), f"{name}\n".encode())
                 written.append({"uri": storage.join(base, directory, name), "topic": f"{database}.{table}",
-                                "partition": 0, "first_offset": offset(0, index, 1),
-                                "last_offset": offset(0, index, len(lines)), "records": len(lines),
+                                "partition": 0, "first_offset": offset(index - 1, 1),
+                                "last_offset": offset(index - 1, len(lines)), "records": len(lines),
                                 "events": len(lines), "rows": len(lines), "bytes": len(data)})
                 lines = []
 

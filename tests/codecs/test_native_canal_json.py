@@ -397,11 +397,11 @@ def test_ticdc_storage_json_files_are_read_by_the_compiled_decoder_alike(monkeyp
               dumps({**BASE, "type": "DELETE"}), b"", dumps({**BASE, "pkNames": ["missing"]})]
     path = tmp_path / "CDC000007.json"
     path.write_bytes(object_bytes(values, [b"\r\n"], final=False))
-    params = json.dumps({"layout": "ticdc-storage", "topic": "shop.orders", "days": 3, "index": 7})
+    params = json.dumps({"layout": "ticdc-storage", "topic": "shop.orders", "file": 7})
     rows = decode_object_both(monkeypatch, str(path), params)["python"]
     assert {r["kind"] for r in rows} == {"row", "watermark", "ddl", "quarantine"}
-    assert {r["offset"] for r in rows if r["kind"] == "row"} == {ticdc_storage.offset(3, 7, 1),
-                                                                 ticdc_storage.offset(3, 7, 6)}
+    assert {r["offset"] for r in rows if r["kind"] == "row"} == {ticdc_storage.offset(7, 1),
+                                                                 ticdc_storage.offset(7, 6)}
     assert lines_share(str(path), params) == (3, 3)
 
 

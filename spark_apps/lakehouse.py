@@ -25,6 +25,7 @@ import pyarrow as pa
 from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
+from .paths import segment
 
 FORMATS = ("delta", "iceberg")
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
@@ -83,17 +84,19 @@ def table_schema(columns: Iterable[tuple[str, str]], history: bool) -> pa.Schema
 
 
 def table_parts(template: str, database: str | None, table: str | None) -> list[str]:
-    """`--target-table` rendered: the dotted name of the table (Iceberg namespace.table; for
-    Delta the folders below the output)."""
-    name = template.replace("{schema}", database or "_").replace("{table}", table or "_")
-    parts = [p for p in name.split(".") if p]
+    """`--target-table` rendered: the parts of the table's name (Iceberg namespace.table; for
+    Delta the folders below the output). The template is split at its dots before the names
+    go in, so a name holding a dot stays one part (`a.b`.`c` and `a`.`b.c` are two tables)."""
+    parts = [p for p in template.split(".") if p]
     if len(parts) < 2:
         raise LakehouseError(f"--target-table {template!r} must give at least namespace.table (e.g. {{schema}}.{{table}})")
-    return parts
+    return [p.replace("{schema}", "_" if database is None else database).replace("{table}", "_" if table is None else table)
+            for p in parts]
 
 
 def table_location(output: str, template: str, database: str | None, table: str | None) -> str:
-    return storage.join(output, *table_parts(template, database, table))
+    """The table's folder: each part of its name one path segment (spark_apps.paths)."""
+    return storage.join(output, *(segment(p) for p in table_parts(template, database, table)))
 
 
 def data_uri_fn(output: str, template: str, run_id: str):

@@ -504,11 +504,24 @@ class TablePlan:
 
         return pq.read_schema(io.BytesIO(storage.read_bytes(files[0]["uri"])))
 
-    def commit(self, written: list[dict], history: bool) -> dict:
+    def _by_table(self, files: list[dict], window: bool) -> dict[tuple, list]:
+        """Files per table, by the folder they were written to (a table's `data/`, or the
+        window's `<db>/<table>/`), not by their `db.table` label, which is ambiguous when a name
+        holds a dot (`a.b`.`c`, `a`.`b.c`)."""
         by_table: dict[tuple, list] = {key: [] for key in self.tables}
+        if window:
+            folders = {(segment(d), segment(t)): (d, t) for d, t in self.tables}
+        else:
+            folders = {storage.join(self.target.location(d, t), "data"): (d, t) for d, t in self.tables}
         names = {f"{d}.{t}": (d, t) for d, t in self.tables}
-        for w in written:
-            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        for w in files:
+            folder = tuple(w["uri"].rsplit("/", 3)[1:3]) if window else w["uri"].rsplit("/", 1)[0]
+            key = folders.get(folder) or names.get(w["topic"]) or tuple(w["topic"].split(".", 1))
+            by_table.setdefault(key, []).append(w)
+        return by_table
+
+    def commit(self, written: list[dict], history: bool) -> dict:
+        by_table = self._by_table(written, window=False)
         result = {}
         for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):
             name = self.target.name(*key)
@@ -547,10 +560,7 @@ class TablePlan:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        by_table: dict[tuple, list] = {key: [] for key in self.tables}
-        names = {f"{d}.{t}": (d, t) for d, t in self.tables}
-        for w in changes:
-            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        by_table = self._by_table(changes, window=True)
         cut_ts = self.cut.get("commit_ts")
         actions = {}
         for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):

@@ -174,7 +174,8 @@ def check_manifest(manifest: dict, output: str) -> None:
 def check_contained(base, output: str, before: set[str]) -> None:
     """Nothing was written under the test's folder but below --output."""
     new = files_below(str(base)) - before
-    outside = sorted(p for p in new if not (p + "/").startswith(output.rstrip("/") + "/"))
+    output = output.rstrip("/")
+    outside = sorted(p for p in new if not (p + "/").startswith(output + "/") and not output.startswith(p + "/"))
     assert not outside, outside[:5]
 
 

@@ -18,7 +18,6 @@ from collections import defaultdict
 import orjson
 
 from . import masking, storage
-from .paths import display
 from .contract import (  # noqa: F401  (the names and the document are the contract's)
     AIRFLOW_STAGING,
     COMMIT_LOG,
@@ -31,6 +30,7 @@ from .contract import (  # noqa: F401  (the names and the document are the contr
     Status,
     read_manifest_doc,
 )
+from .paths import display
 
 
 class CutError(ValueError):

@@ -28,6 +28,7 @@ from cdc_codecs.events import Op
 from . import layouts, masking, native_decode, storage
 from .contract import Kind
 from .layouts.base import quarantine_row
+from .paths import display, segment
 from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
@@ -462,7 +463,7 @@ class _ObjectWriter:
         if not self._lines:
             return
         data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6, mtime=0)  # reruns byte-identical
-        uri = storage.join(self.base, object_name(self.topic, self.partition, self._first))
+        uri = storage.join(self.base, object_name(segment(self.topic), self.partition, self._first))
         storage.write_bytes(uri, data)
         self.written.append({
             "uri": uri, "topic": self.topic, "partition": self.partition, "first_offset": self._first,
@@ -522,11 +523,12 @@ def write_topics_fn(
                 event = last.get("event") or {}
                 raise EncodeError(
                     f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
-                    f"{event.get('database')}.{event.get('table')} read at {event.get('topic')}/{event.get('partition')} "
+                    f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
+                    f"{event.get('partition')} "
                     f"offset {event.get('offset')} (object {event.get('object')}): {e}") from e
             writer.flush()
             written.extend(writer.written)
-            log.info("wrote %s/%d: %d records", topic, partition, writer.offset)
+            log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
         if written:
             yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
 

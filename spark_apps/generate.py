@@ -27,6 +27,7 @@ from cdc_codecs.events import ColumnFlag, Kind, Op, new_event
 from cdc_codecs.mysql_types import enum_set_label, parse_type
 
 from . import storage
+from .paths import segment
 
 EPOCH_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 U64_MAX = (1 << 64) - 1
@@ -619,7 +620,7 @@ def write_archive(records: list[KafkaRecord], prefix: str, *, records_per_object
             if bad_left:
                 lines.insert(rng.randrange(len(lines) + 1), b'{"topic": "broken", "partition": ')
                 bad_left -= 1
-            uri = storage.join(prefix, object_name(topic, partition, chunk[0].offset))
+            uri = storage.join(prefix, object_name(segment(topic), partition, chunk[0].offset))
             storage.write_bytes(uri, gzip.compress(b"\n".join(lines) + b"\n"))
             written.append(uri)
     return written

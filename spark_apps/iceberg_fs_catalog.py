@@ -14,7 +14,8 @@ written temporary file: atomic and exclusive on a local or POSIX file system), t
 version hint; a writer that loses the race fails with CommitFailedException, as with Java's
 HadoopTableOperations. Readers take the highest v<N> when the hint lags. Object stores have no
 exclusive create here, so warehouses are local paths (or mounted file systems) only.
-Namespaces are folders; namespace properties are not kept.
+Namespaces are folders; namespace properties are not kept. Each part of an identifier is
+one folder as spark_apps.paths.segment makes it (ordinary names unchanged).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from pyiceberg.exceptions import (
 from pyiceberg.serializers import FromInputFile, ToOutputFile
 from pyiceberg.table import CommitTableResponse, Table
 
+from .paths import segment, unsegment
+
 HINT = "version-hint.text"
 _VERSION = re.compile(r"^v(\d+)\.metadata\.json$")
 
@@ -55,10 +58,10 @@ class FilesystemCatalog(MetastoreCatalog):
         parts = Catalog.identifier_to_tuple(identifier)
         if len(parts) < 2:
             raise NoSuchTableError(f"{identifier}: a table identifier is namespace.table")
-        return os.path.join(self.warehouse, *parts)
+        return os.path.join(self.warehouse, *map(segment, parts))
 
     def _namespace_dir(self, namespace) -> str:
-        return os.path.join(self.warehouse, *Catalog.identifier_to_tuple(namespace))
+        return os.path.join(self.warehouse, *map(segment, Catalog.identifier_to_tuple(namespace)))
 
     @staticmethod
     def current_version(table_dir: str) -> int | None:
@@ -146,7 +149,7 @@ class FilesystemCatalog(MetastoreCatalog):
         if not os.path.isdir(base):
             raise NoSuchNamespaceError(f"no namespace {namespace}")
         prefix = Catalog.identifier_to_tuple(namespace)
-        return [(*prefix, name) for name in sorted(os.listdir(base)) if self._is_table(os.path.join(base, name))]
+        return [(*prefix, _name(name)) for name in sorted(os.listdir(base)) if self._is_table(os.path.join(base, name))]
 
     # ------------------------------------------------------------- namespaces
     def create_namespace(self, namespace, properties=None) -> None:
@@ -168,7 +171,7 @@ class FilesystemCatalog(MetastoreCatalog):
         prefix = Catalog.identifier_to_tuple(namespace) if namespace else ()
         if not os.path.isdir(base):
             return []
-        return [(*prefix, name) for name in sorted(os.listdir(base))
+        return [(*prefix, _name(name)) for name in sorted(os.listdir(base))
                 if os.path.isdir(os.path.join(base, name)) and not name.startswith(("_", "."))
                 and not self._is_table(os.path.join(base, name))]
 
@@ -195,3 +198,11 @@ class FilesystemCatalog(MetastoreCatalog):
 
     def register_view(self, identifier, metadata_location: str):
         raise NotImplementedError("the filesystem catalog has no views")
+
+
+def _name(folder: str) -> str:
+    """The identifier part a folder holds (a folder not made by `segment`: its own name)."""
+    try:
+        return unsegment(folder) or folder
+    except ValueError:
+        return folder

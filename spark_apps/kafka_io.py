@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 
 from . import storage
+from .paths import segment
 
 log = logging.getLogger("cdc_replay")
 
@@ -210,7 +211,7 @@ def markers_base(manifest_uri: str, print_: str) -> str:
 
 
 def _marker(base: str, state: str, topic: str, partition: int) -> str:
-    return storage.join(base, state, f"{topic}+{partition}.json")
+    return storage.join(base, state, f"{segment(topic)}+{partition}.json")  # the topic read back from the marker
 
 
 def finished_partitions(base: str) -> dict[tuple[str, int], dict]:

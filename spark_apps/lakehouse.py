@@ -25,6 +25,7 @@ import pyarrow as pa
 from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
+from .paths import segment
 
 FORMATS = ("delta", "iceberg")
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
@@ -83,17 +84,19 @@ def table_schema(columns: Iterable[tuple[str, str]], history: bool) -> pa.Schema
 
 
 def table_parts(template: str, database: str | None, table: str | None) -> list[str]:
-    """`--target-table` rendered: the dotted name of the table (Iceberg namespace.table; for
-    Delta the folders below the output)."""
-    name = template.replace("{schema}", database or "_").replace("{table}", table or "_")
-    parts = [p for p in name.split(".") if p]
+    """`--target-table` rendered: the parts of the table's name (Iceberg namespace.table; for
+    Delta the folders below the output). The template is split at its dots before the names
+    go in, so a name holding a dot stays one part (`a.b`.`c` and `a`.`b.c` are two tables)."""
+    parts = [p for p in template.split(".") if p]
     if len(parts) < 2:
         raise LakehouseError(f"--target-table {template!r} must give at least namespace.table (e.g. {{schema}}.{{table}})")
-    return parts
+    return [p.replace("{schema}", "_" if database is None else database).replace("{table}", "_" if table is None else table)
+            for p in parts]
 
 
 def table_location(output: str, template: str, database: str | None, table: str | None) -> str:
-    return storage.join(output, *table_parts(template, database, table))
+    """The table's folder: each part of its name one path segment (spark_apps.paths)."""
+    return storage.join(output, *(segment(p) for p in table_parts(template, database, table)))
 
 
 def data_uri_fn(output: str, template: str, run_id: str):
@@ -501,11 +504,24 @@ class TablePlan:
 
         return pq.read_schema(io.BytesIO(storage.read_bytes(files[0]["uri"])))
 
-    def commit(self, written: list[dict], history: bool) -> dict:
+    def _by_table(self, files: list[dict], window: bool) -> dict[tuple, list]:
+        """Files per table, by the folder they were written to (a table's `data/`, or the
+        window's `<db>/<table>/`), not by their `db.table` label, which is ambiguous when a name
+        holds a dot (`a.b`.`c`, `a`.`b.c`)."""
         by_table: dict[tuple, list] = {key: [] for key in self.tables}
+        if window:
+            folders = {(segment(d), segment(t)): (d, t) for d, t in self.tables}
+        else:
+            folders = {storage.join(self.target.location(d, t), "data"): (d, t) for d, t in self.tables}
         names = {f"{d}.{t}": (d, t) for d, t in self.tables}
-        for w in written:
-            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        for w in files:
+            folder = tuple(w["uri"].rsplit("/", 3)[1:3]) if window else w["uri"].rsplit("/", 1)[0]
+            key = folders.get(folder) or names.get(w["topic"]) or tuple(w["topic"].split(".", 1))
+            by_table.setdefault(key, []).append(w)
+        return by_table
+
+    def commit(self, written: list[dict], history: bool) -> dict:
+        by_table = self._by_table(written, window=False)
         result = {}
         for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):
             name = self.target.name(*key)
@@ -544,10 +560,7 @@ class TablePlan:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        by_table: dict[tuple, list] = {key: [] for key in self.tables}
-        names = {f"{d}.{t}": (d, t) for d, t in self.tables}
-        for w in changes:
-            by_table.setdefault(names.get(w["topic"]) or tuple(w["topic"].split(".", 1)), []).append(w)
+        by_table = self._by_table(changes, window=True)
         cut_ts = self.cut.get("commit_ts")
         actions = {}
         for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):

@@ -30,6 +30,7 @@ from .contract import (  # noqa: F401  (the names and the document are the contr
     Status,
     read_manifest_doc,
 )
+from .paths import display
 
 
 class CutError(ValueError):
@@ -51,14 +52,14 @@ def compute_cut(partition_stats: list[dict], as_of: int | None) -> dict:
     watermarks = {(s["topic"], s["partition"]): s["watermark"] for s in partition_stats}
     has_commit_ts = any(s["max_commit_ts"] is not None for s in partition_stats)
     if any(w is not None for w in watermarks.values()):
-        missing = sorted(f"{t}/{p}" for (t, p), w in watermarks.items() if w is None)
+        missing = sorted(f"{display(t)}/{p}" for (t, p), w in watermarks.items() if w is None)
         if missing:
             warnings.append(
                 f"partitions without any watermark: {', '.join(missing[:10])}"
                 + (" ..." if len(missing) > 10 else "")
                 + "; nothing on them is known complete, so the cut is 0")
         cut_ts = 0 if missing else min(watermarks.values())
-        lowest = min(((w or 0, f"{t}/{p}") for (t, p), w in watermarks.items()))
+        lowest = min(((w or 0, f"{display(t)}/{p}") for (t, p), w in watermarks.items()))
         description = f"commit ts {cut_ts} ({tso_time(cut_ts)}), the lowest of {len(watermarks)} partition watermarks (at {lowest[1]})"
         kind = "commit_ts"
     elif has_commit_ts:
@@ -139,7 +140,7 @@ def build(*, run_id, args, source, output, started, objects, partition_stats, cu
     gap_list, gap_count = gaps
     gap_warnings = [] if not gap_count else [
         f"{gap_count} holes in the source offsets ({sum(_missing(p) for p in partition_stats):,} offsets missing), "
-        "first " + ", ".join(f"{g['topic']}/{g['partition']} {g['from']}..{g['to']}" for g in list(gap_list)[:3])
+        "first " + ", ".join(f"{display(g['topic'])}/{g['partition']} {g['from']}..{g['to']}" for g in list(gap_list)[:3])
         + ": a missing or truncated archive object? (gaps in the manifest)"]
     return {
         "version": MANIFEST_VERSION,
@@ -466,11 +467,11 @@ def summary(manifest: dict) -> str:
         lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")
     if manifest["tables"]:
         lines.append("  tables")
-        width = max(len(_table_name(t["database"], t["table"])) for t in manifest["tables"])
+        width = max(len(_shown_table(t)) for t in manifest["tables"])
         for t in manifest["tables"]:
             rows = f"{_n(t['rows'])} rows, " if out["emit"] == "snapshot" else ""
             lines.append(
-                f"    {_table_name(t['database'], t['table']).ljust(width)}  {rows}{t['applied']:,} events applied, "
+                f"    {_shown_table(t).ljust(width)}  {rows}{t['applied']:,} events applied, "
                 f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
     if src["uri"].startswith("kafka://"):
         lines[1] = f"  read from Kafka  {c['records']:,} records in {len(manifest['partitions'])} partitions"
@@ -479,7 +480,7 @@ def summary(manifest: dict) -> str:
         skipped = f"; {k['skipped_records']:,} records in {len(k['skipped'])} partitions already produced by an " \
                   f"earlier run of this replay (skipped)" if k["skipped"] else ""
         lines.append(f"  produced         {out['records']:,} records ({out['rows']:,} rows) into {len(out['objects'])} "
-                     f"partitions, topics {', '.join(out['topics']) or '-'}, at {out['uri']}{skipped}; manifest at "
+                     f"partitions, topics {_topics(out['topics'])}, at {out['uri']}{skipped}; manifest at "
                      f"{k['manifest_uri']}")
     elif out.get("format", "kafka") == "parquet":
         nulled = f"; {out['nulled']:,} values nulled (the type could not hold them)" if out.get("nulled") else ""
@@ -488,7 +489,7 @@ def summary(manifest: dict) -> str:
     else:
         lines.append(
             f"  output           {out['records']:,} records ({out['rows']:,} rows) in {len(out['objects'])} objects, "
-            f"topics {', '.join(out['topics']) or '-'}, at {out['uri']}")
+            f"topics {_topics(out['topics'])}, at {out['uri']}")
     window = manifest.get("window") or {}
     if window.get("since") is not None:
         base = f" on top of {window['base_snapshot']}" if window.get("base_snapshot") else ""
@@ -500,7 +501,7 @@ def summary(manifest: dict) -> str:
         lines.append(f"  offset gaps      {gaps['count']:,} holes, {gaps['missing_offsets']:,} offsets missing"
                      + ("" if len(listed) == gaps["count"] else f" (first {len(listed):,} listed in the manifest)"))
         for g in listed[:10]:
-            lines.append(f"    {g['topic']}/{g['partition']}  offsets {g['from']:,} .. {g['to']:,}")
+            lines.append(f"    {display(g['topic'])}/{g['partition']}  offsets {g['from']:,} .. {g['to']:,}")
         if len(listed) > 10:
             lines.append(f"    ... {gaps['count'] - 10:,} more")
     q = manifest["quarantine"]
@@ -513,4 +514,18 @@ def summary(manifest: dict) -> str:
                          + (f", offset {where['offset']}" if where.get("offset") is not None else "") + ")")
     for warning in manifest["warnings"]:
         lines.append(f"  WARNING          {warning}")
-    return "\n".join(lines)
+    return "\n".join(map(one_line, lines))
+
+
+def _shown_table(t: dict) -> str:
+    return f"{display(t['database'] or '')}.{display(t['table'] or '')}".strip(".") or "(none)"
+
+
+def _topics(topics: list) -> str:
+    return ", ".join(display(t) for t in topics) or "-"
+
+
+def one_line(text: str) -> str:
+    """A line of the summary as one line, whatever a name or message in it holds (control and
+    line-breaking characters as escapes)."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else display(ch) for ch in text)

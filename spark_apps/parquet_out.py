@@ -1,5 +1,5 @@
-"""Parquet output for analytics: one dataset per table, `<output>/<db>/<table>/part-*.parquet`,
-with typed columns.
+"""Parquet output for analytics: one dataset per table, `<output>/<db>/<table>/part-*.parquet`
+(the names as spark_apps.paths.segment makes them path segments), with typed columns.
 
 Written by pyarrow inside the Spark tasks (mapInArrow) and stored through spark_apps.storage,
 because Spark's own Parquet writer cannot reach S3 here (no hadoop-aws jar). Canonical values
@@ -24,6 +24,7 @@ from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
 from .archive_io import events_from_batch
+from .paths import segment
 from .schema import WRITTEN_ARROW_SCHEMA
 
 HISTORY_COLUMNS = [
@@ -127,7 +128,7 @@ def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | 
             for part, chunk in enumerate(_chunks(group, max_rows)):
                 data, rows, nulled = _table_bytes(chunk, history, type_fn, time_unit)
                 uri = (uri_fn(database, table, task, part) if uri_fn is not None else
-                       storage.join(base, database or "_", table or "_", f"part-{task:05d}-{part:04d}.parquet"))
+                       storage.join(base, segment(database), segment(table), f"part-{task:05d}-{part:04d}.parquet"))
                 storage.write_bytes(uri, data)
                 written.append({"uri": uri, "topic": f"{database}.{table}", "partition": task, "first_offset": 0,
                                 "last_offset": rows - 1, "records": rows, "events": nulled, "rows": rows,

@@ -37,6 +37,7 @@ from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps import contract  # noqa: E402
 from spark_apps.contract import LAST_CUT, QUARANTINE, Kind, Status  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
+from spark_apps.paths import display  # noqa: E402
 
 log = logging.getLogger("cdc_replay")
 
@@ -499,7 +500,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     log.info("[replay %s] cut: %s", run_id, cut["description"])
     offset_gaps, gap_count = gaps_mod.gaps(events, partition_stats, layout=layout_plan)
     if gap_count:
-        shown = ", ".join(f"{g['topic']}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
+        shown = ", ".join(f"{display(g['topic'])}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
         log.warning("[replay %s] %d holes in the source offsets: %s", run_id, gap_count, shown)
         if args.require_contiguous:
             _release(decoded, files)

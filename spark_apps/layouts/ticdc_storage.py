@@ -353,7 +353,8 @@ def line_record(uri: str, params: dict, line_no: int, line: bytes, headers=()) -
 def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, prepare=None):
     """mapInArrow function writing row events, sorted by (database, table, order), as TiCDC's
     storage sink lays them out: `{schema}/{table}/{version}/CDC{index:06d}.json`, canal-json
-    lines ended by `\\r\\n`, a file every `max_records` rows and `meta/CDC.index` naming the
+    lines ended by `\\r\\n` (schema and table names as spark_apps.paths.segment makes them path
+    segments), a file every `max_records` rows and `meta/CDC.index` naming the
     last one. The version directory is the table's first written commit ts (like TiCDC's
     version for a table that existed before the changefeed: a point the table's schema holds
     at). DDL and watermarks are not lines in this layout (the caller writes the root
@@ -365,6 +366,7 @@ def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, p
     from cdc_codecs import get_codec
 
     from ..archive_io import events_from_batch
+    from ..paths import segment
     from ..schema import WRITTEN_ARROW_SCHEMA
 
     def run(batches):
@@ -404,7 +406,7 @@ def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, p
             for _, event in group:
                 if directory is None:
                     version = max(1, (event["commit_ts"] or 1) - 1)
-                    directory, lines = f"{database}/{table}/{version}", []
+                    directory, lines = f"{segment(database)}/{segment(table)}/{version}", []
                 for message in codec.encode([event], topic=f"{database}.{table}", partition=0):
                     lines.append(message.value)
                 if len(lines) >= max_records:

@@ -708,3 +708,145 @@ def test_a_replay_killed_in_its_commit_is_finished_by_the_next_run(spark, two_ou
     again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
     assert _rel(output) == sorted(["_manifest.json", *again["committed"]])
     assert _independent_reader(output) == (again["run_id"], _contents(new))
+
+
+# ------------------------------------------------------------------ 8. every compression keeps the lines before damage
+
+def _compressors():
+    import lz4.frame
+    import snappy
+    import zstandard
+
+    return {
+        ".gz": lambda d: gzip.compress(d, mtime=0),
+        ".zst": lambda d: zstandard.ZstdCompressor(write_checksum=True).compress(d),
+        ".lz4": lambda d: lz4.frame.compress(d, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_checksum=True),
+        ".snappy": lambda d: snappy.StreamCompressor().compress(d),
+    }
+
+
+def _archive_lines(n=6000):
+    from spark_apps.generate import generate
+
+    records = list(generate(transactions=n // 3, partitions=1, seed=5).records)
+    return [format_record(r) for r in records]
+
+
+def _read_until_damage(uri):
+    got = []
+    try:
+        for line in storage.iter_lines(uri):
+            got.append(line)
+    except storage.DamagedObject as e:
+        return got, e
+    return got, None
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+def test_a_truncated_compressed_object_keeps_every_complete_line(tmp_path, ext):
+    """Cut at two thirds of its compressed bytes: the complete lines before the cut come out
+    (as many as `lz4 -dc` / `zstd -dc` / `gzip -dc` give, when the tool is here), then the damage
+    names the object's length."""
+    import shutil
+    import subprocess
+
+    lines = _archive_lines()
+    packed = _compressors()[ext](b"\n".join(lines) + b"\n")
+    cut = packed[: len(packed) * 2 // 3]
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(cut)
+    got, damage = _read_until_damage(str(path))
+    assert damage is not None and damage.byte_offset == len(cut) and "truncated" in damage.reason
+    assert 0 < len(got) < len(lines) and got == lines[: len(got)]
+    tool = {".gz": "gzip", ".zst": "zstd", ".lz4": "lz4"}.get(ext)
+    if tool and shutil.which(tool):
+        out = subprocess.run([tool, "-dc", str(path)], capture_output=True).stdout
+        assert got == out[: out.rfind(b"\n") + 1].splitlines()
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+def test_a_corrupt_compressed_object_keeps_the_lines_before_and_names_the_byte(tmp_path, ext):
+    """Two frames (members) appended; the second's first byte is damaged: every line of the
+    first comes out and the damage is placed in the second frame's header, not at the start."""
+    lines = _archive_lines()
+    first = _compressors()[ext](b"\n".join(lines[:3000]) + b"\n")
+    second = bytearray(_compressors()[ext](b"\n".join(lines[3000:]) + b"\n"))
+    second[0] ^= 0xFF  # not a frame (member, stream) header any more
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(first + bytes(second))
+    got, damage = _read_until_damage(str(path))
+    assert got == lines[:3000]
+    assert damage is not None and "corrupt" in damage.reason
+    assert len(first) <= damage.byte_offset < len(first) + 16, damage
+
+
+@pytest.mark.parametrize("ext", [".zst", ".lz4", ".snappy"])
+def test_a_corrupt_block_inside_a_frame_keeps_the_blocks_before(tmp_path, ext):
+    """A byte changed in the middle of one frame (lz4 and zstd with their checksums): the
+    lines of the blocks before it come out, the damage is named at or after the changed byte."""
+    lines = _archive_lines()
+    packed = bytearray(_compressors()[ext](b"\n".join(lines) + b"\n"))
+    middle = len(packed) // 2
+    packed[middle] ^= 0x55
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(bytes(packed))
+    got, damage = _read_until_damage(str(path))
+    assert damage is not None and "corrupt" in damage.reason and damage.byte_offset >= middle
+    if ext != ".zst":  # zstd checks its checksum only at the frame's end: the lines read are not known good
+        assert 0 < len(got) < len(lines) and got == lines[: len(got)]
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+@pytest.mark.parametrize("decoder", ["python", "auto"])
+def test_a_damaged_object_is_quarantined_naming_the_byte_after_its_records(tmp_path, monkeypatch, ext, decoder):
+    """What a Spark decode task does with a truncated object (decode_objects_fn, the Python
+    codec and the compiled one): the complete records are decoded, one quarantine row says
+    `object damaged at byte N` with the last good offset."""
+    import pyarrow as pa
+
+    from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.native_decode import ENV
+
+    monkeypatch.setenv(ENV, decoder)
+    lines = _archive_lines()
+    packed = _compressors()[ext](b"\n".join(lines) + b"\n")
+    cut = packed[: len(packed) * 2 // 3]
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(cut)
+    complete, _ = _read_until_damage(str(path))
+    run = decode_objects_fn("canal-json", {"enable-tidb-extension": "true"})
+    rows = [r for b in run(iter([pa.RecordBatch.from_pylist([{"uri": str(path), "size": len(cut)}])]))
+            for r in b.to_pylist()]
+    damaged = [r for r in rows if r.get("error_stage") == "archive"]
+    assert len(damaged) == 1 and f"object damaged at byte {len(cut)}" in damaged[0]["error"]
+    assert f"after line {len(complete)}" in damaged[0]["error"]
+    last = orjson.loads(complete[-1])["offset"]
+    assert f"offset {last}" in damaged[0]["error"]
+    assert {r["offset"] for r in rows if r.get("error_stage") is None and r.get("offset") is not None} == {
+        orjson.loads(line)["offset"] for line in complete}
+
+
+def test_the_summary_says_read_twice_only_for_records_read_twice():
+    """Archive lines that are not records (no coordinates) are counted in `records` but have no
+    offset: they are not records read twice; a partition with more records than offsets is."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format="kafka", target_topic="{topic}",
+                           dispatcher="default", table_patterns=lambda: [])
+
+    def manifest(records_of_partition, archive_lines):
+        partition = {"topic": "shop", "partition": 0, "records": records_of_partition, "offsets": 10,
+                     "min_offset": 0, "max_offset": 9, "watermark": None, "min_commit_ts": None,
+                     "max_commit_ts": None}
+        counts = [{"status": "quarantined", "kind": "quarantine", "events": archive_lines, "error_stage": "archive",
+                   "database": None, "table": None}]
+        return manifest_mod.build(
+            run_id="r", args=args, source="/a", output="/b", started=0, objects=[], partition_stats=[partition],
+            cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
+            counts=counts, ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
+            target_protocol="canal-json", target_options={})
+
+    clean = manifest(10, 3)
+    assert clean["counts"]["records"] == 13 and "read twice" not in manifest_mod.summary(clean)
+    overlapping = manifest(14, 3)
+    assert "(4 of them read twice from overlapping objects)" in manifest_mod.summary(overlapping)

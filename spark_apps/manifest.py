@@ -321,6 +321,9 @@ def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> N
     previous quarantine of ours and reports nothing else. A run that finds the manifest still
     pointing at a staging area (killed between 2 and 4) finishes that commit first
     (`finish_interrupted`)."""
+    from . import lease
+
+    lease.assert_held(output)  # one run at a time: this run still holds the output (spark_apps.lease)
     run_staging = storage.relative(staging, output)
     previous = owned_objects(output)
     targets = {}
@@ -344,7 +347,7 @@ def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> N
         if i == 0:
             _step("copying")
     _step("copied")
-    keep = set(committed) | {MANIFEST, COMMIT_LOG}
+    keep = set(committed) | {MANIFEST, COMMIT_LOG, lease.LEASE}
     stale, foreign = [], []
     for info in storage.list_objects(output):
         rel = storage.relative(info.uri, output)

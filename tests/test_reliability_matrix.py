@@ -850,3 +850,107 @@ def test_the_summary_says_read_twice_only_for_records_read_twice():
     assert clean["counts"]["records"] == 13 and "read twice" not in manifest_mod.summary(clean)
     overlapping = manifest(14, 3)
     assert "(4 of them read twice from overlapping objects)" in manifest_mod.summary(overlapping)
+
+
+# ------------------------------------------------------------------ 9. one run at a time per output (the lease)
+
+def _lease_home(where, tmp_path, request):
+    return str(tmp_path / "out") if where == "local" else request.getfixturevalue("bucket") + "/out"
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_second_run_on_a_leased_output_is_refused_and_a_stale_lease_taken_over(tmp_path, request, where):
+    """A lease refreshed by its heartbeat refuses every other run (also after the timeout has
+    passed, since it beats); a lease whose heartbeat stopped (its run killed) is taken over
+    after the timeout; the run it was taken from can no longer commit; release deletes it."""
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    first = L.Lease(home, "run-a", 1.0).acquire()
+    doc = L.read(home)
+    assert doc["owner"]["run_id"] == "run-a" and doc["owner"]["pid"] == os.getpid() and doc["owner"]["host"]
+    assert doc["started_at"] and doc["heartbeat_at"] and doc["timeout_s"] == 1.0
+    with pytest.raises(L.LeaseHeld, match=r"in use by another replay: run run-a \(pid \d+ on "):
+        L.Lease(home, "run-b", 1.0).acquire()
+    time.sleep(1.5)  # longer than the timeout: the heartbeat keeps it
+    assert L.read(home)["heartbeat"] > doc["heartbeat"]
+    with pytest.raises(L.LeaseHeld):
+        L.Lease(home, "run-b", 1.0).acquire()
+    first._stop.set()  # the run is killed: no more heartbeats
+    first._thread.join()
+    time.sleep(1.3)
+    second = L.Lease(home, "run-b", 1.0).acquire()
+    assert second.took_over["owner"]["run_id"] == "run-a" and L.read(home)["owner"]["run_id"] == "run-b"
+    with pytest.raises(L.LeaseLost, match="another run took over"):
+        first.assert_held()
+    first.release()  # not its lease any more: left alone
+    assert L.read(home)["owner"]["run_id"] == "run-b"
+    second.assert_held()
+    second.release()
+    assert L.read(home) is None
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_runs_starting_together_get_the_lease_once(tmp_path, request, where):
+    """8 processes ask for the lease of one output at the same moment (and 8 more take over one
+    stale lease together): exactly one of each group gets it."""
+    import subprocess
+    import sys
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    script = ("import sys, time; from spark_apps import lease as L\n"
+              "time.sleep(max(0, float(sys.argv[3]) - time.time()))\n"
+              "try:\n    l = L.Lease(sys.argv[1], sys.argv[2], 30).acquire(); print('won'); l._stop.set()\n"
+              "except L.LeaseHeld:\n    print('refused')\n")
+    for stale in (False, True):
+        if stale:  # a lease whose heartbeat stopped long ago
+            storage.write_bytes(storage.join(home, L.LEASE), orjson.dumps(
+                {"owner": {"run_id": "dead"}, "token": "t", "heartbeat": time.time() - 3600}))
+        at = time.time() + 3
+        procs = [subprocess.Popen([sys.executable, "-c", script, home, f"run-{i}", str(at)], stdout=subprocess.PIPE,
+                                  text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}) for i in range(8)]
+        outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+        assert sorted(outs) == ["refused"] * 7 + ["won"], outs
+        winner = L.read(home)["owner"]["run_id"]
+        assert winner == f"run-{outs.index('won')}"
+        storage.delete(storage.join(home, L.LEASE))
+
+
+def test_the_lease_timeout_comes_from_the_option_then_the_environment(monkeypatch):
+    from spark_apps import lease as L
+
+    monkeypatch.delenv(L.ENV, raising=False)
+    assert L.timeout_seconds(None) == 600
+    monkeypatch.setenv(L.ENV, "42")
+    assert L.timeout_seconds(None) == 42 and L.timeout_seconds(5) == 5
+    monkeypatch.setenv(L.ENV, "soon")
+    with pytest.raises(ValueError, match="CDC_REPLAY_LEASE_TIMEOUT"):
+        L.timeout_seconds(None)
+    with pytest.raises(ValueError, match="more than 0"):
+        L.timeout_seconds(0)
+
+
+def test_the_commit_keeps_the_lease_and_refuses_when_it_was_lost(tmp_path):
+    from spark_apps import lease as L
+
+    output = str(tmp_path / "out")
+    lease = L.Lease(output, "r1", 30).acquire()
+    L.hold(lease)
+    try:
+        _stage(storage.join(output, "_staging", "r1"), {"data/t/0/a.jsonl.gz": b"1"})
+        manifest = _manifest("r1")
+        manifest_mod.commit(output, storage.join(output, "_staging", "r1"), manifest)
+        assert manifest["foreign_objects"] == [] and storage.exists(storage.join(output, L.LEASE))
+        storage.write_bytes(storage.join(output, L.LEASE), orjson.dumps({"token": "someone else", "heartbeat": 1}))
+        _stage(storage.join(output, "_staging", "r1b"), {"data/t/0/a.jsonl.gz": b"2"})
+        with pytest.raises(L.LeaseLost):
+            manifest_mod.commit(output, storage.join(output, "_staging", "r1b"), _manifest("r1b"))
+        assert storage.read_bytes(storage.join(output, "t/0/a.jsonl.gz")) == b"1"
+    finally:
+        lease.release()
+        L.hold(None)

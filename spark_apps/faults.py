@@ -126,7 +126,7 @@ def _last_python_error(text: str) -> str | None:
     found = None
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
+        if "Traceback (most recent call last)" in line:
             for later in lines[i + 1:]:
                 if later.startswith((" ", "\t")):
                     continue
@@ -166,11 +166,18 @@ def cause_of(e: BaseException) -> str:
     return f"{type(root).__name__}: {first}" if first else text.splitlines()[0]
 
 
-def trace_file(run_id: str | None = None) -> str:
-    """Where the full trace of a failed run goes: $CDC_REPLAY_LOG, else
-    <tmp>/cdc-replay-<run id or pid>.log."""
-    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(),
-                                                     f"cdc-replay-{run_id or os.getpid()}.log")
+def trace_file() -> str:
+    """Where the full trace of a failed run goes: $CDC_REPLAY_LOG (`cdc-replay replay` sets one
+    per run: `new_log_file`), else <tmp>/cdc-replay.log, where Spark's task-failure reports go
+    too (spark_apps/conf/log4j2.properties)."""
+    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), "cdc-replay.log")
+
+
+def new_log_file() -> str:
+    """A fresh log file name for one `cdc-replay replay`: <tmp>/cdc-replay-<time>-<pid>.log."""
+    import time
+
+    return os.path.join(tempfile.gettempdir(), f"cdc-replay-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log")
 
 
 def record_trace(e: BaseException, path: str) -> str | None:

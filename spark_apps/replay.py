@@ -1260,7 +1260,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a fault during the run: one line, the trace in a file
         from spark_apps import faults
 
-        trace = faults.record_trace(e, faults.trace_file(args.run_id if args else None))
+        trace = faults.record_trace(e, faults.trace_file())
         print(f"cdc-replay: error: the run failed: {masking.mask_text(faults.cause_of(e))}"
               + (f" (full trace: {trace})" if trace else ""), file=sys.stderr)
         return 1

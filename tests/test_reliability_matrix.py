@@ -954,3 +954,143 @@ def test_the_commit_keeps_the_lease_and_refuses_when_it_was_lost(tmp_path):
     finally:
         lease.release()
         L.hold(None)
+
+
+# ------------------------------------------------------------------ 10. an output that cannot be written: one line
+
+def _can_mount():
+    import subprocess
+
+    if os.geteuid() != 0:
+        return False
+    probe = "/tmp/cdc-replay-mount-probe"
+    os.makedirs(probe, exist_ok=True)
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["umount", probe], capture_output=True)
+    return ok
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real file system of 64 KiB (tmpfs), mounted for the test: a full disk or a read-only
+    one, as the kernel reports them (ENOSPC, EROFS). Needs root and mount."""
+    import subprocess
+
+    if not _can_mount():
+        pytest.skip("needs root and mount (tmpfs) for a real full or read-only file system")
+    mounted = []
+
+    def make(options):
+        point = tmp_path / f"fs{len(mounted)}"
+        point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(point)], check=True)
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _fill(directory):
+    fd = os.open(directory / "filler", os.O_CREAT | os.O_WRONLY)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unwritable(case, tmp_path, small_fs):
+    if case == "under a file":
+        (tmp_path / "a-file").write_bytes(b"x")
+        return str(tmp_path / "a-file" / "out"), "Not a directory (ENOTDIR)"
+    if case == "read-only file system":
+        return str(small_fs("ro") / "out"), "Read-only file system (EROFS)"
+    if case == "full disk":
+        point = small_fs("rw")
+        (point / "out").mkdir()
+        _fill(point)
+        return str(point / "out"), "No space left on device (ENOSPC)"
+    if case == "no permission":
+        if os.geteuid() == 0:
+            pytest.skip("root writes through a directory's mode bits")
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        return str(locked / "out"), "Permission denied (EACCES)"
+    if case == "under /proc":
+        return "/proc/cdc-replay-out", "(ENOENT)"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["under a file", "read-only file system", "full disk", "no permission", "under /proc"])
+def test_an_output_that_cannot_be_written_is_refused_in_one_line_before_spark(tmp_path, small_fs, case):
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a.jsonl").write_bytes(b"{}\n")
+    output, words = _unwritable(case, tmp_path, small_fs)
+    result = _cli("--source", str(archive), "--protocol", "canal-json", "--output", output, "--emit", "snapshot")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cdc-replay: error: --output {output} cannot be written: ")
+    assert words in lines[0], lines
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+
+
+def test_an_s3_output_that_denies_writes_is_refused_in_one_line_before_spark(bucket, s3_endpoint):
+    from tests.support.s3_faults import fault_proxy
+
+    storage.write_bytes(f"{bucket}/archive/shop/0/a.jsonl", b"{}\n")
+    name = bucket[len("s3://"):]
+    with fault_proxy(s3_endpoint, slow_down=0, reset=0, deny_writes=f"/{name}/out") as proxy:
+        result = _cli("--source", f"{bucket}/archive", "--protocol", "canal-json", "--output", f"{bucket}/out",
+                      "--emit", "snapshot", env={**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint})
+        assert proxy.counts["denied"] == 1
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--output {bucket}/out cannot be written: PutObject refused (AccessDenied" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+    assert storage.list_objects(f"{bucket}/out") == []
+
+
+def test_a_leased_output_is_refused_in_one_line_before_spark(tmp_path):
+    from spark_apps import lease as L
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a.jsonl").write_bytes(b"{}\n")
+    holder = L.Lease(str(tmp_path / "out"), "the-other-run", 30).acquire()
+    try:
+        result = _cli("--source", str(archive), "--protocol", "canal-json", "--output", str(tmp_path / "out"),
+                      "--emit", "snapshot")
+    finally:
+        holder.release()
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is in use by another replay: run the-other-run (pid" in lines[0], lines
+    assert "spark" not in result.stderr.lower()
+    assert sorted(os.listdir(tmp_path / "out")) == []
+
+
+def test_the_cause_of_a_spark_task_failure_is_one_line():
+    """What the driver gets when a task fails: a Py4JJavaError whose text quotes the Python
+    worker's traceback; the line names the errno and the path."""
+    text = ("An error occurred while calling o123.collectToPython.\n: org.apache.spark.SparkException: Job aborted due "
+            "to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 "
+            "(TID 5) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most "
+            "recent call last):\n  File \"/x/archive_io.py\", line 321, in flush\n    storage.write_bytes(uri, data)\n"
+            "  File \"/x/storage.py\", line 500, in write_bytes\n    f.write(data)\nOSError: [Errno 28] No space left "
+            "on device: '/mnt/out/_staging/r1/data/shop/0/a.jsonl.gz.tmp-12'\n\n\tat org.apache.spark.api.python."
+            "BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)\n")
+
+    class Py4JJavaError(Exception):
+        pass
+
+    from spark_apps.faults import cause_of
+
+    assert cause_of(Py4JJavaError(text)) == (
+        "No space left on device (ENOSPC): /mnt/out/_staging/r1/data/shop/0/a.jsonl.gz.tmp-12")
+    assert cause_of(OSError(30, "Read-only file system", "/o/x")) == "Read-only file system (EROFS): /o/x"

@@ -349,6 +349,9 @@ def test_matrix_run_completes_and_counts_reconcile(matrix_run):
     assert counts["reconciled"]
     assert counts["read"] == sum(counts[k] for k in ("applied", "duplicate", "pending", "filtered", "quarantined"))
     assert counts["quarantined"] == len(_quarantine_lines(outputs[0]))
+    # archive lines that are not records (no coordinates) were counted, nothing overlapped
+    assert counts["records"] > counts["offsets"] and "read twice" not in manifest_mod.summary(manifests[0])
+    assert not os.path.exists(os.path.join(outputs[0], "_lease.json"))  # released
 
 
 @pytest.mark.parametrize("case", ["database missing", "database not a string", "table not a string",
@@ -1094,3 +1097,34 @@ def test_the_cause_of_a_spark_task_failure_is_one_line():
     assert cause_of(Py4JJavaError(text)) == (
         "No space left on device (ENOSPC): /mnt/out/_staging/r1/data/shop/0/a.jsonl.gz.tmp-12")
     assert cause_of(OSError(30, "Read-only file system", "/o/x")) == "Read-only file system (EROFS): /o/x"
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_the_run_ends_in_one_line_with_exit_1(tmp_path, small_fs):
+    """A real `cdc-replay replay` (spark-submit) into a 64 KiB file system: the probe passes,
+    the staged objects do not fit. One line, exit 1, naming ENOSPC and the path, and the log
+    file holding the trace; no stack trace on the console; no staging or lease left."""
+    import subprocess
+    import sys
+
+    from spark_apps.generate import generate, write_archive
+
+    write_archive(generate(transactions=600, partitions=2, seed=3).records, str(tmp_path / "archive"))
+    output = small_fs("rw") / "out"
+    log_file = tmp_path / "run.log"
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_apps.cli", "replay", "--source", str(tmp_path / "archive"), "--protocol",
+         "canal-json", "--protocol-option", "enable-tidb-extension=true", "--output", str(output), "--emit", "topics",
+         "--master", "local[1]"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "CDC_REPLAY_LOG": str(log_file)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cdc-replay: error: ")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("cdc-replay: error: the run failed: No space left on device (ENOSPC): " + str(output))
+    assert errors[0].endswith(f"(full trace: {log_file})")
+    console = result.stderr + result.stdout
+    assert "Traceback" not in console and "\tat " not in console and len(result.stderr.splitlines()) < 40, console
+    trace = log_file.read_text()
+    assert "Traceback" in trace and "No space left on device" in trace
+    assert not (output / "_staging").exists() or not any((output / "_staging").iterdir())
+    assert not (output / "_lease.json").exists()

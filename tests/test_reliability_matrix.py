@@ -1128,3 +1128,13 @@ def test_a_disk_that_fills_during_the_run_ends_in_one_line_with_exit_1(tmp_path,
     assert "Traceback" in trace and "No space left on device" in trace
     assert not (output / "_staging").exists() or not any((output / "_staging").iterdir())
     assert not (output / "_lease.json").exists()
+
+
+def test_the_lease_timeout_option_travels_with_the_request(tmp_path):
+    from spark_apps import contract
+
+    args = args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "30")
+    assert args.lease_timeout == 30
+    assert contract.parse(contract.to_argv(args)) == args
+    with pytest.raises(ReplayError, match="--lease-timeout: the lease timeout must be more than 0 seconds"):
+        validate(args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "0"))

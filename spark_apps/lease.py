@@ -270,9 +270,9 @@ class Lease:
             if data is None:
                 os.unlink(self.uri)
                 return True
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.ftruncate(fd, 0)
-            os.write(fd, data)
+            # over the old bytes, then cut: on a full disk the small document's block is reused
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             os.fsync(fd)
             return True
         finally:

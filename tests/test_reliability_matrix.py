@@ -1138,3 +1138,33 @@ def test_the_lease_timeout_option_travels_with_the_request(tmp_path):
     assert contract.parse(contract.to_argv(args)) == args
     with pytest.raises(ReplayError, match="--lease-timeout: the lease timeout must be more than 0 seconds"):
         validate(args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "0"))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_lease_of_a_killed_run_is_taken_over_after_the_timeout(tmp_path, request, where):
+    """A process holding the lease is SIGKILLed (no release, no more heartbeats): until the
+    timeout its lease refuses other runs, then the next run takes it over."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    script = ("import sys, time; from spark_apps import lease as L\n"
+              "L.Lease(sys.argv[1], 'killed-run', 2).acquire(); print('held', flush=True); time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", script, home], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with pytest.raises(L.LeaseHeld, match="killed-run"):
+        L.Lease(home, "next-run", 2).acquire()
+    time.sleep(2.5)
+    lease = L.Lease(home, "next-run", 2).acquire()
+    try:
+        assert lease.took_over["owner"]["run_id"] == "killed-run" and L.read(home)["owner"]["run_id"] == "next-run"
+    finally:
+        lease.release()
+    assert L.read(home) is None

@@ -1168,3 +1168,25 @@ def test_the_lease_of_a_killed_run_is_taken_over_after_the_timeout(tmp_path, req
     finally:
         lease.release()
     assert L.read(home) is None
+
+
+def test_the_app_turns_a_fault_into_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """The app's entry point (what spark-submit runs): a fault during the run is one line on
+    stderr naming the cause and the log file, which holds the trace; exit 1."""
+    from spark_apps import replay
+
+    def failing_run(args):
+        try:
+            raise OSError(28, "No space left on device", str(tmp_path / "out" / "_staging" / "r" / "a.jsonl.gz"))
+        except OSError as e:
+            raise RuntimeError("the write failed") from e
+
+    monkeypatch.setattr(replay, "run", failing_run)
+    monkeypatch.setenv("CDC_REPLAY_LOG", str(tmp_path / "run.log"))
+    status = replay.main(["--source", str(tmp_path / "archive"), "--protocol", "canal-json", "--output",
+                          str(tmp_path / "out"), "--emit", "snapshot"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1, err
+    assert err[0] == (f"cdc-replay: error: the run failed: No space left on device (ENOSPC): "
+                      f"{tmp_path}/out/_staging/r/a.jsonl.gz (full trace: {tmp_path}/run.log)")
+    assert "Traceback" in (tmp_path / "run.log").read_text()

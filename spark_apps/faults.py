@@ -142,9 +142,16 @@ def cause_of(e: BaseException) -> str:
     `S3 PutObject AccessDenied: ...`, else the innermost exception's type and first line."""
     text = f"{type(e).__name__}: {e}"
     root = _root(e)
-    if isinstance(root, OSError) and root.errno is not None:
-        where = f": {root.filename}" if root.filename else ""
-        return f"{describe_os_error(root)}{where}"
+    chain, seen, link = [], set(), e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    errors = [x for x in chain if isinstance(x, OSError) and x.errno is not None]
+    if errors:  # the one that says where, else the innermost
+        error = next((x for x in errors if x.filename), errors[-1])
+        where = f": {error.filename}" if error.filename else ""
+        return f"{describe_os_error(error)}{where}"
     code = getattr(root, "response", {}).get("Error", {}).get("Code") if hasattr(root, "response") else None
     if code:
         operation = getattr(root, "operation_name", "") or ""

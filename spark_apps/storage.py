@@ -484,8 +484,17 @@ def write_bytes(uri: str, data: bytes) -> None:
         return
     os.makedirs(os.path.dirname(uri), exist_ok=True)
     tmp = f"{uri}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    except OSError as e:  # a full disk: say where, and leave no partial file
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, uri) from e
+        raise
     os.replace(tmp, uri)
 
 

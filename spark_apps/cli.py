@@ -32,7 +32,9 @@ examples:
 
 S3 is reached through boto3: set AWS_ENDPOINT_URL for MinIO or a local server, and the usual
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION.
-exit status: 0 success, 2 bad arguments or input, 3 more quarantined records than --max-bad-records.
+exit status: 0 success, 2 bad arguments or input (or an output that cannot be written, or one another run
+holds), 1 a fault during the run (one line; the trace in the log file it names), 3 more quarantined
+records than --max-bad-records.
 """
 
 
@@ -246,7 +248,11 @@ def run_replay(argv: list[str]) -> int:
     except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
-    status = subprocess.call(command, env={**spark_env(), **masking.environment(secret)})
+    from .faults import LOG_ENV, new_log_file
+
+    env = {**spark_env(), **masking.environment(secret)}
+    env.setdefault(LOG_ENV, new_log_file())  # a failed run's trace and Spark's task failures (spark_apps/faults.py)
+    status = subprocess.call(command, env=env)
     from .launch import finish_class_archive
 
     finish_class_archive(command, status)

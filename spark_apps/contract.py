@@ -460,6 +460,7 @@ _RENDERED = (
     ("master", "--master", "local[*]"), ("run_id", "--run-id", None), ("spark_conf", "--spark-conf", []),
     ("spark_ui", "--spark-ui", False), ("s3_read_chunk_size", "--s3-read-chunk-size", 8 << 20),
     ("s3_max_attempts", "--s3-max-attempts", None), ("s3_retry_mode", "--s3-retry-mode", None),
+    ("lease_timeout", "--lease-timeout", None),
 )
 
 

@@ -326,6 +326,9 @@ def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> N
     previous quarantine of ours and reports nothing else. A run that finds the manifest still
     pointing at a staging area (killed between 2 and 4) finishes that commit first
     (`finish_interrupted`)."""
+    from . import lease
+
+    lease.assert_held(output)  # one run at a time: this run still holds the output (spark_apps.lease)
     run_staging = storage.relative(staging, output)
     previous = owned_objects(output)
     targets = {}
@@ -349,7 +352,7 @@ def commit(output: str, staging: str, manifest: dict, replace: bool = True) -> N
         if i == 0:
             _step("copying")
     _step("copied")
-    keep = set(committed) | {MANIFEST, COMMIT_LOG}
+    keep = set(committed) | {MANIFEST, COMMIT_LOG, lease.LEASE}
     stale, foreign = [], []
     for info in storage.list_objects(output):
         rel = storage.relative(info.uri, output)
@@ -442,6 +445,15 @@ def _n(value) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def read_twice(manifest: dict) -> int:
+    """Records read more than once (overlapping archive objects): per partition, its records
+    with an offset less its distinct offsets. Not `counts.records - counts.offsets`: the
+    records count also holds archive lines that are not records (no topic, partition or
+    offset: quarantined at stage `archive`), which overlap nothing."""
+    return sum(max(0, (p.get("records") or 0) - p["offsets"]) for p in manifest.get("partitions") or ()
+               if p.get("offsets") is not None and p.get("min_offset") is not None and p.get("topic") is not None)
+
+
 def summary(manifest: dict) -> str:
     """A readable account of the run."""
     c = manifest["counts"]
@@ -450,8 +462,8 @@ def summary(manifest: dict) -> str:
         f"cdc-replay run {manifest['run_id']} ({manifest['duration_s']} s): {out['emit']} of {src['uri']} "
         f"[{src['protocol']}] -> {out['uri']} [{out['protocol']}]",
         f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records"
-        + (f" ({c['records'] - c['offsets']:,} of them read twice from overlapping objects)"
-           if c.get("offsets") and c["records"] > c["offsets"] else ""),
+        + (f" ({read_twice(manifest):,} of them read twice from overlapping objects)"
+           if read_twice(manifest) else ""),
         f"  events read      {c['read']:,} = applied {c['applied']:,} + deduplicated {c['duplicate']:,} "
         f"+ pending {c['pending']:,} + filtered {c['filtered']:,} + quarantined {c['quarantined']:,}"
         f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",

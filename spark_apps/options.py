@@ -154,6 +154,11 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
                      help="attempts per S3 request, retried with exponential backoff on throttling (503 SlowDown), "
                           "5xx and connection errors, and resumes of one interrupted body (default: "
                           "AWS_MAX_ATTEMPTS, else 8)")
+    run.add_argument("--lease-timeout", type=float, default=None, metavar="SECONDS",
+                     help="one run at a time per output: a run holds <output>/_lease.json, its heartbeat refreshed "
+                          "while it runs; another run on the output is refused (exit 2) unless the heartbeat is "
+                          "older than this, when the lease is taken over (a killed run's). Default: "
+                          "$CDC_REPLAY_LEASE_TIMEOUT, else 600 (docs/reliability.md)")
     run.add_argument("--s3-retry-mode", choices=("standard", "adaptive"), default=None,
                      help="botocore's retry mode: standard (default, or AWS_RETRY_MODE) or adaptive (also slows "
                           "the client down while S3 throttles)")
@@ -197,6 +202,7 @@ class ReplayArgs:
     s3_read_chunk_size: int = 8 << 20
     s3_max_attempts: int | None = None
     s3_retry_mode: str | None = None
+    lease_timeout: float | None = None
 
     def read_settings(self):
         """The S3 read settings these options give (spark_apps.storage.ReadSettings)."""

@@ -176,6 +176,7 @@ def validate(args: ReplayArgs) -> tuple:
             except storage.AccessError as e:
                 raise ReplayError(str(e)) from None
     _check_kafka_access(args)
+    _check_output_writable(args)
     if args.output_format in ("delta", "iceberg") and args.emit == "snapshot" and args.since is not None:
         _lake_window(args)
     base = _base_manifest(args)
@@ -194,6 +195,25 @@ def validate(args: ReplayArgs) -> tuple:
         except DDLError as e:
             raise ReplayError(f"--schema {args.schema}: {e}") from e
     return source_codec, target_protocol, target_options, base
+
+
+def _check_output_writable(args: ReplayArgs) -> None:
+    """Before Spark: the output's home can be written (a probe object created and deleted:
+    spark_apps.faults) and no other run holds its lease (spark_apps.lease)."""
+    from spark_apps import faults, lease as lease_mod
+
+    try:
+        timeout = lease_mod.timeout_seconds(args.lease_timeout)
+    except ValueError as e:
+        raise ReplayError(f"--lease-timeout: {e}") from None
+    if kafka_io.is_kafka(args.output) and not args.manifest_uri:
+        return  # the contract refuses it
+    home = _home(args, args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output))
+    try:
+        faults.probe_output(home, "--manifest-uri" if kafka_io.is_kafka(args.output) else "--output")
+        lease_mod.check_free(home, timeout)
+    except (storage.AccessError, lease_mod.LeaseHeld) as e:
+        raise ReplayError(str(e)) from None
 
 
 def _lake_window(args: ReplayArgs) -> None:
@@ -391,6 +411,28 @@ def run(args: ReplayArgs, spark=None) -> dict:
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)
     output = args.output if kafka_io.is_kafka(args.output) else storage.normalize(args.output)
     staging = contract.staging_prefix(_home(args, output), run_id)
+    from spark_apps import faults, lease as lease_mod
+
+    try:  # one run at a time per output (spark_apps.lease): taken before the output is touched
+        lease = lease_mod.Lease(_home(args, output), run_id, lease_mod.timeout_seconds(args.lease_timeout)).acquire()
+    except lease_mod.LeaseHeld as e:
+        raise ReplayError(str(e)) from None
+    lease_mod.hold(lease)
+    try:
+        return _leased(args, spark, started, run_id, source, output, staging, source_codec, target_protocol,
+                       target_options, base)
+    except BaseException:
+        # what this run staged goes, unless its commit switched to it (the next run finishes it)
+        faults.clean_staging(_home(args, output), staging)
+        raise
+    finally:
+        lease.release()
+        lease_mod.hold(None)
+
+
+def _leased(args, spark, started, run_id, source, output, staging, source_codec, target_protocol, target_options,
+            base) -> dict:
+    """The run, once it holds its output's lease."""
     # a commit killed after its manifest switched to its staging area is finished first (a
     # retry with the same run id stages in the same place); what else a killed run with this
     # id staged is not part of this run
@@ -1314,12 +1356,20 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("py4j", "pyspark", "botocore", "boto3", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     argv = sys.argv[1:] if argv is None else argv
+    args = None
     try:
         args = parse_args(masking.argv_from_environment(argv))
         manifest = run(args)
     except ReplayError as e:
         print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a fault during the run: one line, the trace in a file
+        from spark_apps import faults
+
+        trace = faults.record_trace(e, faults.trace_file())
+        print(f"cdc-replay: error: the run failed: {masking.mask_text(faults.cause_of(e))}"
+              + (f" (full trace: {trace})" if trace else ""), file=sys.stderr)
+        return 1
     print(manifest_mod.summary(manifest))
     quarantined = manifest["counts"]["quarantined"]
     if quarantined > args.max_bad_records:

@@ -352,8 +352,8 @@ def _decompressing(stream, uri: str):
 
 
 class DamagedObject(Exception):
-    """A `.gz` object that is truncated or corrupt (or empty) at `byte_offset` of its
-    compressed bytes; every complete line before the damage was already yielded, and
+    """A compressed object (`.gz`, `.zst`, `.lz4`, `.snappy`) that is truncated or corrupt (or
+    empty) at `byte_offset` of its compressed bytes; every complete line before the damage was already yielded, and
     `partial` holds the decompressed bytes of the incomplete line cut by it."""
 
     def __init__(self, byte_offset: int, reason: str, partial: bytes = b""):
@@ -424,19 +424,23 @@ def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def iter_pieces(uri: str) -> Iterator[bytes]:
-    """The object's decompressed bytes in pieces (about a MiB of input each; lines cross
-    pieces); a damaged `.gz` yields everything before the damage, then raises DamagedObject."""
+    """The object's decompressed bytes in pieces (lines cross pieces); a damaged compressed
+    object (`.gz`, `.zst`, `.lz4`, `.snappy`: truncated, corrupt or empty) yields everything
+    before the damage, then raises DamagedObject naming the compressed byte."""
     if uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where it is
         return _gunzip(_chunks(uri))
-    if compression_of(uri):
-        return _stream_chunks(open_stream(uri))
+    method = compression_of(uri)
+    if method:  # zstd, lz4, snappy: the same promise, through spark_apps.damage
+        from .damage import decode
+
+        return decode(method, lambda: _chunks(uri), DamagedObject)
     return _chunks(uri)
 
 
 def iter_lines(uri: str) -> Iterator[bytes]:
     """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
-    without line terminators. A damaged `.gz` yields every complete line before the damage,
-    then raises DamagedObject."""
+    without line terminators. A damaged compressed object yields every complete line before
+    the damage, then raises DamagedObject."""
     pending = b""
     try:
         for piece in iter_pieces(uri):
@@ -480,8 +484,17 @@ def write_bytes(uri: str, data: bytes) -> None:
         return
     os.makedirs(os.path.dirname(uri), exist_ok=True)
     tmp = f"{uri}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    except OSError as e:  # a full disk: say where, and leave no partial file
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, uri) from e
+        raise
     os.replace(tmp, uri)
 
 

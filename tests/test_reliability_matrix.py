@@ -349,6 +349,9 @@ def test_matrix_run_completes_and_counts_reconcile(matrix_run):
     assert counts["reconciled"]
     assert counts["read"] == sum(counts[k] for k in ("applied", "duplicate", "pending", "filtered", "quarantined"))
     assert counts["quarantined"] == len(_quarantine_lines(outputs[0]))
+    # archive lines that are not records (no coordinates) were counted, nothing overlapped
+    assert counts["records"] > counts["offsets"] and "read twice" not in manifest_mod.summary(manifests[0])
+    assert not os.path.exists(os.path.join(outputs[0], "_lease.json"))  # released
 
 
 @pytest.mark.parametrize("case", ["database missing", "database not a string", "table not a string",
@@ -705,6 +708,494 @@ def test_a_replay_killed_in_its_commit_is_finished_by_the_next_run(spark, two_ou
     run_id, contents = _independent_reader(output)
     assert run_id not in (old["run_id"], new["run_id"]) and contents == _contents(new)
     assert manifest_mod.read_manifest(output)["commit"]["staging"] == f"_staging/{run_id}"
-    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
+    # the killed run's lease is left: the next run is refused until its heartbeat is older than
+    # the timeout (600 s by default), then takes it over
+    with pytest.raises(ReplayError, match="is in use by another replay: run " + run_id):
+        replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
+    import time
+
+    time.sleep(1.5)
+    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10", "--lease-timeout", "1"),
+                       spark=spark)
     assert _rel(output) == sorted(["_manifest.json", *again["committed"]])
     assert _independent_reader(output) == (again["run_id"], _contents(new))
+
+
+# ------------------------------------------------------------------ 8. every compression keeps the lines before damage
+
+def _compressors():
+    import lz4.frame
+    import snappy
+    import zstandard
+
+    return {
+        ".gz": lambda d: gzip.compress(d, mtime=0),
+        ".zst": lambda d: zstandard.ZstdCompressor(write_checksum=True).compress(d),
+        ".lz4": lambda d: lz4.frame.compress(d, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_checksum=True),
+        ".snappy": lambda d: snappy.StreamCompressor().compress(d),
+    }
+
+
+def _archive_lines(n=6000):
+    from spark_apps.generate import generate
+
+    records = list(generate(transactions=n // 3, partitions=1, seed=5).records)
+    return [format_record(r) for r in records]
+
+
+def _read_until_damage(uri):
+    got = []
+    try:
+        for line in storage.iter_lines(uri):
+            got.append(line)
+    except storage.DamagedObject as e:
+        return got, e
+    return got, None
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+def test_a_truncated_compressed_object_keeps_every_complete_line(tmp_path, ext):
+    """Cut at two thirds of its compressed bytes: the complete lines before the cut come out
+    (as many as `lz4 -dc` / `zstd -dc` / `gzip -dc` give, when the tool is here), then the damage
+    names the object's length."""
+    import shutil
+    import subprocess
+
+    lines = _archive_lines()
+    packed = _compressors()[ext](b"\n".join(lines) + b"\n")
+    cut = packed[: len(packed) * 2 // 3]
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(cut)
+    got, damage = _read_until_damage(str(path))
+    assert damage is not None and damage.byte_offset == len(cut) and "truncated" in damage.reason
+    assert 0 < len(got) < len(lines) and got == lines[: len(got)]
+    tool = {".gz": "gzip", ".zst": "zstd", ".lz4": "lz4"}.get(ext)
+    if tool and shutil.which(tool):
+        out = subprocess.run([tool, "-dc", str(path)], capture_output=True).stdout
+        assert got == out[: out.rfind(b"\n") + 1].splitlines()
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+def test_a_corrupt_compressed_object_keeps_the_lines_before_and_names_the_byte(tmp_path, ext):
+    """Two frames (members) appended; the second's first byte is damaged: every line of the
+    first comes out and the damage is placed in the second frame's header, not at the start."""
+    lines = _archive_lines()
+    first = _compressors()[ext](b"\n".join(lines[:3000]) + b"\n")
+    second = bytearray(_compressors()[ext](b"\n".join(lines[3000:]) + b"\n"))
+    second[0] ^= 0xFF  # not a frame (member, stream) header any more
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(first + bytes(second))
+    got, damage = _read_until_damage(str(path))
+    assert got == lines[:3000]
+    assert damage is not None and "corrupt" in damage.reason
+    assert len(first) <= damage.byte_offset < len(first) + 16, damage
+
+
+@pytest.mark.parametrize("ext", [".zst", ".lz4", ".snappy"])
+def test_a_corrupt_block_inside_a_frame_keeps_the_blocks_before(tmp_path, ext):
+    """A byte changed in the middle of one frame (lz4 and zstd with their checksums): the
+    lines of the blocks before it come out, the damage is named at or after the changed byte."""
+    lines = _archive_lines()
+    packed = bytearray(_compressors()[ext](b"\n".join(lines) + b"\n"))
+    middle = len(packed) // 2
+    packed[middle] ^= 0x55
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(bytes(packed))
+    got, damage = _read_until_damage(str(path))
+    assert damage is not None and "corrupt" in damage.reason and damage.byte_offset >= middle
+    if ext != ".zst":  # zstd checks its checksum only at the frame's end: the lines read are not known good
+        assert 0 < len(got) < len(lines) and got == lines[: len(got)]
+
+
+@pytest.mark.parametrize("ext", [".gz", ".zst", ".lz4", ".snappy"])
+@pytest.mark.parametrize("decoder", ["python", "auto"])
+def test_a_damaged_object_is_quarantined_naming_the_byte_after_its_records(tmp_path, monkeypatch, ext, decoder):
+    """What a Spark decode task does with a truncated object (decode_objects_fn, the Python
+    codec and the compiled one): the complete records are decoded, one quarantine row says
+    `object damaged at byte N` with the last good offset."""
+    import pyarrow as pa
+
+    from spark_apps.archive_io import decode_objects_fn
+    from spark_apps.native_decode import ENV
+
+    monkeypatch.setenv(ENV, decoder)
+    lines = _archive_lines()
+    packed = _compressors()[ext](b"\n".join(lines) + b"\n")
+    cut = packed[: len(packed) * 2 // 3]
+    path = tmp_path / f"shop-0-0.jsonl{ext}"
+    path.write_bytes(cut)
+    complete, _ = _read_until_damage(str(path))
+    run = decode_objects_fn("canal-json", {"enable-tidb-extension": "true"})
+    rows = [r for b in run(iter([pa.RecordBatch.from_pylist([{"uri": str(path), "size": len(cut)}])]))
+            for r in b.to_pylist()]
+    damaged = [r for r in rows if r.get("error_stage") == "archive"]
+    assert len(damaged) == 1 and f"object damaged at byte {len(cut)}" in damaged[0]["error"]
+    assert f"after line {len(complete)}" in damaged[0]["error"]
+    last = orjson.loads(complete[-1])["offset"]
+    assert f"offset {last}" in damaged[0]["error"]
+    assert {r["offset"] for r in rows if r.get("error_stage") is None and r.get("offset") is not None} == {
+        orjson.loads(line)["offset"] for line in complete}
+
+
+def test_the_summary_says_read_twice_only_for_records_read_twice():
+    """Archive lines that are not records (no coordinates) are counted in `records` but have no
+    offset: they are not records read twice; a partition with more records than offsets is."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format="kafka", target_topic="{topic}",
+                           dispatcher="default", table_patterns=lambda: [])
+
+    def manifest(records_of_partition, archive_lines):
+        partition = {"topic": "shop", "partition": 0, "records": records_of_partition, "offsets": 10,
+                     "min_offset": 0, "max_offset": 9, "watermark": None, "min_commit_ts": None,
+                     "max_commit_ts": None}
+        counts = [{"status": "quarantined", "kind": "quarantine", "events": archive_lines, "error_stage": "archive",
+                   "database": None, "table": None}]
+        return manifest_mod.build(
+            run_id="r", args=args, source="/a", output="/b", started=0, objects=[], partition_stats=[partition],
+            cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
+            counts=counts, ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
+            target_protocol="canal-json", target_options={})
+
+    clean = manifest(10, 3)
+    assert clean["counts"]["records"] == 13 and "read twice" not in manifest_mod.summary(clean)
+    overlapping = manifest(14, 3)
+    assert "(4 of them read twice from overlapping objects)" in manifest_mod.summary(overlapping)
+
+
+# ------------------------------------------------------------------ 9. one run at a time per output (the lease)
+
+def _lease_home(where, tmp_path, request):
+    return str(tmp_path / "out") if where == "local" else request.getfixturevalue("bucket") + "/out"
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_second_run_on_a_leased_output_is_refused_and_a_stale_lease_taken_over(tmp_path, request, where):
+    """A lease refreshed by its heartbeat refuses every other run (also after the timeout has
+    passed, since it beats); a lease whose heartbeat stopped (its run killed) is taken over
+    after the timeout; the run it was taken from can no longer commit; release deletes it."""
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    first = L.Lease(home, "run-a", 1.0).acquire()
+    doc = L.read(home)
+    assert doc["owner"]["run_id"] == "run-a" and doc["owner"]["pid"] == os.getpid() and doc["owner"]["host"]
+    assert doc["started_at"] and doc["heartbeat_at"] and doc["timeout_s"] == 1.0
+    with pytest.raises(L.LeaseHeld, match=r"in use by another replay: run run-a \(pid \d+ on "):
+        L.Lease(home, "run-b", 1.0).acquire()
+    time.sleep(1.5)  # longer than the timeout: the heartbeat keeps it
+    assert L.read(home)["heartbeat"] > doc["heartbeat"]
+    with pytest.raises(L.LeaseHeld):
+        L.Lease(home, "run-b", 1.0).acquire()
+    first._stop.set()  # the run is killed: no more heartbeats
+    first._thread.join()
+    time.sleep(1.3)
+    second = L.Lease(home, "run-b", 1.0).acquire()
+    assert second.took_over["owner"]["run_id"] == "run-a" and L.read(home)["owner"]["run_id"] == "run-b"
+    with pytest.raises(L.LeaseLost, match="another run took over"):
+        first.assert_held()
+    first.release()  # not its lease any more: left alone
+    assert L.read(home)["owner"]["run_id"] == "run-b"
+    second.assert_held()
+    second.release()
+    assert L.read(home) is None
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_runs_starting_together_get_the_lease_once(tmp_path, request, where):
+    """8 processes ask for the lease of one output at the same moment (and 8 more take over one
+    stale lease together): exactly one of each group gets it."""
+    import subprocess
+    import sys
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    script = ("import sys, time; from spark_apps import lease as L\n"
+              "time.sleep(max(0, float(sys.argv[3]) - time.time()))\n"
+              "try:\n    l = L.Lease(sys.argv[1], sys.argv[2], 30).acquire(); print('won'); l._stop.set()\n"
+              "except L.LeaseHeld:\n    print('refused')\n")
+    for stale in (False, True):
+        if stale:  # a lease whose heartbeat stopped long ago
+            storage.write_bytes(storage.join(home, L.LEASE), orjson.dumps(
+                {"owner": {"run_id": "dead"}, "token": "t", "heartbeat": time.time() - 3600}))
+        at = time.time() + 3
+        procs = [subprocess.Popen([sys.executable, "-c", script, home, f"run-{i}", str(at)], stdout=subprocess.PIPE,
+                                  text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}) for i in range(8)]
+        outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+        assert sorted(outs) == ["refused"] * 7 + ["won"], outs
+        winner = L.read(home)["owner"]["run_id"]
+        assert winner == f"run-{outs.index('won')}"
+        storage.delete(storage.join(home, L.LEASE))
+
+
+def test_the_lease_timeout_comes_from_the_option_then_the_environment(monkeypatch):
+    from spark_apps import lease as L
+
+    monkeypatch.delenv(L.ENV, raising=False)
+    assert L.timeout_seconds(None) == 600
+    monkeypatch.setenv(L.ENV, "42")
+    assert L.timeout_seconds(None) == 42 and L.timeout_seconds(5) == 5
+    monkeypatch.setenv(L.ENV, "soon")
+    with pytest.raises(ValueError, match="CDC_REPLAY_LEASE_TIMEOUT"):
+        L.timeout_seconds(None)
+    with pytest.raises(ValueError, match="more than 0"):
+        L.timeout_seconds(0)
+
+
+def test_the_commit_keeps_the_lease_and_refuses_when_it_was_lost(tmp_path):
+    from spark_apps import lease as L
+
+    output = str(tmp_path / "out")
+    lease = L.Lease(output, "r1", 30).acquire()
+    L.hold(lease)
+    try:
+        _stage(storage.join(output, "_staging", "r1"), {"data/t/0/a.jsonl.gz": b"1"})
+        manifest = _manifest("r1")
+        manifest_mod.commit(output, storage.join(output, "_staging", "r1"), manifest)
+        assert manifest["foreign_objects"] == [] and storage.exists(storage.join(output, L.LEASE))
+        storage.write_bytes(storage.join(output, L.LEASE), orjson.dumps({"token": "someone else", "heartbeat": 1}))
+        _stage(storage.join(output, "_staging", "r1b"), {"data/t/0/a.jsonl.gz": b"2"})
+        with pytest.raises(L.LeaseLost):
+            manifest_mod.commit(output, storage.join(output, "_staging", "r1b"), _manifest("r1b"))
+        assert storage.read_bytes(storage.join(output, "t/0/a.jsonl.gz")) == b"1"
+    finally:
+        lease.release()
+        L.hold(None)
+
+
+# ------------------------------------------------------------------ 10. an output that cannot be written: one line
+
+def _can_mount():
+    import subprocess
+
+    if os.geteuid() != 0:
+        return False
+    probe = "/tmp/cdc-replay-mount-probe"
+    os.makedirs(probe, exist_ok=True)
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["umount", probe], capture_output=True)
+    return ok
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real file system of 64 KiB (tmpfs), mounted for the test: a full disk or a read-only
+    one, as the kernel reports them (ENOSPC, EROFS). Needs root and mount."""
+    import subprocess
+
+    if not _can_mount():
+        pytest.skip("needs root and mount (tmpfs) for a real full or read-only file system")
+    mounted = []
+
+    def make(options):
+        point = tmp_path / f"fs{len(mounted)}"
+        point.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,{options}", "tmpfs", str(point)], check=True)
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _fill(directory):
+    fd = os.open(directory / "filler", os.O_CREAT | os.O_WRONLY)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unwritable(case, tmp_path, small_fs):
+    if case == "under a file":
+        (tmp_path / "a-file").write_bytes(b"x")
+        return str(tmp_path / "a-file" / "out"), "Not a directory (ENOTDIR)"
+    if case == "read-only file system":
+        return str(small_fs("ro") / "out"), "Read-only file system (EROFS)"
+    if case == "full disk":
+        point = small_fs("rw")
+        (point / "out").mkdir()
+        _fill(point)
+        return str(point / "out"), "No space left on device (ENOSPC)"
+    if case == "no permission":
+        if os.geteuid() == 0:
+            pytest.skip("root writes through a directory's mode bits")
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        return str(locked / "out"), "Permission denied (EACCES)"
+    if case == "under /proc":
+        return "/proc/cdc-replay-out", "(ENOENT)"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["under a file", "read-only file system", "full disk", "no permission", "under /proc"])
+def test_an_output_that_cannot_be_written_is_refused_in_one_line_before_spark(tmp_path, small_fs, case):
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a.jsonl").write_bytes(b"{}\n")
+    output, words = _unwritable(case, tmp_path, small_fs)
+    result = _cli("--source", str(archive), "--protocol", "canal-json", "--output", output, "--emit", "snapshot")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cdc-replay: error: --output {output} cannot be written: ")
+    assert words in lines[0], lines
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+
+
+def test_an_s3_output_that_denies_writes_is_refused_in_one_line_before_spark(bucket, s3_endpoint):
+    from tests.support.s3_faults import fault_proxy
+
+    storage.write_bytes(f"{bucket}/archive/shop/0/a.jsonl", b"{}\n")
+    name = bucket[len("s3://"):]
+    with fault_proxy(s3_endpoint, slow_down=0, reset=0, deny_writes=f"/{name}/out") as proxy:
+        result = _cli("--source", f"{bucket}/archive", "--protocol", "canal-json", "--output", f"{bucket}/out",
+                      "--emit", "snapshot", env={**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint})
+        assert proxy.counts["denied"] == 1
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--output {bucket}/out cannot be written: PutObject refused (AccessDenied" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout and "spark" not in result.stderr.lower()
+    assert storage.list_objects(f"{bucket}/out") == []
+
+
+def test_a_leased_output_is_refused_in_one_line_before_spark(tmp_path):
+    from spark_apps import lease as L
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a.jsonl").write_bytes(b"{}\n")
+    holder = L.Lease(str(tmp_path / "out"), "the-other-run", 30).acquire()
+    try:
+        result = _cli("--source", str(archive), "--protocol", "canal-json", "--output", str(tmp_path / "out"),
+                      "--emit", "snapshot")
+    finally:
+        holder.release()
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is in use by another replay: run the-other-run (pid" in lines[0], lines
+    assert "spark" not in result.stderr.lower()
+    assert sorted(os.listdir(tmp_path / "out")) == []
+
+
+def test_the_cause_of_a_spark_task_failure_is_one_line():
+    """What the driver gets when a task fails: a Py4JJavaError whose text quotes the Python
+    worker's traceback; the line names the errno and the path."""
+    text = ("An error occurred while calling o123.collectToPython.\n: org.apache.spark.SparkException: Job aborted due "
+            "to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 "
+            "(TID 5) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most "
+            "recent call last):\n  File \"/x/archive_io.py\", line 321, in flush\n    storage.write_bytes(uri, data)\n"
+            "  File \"/x/storage.py\", line 500, in write_bytes\n    f.write(data)\nOSError: [Errno 28] No space left "
+            "on device: '/mnt/out/_staging/r1/data/shop/0/a.jsonl.gz.tmp-12'\n\n\tat org.apache.spark.api.python."
+            "BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)\n")
+
+    class Py4JJavaError(Exception):
+        pass
+
+    from spark_apps.faults import cause_of
+
+    assert cause_of(Py4JJavaError(text)) == (
+        "No space left on device (ENOSPC): /mnt/out/_staging/r1/data/shop/0/a.jsonl.gz.tmp-12")
+    assert cause_of(OSError(30, "Read-only file system", "/o/x")) == "Read-only file system (EROFS): /o/x"
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_the_run_ends_in_one_line_with_exit_1(tmp_path, small_fs):
+    """A real `cdc-replay replay` (spark-submit) into a 64 KiB file system: the probe passes,
+    the staged objects do not fit. One line, exit 1, naming ENOSPC and the path, and the log
+    file holding the trace; no stack trace on the console; no staging or lease left."""
+    import subprocess
+    import sys
+
+    from spark_apps.generate import generate, write_archive
+
+    write_archive(generate(transactions=600, partitions=2, seed=3).records, str(tmp_path / "archive"))
+    output = small_fs("rw") / "out"
+    log_file = tmp_path / "run.log"
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_apps.cli", "replay", "--source", str(tmp_path / "archive"), "--protocol",
+         "canal-json", "--protocol-option", "enable-tidb-extension=true", "--output", str(output), "--emit", "topics",
+         "--master", "local[1]"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "CDC_REPLAY_LOG": str(log_file)})
+    # spark-submit passes the driver's stderr on merged into its stdout: the console is both
+    console = result.stdout + result.stderr
+    assert result.returncode == 1, console[-3000:]
+    errors = [line for line in console.splitlines() if line.startswith("cdc-replay: error: ")]
+    assert len(errors) == 1, console[-3000:]
+    assert errors[0].startswith("cdc-replay: error: the run failed: No space left on device (ENOSPC): " + str(output))
+    assert errors[0].endswith(f"(full trace: {log_file})")
+    assert "Traceback" not in console and "\tat " not in console, console[-3000:]
+    trace = log_file.read_text()
+    assert "Traceback" in trace and "No space left on device" in trace
+    assert not (output / "_staging").exists() or not any((output / "_staging").iterdir())
+    assert not (output / "_lease.json").exists()
+
+
+def test_the_lease_timeout_option_travels_with_the_request(tmp_path):
+    from spark_apps import contract
+
+    args = args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "30")
+    assert args.lease_timeout == 30
+    assert contract.parse(contract.to_argv(args)) == args
+    with pytest.raises(ReplayError, match="--lease-timeout: the lease timeout must be more than 0 seconds"):
+        validate(args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "0"))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_lease_of_a_killed_run_is_taken_over_after_the_timeout(tmp_path, request, where):
+    """A process holding the lease is SIGKILLed (no release, no more heartbeats): until the
+    timeout its lease refuses other runs, then the next run takes it over."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    script = ("import sys, time; from spark_apps import lease as L\n"
+              "L.Lease(sys.argv[1], 'killed-run', 2).acquire(); print('held', flush=True); time.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", script, home], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with pytest.raises(L.LeaseHeld, match="killed-run"):
+        L.Lease(home, "next-run", 2).acquire()
+    time.sleep(2.5)
+    lease = L.Lease(home, "next-run", 2).acquire()
+    try:
+        assert lease.took_over["owner"]["run_id"] == "killed-run" and L.read(home)["owner"]["run_id"] == "next-run"
+    finally:
+        lease.release()
+    assert L.read(home) is None
+
+
+def test_the_app_turns_a_fault_into_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """The app's entry point (what spark-submit runs): a fault during the run is one line on
+    stderr naming the cause and the log file, which holds the trace; exit 1."""
+    from spark_apps import replay
+
+    def failing_run(args):
+        try:
+            raise OSError(28, "No space left on device", str(tmp_path / "out" / "_staging" / "r" / "a.jsonl.gz"))
+        except OSError as e:
+            raise RuntimeError("the write failed") from e
+
+    monkeypatch.setattr(replay, "run", failing_run)
+    monkeypatch.setenv("CDC_REPLAY_LOG", str(tmp_path / "run.log"))
+    status = replay.main(["--source", str(tmp_path / "archive"), "--protocol", "canal-json", "--output",
+                          str(tmp_path / "out"), "--emit", "snapshot"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1, err
+    assert err[0] == (f"cdc-replay: error: the run failed: No space left on device (ENOSPC): "
+                      f"{tmp_path}/out/_staging/r/a.jsonl.gz (full trace: {tmp_path}/run.log)")
+    assert "Traceback" in (tmp_path / "run.log").read_text()

@@ -22,12 +22,19 @@ from urllib.parse import urlparse
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message><RequestId>FAULT</RequestId>"
              b"<HostId>fault-proxy</HostId></Error>")
+ACCESS_DENIED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                 b"<Message>Access Denied</Message><RequestId>FAULT</RequestId>"
+                 b"<HostId>fault-proxy</HostId></Error>")
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, slow_down: float, reset: float, seed: int, min_body: int = 1024):
+    def __init__(self, upstream: str, slow_down: float, reset: float, seed: int, min_body: int = 1024,
+                 deny_writes: str | None = None):
         parsed = urlparse(upstream)
+        # requests writing below this path (`/bucket/prefix`: PUT, POST, DELETE) are answered
+        # 403 AccessDenied with S3's XML body, as a bucket policy denying writes answers them
+        self.deny_writes = deny_writes
         self.upstream = (parsed.hostname, parsed.port)
         self.slow_down, self.reset, self.min_body = slow_down, reset, min_body
         self.random = random.Random(seed)
@@ -53,6 +60,16 @@ class FaultProxy:
                     proxy.counts["requests"] += 1
                     roll = proxy.random.random() if proxy.enabled else 1.0
                     cut_roll = proxy.random.random() if proxy.enabled else 1.0
+                if (proxy.deny_writes and self.command in ("PUT", "POST", "DELETE")
+                        and self.path.startswith(proxy.deny_writes)):
+                    with proxy.lock:
+                        proxy.counts["denied"] += 1
+                    self.send_response(403, "Forbidden")
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(ACCESS_DENIED)))
+                    self.end_headers()
+                    self.wfile.write(ACCESS_DENIED)
+                    return
                 if roll < proxy.slow_down:
                     with proxy.lock:
                         proxy.counts["slow_down"] += 1
@@ -122,8 +139,9 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def fault_proxy(upstream: str, slow_down: float = 0.15, reset: float = 0.3, seed: int = 14, min_body: int = 1024):
-    proxy = FaultProxy(upstream, slow_down, reset, seed, min_body).start()
+def fault_proxy(upstream: str, slow_down: float = 0.15, reset: float = 0.3, seed: int = 14, min_body: int = 1024,
+                deny_writes: str | None = None):
+    proxy = FaultProxy(upstream, slow_down, reset, seed, min_body, deny_writes).start()
     try:
         yield proxy
     finally:

@@ -24,9 +24,10 @@ def local_frame(spark, rows, schema: str, slices: list[list[int]] | None = None)
     slice, in this order."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import DataType
 
-    struct = DataType.fromDDL(schema)
+    from .spark_compat import ddl_type
+
+    struct = ddl_type(schema)
     arrow_schema = to_arrow_schema(struct)
     rows = list(rows)
     groups = [list(range(len(rows)))] if slices is None else slices

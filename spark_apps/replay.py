@@ -32,7 +32,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 from spark_apps import ddl as ddl_mod  # noqa: E402
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
+from spark_apps import kafka_io, masking, schema_files, spark_compat, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps import contract  # noqa: E402
 from spark_apps.contract import LAST_CUT, QUARANTINE, Kind, Status  # noqa: E402
@@ -376,7 +376,7 @@ def _collected(df) -> list[dict]:
     """A small result on the driver as plain dicts (structs as dicts, arrays as lists), through
     Arrow: many times cheaper than pickled Rows for the thousands of nested values of the
     decode tasks' `aux` rows or the summary's groups."""
-    return df.toArrow().to_pylist()
+    return spark_compat.collect_rows(df)  # DataFrame.toArrow on Spark 4, its 3.5 equivalent
 
 
 def run(args: ReplayArgs, spark=None) -> dict:

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="replay an archive (runs the Spark app)", epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter,
-                            description="Replay a Kafka-record archive with Spark and print a summary.")
+                            description="Replay a CDC archive (Kafka-record JSON lines, TiCDC's cloud storage "
+                                        "sink, Kafka Connect S3: --layout) or Kafka topics with Spark and print "
+                                        "a summary.")
     add_replay_arguments(replay)
 
     demo = sub.add_parser("demo", help="run the main job end to end on the embedded default, through Airflow",
@@ -82,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "more than 8 added columns), watermarks every 10 transactions, 5% redelivered\n"
                     "messages and 5 pending transactions above the last watermark. Progress goes to stderr.",
         epilog="example:\n  cdc-replay generate --output s3://archive/shop --transactions 10000 --partitions 4\n"
-               "  cdc-replay replay --source s3://archive/shop --protocol canal-json --output /tmp/snap")
+               "  cdc-replay replay --source s3://archive/shop --protocol canal-json \\\n"
+               "      --protocol-option enable-tidb-extension=true --output /tmp/snap --emit snapshot")
     gen.add_argument("--output", required=True, metavar="URI",
                      help="where to write the archive: a local directory or s3://bucket/prefix (the bucket is "
                           "created when missing)")

@@ -443,7 +443,7 @@ def summary(manifest: dict) -> str:
     src, out, cut = manifest["source"], manifest["output"], manifest["cut"]
     lines = [
         f"cdc-replay run {manifest['run_id']} ({manifest['duration_s']} s): {out['emit']} of {src['uri']} "
-        f"[{src['protocol']}] -> {out['uri']} [{out['protocol']}]",
+        f"[{src['protocol']}] -> {out['uri']} [{out.get('protocol') or out.get('format') or '-'}]",
         f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records"
         + (f" ({c['records'] - c['offsets']:,} of them read twice from overlapping objects)"
            if c.get("offsets") and c["records"] > c["offsets"] else ""),
@@ -477,6 +477,15 @@ def summary(manifest: dict) -> str:
         lines.append(f"  produced         {out['records']:,} records ({out['rows']:,} rows) into {len(out['objects'])} "
                      f"partitions, topics {', '.join(out['topics']) or '-'}, at {out['uri']}{skipped}; manifest at "
                      f"{k['manifest_uri']}")
+    elif out.get("format") in ("delta", "iceberg"):
+        lake = sorted((out.get("lakehouse") or {}).items())
+        name = {"delta": "Delta", "iceberg": "Iceberg"}[out["format"]]
+        lines.append(f"  output           {out.get('rows', 0):,} rows in {len(lake)} {name} tables under {out['uri']}")
+        width = max((len(str(t.get("table") or key)) for key, t in lake), default=0)
+        for key, t in lake:
+            rows = f", {t['rows']:,} rows" if isinstance(t.get("rows"), int) else ""
+            lines.append(f"    {str(t.get('table') or key).ljust(width)}  version {t.get('version', '-')}{rows} "
+                         f"at {t.get('location') or '-'}")
     elif out.get("format", "kafka") == "parquet":
         nulled = f"; {out['nulled']:,} values nulled (the type could not hold them)" if out.get("nulled") else ""
         lines.append(f"  output           {out['rows']:,} rows in {len(out['objects'])} Parquet files, one dataset per "

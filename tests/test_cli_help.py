@@ -32,3 +32,46 @@ def test_replay_help_names_every_layout_and_kafka():
     text = " ".join(_help("replay").split())
     assert "Kafka-record archive with Spark" not in text
     assert "Replay a CDC archive" in text and "Kafka topics" in text
+
+
+def _manifest(tmp_path, output_format: str) -> dict:
+    from types import SimpleNamespace
+
+    from spark_apps import manifest as manifest_mod
+
+    args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format=output_format, target_topic="{topic}",
+                           dispatcher="index-value", table_patterns=lambda: [])
+    return manifest_mod.build(
+        run_id="r", args=args, source="/a", output=str(tmp_path), started=0, objects=[], partition_stats=[],
+        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
+        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
+        target_protocol=None, target_options={})
+
+
+def test_a_lakehouse_summary_names_its_tables_paths_and_versions(tmp_path):
+    from spark_apps import manifest as manifest_mod
+
+    built = _manifest(tmp_path, "delta")
+    built["output"]["lakehouse"] = {
+        "shop.orders": {"source_database": "shop", "source_table": "orders", "table": "shop.orders",
+                        "location": f"{tmp_path}/shop/orders", "version": 3, "rows": 120},
+        "shop.customers": {"source_database": "shop", "source_table": "customers", "table": "shop.customers",
+                           "location": f"{tmp_path}/shop/customers", "version": 1, "rows": 7}}
+    text = manifest_mod.summary(built)
+    assert "[None]" not in text and "topics -" not in text
+    assert f"-> {tmp_path} [delta]" in text
+    assert "in 2 Delta tables under" in text
+    assert f"shop.orders     version 3, 120 rows at {tmp_path}/shop/orders" in text
+    assert f"shop.customers  version 1, 7 rows at {tmp_path}/shop/customers" in text
+
+
+def test_summary_json_prints_the_manifest(tmp_path, capsys):
+    import json
+
+    from spark_apps import cli, contract
+
+    built = _manifest(tmp_path, "kafka")
+    (tmp_path / contract.MANIFEST).write_text(json.dumps(built))
+    assert cli.main(["summary", "--json", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["run_id"] == "r" and printed["output"]["uri"] == built["output"]["uri"]

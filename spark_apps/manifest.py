@@ -460,14 +460,22 @@ def summary(manifest: dict) -> str:
     lo, hi = manifest["commit_ts_range"]
     if lo is not None:
         lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")
-    if manifest["tables"]:
+    # a table whose every event --tables filtered out is not part of the output: named once, apart
+    excluded = [t for t in manifest["tables"] if t.get("filtered") and t.get("rows") is None
+                and not any(t.get(k) for k in ("applied", "duplicate", "pending", "quarantined"))]
+    replayed = [t for t in manifest["tables"] if t not in excluded]
+    if replayed:
         lines.append("  tables")
-        width = max(len(_table_name(t["database"], t["table"])) for t in manifest["tables"])
-        for t in manifest["tables"]:
+        width = max(len(_table_name(t["database"], t["table"])) for t in replayed)
+        for t in replayed:
             rows = f"{_n(t['rows'])} rows, " if out["emit"] == "snapshot" else ""
             lines.append(
                 f"    {_table_name(t['database'], t['table']).ljust(width)}  {rows}{t['applied']:,} events applied, "
                 f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
+    if excluded:
+        names = ", ".join(_table_name(t["database"], t["table"]) for t in excluded)
+        lines.append(f"  filtered out     {len(excluded)} tables (--tables), {sum(t['filtered'] for t in excluded):,} "
+                     f"events: {names}")
     if src["uri"].startswith("kafka://"):
         lines[1] = f"  read from Kafka  {c['records']:,} records in {len(manifest['partitions'])} partitions"
     if out.get("kafka"):

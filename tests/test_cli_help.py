@@ -34,18 +34,23 @@ def test_replay_help_names_every_layout_and_kafka():
     assert "Replay a CDC archive" in text and "Kafka topics" in text
 
 
-def _manifest(tmp_path, output_format: str) -> dict:
+def _args(output_format: str = "kafka"):
     from types import SimpleNamespace
 
+    return SimpleNamespace(protocol="canal-json", emit="snapshot", output_format=output_format, target_topic="{topic}",
+                           dispatcher="index-value", table_patterns=lambda: [])
+
+
+_BUILD = dict(run_id="r", args=_args(), source="/a", started=0, objects=[], partition_stats=[],
+              cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
+              counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
+              target_protocol=None, target_options={})
+
+
+def _manifest(tmp_path, output_format: str) -> dict:
     from spark_apps import manifest as manifest_mod
 
-    args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format=output_format, target_topic="{topic}",
-                           dispatcher="index-value", table_patterns=lambda: [])
-    return manifest_mod.build(
-        run_id="r", args=args, source="/a", output=str(tmp_path), started=0, objects=[], partition_stats=[],
-        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
-        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
-        target_protocol=None, target_options={})
+    return manifest_mod.build(**{**_BUILD, "args": _args(output_format), "output": str(tmp_path)})
 
 
 def test_a_lakehouse_summary_names_its_tables_paths_and_versions(tmp_path):
@@ -75,3 +80,19 @@ def test_summary_json_prints_the_manifest(tmp_path, capsys):
     assert cli.main(["summary", "--json", str(tmp_path)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["run_id"] == "r" and printed["output"]["uri"] == built["output"]["uri"]
+
+
+def test_tables_excluded_by_tables_are_not_listed_as_replayed(tmp_path):
+    from spark_apps import manifest as manifest_mod
+
+    def count(table, status, events):
+        return {"status": status, "kind": "row", "events": events, "database": "shop", "table": table,
+                "min_commit_ts": 10, "max_commit_ts": 20}
+
+    built = manifest_mod.build(**{**_BUILD, "output": str(tmp_path), "counts": [
+        count("orders", "applied", 5), count("orders", "filtered", 0), count("customers", "filtered", 7)]})
+    text = manifest_mod.summary(built)
+    tables = text[text.index("  tables"):].splitlines()
+    assert any("shop.orders" in line for line in tables[1:2])
+    assert not any(line.startswith("    shop.customers") for line in tables)
+    assert "filtered out     1 tables (--tables), 7 events: shop.customers" in text

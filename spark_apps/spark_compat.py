@@ -6,6 +6,9 @@ versions"; tests/test_spark_versions.py runs a replay on another pyspark).
   through the active session's JVM (a session exists wherever a DataFrame is built).
 * `DataFrame.toArrow` (4.0): on 3.5, `_collect_as_arrow`, the Arrow batches the 4.x method
   assembles into a table (the same path `toPandas` takes with Arrow on 3.5).
+* `SparkSession.createDataFrame(pyarrow.Table)` (4.0): on 3.5 the driver's small frames
+  (spark_apps.local_data) are made from the rows themselves, one partition per slice
+  (`frame_from_rows`): a Python RDD, which 4.x avoids, but the same rows in the same partitions.
 """
 
 from __future__ import annotations
@@ -30,3 +33,21 @@ def collect_rows(df) -> list[dict]:
     if to_arrow is not None:
         return to_arrow().to_pylist()
     return [row for batch in df._collect_as_arrow() for row in batch.to_pylist()]
+
+
+def creates_from_arrow() -> bool:
+    """Whether `SparkSession.createDataFrame` takes a pyarrow.Table (Spark 4)."""
+    import pyspark
+
+    return int(pyspark.__version__.split(".")[0]) >= 4
+
+
+def frame_from_rows(spark, rows: list, struct, groups: list[list[int]] | None):
+    """A DataFrame of `rows` (tuples in the order of `struct`'s fields): with `groups` (lists of
+    row indexes) one partition per group, in this order."""
+    if groups is None:
+        return spark.createDataFrame(rows, struct)
+    groups = [g for g in groups if g]
+    parts = [[rows[i] for i in group] for group in groups]
+    rdd = spark.sparkContext.parallelize(parts, max(1, len(parts))).flatMap(lambda part: part)
+    return spark.createDataFrame(rdd, struct)

@@ -2,7 +2,7 @@
 # The Spark app on other Spark versions than the lock's: for each pyspark version given (default
 # 3.5.7 and 4.0.1), an environment under ${CDC_REPLAY_SPARK_VENVS:-/tmp/cdc-replay-spark-venvs}
 # with that pyspark, the project (editable, from this clone) and its runtime dependencies at the
-# lock's versions (numpy as that pyspark allows), then tests/test_spark_versions.py with it: a
+# lock's versions, then tests/test_spark_versions.py with it: a
 # snapshot and a Delta table replayed on that Spark, checked against tests/reference.py.
 #
 #     bench/spark_versions.sh 3.5.7          # needs .venv (scripts/bootstrap) and network for the wheels
@@ -19,11 +19,11 @@ for version in "${versions[@]}"; do
     if [ ! -x "$venv/bin/cdc-replay" ]; then
         echo "[spark-versions] making $venv"
         "$PYTHON" -m venv "$venv"
-        # the lock's versions of everything but pyspark and numpy (pyspark 3.5 wants numpy < 2)
+        # the lock's versions of everything but pyspark
         constraints=$(mktemp)
-        grep -vE '^(pyspark|numpy)==' requirements.lock > "$constraints"
+        grep -vE '^pyspark==' requirements.lock > "$constraints"
         "$uv" pip install --python "$venv/bin/python" --quiet -c "$constraints" --override overrides.txt \
-            "pyspark[sql]==$version" -e .
+            "pyspark==$version" -e .
         rm -f "$constraints"
         rm -rf cdc_replay.egg-info  # the editable build's metadata: the venvs have their own
     fi

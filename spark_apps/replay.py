@@ -382,6 +382,7 @@ def _collected(df) -> list[dict]:
 def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
     started = time.time()
+    spark_compat.install()  # Spark 3.5: what the app calls as Spark 4 takes it
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)

@@ -6,6 +6,9 @@ versions"; tests/test_spark_versions.py runs a replay on another pyspark).
   through the active session's JVM (a session exists wherever a DataFrame is built).
 * `DataFrame.toArrow` (4.0): on 3.5, `_collect_as_arrow`, the Arrow batches the 4.x method
   assembles into a table (the same path `toPandas` takes with Arrow on 3.5).
+* `functions.array_position(col, Column)` (a Column as the value: 4.0): on 3.5 `install()`
+  (called when the app builds its session) makes the Python function pass a Column on to the
+  JVM function, which takes one on 3.5 too.
 * `SparkSession.createDataFrame(pyarrow.Table)` (4.0): on 3.5 the driver's small frames
   (spark_apps.local_data) are made from the rows themselves, one partition per slice
   (`frame_from_rows`): a Python RDD, which 4.x avoids, but the same rows in the same partitions.
@@ -51,3 +54,28 @@ def frame_from_rows(spark, rows: list, struct, groups: list[list[int]] | None):
     parts = [[rows[i] for i in group] for group in groups]
     rdd = spark.sparkContext.parallelize(parts, max(1, len(parts))).flatMap(lambda part: part)
     return spark.createDataFrame(rdd, struct)
+
+
+def install() -> None:
+    """On Spark 3.5: the functions of pyspark.sql.functions the app calls with a Column where the
+    3.5 Python function wants a literal (and its JVM function takes a Column) pass it on as 4.x
+    does. Nothing on Spark 4."""
+    if creates_from_arrow():
+        return
+    from pyspark.sql import functions as F
+    from pyspark.sql.column import Column, _to_java_column
+
+    if getattr(F.array_position, "_cdc_replay_compat", False):
+        return
+    original = F.array_position
+
+    def array_position(col, value):
+        if isinstance(value, Column):
+            from pyspark import SparkContext
+
+            jvm = SparkContext._active_spark_context._jvm
+            return Column(jvm.org.apache.spark.sql.functions.array_position(_to_java_column(col), value._jc))
+        return original(col, value)
+
+    array_position._cdc_replay_compat = True
+    F.array_position = array_position

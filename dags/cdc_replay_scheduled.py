@@ -126,7 +126,7 @@ def cdc_replay_scheduled():
         except tasks.Refused as e:
             raise AirflowFailException(str(e)) from e
 
-    @task
+    @task(show_return_value_in_logs=False)  # the metrics: the CDC replay page and the XCom show them
     def validate(planned: dict, staged: dict, replayed: dict) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -149,7 +149,7 @@ def cdc_replay_scheduled():
         ti.xcom_push(METRICS_KEY, metrics)
         return metrics
 
-    @task(outlets=[AssetAlias(ALIAS)])
+    @task(outlets=[AssetAlias(ALIAS)], show_return_value_in_logs=False)
     def publish(planned: dict, staged: dict, metrics: dict) -> dict:
         from airflow.sdk import Asset
 

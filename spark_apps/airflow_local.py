@@ -29,9 +29,34 @@ def aws_connection(endpoint: str | None, key_id: str, secret: str, region: str =
     return json.dumps({"conn_type": "aws", "login": key_id, "password": secret, "extra": extra})
 
 
-def write_config(home: str, *, sql_alchemy_conn: str | None = None, users: str = "admin:admin") -> str:
-    """A minimal airflow.cfg in `home`, so that later commands there (`airflow api-server`)
-    find our DAGs and plugins without any environment variable."""
+API_PORT = 8080
+
+
+def _home_secret(home: str, name: str) -> str:
+    """A random secret kept in `home` (created once), the same for every process on it."""
+    import secrets
+
+    path = os.path.join(home, f".{name}")
+    try:
+        with open(path) as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except OSError:
+        pass
+    value = secrets.token_hex(32)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(value)
+    return value
+
+
+def write_config(home: str, *, sql_alchemy_conn: str | None = None, users: str = "admin:admin",
+                 port: int = API_PORT) -> str:
+    """A minimal airflow.cfg in `home`, so that later commands there (`airflow api-server`,
+    `scheduler`, `dag-processor`, `triggerer`: start_commands) find our DAGs and plugins without
+    any environment variable: the api-server on 127.0.0.1:`port` only, the execution API URL the
+    task processes use on the same port, and one JWT secret and secret key for every process (a
+    process without one makes its own, and the api-server then refuses the tasks' tokens)."""
     os.makedirs(home, exist_ok=True)
     path = os.path.join(home, "airflow.cfg")
     db = sql_alchemy_conn or f"sqlite:///{os.path.join(home, 'airflow.db')}"
@@ -43,12 +68,46 @@ def write_config(home: str, *, sql_alchemy_conn: str | None = None, users: str =
             "load_examples = False\n"
             "executor = LocalExecutor\n"
             f"simple_auth_manager_users = {users}\n"
+            f"execution_api_server_url = http://127.0.0.1:{port}/execution/\n"
             "[database]\n"
             f"sql_alchemy_conn = {db}\n"
             "[logging]\n"
             f"base_log_folder = {os.path.join(home, 'logs')}\n"
+            "[api]\n"
+            "host = 127.0.0.1\n"
+            f"port = {port}\n"
+            f"secret_key = {_home_secret(home, 'api_secret_key')}\n"
+            "[api_auth]\n"
+            f"jwt_secret = {_home_secret(home, 'jwt_secret')}\n"
         )
     return path
+
+
+# the processes of a local Airflow that runs triggered DAG runs (LocalExecutor): the scheduler
+# also serves the task logs to the api-server (port 8793)
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def start_commands(home: str) -> list[str]:
+    """Shell commands that start a local Airflow on `home` (written by write_config), each in
+    the background, logs in `home`."""
+    return [f"AIRFLOW_HOME={home} {AIRFLOW} {component} > {os.path.join(home, component + '.log')} 2>&1 &"
+            for component in COMPONENTS]
+
+
+def write_connections(home: str, env: dict, connections: dict[str, dict]) -> None:
+    """Create (or replace) connections in the metadata DB of `home`, so that processes started
+    later on it (the scheduler's task runs of a DAG triggered in the UI) find them without the
+    AIRFLOW_CONN_* of this process."""
+    path = os.path.join(home, ".connections.json")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        json.dump(connections, f)
+    try:
+        result = airflow(["connections", "import", "--overwrite", path], env, capture_output=True, text=True)
+    finally:
+        os.remove(path)
+    if result.returncode != 0:
+        raise RuntimeError(f"airflow connections import failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
 
 
 def environment(home: str, *, spark_master: str = "local[2]", aws: str | None = None,

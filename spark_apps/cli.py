@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="replay an archive (runs the Spark app)", epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter,
-                            description="Replay a Kafka-record archive with Spark and print a summary.")
+                            description="Replay a CDC archive (Kafka-record JSON lines, TiCDC's cloud storage "
+                                        "sink, Kafka Connect S3: --layout) or Kafka topics with Spark and print "
+                                        "a summary.")
     add_replay_arguments(replay)
 
     demo = sub.add_parser("demo", help="run the main job end to end on the embedded default, through Airflow",
@@ -147,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     summary = sub.add_parser("summary", help="print the summary of a finished run")
     summary.add_argument("output", metavar="URI", help="the --output of the run")
+    summary.add_argument("--json", action="store_true", help="print the run's manifest as JSON instead")
     return parser
 
 
@@ -315,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {option.describe()}")
         return 0
     if args.command == "summary":
-        return summary_command(args.output)
+        return summary_command(args.output, as_json=args.json)
     parser.error(f"unknown command {args.command}")
     return 2
 
 
-def summary_command(output: str) -> int:
-    """Print a finished run's summary; a missing, incomplete or unreadable output is one line
-    on stderr and exit 2 (no traceback)."""
+def summary_command(output: str, as_json: bool = False) -> int:
+    """Print a finished run's summary (`as_json`: its manifest, as JSON on stdout); a missing,
+    incomplete or unreadable output is one line on stderr and exit 2 (no traceback)."""
     import orjson
 
     from . import storage
@@ -343,7 +346,7 @@ def summary_command(output: str) -> int:
                               "interrupted or is still running; the next successful run completes it)")
             return refuse(f"no output at {output} (no {MANIFEST}; is this the --output of a replay?)")
         manifest = read_manifest(output)
-        text = summary(manifest)
+        text = orjson.dumps(manifest, option=orjson.OPT_INDENT_2).decode() if as_json else summary(manifest)
     except storage.AccessError as e:
         return refuse(str(e))
     except ManifestError as e:

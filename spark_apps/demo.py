@@ -119,6 +119,10 @@ def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: 
             del env[key]
         print(f"[demo] Airflow {_airflow_version()} with AIRFLOW_HOME={home} (SQLite metadata DB): airflow db migrate")
         airflow_local.migrate(env)
+        # in the metadata DB too: a run triggered later in the UI (tasks run by the scheduler, without
+        # this process's AIRFLOW_CONN_*) replays in local mode and reads the archive of this S3 server
+        airflow_local.write_connections(home, env, {
+            "spark_default": {"conn_type": "spark", "host": "local[*]"}, "aws_default": json.loads(aws)})
         conf = json.dumps(CONF)
         print(f"[demo] running the manual DAG (Spark local mode): airflow dags test cdc_replay_manual "
               f"-c '{conf}'", flush=True)
@@ -148,8 +152,16 @@ def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: 
         print(f"[demo] manifest: {OUTPUT}/_manifest.json; quarantine: {manifest['quarantine']['location']}")
         print(f"[demo] to see the run in the Airflow UI (the CDC replay page: per table counts, commit ts ranges, "
               f"watermark lag, a plot):\n"
-              f"         AIRFLOW_HOME={home} {airflow_local.AIRFLOW} api-server --port 8080\n"
-              f"       then open http://localhost:8080/plugin/cdc-replay and log in as admin, password {password}")
+              f"         AIRFLOW_HOME={home} {airflow_local.AIRFLOW} api-server --port {airflow_local.API_PORT}\n"
+              f"       then open http://localhost:{airflow_local.API_PORT}/plugin/cdc-replay and log in as admin, "
+              f"password {password} (the api-server listens on 127.0.0.1 only)")
+        commands = "\n".join(f"         {c}" for c in airflow_local.start_commands(home))
+        server = (f"this S3 server ({endpoint}) stays up" if keep_server else
+                  "run the demo with --keep-server so that its S3 server stays up (the aws_default connection names it)")
+        print(f"[demo] to trigger cdc_replay_manual from the UI as well (Trigger DAG, its form), start the whole local "
+              f"Airflow instead (api-server, scheduler, dag-processor, triggerer; docs/airflow.md \"A local Airflow\"):\n"
+              f"{commands}\n"
+              f"       its connections are in the metadata DB: spark_default local[*], aws_default; {server}")
         return 0 if same else 1
 
 

@@ -24,11 +24,14 @@ def local_frame(spark, rows, schema: str, slices: list[list[int]] | None = None)
     slice, in this order."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import DataType
 
-    struct = DataType.fromDDL(schema)
-    arrow_schema = to_arrow_schema(struct)
+    from . import spark_compat
+
+    struct = spark_compat.ddl_type(schema)
     rows = list(rows)
+    if not spark_compat.creates_from_arrow():  # Spark 3.5
+        return spark_compat.frame_from_rows(spark, rows, struct, slices)
+    arrow_schema = to_arrow_schema(struct)
     groups = [list(range(len(rows)))] if slices is None else slices
     columns = list(zip(*rows)) if rows else [()] * len(arrow_schema)
     batches = [pa.RecordBatch.from_arrays([pa.array([column[i] for i in group], type=field.type)

@@ -460,7 +460,7 @@ def summary(manifest: dict) -> str:
     src, out, cut = manifest["source"], manifest["output"], manifest["cut"]
     lines = [
         f"cdc-replay run {manifest['run_id']} ({manifest['duration_s']} s): {out['emit']} of {src['uri']} "
-        f"[{src['protocol']}] -> {out['uri']} [{out['protocol']}]",
+        f"[{src['protocol']}] -> {out['uri']} [{out.get('protocol') or out.get('format') or '-'}]",
         f"  objects read     {src['objects']:,} ({src['bytes'] / 1e6:.1f} MB), {c['records']:,} records"
         + (f" ({read_twice(manifest):,} of them read twice from overlapping objects)"
            if read_twice(manifest) else ""),
@@ -477,14 +477,22 @@ def summary(manifest: dict) -> str:
     lo, hi = manifest["commit_ts_range"]
     if lo is not None:
         lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")
-    if manifest["tables"]:
+    # a table whose every event --tables filtered out is not part of the output: named once, apart
+    excluded = [t for t in manifest["tables"] if t.get("filtered") and t.get("rows") is None
+                and not any(t.get(k) for k in ("applied", "duplicate", "pending", "quarantined"))]
+    replayed = [t for t in manifest["tables"] if t not in excluded]
+    if replayed:
         lines.append("  tables")
-        width = max(len(_shown_table(t)) for t in manifest["tables"])
-        for t in manifest["tables"]:
+        width = max(len(_shown_table(t)) for t in replayed)
+        for t in replayed:
             rows = f"{_n(t['rows'])} rows, " if out["emit"] == "snapshot" else ""
             lines.append(
                 f"    {_shown_table(t).ljust(width)}  {rows}{t['applied']:,} events applied, "
                 f"{t['duplicate']:,} duplicate, {t['pending']:,} pending")
+    if excluded:
+        names = ", ".join(_shown_table(t) for t in excluded)
+        lines.append(f"  filtered out     {len(excluded)} tables (--tables), {sum(t['filtered'] for t in excluded):,} "
+                     f"events: {names}")
     if src["uri"].startswith("kafka://"):
         lines[1] = f"  read from Kafka  {c['records']:,} records in {len(manifest['partitions'])} partitions"
     if out.get("kafka"):
@@ -494,6 +502,15 @@ def summary(manifest: dict) -> str:
         lines.append(f"  produced         {out['records']:,} records ({out['rows']:,} rows) into {len(out['objects'])} "
                      f"partitions, topics {_topics(out['topics'])}, at {out['uri']}{skipped}; manifest at "
                      f"{k['manifest_uri']}")
+    elif out.get("format") in ("delta", "iceberg"):
+        lake = sorted((out.get("lakehouse") or {}).items())
+        name = {"delta": "Delta", "iceberg": "Iceberg"}[out["format"]]
+        lines.append(f"  output           {out.get('rows', 0):,} rows in {len(lake)} {name} tables under {out['uri']}")
+        width = max((len(str(t.get("table") or key)) for key, t in lake), default=0)
+        for key, t in lake:
+            rows = f", {t['rows']:,} rows" if isinstance(t.get("rows"), int) else ""
+            lines.append(f"    {str(t.get('table') or key).ljust(width)}  version {t.get('version', '-')}{rows} "
+                         f"at {t.get('location') or '-'}")
     elif out.get("format", "kafka") == "parquet":
         nulled = f"; {out['nulled']:,} values nulled (the type could not hold them)" if out.get("nulled") else ""
         lines.append(f"  output           {out['rows']:,} rows in {len(out['objects'])} Parquet files, one dataset per "

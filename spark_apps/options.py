@@ -231,6 +231,6 @@ class ReplayArgs:
 
 
 def parser(cls=argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p = cls(prog="replay", description="Replay a Kafka-record archive with Spark.")
+    p = cls(prog="replay", description="Replay a CDC archive (three layouts: --layout) or Kafka topics with Spark.")
     add_replay_arguments(p)
     return p

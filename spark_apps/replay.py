@@ -32,7 +32,7 @@ from cdc_codecs.errors import CodecError  # noqa: E402
 from spark_apps import ddl as ddl_mod  # noqa: E402
 from spark_apps import gaps as gaps_mod  # noqa: E402
 from spark_apps import manifest as manifest_mod  # noqa: E402
-from spark_apps import kafka_io, masking, schema_files, storage  # noqa: E402
+from spark_apps import kafka_io, masking, schema_files, spark_compat, storage  # noqa: E402
 from spark_apps.ddl import DDLError, SchemaHistory  # noqa: E402
 from spark_apps import contract  # noqa: E402
 from spark_apps.contract import LAST_CUT, QUARANTINE, Kind, Status  # noqa: E402
@@ -400,12 +400,13 @@ def _collected(df) -> list[dict]:
     """A small result on the driver as plain dicts (structs as dicts, arrays as lists), through
     Arrow: many times cheaper than pickled Rows for the thousands of nested values of the
     decode tasks' `aux` rows or the summary's groups."""
-    return df.toArrow().to_pylist()
+    return spark_compat.collect_rows(df)  # DataFrame.toArrow on Spark 4, its 3.5 equivalent
 
 
 def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
     started = time.time()
+    spark_compat.install()  # Spark 3.5: what the app calls as Spark 4 takes it
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)

@@ -55,16 +55,27 @@ def test_codecs_import_nothing_of_the_app():
     assert out.stdout.strip() == "[]"
 
 
-def test_pyproject_pins_what_the_lock_pins():
-    """Every direct dependency is pinned in pyproject.toml to the version requirements.lock
-    installs, so `pip install cdc-replay` gets what the tests ran against."""
+def test_pyproject_ranges_hold_what_the_lock_pins():
+    """pyproject.toml declares ranges (so the package installs into an existing Spark or Airflow
+    environment and keeps its pyspark / Airflow); every one of them admits the version
+    requirements.lock installs, the set the tests run against, and the dev extra pins it exactly."""
     import re
     import tomllib
+
+    from packaging.requirements import Requirement
 
     root = pathlib.Path(__file__).parent.parent
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     lock = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", (root / "requirements.lock").read_text(), re.M))
     lock = {name.lower(): version for name, version in lock.items()}
-    for dep in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
-        name, extras, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==(\S+)", dep).groups()
-        assert lock.get(name.lower()) == version, f"{dep}: the lock has {lock.get(name.lower())}"
+    extras = project["optional-dependencies"]
+    for dep in [*project["dependencies"], *(d for name, deps in extras.items() for d in deps)]:
+        req = Requirement(dep)
+        assert req.specifier.contains(lock[req.name.lower()]), f"{dep}: the lock has {lock[req.name.lower()]}"
+    for dep in extras["dev"]:
+        assert str(Requirement(dep).specifier).startswith("=="), f"{dep}: the dev extra pins the lock's version"
+    for dep in [*project["dependencies"], *extras["airflow"]]:
+        req = Requirement(dep)
+        assert "<" in str(req.specifier) and ">=" in str(req.specifier), f"{dep}: a range, lower and upper bound"
+    pyspark = next(Requirement(d) for d in project["dependencies"] if d.startswith("pyspark"))
+    assert pyspark.specifier.contains("3.5.7") and pyspark.specifier.contains("4.0.1")

@@ -188,7 +188,7 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
 
                 raise AirflowFailException(str(e)) from e
 
-        @task
+        @task(show_return_value_in_logs=False)  # the metrics: the CDC replay page and the XCom show them
         def validate(plan: dict, replayed: dict) -> dict:
             from airflow.sdk.exceptions import AirflowFailException
 
@@ -206,7 +206,7 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
             ti.xcom_push(METRICS_KEY, metrics)
             return metrics
 
-        @task(outlets=[AssetAlias(ALIAS)])
+        @task(outlets=[AssetAlias(ALIAS)], show_return_value_in_logs=False)
         def publish(plan: dict, metrics: dict) -> dict:
             from airflow.sdk import Asset
 

@@ -217,3 +217,12 @@ def test_the_installed_package_is_a_provider_with_its_plugin_and_dag_builder(tmp
     assert result.returncode == 0, result.stderr[-3000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     assert parsed["errors"] == {} and parsed["dags"] == ["shop_replay"] and parsed["heavy"] == []
+
+
+def test_the_task_logs_do_not_end_with_the_metrics_dict(dagbag):
+    """validate and publish return the run's metrics (an XCom for the next task and the page);
+    Airflow's `Done. Returned value was: {...}` would dump all of it into the task log."""
+    for dag_id in ("cdc_replay_manual", "cdc_replay_scheduled"):
+        dag = dagbag.dags[dag_id]
+        for task_id in ("validate", "publish"):
+            assert dag.get_task(task_id).show_return_value_in_logs is False, (dag_id, task_id)

@@ -40,6 +40,10 @@ def test_demo_runs_the_manual_dag_and_matches_the_truth(tmp_path):
         f"AIRFLOW_HOME={home} ",
         "api-server --port 8080",
         "http://localhost:8080/plugin/cdc-replay",
+        # the whole local Airflow, so that a run triggered in the UI runs (issue 31)
+        f"bin/airflow scheduler > {home}/scheduler.log 2>&1 &",
+        f"bin/airflow dag-processor > {home}/dag-processor.log 2>&1 &",
+        "its connections are in the metadata DB: spark_default local[*], aws_default",
     ):
         assert expected in out, expected
     secret = DEMO_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
@@ -54,6 +58,10 @@ def test_demo_runs_the_manual_dag_and_matches_the_truth(tmp_path):
         assets = [row[0] for row in db.execute(
             "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_run_id=?", (run_id,))]
     assert state == "success"
+    with sqlite3.connect(os.path.join(home, "airflow.db")) as db:  # for runs triggered in the UI later
+        connections = dict(db.execute("select conn_id, conn_type || ' ' || coalesce(host, '') from connection "
+                                      "where conn_id in ('spark_default', 'aws_default')"))
+    assert connections == {"spark_default": "spark local[*]", "aws_default": "aws "}
     metrics = json.loads(value)
     metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
     assert metrics["status"] == "published" and metrics["counts"]["quarantined"] == 2

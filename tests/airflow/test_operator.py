@@ -113,6 +113,33 @@ def test_the_operator_runs_what_the_cli_runs(monkeypatch, connection, master):
     assert command[-len(expected[expected.index(REPLAY_APP) + 1:]):] == expected[expected.index(REPLAY_APP) + 1:]
 
 
+def test_no_spark_connection_means_local_mode_not_yarn(monkeypatch):
+    """Without a `spark_default` connection (a UI trigger on an Airflow where nobody created
+    one), the replay runs in local mode: the operator's master and the command the provider's
+    hook builds both say local[*]; the provider's own fallback would be yarn. An existing
+    connection is left alone, and the environment is as it was afterwards."""
+    from cdc_replay_airflow.hooks.replay import LOCAL_MASTER, default_local_connection
+
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    monkeypatch.delenv("CDC_REPLAY_SPARK_CONF", raising=False)
+    assert spark_master("spark_default") == LOCAL_MASTER == "local[*]"
+    operator = ReplayOperator(task_id="replay", plan={"request": REQUEST.as_dict(), "run_id": "d.r"},
+                              python="/venv/bin/python")
+    operator.prepare()
+    assert operator.master == "local[*]" and operator.py_files is None
+    assert operator._get_hook()._connection["master"] == "yarn"  # what the provider alone would do
+    with default_local_connection("spark_default") as master:
+        assert master == "local[*]"
+        command = operator._get_hook()._build_spark_submit_command(operator.application)
+    assert command[command.index("--master") + 1] == "local[*]"
+    assert "AIRFLOW_CONN_SPARK_DEFAULT" not in os.environ
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://spark-master:7077")
+    with default_local_connection("spark_default") as master:
+        assert master == "spark://spark-master:7077"
+        assert operator._get_hook()._connection["master"] == "spark://spark-master:7077"
+    assert os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] == "spark://spark-master:7077"
+
+
 def test_aws_credentials_go_to_the_subprocess_only(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://local%5B1%5D")
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws", "login": "AKIAX", "password": "sekrit-1", '

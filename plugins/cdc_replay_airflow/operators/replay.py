@@ -1,6 +1,7 @@
 """ReplayOperator: runs the replay Spark app (spark_apps/replay.py) with the Spark provider's
-SparkSubmitOperator on a Spark connection (`spark_default`: local[*] by default, a cluster URL
-such as spark://master:7077 when configured).
+SparkSubmitOperator on a Spark connection (`spark_default`: a cluster URL such as
+spark://master:7077 when configured; when the connection does not exist, local[*], where the
+provider itself would fall back to yarn: cdc_replay_airflow.hooks.replay.default_local_connection).
 
 Thin: the spark-submit pieces come from pure functions (`submit_settings`, and
 `cdc_replay_airflow.request.replay_arguments` for the app's arguments), which build the same
@@ -25,7 +26,13 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from cdc_replay_airflow.hooks.replay import EXIT_BAD_INPUT, EXIT_QUARANTINE, exit_status, spark_master
+from cdc_replay_airflow.hooks.replay import (
+    EXIT_BAD_INPUT,
+    EXIT_QUARANTINE,
+    default_local_connection,
+    exit_status,
+    spark_master,
+)
 from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps import masking
 from spark_apps.launch import (
@@ -230,7 +237,8 @@ class ReplayOperator(SparkSubmitOperator):
         # (the manifest names those objects), anything else is removed before it stages
         over_limit = False
         try:
-            super().execute(context)
+            with default_local_connection(self.spark_conn_id):  # no connection: local[*], not yarn
+                super().execute(context)
             finish_class_archive(list(self.conf.values()), 0)
         except AirflowException as e:
             status = exit_status(e)

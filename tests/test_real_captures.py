@@ -51,25 +51,20 @@ def _topics(folder: str, topics: int, files: int) -> list[tuple[str, str]]:
 
 _FIVE = [f"canal-data-{i}.txt" for i in range(1, 6)]
 TIDB = {"enable-tidb-extension": "true"}
-DEFECT_2 = ("issue 32 defect 2: ALTER on a table the archive never created is quarantined (\"the table has no "
-            "known schema\"): {}; the final rows match only because every row message carries its own types")
-
 CAPTURES = [
     Capture("flink-canal-data", [("flink/canal-data.txt", "t")], "flink/canal-data.expected.json"),
     Capture("flink-canal-data-filter-table", [("flink/canal-data-filter-table.txt", "t")],
             "flink/canal-data-filter-table.expected.json", tables="my*.prod*"),
     Capture("paimon-table-schemaevolution", _paimon("table/schemaevolution", _FIVE),
-            "paimon/table/schemaevolution/expected.json", xfail=DEFECT_2.format("all 16 ALTERs")),
+            "paimon/table/schemaevolution/expected.json"),
     Capture("paimon-table-schemaevolutionmissingddl", _paimon("table/schemaevolutionmissingddl", _FIVE),
             "paimon/table/schemaevolutionmissingddl/expected.json"),
     Capture("paimon-table-schemaevolutionmultiple",
             _paimon("table/schemaevolutionmultiple", ["canal-data-1.txt", "canal-data-2.txt"]),
-            "paimon/table/schemaevolutionmultiple/expected.json", xfail=DEFECT_2.format("the one ALTER")),
+            "paimon/table/schemaevolutionmultiple/expected.json"),
     Capture("paimon-table-startupmode", _paimon("table/startupmode", ["canal-data-1.txt", "canal-data-2.txt"]),
             "paimon/table/startupmode/expected.json"),
-    Capture("paimon-table-nonpk", _paimon("table/nonpk", ["canal-data-1.txt"]), "paimon/table/nonpk/expected.json",
-            xfail="issue 32 defect 4: identical rows of a keyless table collapse into one "
-                  "(the two INSERTs of ('five', 50) leave one row; Paimon keeps both)"),
+    Capture("paimon-table-nonpk", _paimon("table/nonpk", ["canal-data-1.txt"]), "paimon/table/nonpk/expected.json"),
     Capture("paimon-table-incomplete", _paimon("table/incomplete", ["canal-data-2.txt"]),
             "paimon/table/incomplete/expected.json",
             xfail="new defect, not one of issue 32's: a Canal mysqlType `decimal` without precision is typed "
@@ -79,14 +74,11 @@ CAPTURES = [
     Capture("paimon-database-tostring", _paimon("database/tostring", ["canal-data-1.txt"]),
             "paimon/database/tostring/expected.json"),
     Capture("paimon-database-case-insensitive", _paimon("database/case-insensitive", ["canal-data-1.txt"]),
-            "paimon/database/case-insensitive/expected.json",
-            xfail="new defect, not one of issue 32's: column names are matched case-sensitively (MySQL's are "
-                  "not): pkNames ['k1'] misses the column spelled K1, which becomes a second column, so the "
-                  "key k1 of rows 7 and 8 is null in the snapshot"),
+            "paimon/database/case-insensitive/expected.json"),
     Capture("paimon-database-schemaevolution", _topics("database/schemaevolution", 3, 3),
-            "paimon/database/schemaevolution/expected.json", xfail=DEFECT_2.format("all 4 ALTERs")),
+            "paimon/database/schemaevolution/expected.json"),
     Capture("paimon-database-prefixsuffix", _topics("database/prefixsuffix", 2, 3),
-            "paimon/database/prefixsuffix/expected.json", xfail=DEFECT_2.format("all 4 ALTERs")),
+            "paimon/database/prefixsuffix/expected.json"),
     Capture("ticdc-consistency-checker-1", [("ticdc/consistency-checker-DataContent1.txt", "t")],
             "ticdc/consistency-checker-DataContent1.expected.json", options=TIDB),
     Capture("ticdc-consistency-checker-2", [("ticdc/consistency-checker-DataContent2.txt", "t")],

@@ -479,7 +479,7 @@ def summary(manifest: dict) -> str:
         lines.append(f"  commit ts range  {lo} .. {hi}  ({tso_time(lo)} .. {tso_time(hi)})")
     # a table whose every event --tables filtered out is not part of the output: named once, apart
     excluded = [t for t in manifest["tables"] if t.get("filtered") and t.get("rows") is None
-                and not any(t.get(k) for k in ("applied", "duplicate", "pending", "quarantined"))]
+                and not any(t.get(k) for k in (Status.APPLIED, Status.DUPLICATE, Status.PENDING, Status.QUARANTINED))]
     replayed = [t for t in manifest["tables"] if t not in excluded]
     if replayed:
         lines.append("  tables")

@@ -606,7 +606,8 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     counts = summary["counts"]
     if args.emit != "topics":  # a topic carries every applied event, whatever its table's fate
         tagged, counts = _quarantine_missing_tables(spark, tagged, counts, history,
-                                                    T.commit_bucket(*frame) if frame else None)
+                                                    T.commit_bucket(*frame) if frame else None,
+                                                    summary["row_ranges"])
     if args.require_schema:
         tagged, counts = _quarantine_unknown_tables(tagged, counts, history)
     lean = tagged
@@ -818,6 +819,13 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
 
     counts, by_shape, ddl_rows, reasons = {}, {}, [], {}
     keyless = {(g["database"], g["table"]) for g in groups if g["_keyless"]}
+    # per table, the lowest and highest point of its applied row events
+    row_ranges: dict = {}
+    for g in groups:
+        if g["status"] == Status.APPLIED and g["kind"] == Kind.ROW and g["first"] is not None:
+            key = ((g["database"] or "").lower(), (g["table"] or "").lower())
+            lo, hi = row_ranges.get(key, (g["first"], g["last"]))
+            row_ranges[key] = (min(lo, g["first"]), max(hi, g["last"]))
     for g in groups:
         if g["status"] == Status.QUARANTINED and g["_sample"] is not None:
             r = reasons.setdefault((g["error_stage"], g["_reason"]), {"stage": g["error_stage"], "reason": g["_reason"],
@@ -853,7 +861,7 @@ def _summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None
                                  nulls_first(r["event_index"])))
     listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
     return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
-            "reasons": listed[:T.REASONS_LISTED], "keyless": keyless}
+            "reasons": listed[:T.REASONS_LISTED], "keyless": keyless, "row_ranges": row_ranges}
 
 
 @functools.lru_cache(maxsize=65536)
@@ -973,19 +981,27 @@ def _table_frames(spark, history: SchemaHistory):
     return intervals, known  # held in the plan: no broadcast job
 
 
-def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: SchemaHistory, bucket):
+def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: SchemaHistory, bucket,
+                               row_ranges: dict):
     """Row events of a table that does not exist at their point (`SchemaHistory.existence`,
     `transforms.mark_missing_tables`) are quarantined, and the counts moved with them: one
     small aggregate over the marked events (grouped like `_summarise`'s counts). Nothing to do
-    when every name exists throughout."""
+    when the applied rows of every name lie within one stretch of it (`row_ranges`: per
+    lower-case (database, table), the lowest and highest point, `_summarise`'s)."""
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
     from spark_apps.local_data import local_frame
 
     stretches = history.existence()
-    if all(not after and until is None for _, _, after, until in stretches):
-        return tagged, counts
+
+    def inside(d, t):  # every applied row event of the name lies in one of its stretches
+        lo, hi = row_ranges[(d, t)]
+        return any(list(after) < list(lo) and (until is None or list(hi) <= list(until))
+                   for sd, st, after, until in stretches if (sd, st) == (d, t))
+
+    if all((d, t) not in row_ranges or inside(d, t) for d, t, _, _ in stretches):
+        return tagged, counts  # no row can be outside its table: no job, no join
     frame = local_frame(spark, [(d, t, list(after), None if until is None else list(until), d, t, None, None)
                                 for d, t, after, until in stretches],
                         "database string, table string, after array<bigint>, until array<bigint>, "

@@ -20,12 +20,13 @@ def _help(*argv: str) -> str:
 
 def test_generate_help_examples_parse():
     text = _help("generate")
-    example = text[text.index("example:"):].split("\n", 1)[1].replace("\\\n", " ")
-    lines = [shlex.split(line) for line in example.splitlines() if line.strip()]
-    assert [line[:2] for line in lines] == [["cdc-replay", "generate"], ["cdc-replay", "replay"]]
-    build_parser().parse_args(lines[0][1:])
-    args = replay_parser().parse_args(lines[1][2:])  # what `cdc-replay replay` parses
-    assert args.emit == "snapshot" and args.protocol == "canal-json"
+    example = text[text.index("examples:"):].split("\n", 1)[1].replace("\\\n", " ")
+    lines = [shlex.split(line) for line in example.splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert [line[:2] for line in lines] == [["cdc-replay", "generate"], ["cdc-replay", "replay"]] * 3
+    for generate_line, replay_line in zip(lines[::2], lines[1::2]):
+        build_parser().parse_args(generate_line[1:])
+        args = replay_parser().parse_args(replay_line[2:])  # what `cdc-replay replay` parses
+        assert args.emit == "snapshot" and args.protocol == "canal-json"
 
 
 def test_replay_help_names_every_layout_and_kafka():

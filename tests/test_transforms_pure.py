@@ -31,6 +31,12 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
         row(Op.UPDATE, 1, 11, [col("id", 1), col("v", 1)], [col("id", 1), col("v", 2)]),
         row(Op.DELETE, 2, 12, [col("id", 1), col("v", 2)]),
     ])
+    from spark_apps.local_data import local_frame
+
+    stretches = local_frame(spark, [("d", "t", [5], [9], "d", "t", None, None)],
+                            "database string, table string, after array<bigint>, until array<bigint>, "
+                            "final_database string, final_table string, key_aliases array<array<string>>, "
+                            "row_columns array<struct<names: array<string>, default: binary>>")
     spark.sparkContext.setJobGroup("transforms-purity", "plans only")
     before = _jobs(spark)
 
@@ -42,8 +48,9 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     for name in ACTIONS:
         monkeypatch.setattr(DataFrame, name, refuse(name), raising=False)
 
-    timed = T.with_timeline(T.infer_commit_ts(events, needed=True))
+    timed = T.with_timeline(T.partition_event_time(T.infer_commit_ts(events, needed=True), needed=True))
     tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
+    T.mark_missing_tables(tagged, stretches, [("d", "t")])
     T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.duplicate_places(timed, tables=["d.*"]))
     effects = T.row_effects(T.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
@@ -65,7 +72,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
-                 "packed", "unpacked", "codegen_boundary"}
+                 "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

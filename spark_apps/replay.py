@@ -1269,7 +1269,7 @@ class _OutputPlan:
             F.sum(T.live_copies()).alias("rows"),
             F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
             F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
-        live = self._full(T.live_rows(latest))
+        live = self._full(T.live_rows(latest, multiset=self.multiset))
         if self.args.output_format == "parquet":
             written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
             latest.unpersist()

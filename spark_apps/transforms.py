@@ -713,7 +713,7 @@ def live_copies() -> Column:
     return F.coalesce(F.col("copies"), F.when(F.col("effect") == "upsert", 1).otherwise(0))
 
 
-def live_rows(latest: DataFrame) -> DataFrame:
+def live_rows(latest: DataFrame, multiset: bool = True) -> DataFrame:
     """Snapshot rows: one INSERT per key whose last change left the row in place, and per
     identical row still there for a table without a key (whose last change may be the DELETE
     of one of several copies: the row is then its old image)."""
@@ -724,8 +724,8 @@ def live_rows(latest: DataFrame) -> DataFrame:
             live = live.withColumn(f"after{part}", F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}")))
     for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
         live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
-    # identical rows of a table without a key: one row each
-    live = live.withColumn("_copy", F.explode(F.array_repeat(F.lit(True), live_copies().cast("int")))).drop("_copy")
+    if multiset:  # identical rows of a table without a key: one row each (else every key is one row)
+        live = live.withColumn("_copy", F.explode(F.array_repeat(F.lit(True), live_copies().cast("int")))).drop("_copy")
     return (
         live
         .withColumn("effect", F.lit("upsert"))

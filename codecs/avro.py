@@ -50,6 +50,7 @@ from .events import ColumnFlag, Kind, Op, new_event
 from .gojson import quote
 from .mysql_types import BINARY_BASES, INTEGER_BASES, TEXT_BASES, MySQLType, enum_set_label, enum_set_value, parse_type
 from .schema_registry import SchemaRegistry, open_registry
+from .tso import physical_ms
 
 MAGIC_BYTE = 0x00
 DDL_BYTE = 0x01
@@ -762,7 +763,7 @@ class AvroCodec(Codec):
             ddl_type = classify(query)
             extras = {"avro.ddl_type_code": str(code)}
         return new_event(
-            Kind.DDL, commit_ts=commit_ts or None, execute_ts_ms=(commit_ts >> 18) or None,
+            Kind.DDL, commit_ts=commit_ts or None, execute_ts_ms=physical_ms(commit_ts) or None,
             database=schema or None, table=table or None, ddl_query=query, ddl_type=ddl_type, extras=extras,
         )
 
@@ -773,7 +774,7 @@ class AvroCodec(Codec):
         ts = int.from_bytes(value[1:9], "big")
         if ts >= 1 << 63:
             raise self.error(f"watermark ts {ts} is outside 0..2^63-1", byte_offset=1, field="value")
-        return new_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=(ts >> 18) or None)
+        return new_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=physical_ms(ts) or None)
 
     # ---------------------------------------------------------------- encode
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
@@ -838,7 +839,7 @@ class AvroCodec(Codec):
             commit_ts = event["commit_ts"] or 0
             physical = event["execute_ts_ms"]
             if physical is None:
-                physical = commit_ts >> 18
+                physical = physical_ms(commit_ts)
             extension = {OP_FIELD: _OP_CODES[op], COMMIT_TS_FIELD: commit_ts, PHYSICAL_TIME_FIELD: physical}
             if all("avro." + n[len("_tidb_"):] in extras for n in CHECKSUM_FIELDS):
                 extension["_tidb_row_level_checksum"] = extras["avro.row_level_checksum"].encode()

@@ -34,6 +34,7 @@ import numpy as np
 from .errors import ConfigError, EncodeError
 from .events import ColumnFlag, Kind, Op
 from .mysql_types import BINARY_BASES, TEXT_BASES, MySQLType, parse_type
+from .tso import physical_ms
 
 # ----------------------------------------------------------------------------- java.sql.Types
 
@@ -334,7 +335,7 @@ def _es(event: dict) -> int:
     es = event["execute_ts_ms"]
     if es is None:
         ts = event["commit_ts"] if event["kind"] != Kind.WATERMARK else event["watermark_ts"]
-        es = (ts or 0) >> 18
+        es = physical_ms(ts or 0)
     return es // 1000 * 1000  # Canal's es is the binlog event time: whole seconds
 
 

@@ -40,6 +40,7 @@ from .mysql_types import (
     enum_set_label,
     parse_type,
 )
+from .tso import physical_ms
 
 WATERMARK_TYPE = "TIDB_WATERMARK"
 _DML_TYPES = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
@@ -315,7 +316,7 @@ class CanalJsonCodec(Codec):
         es = event["execute_ts_ms"]
         if es is None:
             ts = event["commit_ts"] if event["kind"] != Kind.WATERMARK else event["watermark_ts"]
-            es = (ts or 0) >> 18
+            es = physical_ms(ts or 0)
         extras = _extras(event)
         return es, extras.get("canal.ts", str(es))
 

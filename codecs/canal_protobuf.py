@@ -40,6 +40,7 @@ from .errors import EncodeError
 from .events import CONTENT_FIELDS, ColumnFlag, Kind, Op, new_event
 from .mysql_types import enum_set_label
 from .proto import canal_pb2 as pb
+from .tso import physical_ms
 
 _KEY_FLAGS = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
 ENTRY = pb.EntryType
@@ -514,7 +515,7 @@ class CanalProtobufCodec(Codec):
         header.serverId = int(extras.get("canal.serverId", 0))
         es = event["execute_ts_ms"]
         if es is None and event["commit_ts"] is not None:
-            es = event["commit_ts"] >> 18
+            es = physical_ms(event["commit_ts"])
         header.executeTime = es or 0
         header.schemaName = event["database"] or ""
         header.tableName = event["table"] or ""

@@ -54,6 +54,7 @@ from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, DecodeError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .mysql_types import BINARY_BASES, parse_type
+from .tso import compose, physical_ms
 
 PROTOCOL = "craft"
 VERSION = 1
@@ -587,7 +588,7 @@ class CraftCodec(Codec):
                 event = new_event(Kind.WATERMARK, watermark_ts=commit_ts)
             else:
                 raise _error(f"unknown event type {kind} (1 row, 2 DDL, 3 resolved)", types_at, f"header.type[{i}]")
-            event["execute_ts_ms"] = commit_ts >> 18
+            event["execute_ts_ms"] = physical_ms(commit_ts)
             if kind != RESOLVED:
                 event["database"] = schemas[i]
                 event["table"] = tables_names[i]
@@ -804,7 +805,7 @@ def _commit_ts(event: dict) -> int:
     if ts is None:
         if event["execute_ts_ms"] is None:
             raise EncodeError("craft: event has neither commit_ts nor execute_ts_ms")
-        ts = event["execute_ts_ms"] << 18
+        ts = compose(event["execute_ts_ms"])
     if not 0 <= ts <= _I64_MAX:  # the canonical int64 (craft itself would take a uint64)
         raise EncodeError(f"craft: commit ts {ts} outside 0..2^63-1")
     return ts

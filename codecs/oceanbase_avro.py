@@ -51,6 +51,7 @@ from .ddl_types import classify
 from .errors import ConfigError, DecodeError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .mysql_types import BINARY_BASES, MySQLType, enum_set_label, enum_set_value, parse_type
+from .tso import physical_ms
 
 SCHEMA_RESOURCE = "schemas/oceanbase-avro-record.avsc"
 SCHEMA_JSON: dict = json.loads(resources.files(__package__).joinpath(SCHEMA_RESOURCE).read_text("utf-8"))
@@ -507,7 +508,7 @@ class OceanBaseAvroCodec(Codec):
         extras = dict(event.get("extras") or {})
         ms = event["execute_ts_ms"]
         if ms is None and event["commit_ts"] is not None:
-            ms = event["commit_ts"] >> 18
+            ms = physical_ms(event["commit_ts"])
         source = None
         if EXTRA + "sourceType" in extras:
             source = (_NS + "Source", {"sourceType": extras[EXTRA + "sourceType"],

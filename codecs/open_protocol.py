@@ -45,6 +45,7 @@ from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, DecodeError, EncodeError
 from .events import EVENT_FIELD_NAMES, ColumnFlag, Kind, Op
 from .mysql_types import parse_type
+from .tso import physical_ms
 
 BATCH_VERSION = 1
 _VERSION_HEADER = BATCH_VERSION.to_bytes(8, "big")
@@ -368,7 +369,7 @@ class OpenProtocolCodec(Codec):
                     raise self.error(
                         f"resolved event has a {value_pos - vstart}-byte value; it must be empty",
                         byte_offset=vstart - 8, field=where)
-                events.append(_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=ts >> 18))
+                events.append(_event(Kind.WATERMARK, watermark_ts=ts, execute_ts_ms=physical_ms(ts)))
             else:
                 raise self.error(f"unknown event type t={kind!r} (1 row, 2 DDL, 3 resolved)", byte_offset=start, field=f"key[{index}].t")
             index += 1
@@ -482,7 +483,7 @@ class OpenProtocolCodec(Codec):
         else:
             raise self.error("row value has no columns (none of u, p, d)", byte_offset=vstart, field=where)
         return _event(
-            Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts >> 18, database=schema, table=table,
+            Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=physical_ms(ts), database=schema, table=table,
             key_columns=keys, before=before, after=after, extras=extras,
         )
 
@@ -587,7 +588,7 @@ class OpenProtocolCodec(Codec):
             ddl_type = classify(query)
             extras = {"open.ddl_action": str(action)}
         return _event(
-            Kind.DDL, commit_ts=ts, execute_ts_ms=ts >> 18, database=schema, table=table,
+            Kind.DDL, commit_ts=ts, execute_ts_ms=physical_ms(ts), database=schema, table=table,
             ddl_query=query, ddl_type=ddl_type, extras=extras,
         )
 

@@ -31,6 +31,7 @@ from .canal_common import canonical_float
 from .errors import ConfigError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .mysql_types import parse_type
+from .tso import physical_ms
 
 COLUMNS_HEADER = "ticdc-table-columns"
 _OPS = {"I": Op.INSERT, "U": Op.UPDATE, "D": Op.DELETE}
@@ -140,7 +141,7 @@ class TiCDCCsvCodec(Codec):
         image = [self._column(name, type_text, is_pk, text) for (name, type_text, is_pk), text in zip(columns, data)]
         keys = [name for name, _, is_pk in columns if is_pk]
         event = new_event(Kind.ROW, op=op, commit_ts=commit_ts,
-                          execute_ts_ms=commit_ts >> 18 if commit_ts is not None else None,
+                          execute_ts_ms=physical_ms(commit_ts) if commit_ts is not None else None,
                           database=database, table=table, key_columns=keys,
                           before=image if op == Op.DELETE else None,
                           after=None if op == Op.DELETE else image)

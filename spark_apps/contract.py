@@ -176,17 +176,6 @@ class Invalid(argparse.ArgumentTypeError, ValueError):
     """A value that cannot be used; argparse shows its message as is."""
 
 
-def tso_of(moment: dt.datetime) -> int:
-    """The TiDB TSO of a moment: milliseconds since the epoch, shifted left 18 bits."""
-    if moment.tzinfo is None:
-        raise ValueError("a time zone is required")
-    return int(round(moment.timestamp() * 1000)) << 18
-
-
-def time_of_tso(ts: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc)
-
-
 def commit_ts(text) -> int:
     """A commit ts given as a TSO integer or as an ISO-8601 time with a zone (converted to the
     TSO of that millisecond); Invalid says which forms are accepted."""
@@ -205,7 +194,10 @@ def commit_ts(text) -> int:
         raise Invalid(f"{text!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
     if moment.tzinfo is None:
         raise Invalid(f"{text!r} has no time zone (add Z or +00:00)")
-    return tso_of(moment)
+    # imported here: the contract stays standard-library-only until a time has to become a TSO
+    from cdc_codecs.tso import from_datetime
+
+    return from_datetime(moment)
 
 
 commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"

@@ -27,6 +27,7 @@ from sqlglot import exp
 
 from cdc_codecs.events import ColumnFlag
 from cdc_codecs.mysql_types import INTEGER_BASES, declared_fsp, enum_set_label, enum_set_value, parse_type
+from cdc_codecs.tso import to_datetime
 
 Point = list  # list[int]
 UNKNOWN_COLUMNS = ("?",)  # the columns of a table renamed/truncated but never described
@@ -1071,7 +1072,7 @@ def _default_value(expr, mysql_type, not_null: bool, point: Point) -> bytes | No
         ):
             # existing rows get the time the ALTER ran: its commit time (UTC)
             if point and point[0] > 1 << 40:
-                moment = dt.datetime.fromtimestamp((point[0] >> 18) / 1000, dt.timezone.utc)
+                moment = to_datetime(point[0])
                 fsp = declared_fsp(mysql_type) or 0
                 fraction = "." + f"{moment.microsecond:06d}"[:fsp] if fsp else ""
                 return (moment.strftime("%Y-%m-%d %H:%M:%S") + fraction).encode()

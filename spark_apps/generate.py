@@ -28,6 +28,7 @@ from cdc_codecs.mysql_types import enum_set_label, parse_type
 
 from . import storage
 from .paths import segment
+from cdc_codecs.tso import compose, physical_ms
 
 EPOCH_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 U64_MAX = (1 << 64) - 1
@@ -97,8 +98,7 @@ class Placement(NamedTuple):
 MAX_EXTRA_COLUMNS = 8  # columns added by generated DDL that a table holds at most
 
 
-def tso(ms: int, logical: int = 0) -> int:
-    return (ms << 18) | logical
+tso = compose  # the generator's name for it, used by its tests
 
 
 class _Simulator:
@@ -206,17 +206,17 @@ class _Simulator:
     def row_event(self, table, op, before, after, ts) -> dict:
         self.touched_tables.add(table)
         return new_event(
-            Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts >> 18, database=self.db, table=table,
+            Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=physical_ms(ts), database=self.db, table=table,
             key_columns=[] if table in self.keyless else ["id"],
             before=self.image(table, before) if before is not None else None,
             after=self.image(table, after) if after is not None else None,
         )
 
     def ddl_event(self, query: str, table: str | None, ts: int) -> dict:
-        self.es_floor = max(self.es_floor, ts >> 18)
+        self.es_floor = max(self.es_floor, physical_ms(ts))
         if self.same_second_ddl:  # the next transactions share the DDL's millisecond (and second)
             self.hold, self.focus = 3, table
-        return new_event(Kind.DDL, commit_ts=ts, execute_ts_ms=ts >> 18, database=self.db, table=table,
+        return new_event(Kind.DDL, commit_ts=ts, execute_ts_ms=physical_ms(ts), database=self.db, table=table,
                          ddl_query=query, ddl_type=classify(query))
 
     def create_statements(self, ts) -> list[dict]:
@@ -238,7 +238,7 @@ class _Simulator:
     def event_time(self, ts: int) -> int:
         """The transaction's event time (es): its commit time, or with backward_es_rate now and
         then up to 3 s earlier (a later binlog transaction carrying an earlier second)."""
-        es = ts >> 18
+        es = physical_ms(ts)
         if self.backward_es_rate and self.rng.random() < self.backward_es_rate:
             es = max(self.es_floor, es - self.rng.randint(1000, 3000))
         return es
@@ -247,7 +247,7 @@ class _Simulator:
         """One transaction: 1-4 row changes, or a DDL now and then."""
         r = self.rng
         ts = self.commit_ts()
-        es = self.event_time(ts) if self.backward_es_rate else ts >> 18
+        es = self.event_time(ts) if self.backward_es_rate else physical_ms(ts)
         if r.random() < self.ddl_rate:
             ddl = self.ddl(ts)
             if ddl is not None:
@@ -500,7 +500,7 @@ def generate(
         if (i + 1) % watermark_every == 0 or i == transactions - 1:
             sim.hold = 0  # nothing after a watermark commits below it
             cut_ts = tso(sim.ms, 1 << 17)
-            send([new_event(Kind.WATERMARK, watermark_ts=cut_ts, execute_ts_ms=cut_ts >> 18)])
+            send([new_event(Kind.WATERMARK, watermark_ts=cut_ts, execute_ts_ms=physical_ms(cut_ts))])
             # a redelivered watermark that falls back must be tolerated
             if i > watermark_every and sim.rng.random() < 0.2:
                 for p in range(partitions):

@@ -31,6 +31,7 @@ from .contract import (  # noqa: F401  (the names and the document are the contr
     read_manifest_doc,
 )
 from .paths import display
+from cdc_codecs.tso import physical_ms, to_datetime
 
 
 class CutError(ValueError):
@@ -40,7 +41,7 @@ class CutError(ValueError):
 def tso_time(ts: int | None) -> str | None:
     if ts is None or ts <= 0:
         return None
-    moment = dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc)
+    moment = to_datetime(ts)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
@@ -220,9 +221,9 @@ def timeline_frame(partition_stats: list[dict], since: int | None, upper: int | 
     lows = [p["min_commit_ts"] for p in partition_stats if p.get("min_commit_ts")]
     highs = [p["max_commit_ts"] for p in partition_stats if p.get("max_commit_ts")]
     if since is not None and upper is not None:
-        lo, hi = (since + 1) >> 18, (upper >> 18) + 1
+        lo, hi = physical_ms(since + 1), physical_ms(upper) + 1
     elif lows and highs:
-        lo, hi = min(lows) >> 18, (max(highs) >> 18) + 1
+        lo, hi = physical_ms(min(lows)), physical_ms(max(highs)) + 1
     else:
         return None
     return lo, max(1, -(-(hi - lo) // buckets))

@@ -17,7 +17,6 @@ from spark_apps.contract import (  # noqa: F401  (the commit-ts rule and registr
     TARGET_LAYOUTS,
     commit_ts,
     since_ts,
-    tso_of,
 )
 
 

@@ -26,6 +26,7 @@ from . import storage
 from .archive_io import events_from_batch
 from .paths import segment
 from .schema import WRITTEN_ARROW_SCHEMA
+from cdc_codecs.tso import to_datetime
 
 HISTORY_COLUMNS = [
     ("_op", pa.string()),
@@ -98,7 +99,7 @@ def typed_column(values: list, mysql_type: MySQLType, labels: list,
 def _tso_time(ts: int | None):
     if ts is None:
         return None
-    return dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc)
+    return to_datetime(ts)
 
 
 def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | None] | None,

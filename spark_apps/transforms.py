@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_codecs.events import ColumnFlag, Op
+from cdc_codecs.tso import LOGICAL_BITS
 
 from .contract import Kind, Status
 from .schema import QUARANTINE_KIND
@@ -826,6 +827,6 @@ TIMELINE_BUCKETS = 60  # commit-time buckets of the manifest's timeline (the mon
 def commit_bucket(start_ms: int, bucket_ms: int, buckets: int = TIMELINE_BUCKETS) -> Column:
     """The commit-time bucket of a row or DDL event of a table, null for other events and for
     commit times outside [start_ms, start_ms + buckets * bucket_ms)."""
-    index = F.floor((F.shiftright(F.col("commit_ts"), 18) - F.lit(start_ms)) / F.lit(bucket_ms)).cast("int")
+    index = F.floor((F.shiftright(F.col("commit_ts"), LOGICAL_BITS) - F.lit(start_ms)) / F.lit(bucket_ms)).cast("int")
     counted = F.col("kind").isin(Kind.ROW, Kind.DDL) & F.col("table").isNotNull() & F.col("commit_ts").isNotNull()
     return F.when(counted & (index >= 0) & (index < buckets), index)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from spark_apps.contract import Status
+from cdc_codecs.tso import physical_ms, to_datetime
 
 METRICS_KEY = "cdc_replay_metrics"
 STATUSES = Status.COUNTED
@@ -25,13 +26,13 @@ class ValidationError(RuntimeError):
 def ts_time(ts: int | None) -> str | None:
     if ts is None or ts <= 0:
         return None
-    return dt.datetime.fromtimestamp((ts >> 18) / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    return to_datetime(ts).isoformat(timespec="milliseconds")
 
 
 def _lag_s(newer: int | None, older: int | None) -> float | None:
     if newer is None or older is None:
         return None
-    return round(max(0, (newer >> 18) - (older >> 18)) / 1000, 3)
+    return round(max(0, physical_ms(newer) - physical_ms(older)) / 1000, 3)
 
 
 class Incomplete(ValidationError):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spark_apps import contract
-from spark_apps.contract import LAYOUTS, PROTOCOLS, TABLE_PATTERN, time_of_tso, tso_of  # noqa: F401
+from spark_apps.contract import LAYOUTS, PROTOCOLS, TABLE_PATTERN  # noqa: F401
 
 FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",

@@ -48,7 +48,6 @@ from cdc_replay_airflow.request import (
     check_codecs,
     parse_request,
     safe_run_id,
-    tso_of,
 )
 from cdc_replay_airflow.window import (
     ArchiveObject,
@@ -58,6 +57,7 @@ from cdc_replay_airflow.window import (
     relative,
     select_window,
 )
+from cdc_codecs.tso import from_datetime
 
 log = logging.getLogger("cdc_replay")
 
@@ -165,8 +165,8 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
         return _plan_kafka_interval(request, start, end, first_start=first_start, lateness=lateness)
     late = dt.timedelta(minutes=lateness) if lateness is not None else (end - start)
     base_output = request.manifest_uri if request.kafka_output else request.output
-    since = tso_of(start) - 1
-    until = tso_of(end) - 1
+    since = from_datetime(start) - 1
+    until = from_datetime(end) - 1
     base_snapshot = schema_from = chain_missing = None
     # Delta/Iceberg snapshots: one set of tables at the output, each interval merged into them
     # (`--since last`: from the cut their metadata holds, so an interval without objects, which

@@ -9,6 +9,7 @@ import orjson
 from cdc_codecs.events import Kind, new_event
 
 from ..schema import QUARANTINE_KIND
+from cdc_codecs.tso import physical_ms
 
 
 class LayoutError(ValueError):
@@ -82,7 +83,7 @@ def ddl_row(uri: str, topic: str, database: str, table: str, commit_ts: int, que
     offset, like a watermark_row)."""
     from cdc_codecs.ddl_types import classify
 
-    row = new_event(Kind.DDL, commit_ts=commit_ts, execute_ts_ms=commit_ts >> 18, database=database, table=table,
+    row = new_event(Kind.DDL, commit_ts=commit_ts, execute_ts_ms=physical_ms(commit_ts), database=database, table=table,
                     ddl_query=query, ddl_type=classify(query))
     row.update(topic=topic, partition=0, offset=None, object=uri, line=0, event_index=0)
     return row

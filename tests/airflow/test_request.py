@@ -12,8 +12,8 @@ from cdc_replay_airflow.request import (
     check_codecs,
     parse_request,
     replay_arguments,
-    tso_of,
 )
+from cdc_codecs.tso import from_datetime
 
 GOOD = {"source": "s3://cdc-archive/tidb/shop", "protocol": "canal-json",
         "protocol_options": {"enable-tidb-extension": True}, "output": "s3://cdc-lake/replay/shop", "emit": "snapshot"}
@@ -48,7 +48,7 @@ def test_the_arguments_parse_with_the_apps_parser():
     request = parse_request({**GOOD, "tables": "shop.orders", "as_of": "2026-01-01T00:00:03Z"})
     args = ReplayArgs.from_namespace(parser().parse_args(["--master", "local[1]", *replay_arguments(request)]))
     assert args.source == GOOD["source"] and args.table_patterns() == ["shop.orders"]
-    assert args.as_of == tso_of(__import__("datetime").datetime(2026, 1, 1, 0, 0, 3, tzinfo=__import__("datetime").timezone.utc))
+    assert args.as_of == from_datetime(__import__("datetime").datetime(2026, 1, 1, 0, 0, 3, tzinfo=__import__("datetime").timezone.utc))
     assert args.protocol_option == ["enable-tidb-extension=true"]
 
 

@@ -12,6 +12,7 @@ from html import escape
 from urllib.parse import quote, urlencode
 
 from spark_apps.contract import Status
+from cdc_codecs.tso import physical_ms
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac"]
@@ -68,7 +69,7 @@ def _lag(seconds) -> str:
 
 
 def _ms(ts: int) -> int:
-    return ts >> 18
+    return physical_ms(ts)
 
 
 # where an s3:// table location links to: the AWS S3 console's folder view; a MinIO or other

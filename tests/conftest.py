@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
     whole files to two processes in this order, so the longest runs start early and the many
     short files fill in around them, instead of one long file running alone at the end. A
     file's length is its time in the last run's JUnit XML ($CDC_REPLAY_TEST_JUNIT), else a guess
-    from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test)."""
+    from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
     def module(item) -> str:
         return item.nodeid.split("::")[0].removesuffix(".py").replace("/", ".")
 
@@ -63,9 +63,9 @@ def pytest_collection_modifyitems(config, items):
         kind = ("slow" if item.get_closest_marker("slow") else
                 "heavy" if item.get_closest_marker("spark") or item.get_closest_marker("airflow")
                 or "spark" in getattr(item, "fixturenames", ()) else "light")
-        # a hypothesis test runs its body once per example
+        # a hypothesis test with Spark or Airflow runs them once per example (pure ones take ms)
         examples = getattr(getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None),
-                           "max_examples", 1)
+                           "max_examples", 1) if kind == "heavy" else 1
         guessed[module(item)] = guessed.get(module(item), 0.0) + GUESS_SECONDS[kind] * examples
     items.sort(key=lambda item: -measured.get(module(item), guessed[module(item)]))
 

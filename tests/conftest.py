@@ -20,13 +20,54 @@ def pytest_report_header(config):
     return [f"system: {line}" for line in describe(install=False)]
 
 
+# Seconds a file is expected to take when no earlier run timed it: per test that waits on
+# Airflow or Kafka for more than a minute (marked slow), that starts Spark or Airflow, or neither.
+GUESS_SECONDS = {"slow": 120.0, "heavy": 15.0, "light": 0.5}
+
+
+def previous_file_seconds(path: str | None, modules: set[str]) -> dict[str, float]:
+    """Seconds per test module (dotted, as in `modules`) from the JUnit XML of an earlier run
+    (scripts/test writes one to $CDC_REPLAY_TEST_JUNIT); empty when there is none or it does not
+    parse. A test case's classname is its module, or its module and class."""
+    import xml.etree.ElementTree as ET
+
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        cases = ET.parse(path).getroot().iter("testcase")
+        seconds: dict[str, float] = {}
+        for case in cases:
+            name = case.get("classname") or ""
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name:
+                seconds[name] = seconds.get(name, 0.0) + float(case.get("time") or 0)
+    except (ET.ParseError, ValueError, OSError):
+        return {}
+    return seconds
+
+
 def pytest_collection_modifyitems(config, items):
-    """Files with a slow test first (a stable sort: the order inside a file stays). scripts/test
-    hands whole files to two processes in this order, so the long Airflow and Kafka runs start
-    early and the many short files fill in around them, instead of one long file running alone
-    at the end."""
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
+    """The longest files first (a stable sort: the order inside a file stays). scripts/test hands
+    whole files to two processes in this order, so the longest runs start early and the many
+    short files fill in around them, instead of one long file running alone at the end. A
+    file's length is its time in the last run's JUnit XML ($CDC_REPLAY_TEST_JUNIT), else a guess
+    from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
+    def module(item) -> str:
+        return item.nodeid.split("::")[0].removesuffix(".py").replace("/", ".")
+
+    modules = {module(item) for item in items}
+    measured = previous_file_seconds(os.environ.get("CDC_REPLAY_TEST_JUNIT"), modules)
+    guessed: dict[str, float] = {}
+    for item in items:
+        kind = ("slow" if item.get_closest_marker("slow") else
+                "heavy" if item.get_closest_marker("spark") or item.get_closest_marker("airflow")
+                or "spark" in getattr(item, "fixturenames", ()) else "light")
+        # a hypothesis test with Spark or Airflow runs them once per example (pure ones take ms)
+        examples = getattr(getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None),
+                           "max_examples", 1) if kind == "heavy" else 1
+        guessed[module(item)] = guessed.get(module(item), 0.0) + GUESS_SECONDS[kind] * examples
+    items.sort(key=lambda item: -measured.get(module(item), guessed[module(item)]))
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,16 @@ Point = list  # list[int]
 UNKNOWN_COLUMNS = ("?",)  # the columns of a table renamed/truncated but never described
 
 
+class StreamType(str):
+    """A column type as a row event carried it (a table no DDL describes): the parameters the
+    message leaves out are unknown, not MySQL's defaults — a bare `datetime` from open-protocol
+    or craft is a DATETIME of unknown fractional precision, whose values the producer already
+    rendered at the column's precision (snapshot.declared_precision leaves them as they are).
+    Compares and hashes as its text."""
+
+    __slots__ = ()
+
+
 class DDLError(ValueError):
     """A DDL statement that cannot be understood (the event is quarantined)."""
 
@@ -361,7 +371,7 @@ class SchemaHistory:
             keep = flags & (ColumnFlag.BINARY | ColumnFlag.UNSIGNED | ColumnFlag.GENERATED)
             if parse_type(type_text or "").unsigned:
                 keep |= ColumnFlag.UNSIGNED
-            columns.append(ColumnDef(col_name, type_text or "", keep | ColumnFlag.NULLABLE, None, None, [], []))
+            columns.append(ColumnDef(col_name, StreamType(type_text or ""), keep | ColumnFlag.NULLABLE, None, None, [], []))
         keys = primary or handle
         if placeholder is not None:
             schema = placeholder

@@ -20,6 +20,7 @@ from spark_apps.demo import read_snapshot
 from spark_apps.generate import generate, tso, write_archive
 from spark_apps.options import ReplayArgs, parser
 from spark_apps.replay import run
+from spark_apps.snapshot import project_image
 
 from .reference import reference_state
 
@@ -102,6 +103,25 @@ def test_a_table_an_earlier_ddl_dropped_is_not_brought_back_by_its_rows():
     with pytest.raises(DDLError, match="no known schema"):
         h.apply("ALTER TABLE d.t ADD COLUMN c INT", [4])
     assert h.inferred == []
+
+
+def test_a_temporal_type_from_the_stream_keeps_the_precision_the_producer_rendered():
+    """open-protocol / craft give DATETIME's type code, not its fsp, and TiCDC renders the
+    value at the column's precision (`…00.000` for DATETIME(3)): a schema taken from the stream
+    leaves the value as it came, where a declared DATETIME (fsp 0) renders a value of a
+    protocol without precision (OceanBase's `…00.000000`) at 0 digits."""
+    h = SchemaHistory()
+    h.use_stream_schemas([shape("t", [("id", "int", KEY), ("created", "datetime", 0)], [5], [9])])
+    h.apply("ALTER TABLE d.t ADD COLUMN c int DEFAULT 1", [10])
+    image = [{"name": "id", "mysql_type": "int", "flags": KEY, "value": b"1", "label": None},
+             {"name": "created", "mysql_type": "datetime", "flags": 0, "value": b"2026-01-01 00:00:00.000",
+              "label": None}]
+    row = project_image(image, [6], h.tables[("d", "t")])
+    assert [(c["name"], c["value"]) for c in row] == [
+        ("id", b"1"), ("created", b"2026-01-01 00:00:00.000"), ("c", b"1")]
+    described = SchemaHistory("CREATE TABLE d.t (id int PRIMARY KEY, created datetime)")
+    image[1]["value"] = b"2026-01-01 00:00:00.000000"
+    assert project_image(image, [6], described.tables[("d", "t")])[1]["value"] == b"2026-01-01 00:00:00"
 
 
 # ----------------------------------------------------------------------------- replays

@@ -33,6 +33,16 @@ Point = list  # list[int]
 UNKNOWN_COLUMNS = ("?",)  # the columns of a table renamed/truncated but never described
 
 
+class StreamType(str):
+    """A column type as a row event carried it (a table no DDL describes): the parameters the
+    message leaves out are unknown, not MySQL's defaults — a bare `datetime` from open-protocol
+    or craft is a DATETIME of unknown fractional precision, whose values the producer already
+    rendered at the column's precision (snapshot.declared_precision leaves them as they are).
+    Compares and hashes as its text."""
+
+    __slots__ = ()
+
+
 class DDLError(ValueError):
     """A DDL statement that cannot be understood (the event is quarantined)."""
 
@@ -362,7 +372,7 @@ class SchemaHistory:
             keep = flags & (ColumnFlag.BINARY | ColumnFlag.UNSIGNED | ColumnFlag.GENERATED)
             if parse_type(type_text or "").unsigned:
                 keep |= ColumnFlag.UNSIGNED
-            columns.append(ColumnDef(col_name, type_text or "", keep | ColumnFlag.NULLABLE, None, None, [], []))
+            columns.append(ColumnDef(col_name, StreamType(type_text or ""), keep | ColumnFlag.NULLABLE, None, None, [], []))
         keys = primary or handle
         if placeholder is not None:
             schema = placeholder
@@ -391,6 +401,10 @@ class SchemaHistory:
         })
         return schema
 
+    def _rows_before(self, key: tuple[str, str], point: Point) -> bool:
+        """Whether row events of the table name were seen before `point` (use_stream_schemas)."""
+        return bool(point) and any(list(s["first"] or []) < point for s in self.stream_shapes.get(key, ()))
+
     def _create_unique_index(self, index: exp.Index, database: str | None, point: Point) -> str:
         db, name = self._table_ref(index.args["table"], database)
         schema = self.tables.get(_key(db, name))
@@ -412,6 +426,11 @@ class SchemaHistory:
         self.known.add(key)
         if stmt.args.get("exists") and key in self.tables:
             return "create table (exists)"
+        if stmt.args.get("exists") and key not in self.versions and self._rows_before(key, point):
+            # MySQL logs CREATE TABLE IF NOT EXISTS even when the table exists (Canal delivers
+            # it): rows of it before the statement, and no DDL before it, show that it did
+            self._from_stream(db, name, point)
+            return "create table (exists before the archive)"
         like = None
         props = stmt.args.get("properties")
         if props is not None:
@@ -419,7 +438,11 @@ class SchemaHistory:
         if like is not None:
             src_db, src_name = self._table_ref(like.this, db)
             source = self.tables.get(_key(src_db, src_name))
-            if source is None:
+            if source is None or not source.columns_known:  # a table from before the archive
+                source = self._from_stream(src_db, src_name, point, source) or source
+                if source is not None:
+                    self.known.add(_key(src_db, src_name))
+            if source is None or not source.columns_known:
                 raise DDLError(f"CREATE TABLE {name} LIKE {src_name}: {src_name} has no known schema")
             columns = [dataclasses.replace(c, added=list(point), aliases=[]) for c in source.columns]
             keys = list(source.key_columns)

@@ -25,6 +25,7 @@ import pyarrow as pa
 from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
+from .parquet_out import UNSTATED_DECIMAL
 from .paths import segment
 
 FORMATS = ("delta", "iceberg")
@@ -64,7 +65,9 @@ def arrow_type(mysql_type: MySQLType) -> pa.DataType:
     if base == "double":
         return pa.float64()
     if base == "decimal":
-        precision = int(mysql_type.params[0]) if mysql_type.params else 10
+        if not mysql_type.params:  # precision unknown: as Parquet snapshots type it
+            return UNSTATED_DECIMAL
+        precision = int(mysql_type.params[0])
         scale = int(mysql_type.params[1]) if len(mysql_type.params) > 1 else 0
         return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
     if base == "date":

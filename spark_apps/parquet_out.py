@@ -38,6 +38,12 @@ HISTORY_COLUMNS = [
 ]
 
 
+# a DECIMAL whose type text states no precision: TiCDC canal-json (without content-compatible),
+# open-protocol and craft give every DECIMAL(p,s) so, Canal a column declared without one (MySQL's
+# DECIMAL(10,0)); the widest decimal with room for a fraction, as Apache Paimon types it
+UNSTATED_DECIMAL = pa.decimal128(38, 18)
+
+
 def arrow_type(mysql_type: MySQLType) -> pa.DataType:
     base = mysql_type.base
     if base in ("tinyint", "smallint", "mediumint", "int"):
@@ -53,7 +59,9 @@ def arrow_type(mysql_type: MySQLType) -> pa.DataType:
     if base == "double":
         return pa.float64()
     if base == "decimal":
-        precision = int(mysql_type.params[0]) if mysql_type.params else 10
+        if not mysql_type.params:
+            return UNSTATED_DECIMAL
+        precision = int(mysql_type.params[0])
         scale = int(mysql_type.params[1]) if len(mysql_type.params) > 1 else 0
         return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
     if base == "date":
@@ -81,7 +89,10 @@ def typed_column(values: list, mysql_type: MySQLType, labels: list,
     try:
         return pc.cast(texts, target), 0
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
+        if type_fn is arrow_type and target == UNSTATED_DECIMAL and not mysql_type.params:
+            # a value of unknown precision beyond it (more than 20 integer or 18 fraction digits):
+            # this file's column keeps the values as text (a Parquet file carries its own schema)
+            return texts, 0
     # some values do not fit (zero dates, out of range): convert one by one, null those
     out, nulled = [], 0
     for text in texts.to_pylist():

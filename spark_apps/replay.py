@@ -994,13 +994,7 @@ def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: Schem
     from spark_apps.local_data import local_frame
 
     stretches = history.existence()
-
-    def inside(d, t):  # every applied row event of the name lies in one of its stretches
-        lo, hi = row_ranges[(d, t)]
-        return any(list(after) < list(lo) and (until is None or list(hi) <= list(until))
-                   for sd, st, after, until in stretches if (sd, st) == (d, t))
-
-    if all((d, t) not in row_ranges or inside(d, t) for d, t, _, _ in stretches):
+    if not _rows_may_lack_tables(stretches, row_ranges):
         return tagged, counts  # no row can be outside its table: no job, no join
     frame = local_frame(spark, [(d, t, list(after), None if until is None else list(until), d, t, None, None)
                                 for d, t, after, until in stretches],
@@ -1018,6 +1012,17 @@ def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: Schem
         F.count(F.lit(1)).alias("events"), F.min("commit_ts").alias("min_commit_ts"),
         F.max("commit_ts").alias("max_commit_ts")).collect()]
     return tagged, _moved_counts(counts, moved, T.MISSING_TABLE_STAGE)
+
+
+def _rows_may_lack_tables(stretches: list[tuple], row_ranges: dict) -> bool:
+    """Whether some name's applied row events reach outside every one stretch of it (the
+    missing-table check is needed); False when each name's rows lie within one stretch."""
+    def inside(d, t):
+        lo, hi = row_ranges[(d, t)]
+        return any(list(after) < list(lo) and (until is None or list(hi) <= list(until))
+                   for sd, st, after, until in stretches if (sd, st) == (d, t))
+
+    return not all((d, t) not in row_ranges or inside(d, t) for d, t, _, _ in stretches)
 
 
 def _moved_counts(counts: list[dict], moved: list[dict], stage: str) -> list[dict]:

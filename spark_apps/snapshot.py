@@ -6,7 +6,7 @@ from __future__ import annotations
 from cdc_codecs.events import Kind
 from cdc_codecs.mysql_types import declared_fsp, enum_set_label, parse_type, with_fsp
 
-from .ddl import UNKNOWN_COLUMNS, TableSchema
+from .ddl import UNKNOWN_COLUMNS, StreamType, TableSchema
 
 
 def project_image(image: list[dict], point, schema: TableSchema, schema_types: bool = False) -> list[dict]:
@@ -41,9 +41,11 @@ def declared_precision(column: dict, schema_type: str | None) -> dict:
     """The column with its DATETIME / TIMESTAMP / TIME value rendered at the fractional
     precision the schema declares, when the column's own type does not state it (OceanBase
     records carry no fsp: DATETIME(3) `…27.735` arrives as `…27.735000`). A source that
-    rendered the value at the column's precision (TiCDC, Canal) is left as it is."""
+    rendered the value at the column's precision (TiCDC, Canal) is left as it is, and so is a
+    value whose schema type was taken from the stream (ddl.StreamType: a bare `datetime` there
+    says nothing of the precision)."""
     value = column["value"]
-    if value is None or parse_type(column["mysql_type"]).params:
+    if value is None or isinstance(schema_type, StreamType) or parse_type(column["mysql_type"]).params:
         return column
     fsp = declared_fsp(parse_type(schema_type))
     if fsp is None:

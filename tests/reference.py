@@ -246,15 +246,18 @@ def _rename_pairs(query: str) -> list[tuple]:
 
 def _created_later(ordered) -> set:
     """Tables whose first existence-changing DDL creates them (CREATE TABLE, RENAME ... TO):
-    they do not exist before it."""
-    seen, later = set(), set()
+    they do not exist before it. A CREATE TABLE IF NOT EXISTS after rows of its table (MySQL
+    logs it when the table exists) creates nothing: the table was there before the archive."""
+    seen, later, rows = set(), set(), set()
     for event in ordered:
         if event["kind"] != "ddl":
+            rows.add((event["database"], event["table"]))
             continue
         q = event["ddl_query"].strip()
         if m := re.match(_CREATE, q, re.I):
             name = (m["db"], m["table"])
-            if name not in seen:
+            existed = re.match(r"CREATE TABLE IF NOT EXISTS", q, re.I) and name in rows
+            if name not in seen and not existed:
                 later.add(name)
             seen.add(name)
         elif m := re.match(rf"DROP TABLE (?:IF EXISTS )?{_TABLE}", q, re.I):
@@ -269,6 +272,8 @@ def _created_later(ordered) -> set:
 
 def _apply_ddl(tables: dict, absent: set, query: str) -> None:
     q = query.strip()
+    if (m := re.match(r"CREATE TABLE IF NOT EXISTS " + _TABLE, q, re.I)) and (m["db"], m["table"]) in tables:
+        return  # the table exists: nothing happens
     if m := re.match(rf"{_CREATE}\s+LIKE\s+{_TABLE.replace('db', 'sdb').replace('table', 'stable')}", q, re.I):
         source = tables.get((m["sdb"], m["stable"]))
         schema = copy.deepcopy(source.schema) if source is not None else None

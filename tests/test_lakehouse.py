@@ -111,6 +111,24 @@ def iceberg_tables(output: str, catalog: dict, catalog_db: str, commit_ts: int) 
 
 
 # -------------------------------------------------------------- tests
+def test_a_decimal_whose_type_states_no_precision_keeps_its_values():
+    """A bare `decimal` in a message (TiCDC canal-json, open-protocol and craft give every
+    DECIMAL(p,s) so; Canal a column declared without one; Apache Paimon's test capture holds
+    1.2 in one): DECIMAL(38,18), not MySQL's DECIMAL(10,0) that would null 1.2. A Parquet file
+    whose values do not fit it keeps them as text; a stated precision is kept as stated."""
+    from spark_apps import parquet_out
+
+    bare = parse_type("decimal")
+    assert lakehouse.arrow_type(bare) == parquet_out.arrow_type(bare) == pa.decimal128(38, 18)
+    array, nulled = parquet_out.typed_column([b"1.2", b"-7", None], bare, [None] * 3)
+    assert nulled == 0 and array.to_pylist() == [decimal.Decimal("1.2"), decimal.Decimal(-7), None]
+    wide = [b"1.2", b"0.1234567890123456789", b"123456789012345678901234567890"]
+    array, nulled = parquet_out.typed_column(wide, bare, [None] * 3)
+    assert nulled == 0 and array.to_pylist() == [v.decode() for v in wide]
+    array, nulled = parquet_out.typed_column([b"1.2"], parse_type("decimal(10,0)"), [None])
+    assert array.type == pa.decimal128(10, 0) and nulled == 1  # a stated DECIMAL(10,0) cannot hold it
+
+
 def test_type_mapping():
     t = lambda text: lakehouse.arrow_type(parse_type(text))  # noqa: E731
     assert t("decimal(12,2)") == pa.decimal128(12, 2) and t("decimal(65,30)") == pa.string()

@@ -66,9 +66,7 @@ CAPTURES = [
             "paimon/table/startupmode/expected.json"),
     Capture("paimon-table-nonpk", _paimon("table/nonpk", ["canal-data-1.txt"]), "paimon/table/nonpk/expected.json"),
     Capture("paimon-table-incomplete", _paimon("table/incomplete", ["canal-data-2.txt"]),
-            "paimon/table/incomplete/expected.json",
-            xfail="new defect, not one of issue 32's: a Canal mysqlType `decimal` without precision is typed "
-                  "DECIMAL(10,0) and the value 1.2 becomes null in the Parquet snapshot (Paimon reads 1.2)"),
+            "paimon/table/incomplete/expected.json"),
     Capture("paimon-table-typenochange", _paimon("table/typenochange", ["canal-data-3.txt", "canal-data-4.txt"]),
             "paimon/table/typenochange/expected.json"),
     Capture("paimon-database-tostring", _paimon("database/tostring", ["canal-data-1.txt"]),

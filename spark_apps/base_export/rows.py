@@ -100,17 +100,25 @@ class _Text:
 # ----------------------------------------------------------------------------- SQL
 
 _STRING = r"'([^'\\]*(?:(?:\\.|'')[^'\\]*)*)'"
-_VALUE = re.compile(
-    r"\s*(?:(NULL)"  # 1
-    r"|" + _STRING +  # 2
-    r"|_binary\s*" + _STRING +  # 3
-    r"|[xX]'([0-9a-fA-F]*)'"  # 4
-    r"|0x([0-9a-fA-F]+)"  # 5
-    r"|[bB]'([01]*)'"  # 6
-    r"|([-+]?[0-9.][0-9.eE+-]*))"  # 7
-    r"\s*([,)])",  # 8
-    re.S | re.I,
-)
+_STRING_NO_BACKSLASH = r"'([^']*(?:''[^']*)*)'"  # Dumpling --escape-backslash=false
+
+
+def _value_pattern(string: str) -> re.Pattern:
+    return re.compile(
+        r"\s*(?:(NULL)"  # 1
+        r"|" + string +  # 2
+        r"|_binary\s*" + string +  # 3
+        r"|[xX]'([0-9a-fA-F]*)'"  # 4
+        r"|0x([0-9a-fA-F]+)"  # 5
+        r"|[bB]'([01]*)'"  # 6
+        r"|([-+]?[0-9.][0-9.eE+-]*))"  # 7
+        r"\s*([,)])",  # 8
+        re.S | re.I,
+    )
+
+
+_VALUE = _value_pattern(_STRING)
+_VALUE_NO_BACKSLASH = _value_pattern(_STRING_NO_BACKSLASH)
 _IDENT = r"(?:`((?:[^`]|``)*)`|([A-Za-z0-9_$]+))"
 _INSERT = re.compile(
     r"(?:INSERT(?:\s+IGNORE)?|REPLACE)\s+INTO\s+" + _IDENT + r"(?:\s*\.\s*" + _IDENT + r")?"
@@ -143,9 +151,11 @@ def _columns_list(text: str | None) -> list[str] | None:
     return [_ident(q, b) for q, b in re.findall(_IDENT, text)]
 
 
-def sql_statements(pieces: Iterable[bytes], database: str | None = None) -> Iterator[tuple]:
+def sql_statements(pieces: Iterable[bytes], database: str | None = None,
+                   escape_backslash: bool = True) -> Iterator[tuple]:
     """(database, table, column names or None, [(kind, text), ...]) for each row of each
-    INSERT in SQL text; text is Latin-1 (the bytes) with escapes resolved."""
+    INSERT in SQL text; text is Latin-1 (the bytes) with escapes resolved. Without
+    `escape_backslash` (Dumpling's --escape-backslash=false) a string only doubles its quote."""
     t = _Text(pieces)
     t.more()
     while True:
@@ -185,7 +195,7 @@ def sql_statements(pieces: Iterable[bytes], database: str | None = None) -> Iter
             first, second = _ident(m.group(1), m.group(2)), _ident(m.group(3), m.group(4))
             db, table = (first, second) if second is not None else (database, first)
             columns = _columns_list(m.group(5))
-            yield from _tuples(t, db, table, columns)
+            yield from _tuples(t, db, table, columns, escape_backslash)
             continue
         m = _USE.match(t.buf, t.pos)
         if m:
@@ -206,8 +216,9 @@ def sql_statements(pieces: Iterable[bytes], database: str | None = None) -> Iter
         t.pos = m.end()
 
 
-def _tuples(t: _Text, db, table, columns) -> Iterator[tuple]:
-    value = _VALUE.match
+def _tuples(t: _Text, db, table, columns, escape_backslash: bool) -> Iterator[tuple]:
+    value = (_VALUE if escape_backslash else _VALUE_NO_BACKSLASH).match
+    unescape = _unescape_sql if escape_backslash else (lambda s: s.replace("''", "'"))
     while True:
         start = t.pos
         row = None
@@ -226,9 +237,9 @@ def _tuples(t: _Text, db, table, columns) -> Iterator[tuple]:
                     if null is not None:
                         row.append((NULL, None))
                     elif text is not None:
-                        row.append((TEXT, _unescape_sql(text)))
+                        row.append((TEXT, unescape(text)))
                     elif binary is not None:
-                        row.append((TEXT, _unescape_sql(binary)))
+                        row.append((TEXT, unescape(binary)))
                     elif hex_ is not None:
                         row.append((HEX, hex_))
                     elif hex0x is not None:
@@ -278,7 +289,10 @@ class CsvDialect:
             quoted = rf"{d}({body}){d}"
         else:
             quoted = r"(?!)()"
-        bare = rf"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter else r"([^\r\n]*?)"
+        # a bare field (a number, the null text) never starts with the enclosure: a quoted
+        # field the buffer cuts must not read as a bare one
+        bare = (rf"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter
+                else rf"((?!{d})[^\r\n]*?)" if delimiter else r"([^\r\n]*?)")
         self.field = re.compile(rf"(?:{quoted}|{bare})({sep}|\r?\n)", re.S)
 
 
@@ -423,11 +437,12 @@ class Converter:
         return out
 
 
-def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = None) -> Iterator[tuple]:
+def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = None,
+                  escape_backslash: bool = True) -> Iterator[tuple]:
     """(database, table, {column: canonical bytes}) for each row of SQL text. `tables` maps
     (database, table) lower-cased to a Converter; a row of a table without one is an error
     (nothing is dropped silently)."""
-    for db, table, columns, values in sql_statements(pieces, database):
+    for db, table, columns, values in sql_statements(pieces, database, escape_backslash):
         db, table = _utf8(db), _utf8(table)
         converter = tables.get(((db or "").lower(), table.lower()))
         if converter is None:

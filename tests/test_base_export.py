@@ -272,3 +272,19 @@ def test_dumpling_shaped_rows_read_back_equal(rows, escape, statement_rows, cuts
     csv = write_csv(rows, escape)
     dialect = CsvDialect(escape_backslash=escape)
     assert list(read_csv_rows(pieces(csv, cuts), converter, dialect)) == want
+
+
+# ----------------------------------------------------------------------------- in Spark
+
+@pytest.mark.parametrize("fixture, expected", [("dumpling-sql", ITEMS), ("dumpling-csv-gzip", ITEMS),
+                                               ("mysqldump-8.0", ITEMS_MYSQL)])
+def test_export_rows_in_spark(spark, fixture, expected):
+    from spark_apps.base_export.spark import export_rows
+
+    export = discover(str(FIXTURES / fixture))
+    frame = export_rows(spark, export)
+    rows = frame.where("`table` = 'items'").orderBy("file", "ordinal").collect()
+    assert [{k: (None if v is None else bytes(v)) for k, v in r["values"].items()} for r in rows] == expected
+    assert {r["database"] for r in rows} == {"shop"}
+    assert frame.count() == len(expected) + (3 if fixture == "dumpling-sql" else 0)
+    assert frame.rdd.getNumPartitions() == len(export.files)

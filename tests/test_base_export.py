@@ -288,3 +288,18 @@ def test_export_rows_in_spark(spark, fixture, expected):
     assert {r["database"] for r in rows} == {"shop"}
     assert frame.count() == len(expected) + (3 if fixture == "dumpling-sql" else 0)
     assert frame.rdd.getNumPartitions() == len(export.files)
+
+
+def test_export_on_s3(spark, bucket):
+    """The same export under an S3 prefix: listed, its metadata and schemas read on the
+    driver, its rows in tasks."""
+    from spark_apps.base_export.spark import export_rows
+
+    prefix = f"{bucket}/exports/2026-11-20"
+    for path in sorted((FIXTURES / "dumpling-csv-gzip").iterdir()):
+        storage.write_bytes(f"{prefix}/{path.name}", path.read_bytes())
+    export = discover(prefix)
+    assert export.position.tso == 453817264815718401
+    assert [f.uri for f in export.files] == [f"{prefix}/shop.items.000000000.csv.gz"]
+    rows = export_rows(spark, export).orderBy("ordinal").collect()
+    assert [{k: (None if v is None else bytes(v)) for k, v in r["values"].items()} for r in rows] == ITEMS

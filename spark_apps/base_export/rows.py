@@ -129,6 +129,8 @@ _USE = re.compile(r"USE\s+" + _IDENT + r"\s*;", re.I)
 # a statement that is not an INSERT: everything to its `;`, quotes and comments respected
 _OTHER = re.compile(r"(?:[^;'\"`/-]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|/(?!\*)|-(?!-)|/\*.*?\*/|--[^\n]*\n)*;", re.S)
 _SPACE = re.compile(r"\s*")
+_SEMICOLON = re.compile(r"\s*;")
+_ROW_END = re.compile(r"\s*([,;])")
 _ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "%": "\\%", "_": "\\_"}
 _ESCAPE = re.compile(r"\\(.)|''", re.S)
 
@@ -173,7 +175,7 @@ def sql_statements(pieces: Iterable[bytes], database: str | None = None,
                     raise ExportFormatError(f"unterminated comment at {t.where()}")
                 continue
             t.pos = end + 2
-            m = re.compile(r"\s*;").match(t.buf, t.pos)
+            m = _SEMICOLON.match(t.buf, t.pos)
             if m:
                 t.pos = m.end()
             continue
@@ -252,7 +254,7 @@ def _tuples(t: _Text, db, table, columns, escape_backslash: bool) -> Iterator[tu
                     if end == ")":
                         break
                 if row is not None:
-                    m = re.compile(r"\s*([,;])").match(t.buf, pos)
+                    m = _ROW_END.match(t.buf, pos)
                     if m is not None:
                         t.pos = m.end()
                         yield db, table, columns, row

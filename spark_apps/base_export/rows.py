@@ -1,0 +1,473 @@
+"""Task-side reading of base-export data: the rows of one data file, streamed.
+
+A data file arrives as decompressed pieces (`pieces_of` for bytes in memory, or
+`spark_apps.storage.iter_pieces` for a URI); the readers keep only the unparsed tail of the
+text in memory, so a file of any size is read in pieces of about one megabyte.
+
+Text is handled as Latin-1 (one character per byte) so binary values and any character set
+survive unchanged: a value's bytes are its characters encoded back to Latin-1.
+
+Formats, as their producers write them (docs/base-exports.md has the sources):
+
+* SQL (Dumpling's `.sql`, mysqldump): `INSERT INTO `t` [(`a`,...)] VALUES (..),(..);`. Values are
+  `NULL`, bare numbers, quoted strings with MySQL's backslash escapes (and `''`), `x'..'`
+  (Dumpling's binary), `_binary '..'` (mysqldump's binary and BIT), `0x..` (mysqldump
+  `--hex-blob`), `b'..'`. Other statements (SET, LOCK TABLES, `/*!...*/`, comments) are skipped;
+  `USE` switches the database (mysqldump).
+* CSV (Dumpling's `.csv`): fields separated by `,`, strings and binary enclosed in `"`, numbers
+  bare, NULL the bare `\\N`, lines ended by `\\r\\n`, a header line of quoted column names.
+  With `--escape-backslash` (Dumpling's default) `\\`, the enclosure, NUL, CR and LF are
+  backslash-escaped; without it the enclosure is doubled and values may span lines. Python's
+  csv module is not used: it cannot tell the bare `\\N` (NULL) from a quoted "\\N" (a string),
+  and its escapechar drops the backslash without turning `\\n`/`\\0` back into LF/NUL.
+
+Values become the canonical bytes of cdc_codecs.events (see `Converter`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+from cdc_codecs.canal_common import canonical_float
+from cdc_codecs.mysql_types import enum_set_value, parse_type
+
+PIECE = 1 << 20
+_MAX_PENDING = 256 << 20  # unparsed text held before a value is called malformed
+
+# kinds of a value token
+NULL, TEXT, BARE, HEX, BITS = "null", "text", "bare", "hex", "bits"
+
+
+class ExportFormatError(ValueError):
+    """A data file that is not what its producer writes; says where."""
+
+
+# ----------------------------------------------------------------------------- decompression
+
+def pieces_of(name: str, data: bytes) -> Iterator[bytes]:
+    """Decompressed pieces of one file held in memory, by its name's suffix (`.gz`, `.zst`,
+    `.snappy` as Dumpling's `--compress` names them; `.lz4` too)."""
+    from spark_apps import storage
+
+    def chunks():
+        for i in range(0, len(data), PIECE):
+            yield data[i:i + PIECE]
+
+    method = storage.compression_of(name)
+    if method is None:
+        return chunks()
+    if method == "gzip":
+        return storage._gunzip(chunks())
+    from spark_apps.damage import decode
+
+    return decode(method, chunks, storage.DamagedObject)
+
+
+# ----------------------------------------------------------------------------- streaming text
+
+class _Text:
+    """The unparsed tail of a stream of pieces, as Latin-1 text."""
+
+    def __init__(self, pieces: Iterable[bytes]):
+        self._pieces = iter(pieces)
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.consumed = 0  # bytes dropped before buf
+
+    def more(self) -> bool:
+        """Append the next piece (dropping what was parsed); False at the end."""
+        if self.eof:
+            return False
+        for piece in self._pieces:
+            if not piece:
+                continue
+            self.consumed += self.pos
+            self.buf = self.buf[self.pos:] + piece.decode("latin-1")
+            self.pos = 0
+            if len(self.buf) > _MAX_PENDING:
+                raise ExportFormatError(f"no complete value in {_MAX_PENDING} bytes at byte {self.consumed}")
+            return True
+        self.eof = True
+        return False
+
+    def where(self, pos: int | None = None) -> str:
+        at = self.pos if pos is None else pos
+        return f"byte {self.consumed + at}: {self.buf[at:at + 40]!r}"
+
+
+# ----------------------------------------------------------------------------- SQL
+
+_STRING = r"'([^'\\]*(?:(?:\\.|'')[^'\\]*)*)'"
+_STRING_NO_BACKSLASH = r"'([^']*(?:''[^']*)*)'"  # Dumpling --escape-backslash=false
+
+
+def _value_pattern(string: str) -> re.Pattern:
+    return re.compile(
+        r"\s*(?:(NULL)"  # 1
+        r"|" + string +  # 2
+        r"|_binary\s*" + string +  # 3
+        r"|[xX]'([0-9a-fA-F]*)'"  # 4
+        r"|0x([0-9a-fA-F]+)"  # 5
+        r"|[bB]'([01]*)'"  # 6
+        r"|([-+]?[0-9.][0-9.eE+-]*))"  # 7
+        r"\s*([,)])",  # 8
+        re.S | re.I,
+    )
+
+
+_VALUE = _value_pattern(_STRING)
+_VALUE_NO_BACKSLASH = _value_pattern(_STRING_NO_BACKSLASH)
+_IDENT = r"(?:`((?:[^`]|``)*)`|([A-Za-z0-9_$]+))"
+_INSERT = re.compile(
+    r"(?:INSERT(?:\s+IGNORE)?|REPLACE)\s+INTO\s+" + _IDENT + r"(?:\s*\.\s*" + _IDENT + r")?"
+    r"\s*(?:\(([^)]*)\))?\s*VALUES\s*",
+    re.I,
+)
+_USE = re.compile(r"USE\s+" + _IDENT + r"\s*;", re.I)
+# a statement that is not an INSERT: everything to its `;`, quotes and comments respected
+_OTHER = re.compile(r"(?:[^;'\"`/-]|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|/(?!\*)|-(?!-)|/\*.*?\*/|--[^\n]*\n)*;", re.S)
+_SPACE = re.compile(r"\s*")
+_SEMICOLON = re.compile(r"\s*;")
+_ROW_END = re.compile(r"\s*([,;])")
+_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "%": "\\%", "_": "\\_"}
+_ESCAPE = re.compile(r"\\(.)|''", re.S)
+
+
+def _unescape_sql(s: str) -> str:
+    """MySQL string-literal escapes (`\\0 \\n \\r \\t \\b \\Z`, `\\%`/`\\_` keep their
+    backslash, any other `\\x` is x) and the doubled quote."""
+    if "\\" not in s and "''" not in s:
+        return s
+    return _ESCAPE.sub(lambda m: "'" if m.group(1) is None else _ESCAPES.get(m.group(1), m.group(1)), s)
+
+
+def _ident(quoted: str | None, bare: str | None) -> str:
+    return quoted.replace("``", "`") if quoted is not None else bare
+
+
+def _columns_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [_ident(q, b) for q, b in re.findall(_IDENT, text)]
+
+
+def sql_statements(pieces: Iterable[bytes], database: str | None = None,
+                   escape_backslash: bool = True) -> Iterator[tuple]:
+    """(database, table, column names or None, [(kind, text), ...]) for each row of each
+    INSERT in SQL text; text is Latin-1 (the bytes) with escapes resolved. Without
+    `escape_backslash` (Dumpling's --escape-backslash=false) a string only doubles its quote."""
+    t = _Text(pieces)
+    t.more()
+    while True:
+        m = _SPACE.match(t.buf, t.pos)
+        t.pos = m.end()
+        if t.pos >= len(t.buf):
+            if not t.more():
+                return
+            continue
+        head = t.buf[t.pos:t.pos + 2]
+        if head == "/*":
+            end = t.buf.find("*/", t.pos + 2)
+            if end < 0:
+                if not t.more():
+                    raise ExportFormatError(f"unterminated comment at {t.where()}")
+                continue
+            t.pos = end + 2
+            m = _SEMICOLON.match(t.buf, t.pos)
+            if m:
+                t.pos = m.end()
+            continue
+        if head == "--" or head[:1] == "#":
+            end = t.buf.find("\n", t.pos)
+            if end < 0:
+                if not t.more():
+                    return
+                continue
+            t.pos = end + 1
+            continue
+        if t.buf[t.pos:t.pos + 7].upper() in ("INSERT ", "REPLACE") or t.buf[t.pos:t.pos + 6].upper() == "INSERT":
+            m = _INSERT.match(t.buf, t.pos)
+            if m is None or m.end() == len(t.buf):
+                if not t.more():
+                    raise ExportFormatError(f"an INSERT without VALUES at {t.where()}")
+                continue
+            t.pos = m.end()
+            first, second = _ident(m.group(1), m.group(2)), _ident(m.group(3), m.group(4))
+            db, table = (first, second) if second is not None else (database, first)
+            columns = _columns_list(m.group(5))
+            yield from _tuples(t, db, table, columns, escape_backslash)
+            continue
+        m = _USE.match(t.buf, t.pos)
+        if m:
+            database = _ident(m.group(1), m.group(2))
+            t.pos = m.end()
+            continue
+        m = _OTHER.match(t.buf, t.pos)
+        if m is None or (m.end() == len(t.buf) and not t.eof):
+            if not t.more():
+                if m is not None:
+                    t.pos = m.end()
+                    continue
+                rest = t.buf[t.pos:].strip()
+                if rest:
+                    raise ExportFormatError(f"a statement without its `;` at {t.where()}")
+                return
+            continue
+        t.pos = m.end()
+
+
+def _tuples(t: _Text, db, table, columns, escape_backslash: bool) -> Iterator[tuple]:
+    value = (_VALUE if escape_backslash else _VALUE_NO_BACKSLASH).match
+    unescape = _unescape_sql if escape_backslash else (lambda s: s.replace("''", "'"))
+    while True:
+        start = t.pos
+        row = None
+        while True:  # one tuple; on a cut, read more and start the tuple again
+            m = _SPACE.match(t.buf, t.pos)
+            pos = m.end()
+            if pos < len(t.buf) and t.buf[pos] == "(":
+                pos += 1
+                row = []
+                while True:
+                    m = value(t.buf, pos)
+                    if m is None:
+                        row = None
+                        break
+                    null, text, binary, hex_, hex0x, bits, bare, end = m.groups()
+                    if null is not None:
+                        row.append((NULL, None))
+                    elif text is not None:
+                        row.append((TEXT, unescape(text)))
+                    elif binary is not None:
+                        row.append((TEXT, unescape(binary)))
+                    elif hex_ is not None:
+                        row.append((HEX, hex_))
+                    elif hex0x is not None:
+                        row.append((HEX, hex0x))
+                    elif bits is not None:
+                        row.append((BITS, bits))
+                    else:
+                        row.append((BARE, bare))
+                    pos = m.end()
+                    if end == ")":
+                        break
+                if row is not None:
+                    m = _ROW_END.match(t.buf, pos)
+                    if m is not None:
+                        t.pos = m.end()
+                        yield db, table, columns, row
+                        if m.group(1) == ";":
+                            return
+                        break
+            elif pos < len(t.buf):
+                raise ExportFormatError(f"expected a `(` row in INSERT INTO {table} at {t.where(pos)}")
+            t.pos = start
+            if not t.more():
+                raise ExportFormatError(f"INSERT INTO {table} ends inside a row at {t.where()}")
+            start = t.pos
+
+
+# ----------------------------------------------------------------------------- CSV
+
+class CsvDialect:
+    """Dumpling's CSV options (defaults: `--csv-separator ,`, `--csv-delimiter "`,
+    `--csv-null-value \\N`, `--escape-backslash true`, a header line, binary written as it is
+    (`--csv-output-dialect` hex/base64 for the others))."""
+
+    def __init__(self, separator: str = ",", delimiter: str = '"', null: str = "\\N",
+                 escape_backslash: bool = True, header: bool = True, binary: str = "raw"):
+        if not separator:
+            raise ValueError("the CSV separator must not be empty")
+        if binary not in ("raw", "hex", "base64"):
+            raise ValueError(f"binary format {binary!r} is not raw, hex or base64")
+        self.separator, self.delimiter, self.null = separator, delimiter, null
+        self.escape_backslash, self.header, self.binary = escape_backslash, header, binary
+        sep, d = re.escape(separator), re.escape(delimiter)
+        if delimiter:
+            body = (rf"[^{d}\\]*(?:\\.[^{d}\\]*)*" if escape_backslash
+                    else rf"[^{d}]*(?:{d}{d}[^{d}]*)*")
+            quoted = rf"{d}({body}){d}"
+        else:
+            quoted = r"(?!)()"
+        # a bare field (a number, the null text) never starts with the enclosure: a quoted
+        # field the buffer cuts must not read as a bare one
+        bare = (rf"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter
+                else rf"((?!{d})[^\r\n]*?)" if delimiter else r"([^\r\n]*?)")
+        self.field = re.compile(rf"(?:{quoted}|{bare})({sep}|\r?\n)", re.S)
+
+
+_CSV_ESCAPE = re.compile(r"\\(.)", re.S)
+_CSV_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "b": "\b"}
+
+
+def csv_records(pieces: Iterable[bytes], dialect: CsvDialect) -> Iterator[list[tuple]]:
+    """The records of Dumpling CSV text: lists of (kind, text); the header is a record too."""
+    t = _Text(pieces)
+    t.more()
+    field = dialect.field.match
+    d = dialect.delimiter
+    while True:
+        if t.pos >= len(t.buf) and not t.more():
+            return
+        if t.eof and not t.buf.endswith("\n"):
+            t.buf += "\n"  # the last line without its terminator
+        start = t.pos
+        record = []
+        pos = start
+        while True:
+            m = field(t.buf, pos)
+            if m is None:
+                record = None
+                break
+            quoted, bare, end = m.groups()
+            if quoted is not None:
+                if dialect.escape_backslash:
+                    if "\\" in quoted:
+                        quoted = _CSV_ESCAPE.sub(lambda e: _CSV_ESCAPES.get(e.group(1), e.group(1)), quoted)
+                elif d and d + d in quoted:
+                    quoted = quoted.replace(d + d, d)
+                record.append((TEXT, quoted))
+            elif bare == dialect.null:
+                record.append((NULL, None))
+            else:
+                if dialect.escape_backslash and not d and "\\" in bare:
+                    bare = _CSV_ESCAPE.sub(lambda e: _CSV_ESCAPES.get(e.group(1), e.group(1)), bare)
+                record.append((BARE, bare))
+            pos = m.end()
+            if end != dialect.separator:
+                break
+        if record is not None:
+            t.pos = pos
+            if record != [(BARE, "")]:  # an empty line
+                yield record
+            continue
+        if not t.more():
+            if t.eof and not t.buf.endswith("\n"):
+                t.buf += "\n"
+                continue
+            raise ExportFormatError(f"a CSV record that does not end at {t.where(start)}")
+        # t.more() moved the buffer: the record starts again at the new t.pos
+
+
+# ----------------------------------------------------------------------------- values
+
+class Converter:
+    """Canonical bytes (cdc_codecs.events) from dump values, per column type: text and
+    numbers as written (DECIMAL keeps its scale, temporal values their digits), FLOAT/DOUBLE
+    as the shortest text, binary types as raw bytes, BIT as its unsigned number, ENUM as its
+    1-based index and SET as its bitmask (the labels are returned too)."""
+
+    def __init__(self, columns: list[tuple[str, str]], binary: str = "raw"):
+        """`columns`: [(name, mysql type text)] in table order."""
+        self.names = [name for name, _ in columns]
+        self._by_name = {name.lower(): i for i, (name, _) in enumerate(columns)}
+        self._convert: list[Callable] = [self._for(parse_type(type_text), binary) for _, type_text in columns]
+        self.types = [type_text for _, type_text in columns]
+
+    def index(self, name: str) -> int:
+        try:
+            return self._by_name[name.lower()]
+        except KeyError:
+            raise ExportFormatError(f"column {name!r} is not in the table's schema ({', '.join(self.names)})") from None
+
+    @staticmethod
+    def _for(mysql_type, binary: str) -> Callable:
+        base = mysql_type.base
+
+        def raw(kind, text):
+            if kind == HEX:
+                return bytes.fromhex(text)
+            if kind == BITS:
+                n = int(text or "0", 2)
+                return n.to_bytes((len(text) + 7) // 8, "big")
+            if kind == TEXT and binary != "raw":
+                import base64
+
+                return bytes.fromhex(text) if binary == "hex" else base64.b64decode(text)
+            return text.encode("latin-1")
+
+        if mysql_type.is_binary:
+            return raw
+        if base == "bit":
+            def bit(kind, text):
+                if kind == BARE:
+                    return text.encode("latin-1")
+                if kind == TEXT and binary == "raw":
+                    return str(int.from_bytes(text.encode("latin-1"), "big")).encode()
+                return str(int.from_bytes(raw(kind, text), "big")).encode()
+            return bit
+        if base in ("float", "double"):
+            single = base == "float"
+            return lambda kind, text: canonical_float(text, single).encode()
+        if base in ("enum", "set") and mysql_type.labels is not None:
+            def label(kind, text):
+                if kind == BARE:  # a number given for an ENUM/SET is its index/bitmask
+                    return text.encode()
+                value = enum_set_value(mysql_type, text.encode("latin-1").decode("utf-8"))
+                if value is None:
+                    raise ExportFormatError(f"{text!r} is not a label of {base}{mysql_type.labels}")
+                return value
+            return label
+        return lambda kind, text: text.encode("latin-1") if kind != HEX else bytes.fromhex(text)
+
+    def row(self, values: list[tuple], columns: list[str] | None = None) -> dict[str, bytes | None]:
+        """{column name: canonical bytes or None} of one row; `columns` when the file names
+        them (INSERT with a column list, a CSV header), else the table's order."""
+        if columns is None:
+            if len(values) != len(self.names):
+                raise ExportFormatError(f"a row of {len(values)} values for {len(self.names)} columns "
+                                        f"({', '.join(self.names)})")
+            indexes = range(len(values))
+        else:
+            if len(values) != len(columns):
+                raise ExportFormatError(f"a row of {len(values)} values for {len(columns)} named columns")
+            indexes = [self.index(c) for c in columns]
+        out = {}
+        for i, (kind, text) in zip(indexes, values):
+            name = self.names[i]
+            if kind == NULL:
+                out[name] = None
+                continue
+            try:
+                out[name] = self._convert[i](kind, text)
+            except ExportFormatError:
+                raise
+            except (ValueError, TypeError) as e:
+                raise ExportFormatError(f"column {name} ({self.types[i]}): {text[:40]!r} is not a value of it ({e})") from None
+        return out
+
+
+def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = None,
+                  escape_backslash: bool = True) -> Iterator[tuple]:
+    """(database, table, {column: canonical bytes}) for each row of SQL text. `tables` maps
+    (database, table) lower-cased to a Converter; a row of a table without one is an error
+    (nothing is dropped silently)."""
+    for db, table, columns, values in sql_statements(pieces, database, escape_backslash):
+        db, table = _utf8(db), _utf8(table)
+        converter = tables.get(((db or "").lower(), table.lower()))
+        if converter is None:
+            raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
+        yield db, table, converter.row(values, [_utf8(c) for c in columns] if columns else None)
+
+
+def _utf8(text: str | None) -> str | None:
+    """A name read as Latin-1 back to its UTF-8 text."""
+    return None if text is None else text.encode("latin-1").decode("utf-8")
+
+
+def read_csv_rows(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None) -> Iterator[dict]:
+    """{column: canonical bytes} for each data line of one Dumpling CSV file."""
+    dialect = dialect or CsvDialect()
+    records = csv_records(pieces, dialect)
+    columns = None
+    if dialect.header:
+        header = next(records, None)
+        if header is None:
+            return
+        columns = [_utf8(text) for _, text in header]
+        if [c.lower() for c in columns] == [c.lower() for c in converter.names]:
+            columns = None
+    for record in records:
+        yield converter.row(record, columns)

@@ -156,11 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
 def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     """The spark-submit command for `cdc-replay replay <argv>`; `say` gets the line that says
     which driver JVM and Spark settings were chosen for the source's size, and why."""
-    from .launch import build_py_files, is_local, small_run_options, spark_submit_command
+    from .launch import build_native_archive, build_py_files, is_local, small_run_options, spark_submit_command
     from .options import parser as app_parser
 
     args = app_parser().parse_args(argv)
-    py_files = None if is_local(args.master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
+    py_files, archives = None, ()
+    if not is_local(args.master):  # our code, and the compiled decoders, shipped to the executors
+        folder = tempfile.mkdtemp(prefix="cdc-replay-")
+        py_files = build_py_files(folder)
+        native, shipped = build_native_archive(folder)
+        say(shipped)
+        archives = (native,) if native else ()
     app_args = [a for a in argv]
     from cdc_codecs import parse_option_pairs
 
@@ -168,7 +174,7 @@ def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     java_options, small_conf, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
     say(why)
     return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
-                                conf={**small_conf, **conf}, driver_java_options=java_options)
+                                conf={**small_conf, **conf}, driver_java_options=java_options, archives=archives)
 
 
 def source_bytes(source: str, master: str, conf: dict[str, str]) -> int | None:
@@ -248,7 +254,7 @@ def run_replay(argv: list[str]) -> int:
     kept, secret = masking.split_argv(argv)
     try:
         command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True))
-    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB
+    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB or $CDC_REPLAY_NATIVE_WHEEL
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
     from .faults import LOG_ENV, new_log_file

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -258,12 +259,23 @@ def run_replay(argv: list[str]) -> int:
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
     from .faults import LOG_ENV, new_log_file
+    from .launch import SUMMARY_ENV, finish_class_archive
 
     env = {**spark_env(), **masking.environment(secret)}
     env.setdefault(LOG_ENV, new_log_file())  # a failed run's trace and Spark's task failures (spark_apps/faults.py)
-    status = subprocess.call(command, env=env)
-    from .launch import finish_class_archive
-
+    # spark-submit merges the driver's stderr into its stdout: all of it is the run's log and
+    # goes to stderr; the app writes the summary to a file, printed on stdout once it exits
+    summary = env[SUMMARY_ENV] = os.path.join(tempfile.mkdtemp(prefix="cdc-replay-summary-"), "summary.txt")
+    try:
+        log_to = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (captured in-process)
+        log_to = None
+    status = subprocess.call(command, env=env, stdout=log_to)
+    if os.path.exists(summary):
+        with open(summary, encoding="utf-8") as f:
+            sys.stdout.write(f.read())
+        sys.stdout.flush()
+    shutil.rmtree(os.path.dirname(summary), ignore_errors=True)
     finish_class_archive(command, status)
     return status
 

@@ -14,6 +14,11 @@ REPLAY_APP = os.path.join(SPARK_APPS, "replay.py")
 LOG4J = os.path.join(SPARK_APPS, "conf", "log4j2.properties")
 
 
+# where the app writes its summary instead of stdout (set by `cdc-replay replay`: spark-submit
+# merges the app's stderr, its log, into its stdout, so only a file keeps the two apart)
+SUMMARY_ENV = "CDC_REPLAY_SUMMARY_FILE"
+
+
 def is_local(master: str) -> bool:
     return master.startswith("local")
 

@@ -1397,7 +1397,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cdc-replay: error: the run failed: {masking.mask_text(faults.cause_of(e))}"
               + (f" (full trace: {trace})" if trace else ""), file=sys.stderr)
         return 1
-    print(manifest_mod.summary(manifest))
+    summary = manifest_mod.summary(manifest)
+    from spark_apps.launch import SUMMARY_ENV
+
+    if os.environ.get(SUMMARY_ENV):  # `cdc-replay replay` prints it on its stdout, apart from the log
+        with open(os.environ[SUMMARY_ENV], "w", encoding="utf-8") as f:
+            f.write(summary + "\n")
+    else:
+        print(summary)
     quarantined = manifest["counts"]["quarantined"]
     if quarantined > args.max_bad_records:
         print(f"cdc-replay: error: {quarantined} records quarantined (more than --max-bad-records "

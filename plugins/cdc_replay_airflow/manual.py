@@ -145,6 +145,13 @@ PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|
                          description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
                                      "created before the archive starts, a TiCDC storage-sink schema file, or "
                                      "a prefix holding both (e.g. the storage sink's root)", section="Source")
+PARAMS["spark_conf"] = Param({}, type=["null", "object"], additionalProperties={"type": ["string", "integer"]},
+                             title="Spark resources", description="this run's Spark settings, e.g. "
+                             '{"spark.executor.memory": "8g", "spark.executor.instances": "4", '
+                             '"spark.sql.shuffle.partitions": "64"}: executor and driver memory and cores, '
+                             "executor instances, cores.max, parallelism, shuffle partitions, dynamic allocation, "
+                             "YARN queue, Kubernetes namespace (the rest is the deployment's: "
+                             "CDC_REPLAY_SPARK_CONF)", section="Spark")
 
 # the form: what everyone fills first (source, layout, protocol, ...); the Kafka-only fields
 # (a kafka:// source or output) in their own section after the output's

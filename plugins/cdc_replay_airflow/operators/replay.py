@@ -69,6 +69,8 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     drift: the application, its arguments (`--master` first), the Spark confs, the job name.
     `source_bytes` (what the stage task listed) chooses the small-run settings as the CLI does;
     `say` gets the line saying which and why."""
+    # the deployment's settings, then the run's own resources (the form's spark_conf) over them
+    spark_conf = (*spark_conf, *(f"{key}={value}" for key, value in request.spark_conf))
     app_args = replay_arguments(request, run_id=run_id, spark_conf=spark_conf)
     conf = dict(item.split("=", 1) for item in spark_conf)
     from spark_apps.cli import with_packages

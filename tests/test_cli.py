@@ -250,8 +250,12 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     result = run_cli("replay", "--source", str(tmp_path / "archive"), "--protocol", "canal-json",
                      "--protocol-option", "enable-tidb-extension=true", "--output", str(output),
                      "--emit", "snapshot", "--master", "local[1]", "--spark-ui", timeout=600)
-    text = result.stdout + result.stderr  # spark-submit merges the driver's stderr into stdout
+    text = result.stdout + result.stderr
     assert result.returncode == 3, text[-3000:]
+    # issue 31 point 6: the summary alone on stdout; the run's log and errors on stderr
+    assert result.stdout.startswith("cdc-replay run ") and "events read" in result.stdout, result.stdout[-3000:]
+    assert "INFO" not in result.stdout and "[replay " not in result.stdout, result.stdout[-3000:]
+    assert "[replay " in result.stderr and "cdc-replay: error: 1 records quarantined" in result.stderr
     assert re.search(r"Spark UI at http://\S+:\d+", text), text[-3000:]
     assert "1 records quarantined (more than --max-bad-records 0)" in text
     assert str(output / "_quarantine") in text

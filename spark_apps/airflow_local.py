@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -141,3 +142,73 @@ def migrate(env: dict) -> None:
     result = airflow(["db", "migrate"], env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+_STORE_TASK_LOGS = r"""
+import json, os, sys
+from airflow.configuration import conf
+from airflow.models.dagrun import DagRun
+from airflow.utils.log.file_task_handler import FileTaskHandler
+from airflow.utils.session import create_session
+
+data = json.load(open(sys.argv[1]))
+handler = FileTaskHandler(conf.get("logging", "base_log_folder"))
+written = []
+with create_session() as session:
+    run = session.query(DagRun).filter(DagRun.dag_id == data["dag_id"]).order_by(DagRun.id.desc()).first()
+    for ti in run.get_task_instances(session=session):
+        lines = data["tasks"].get(ti.task_id)
+        if not lines:
+            continue
+        path = os.path.join(handler.local_base, handler._render_filename(ti, ti.try_number or 1, session=session))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+        written.append(path)
+print(json.dumps(written))
+"""
+
+_CONSOLE_LINE = re.compile(r"^(\S+Z) \[(\w+)\s*\] (.*)$")
+_TASK_START = re.compile(r"\[DAG TEST\] starting task_id=(\w+)")
+_TASK_END = re.compile(r"\[DAG TEST\] end task task_id=(\w+)")
+
+
+def task_log_lines(console: list[str]) -> dict[str, list[dict]]:
+    """`airflow dags test`'s console output split per task, each line as the structured log
+    record Airflow's task log files hold (timestamp, level, event)."""
+    tasks: dict[str, list[dict]] = {}
+    current = None
+    for line in console:
+        line = line.rstrip("\n")
+        start, end = _TASK_START.search(line), _TASK_END.search(line)
+        if start:
+            current = start.group(1)
+            continue
+        if end:
+            current = None
+            continue
+        if current is None or not line.strip():
+            continue
+        match = _CONSOLE_LINE.match(line)
+        tasks.setdefault(current, []).append({"timestamp": match.group(1), "level": match.group(2),
+                                              "event": match.group(3)} if match else {"event": line})
+    return tasks
+
+
+def store_task_logs(env: dict, dag_id: str, console: list[str]) -> list[str]:
+    """Write the task logs of the latest run of `dag_id`, from `airflow dags test`'s console
+    output, where the api-server of the same AIRFLOW_HOME reads them (base_log_folder, the
+    log file name template, as Airflow renders it). Why: `dags test` runs the tasks in its own
+    process and logs them to the console only, so the UI showed them empty. Returns the files."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"dag_id": dag_id, "tasks": task_log_lines(console)}, f)
+    try:
+        result = subprocess.run([os.path.join(BIN, "python"), "-c", _STORE_TASK_LOGS, f.name], env=env,
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        os.remove(f.name)
+    if result.returncode != 0:
+        raise RuntimeError(f"writing the task logs failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])

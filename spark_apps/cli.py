@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,11 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
 def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     """The spark-submit command for `cdc-replay replay <argv>`; `say` gets the line that says
     which driver JVM and Spark settings were chosen for the source's size, and why."""
-    from .launch import build_py_files, is_local, small_run_options, spark_submit_command
+    from .launch import build_native_archive, build_py_files, is_local, small_run_options, spark_submit_command
     from .options import parser as app_parser
 
     args = app_parser().parse_args(argv)
-    py_files = None if is_local(args.master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
+    py_files, archives = None, ()
+    if not is_local(args.master):  # our code, and the compiled decoders, shipped to the executors
+        folder = tempfile.mkdtemp(prefix="cdc-replay-")
+        py_files = build_py_files(folder)
+        native, shipped = build_native_archive(folder)
+        say(shipped)
+        archives = (native,) if native else ()
     app_args = [a for a in argv]
     from cdc_codecs import parse_option_pairs
 
@@ -168,7 +175,7 @@ def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
     java_options, small_conf, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
     say(why)
     return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
-                                conf={**small_conf, **conf}, driver_java_options=java_options)
+                                conf={**small_conf, **conf}, driver_java_options=java_options, archives=archives)
 
 
 def source_bytes(source: str, master: str, conf: dict[str, str]) -> int | None:
@@ -248,16 +255,27 @@ def run_replay(argv: list[str]) -> int:
     kept, secret = masking.split_argv(argv)
     try:
         command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True))
-    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB
+    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB or $CDC_REPLAY_NATIVE_WHEEL
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
     from .faults import LOG_ENV, new_log_file
+    from .launch import SUMMARY_ENV, finish_class_archive
 
     env = {**spark_env(), **masking.environment(secret)}
     env.setdefault(LOG_ENV, new_log_file())  # a failed run's trace and Spark's task failures (spark_apps/faults.py)
-    status = subprocess.call(command, env=env)
-    from .launch import finish_class_archive
-
+    # spark-submit merges the driver's stderr into its stdout: all of it is the run's log and
+    # goes to stderr; the app writes the summary to a file, printed on stdout once it exits
+    summary = env[SUMMARY_ENV] = os.path.join(tempfile.mkdtemp(prefix="cdc-replay-summary-"), "summary.txt")
+    try:
+        log_to = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (captured in-process)
+        log_to = None
+    status = subprocess.call(command, env=env, stdout=log_to)
+    if os.path.exists(summary):
+        with open(summary, encoding="utf-8") as f:
+            sys.stdout.write(f.read())
+        sys.stdout.flush()
+    shutil.rmtree(os.path.dirname(summary), ignore_errors=True)
     finish_class_archive(command, status)
     return status
 

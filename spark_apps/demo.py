@@ -128,10 +128,18 @@ def run_demo(transactions: int = 2000, keep_server: bool = False, airflow_home: 
               f"-c '{conf}'", flush=True)
         log_path = os.path.join(home, "demo-dags-test.log")
         status = _run_dag_test(["dags", "test", "cdc_replay_manual", "-c", conf], env, log_path)
+        with open(log_path) as f:  # for the UI: `dags test` logs its tasks to the console only
+            try:
+                written = airflow_local.store_task_logs(env, "cdc_replay_manual", f.readlines())
+            except RuntimeError as e:
+                written = []
+                print(f"[demo] the task logs could not be stored for the UI: {e}", file=sys.stderr)
         if status != 0:
             print(f"[demo] the DAG run failed (exit status {status}); its full log: {log_path}", file=sys.stderr)
             return status or 1
         print(f"[demo] the DAG run succeeded; its full log: {log_path}")
+        print(f"[demo] its {len(written)} task logs, as the UI shows them: "
+              f"{os.path.dirname(os.path.dirname(written[0])) if written else '-'}")
         manifest = read_manifest(OUTPUT)
         print()
         print(summary(manifest))

@@ -24,13 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .contract import Kind
-from .native_decode import _bytes_view
+from .native_decode import _bytes_view, cdc_replay_native
 from .schema import QUARANTINE_KIND
 
-try:
-    from cdc_replay_native import identities as _native_identities
-except ImportError:  # not built: the reference hashes (slower, the same bytes)
-    _native_identities = None
+# the extension as native_decode loaded it (on an executor, the copy shipped with the job);
+# without it, or an extension built before `identities` existed: the reference hashes (slower, the same bytes)
+_native_identities = getattr(cdc_replay_native, "identities", None)
 
 NO_EVENT_POINT = "no commit ts or position"
 # the identity's fields, in order; (name, condition): the field counts only where the

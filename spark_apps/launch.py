@@ -14,6 +14,11 @@ REPLAY_APP = os.path.join(SPARK_APPS, "replay.py")
 LOG4J = os.path.join(SPARK_APPS, "conf", "log4j2.properties")
 
 
+# where the app writes its summary instead of stdout (set by `cdc-replay replay`: spark-submit
+# merges the app's stderr, its log, into its stdout, so only a file keeps the two apart)
+SUMMARY_ENV = "CDC_REPLAY_SUMMARY_FILE"
+
+
 def is_local(master: str) -> bool:
     return master.startswith("local")
 
@@ -152,9 +157,11 @@ def spark_submit_command(
     app: str = REPLAY_APP,
     conf: dict[str, str] | None = None,
     driver_java_options: str | None = None,
+    archives: tuple[str, ...] = (),
 ) -> list[str]:
     """spark-submit <confs> <app> <app_args>. Workers use `python` (the venv's), not
-    whatever `python3` is on PATH; `py_files` ships our packages to a cluster; `conf` (the
+    whatever `python3` is on PATH; `py_files` ships our packages to a cluster, `archives`
+    (`path#name`) the compiled extension (build_native_archive); `conf` (the
     app's --spark-conf) reaches spark-submit too, because settings like spark.driver.memory
     only work before the JVM starts. `driver_java_options` (small_run_options) go after ours."""
     binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
@@ -164,6 +171,8 @@ def spark_submit_command(
     if is_local(master):
         settings["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
     settings.update(conf or {})
+    if archives:  # after the user's own spark.archives (a packed environment), not instead
+        settings["spark.archives"] = ",".join(a for a in (settings.get("spark.archives"), *archives) if a)
     command = [binary, "--master", master, "--name", "cdc-replay"]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
@@ -186,3 +195,61 @@ def build_py_files(directory: str) -> str:
                         full = os.path.join(root, name)
                         archive.write(full, os.path.join(package, os.path.relpath(full, folder)))
     return path
+
+
+# The compiled decoders (native/cdc_replay_native) on a cluster: a zip of the extension's
+# package unpacked by Spark into each executor's working directory under this name
+# (`spark.archives`), where spark_apps.native_decode looks for it first.
+NATIVE_SHIPPED = "cdc_replay_native_shipped"
+NATIVE_ENV = "CDC_REPLAY_NATIVE_WHEEL"  # a wheel built for the executors instead, or "off"
+
+
+def _installed_native(python: str) -> str | None:
+    """The folder of the cdc_replay_native package in `python`'s environment, or None."""
+    probe = "import importlib.util as u; s = u.find_spec('cdc_replay_native'); print(s.submodule_search_locations[0] if s else '')"
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        import importlib.util
+
+        spec = importlib.util.find_spec("cdc_replay_native")
+        return spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
+    import subprocess
+
+    try:
+        found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found or None
+
+
+def build_native_archive(directory: str, python: str = sys.executable, env: dict | None = None) -> tuple[str | None, str]:
+    """(`path#NATIVE_SHIPPED` for spark.archives, or None; what is shipped, for the log): the
+    compiled extension for cluster executors. By default the one installed in the driver's
+    Python (scripts/bootstrap builds it): right where the executors' Python and platform match
+    the driver's. $CDC_REPLAY_NATIVE_WHEEL names a wheel built for the executors instead (a
+    wheel is a zip with the package at its root: shipped as it is), or "off". Executors that
+    cannot load what is shipped use their own installed copy, else the Python codecs, and the
+    manifest says so (manifest.decoder_observed)."""
+    import shutil
+
+    env = os.environ if env is None else env
+    wheel = (env.get(NATIVE_ENV) or "").strip()
+    path = os.path.join(directory, "cdc_replay_native.zip")
+    if wheel.lower() == "off":
+        return None, f"compiled decoders not shipped (${NATIVE_ENV}=off): executors use their own installed copy, if any"
+    if wheel:
+        if not zipfile.is_zipfile(wheel) or "cdc_replay_native/__init__.py" not in zipfile.ZipFile(wheel).namelist():
+            raise ValueError(f"${NATIVE_ENV}={wheel}: not a wheel of cdc_replay_native (no cdc_replay_native/__init__.py)")
+        shutil.copyfile(wheel, path)  # Spark unpacks by extension: .whl is not one it knows
+        return f"{path}#{NATIVE_SHIPPED}", f"compiled decoders shipped to the executors from {wheel}"
+    folder = _installed_native(python)
+    if folder is None:
+        return None, (f"compiled decoders not shipped: {python} has no cdc_replay_native (scripts/bootstrap builds "
+                      "it); executors use their own installed copy, if any, else the Python codecs")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for root, _dirs, files in os.walk(folder):
+            if "__pycache__" in root:
+                continue
+            for name in files:
+                full = os.path.join(root, name)
+                archive.write(full, os.path.join("cdc_replay_native", os.path.relpath(full, folder)))
+    return f"{path}#{NATIVE_SHIPPED}", f"compiled decoders shipped to the executors from {folder}"

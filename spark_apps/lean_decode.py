@@ -11,7 +11,10 @@ image becomes its column list id, its values and its labels, and each task ends 
   highest watermark, commit ts range, rows without commit ts, updates without old values,
   offset range): the driver merges the tasks' rows, so the first pass needs no aggregate job;
 * `ddl`: the task's DDL events, whole (lean rows without images): few, and the driver needs
-  them before any shuffle (the DDL history decides each row's table and key at the cut).
+  them before any shuffle (the DDL history decides each row's table and key at the cut);
+* `decoders`: which decoder the task ran (compiled or the Python codec, why, where the
+  extension came from) and the records each decoded: the manifest says what the executors
+  did, not what the driver expected (native_decode.task_report).
 
 DDL events already name the table their statement names (`where_sql_says`).
 
@@ -32,6 +35,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from .contract import Kind
 from . import identity as identity_mod
+from . import native_decode
 from .identity import identities
 from .schema import DECODED_ARROW_SCHEMA
 
@@ -61,7 +65,8 @@ LEAN_ARROW_SCHEMA = pa.schema(
 )
 DDL_EVENT_TYPE = pa.struct(list(LEAN_ARROW_SCHEMA))  # a lean row (a DDL event) as a struct
 AUX_TYPE = pa.struct([pa.field("entries", pa.list_(ENTRY_TYPE)), pa.field("runs", pa.list_(RUN_TYPE)),
-                      pa.field("stats", pa.list_(STATS_TYPE)), pa.field("ddl_events", pa.list_(DDL_EVENT_TYPE))])
+                      pa.field("stats", pa.list_(STATS_TYPE)), pa.field("ddl_events", pa.list_(DDL_EVENT_TYPE)),
+                      pa.field("decoders", pa.list_(native_decode.REPORT_TYPE))])
 LEAN_ARROW_SCHEMA = LEAN_ARROW_SCHEMA.append(pa.field("aux", AUX_TYPE))
 LEAN_STRUCT = from_arrow_schema(LEAN_ARROW_SCHEMA)
 
@@ -300,7 +305,8 @@ def ddl_events(batch: pa.RecordBatch) -> pa.Array:
     return pa.StructArray.from_arrays([ddl.column(f.name) for f in DDL_EVENT_TYPE], fields=list(DDL_EVENT_TYPE))
 
 
-def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list | None = None) -> pa.RecordBatch:
+def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list | None = None,
+              decoders: list | None = None) -> pa.RecordBatch:
     """The task's one `aux` row (every other column null, or "aux" / -1 where it cannot be)."""
     events = pa.concat_arrays(ddl) if ddl else pa.array([], DDL_EVENT_TYPE)
     value = pa.StructArray.from_arrays([
@@ -308,7 +314,8 @@ def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list
                  pa.list_(ENTRY_TYPE)),
         pa.array([runs.rows()], pa.list_(RUN_TYPE)),
         pa.array([stats.rows() if stats else []], pa.list_(STATS_TYPE)),
-        pa.ListArray.from_arrays(pa.array([0, len(events)], pa.int32()), events)], fields=list(AUX_TYPE))
+        pa.ListArray.from_arrays(pa.array([0, len(events)], pa.int32()), events),
+        pa.array([decoders or []], pa.list_(native_decode.REPORT_TYPE))], fields=list(AUX_TYPE))
     placeholder = {"kind": "aux", "event_index": -1}
     arrays = [value if f.name == "aux" else pa.array([placeholder[f.name]], f.type)
               if not f.nullable else pa.nulls(1, f.type) for f in LEAN_ARROW_SCHEMA]
@@ -345,7 +352,8 @@ def leaned(fn):
                 if len(events):
                     ddl.append(events)
                 yield out
-        yield aux_batch(entries, runs, stats, ddl)
+        records = sum(row["records"] or 0 for row in stats.parts.values())
+        yield aux_batch(entries, runs, stats, ddl, native_decode.task_report(records))
 
     return run
 

@@ -542,6 +542,10 @@ def summary(manifest: dict) -> str:
             lines.append(f"    {r['records']:,} x [{r['stage']}] {r['reason']} (first: {where.get('object') or '-'}"
                          + (f" line {where['line']}" if where.get("line") is not None else "")
                          + (f", offset {where['offset']}" if where.get("offset") is not None else "") + ")")
+    decoder = manifest.get("decoder") or {}
+    if decoder.get("executors"):  # what the decode tasks ran, as they reported it
+        lines.append(f"  decoder          {decoder['path']} ({src['protocol']}), as the decode tasks reported:")
+        lines.extend(f"    {line}" for line in decoder_lines(decoder))
     for warning in manifest["warnings"]:
         lines.append(f"  WARNING          {warning}")
     return "\n".join(map(one_line, lines))
@@ -559,3 +563,56 @@ def one_line(text: str) -> str:
     """A line of the summary as one line, whatever a name or message in it holds (control and
     line-breaking characters as escapes)."""
     return text if text.isprintable() else "".join(ch if ch.isprintable() else display(ch) for ch in text)
+
+
+def decoder_observed(expected: dict, reports: list[dict]) -> dict:
+    """The manifest's `decoder`: the driver's `expected` path (kept as `expected`) and reason, replaced by what the
+    decode tasks reported (native_decode.task_report) when they did otherwise ("mixed" when tasks
+    differed), with `executors`: the reports grouped by path, reason and origin, each with
+    its tasks and records. The driver cannot know what loads on an executor; the tasks can."""
+    groups: dict[tuple, dict] = {}
+    for report in reports:
+        key = (report["path"], report["reason"], report["loaded_from"])
+        group = groups.setdefault(key, {"path": key[0], "reason": key[1], "loaded_from": key[2], "tasks": 0,
+                                        "compiled_records": 0, "python_records": 0})
+        group["tasks"] += 1
+        group["compiled_records"] += report["compiled_records"] or 0
+        group["python_records"] += report["python_records"] or 0
+    executors = sorted(groups.values(), key=lambda g: (g["path"], g["reason"], g["loaded_from"] or ""))
+    out = {**expected, "expected": expected["path"]}
+    if executors:
+        paths = {g["path"] for g in executors}
+        out["path"] = paths.pop() if len(paths) == 1 else "mixed"
+        if out["path"] != expected["path"]:
+            out["reason"] = "; ".join(dict.fromkeys(g["reason"] for g in executors if g["path"] != expected["path"]))
+    out["executors"] = executors
+    return out
+
+
+_ORIGINS = {"shipped": "the copy shipped with the job", "installed": "the executor's installed copy"}
+
+
+def decoder_lines(decoder: dict) -> list[str]:
+    """One line per group of decode tasks: which decoder, how many records each way, and why."""
+    lines = []
+    for g in decoder.get("executors") or []:
+        tasks = f"{g['tasks']} task{'s' if g['tasks'] != 1 else ''}"
+        if g["path"] == "native":
+            lines.append(f"compiled ({_ORIGINS.get(g['loaded_from'], g['loaded_from'])}) in {tasks}: "
+                         f"{g['compiled_records']:,} records compiled, {g['python_records']:,} left to the Python codec")
+        else:
+            lines.append(f"Python codec in {tasks}: {g['python_records']:,} records ({g['reason']})")
+    return lines
+
+
+def decoder_fell_back(decoder: dict) -> str | None:
+    """The warning when decode tasks that were to run the compiled decoder (the driver chose
+    it) ran the Python codec because it does not load there; else None."""
+    slow = [g for g in decoder.get("executors") or [] if g["path"] == "python"]
+    if decoder.get("expected") != "native" or not slow:
+        return None
+    tasks, records = sum(g["tasks"] for g in slow), sum(g["python_records"] for g in slow)
+    return (f"{tasks} of {sum(g['tasks'] for g in decoder['executors'])} decode tasks ran the Python codec instead of "
+            f"the compiled decoder ({records:,} records, several times slower per record): "
+            + "; ".join(dict.fromkeys(g["reason"] for g in slow))
+            + f" (docs/cluster.md; CDC_REPLAY_DECODER=native makes this an error)")

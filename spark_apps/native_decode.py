@@ -34,17 +34,76 @@ from cdc_codecs.errors import DecodeError
 from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA, ColumnFlag
 from cdc_codecs.mysql_types import BINARY_BASES
 
+from .launch import NATIVE_SHIPPED
 from .schema import DECODED_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
 
-try:
-    import cdc_replay_native
-except ImportError as e:  # not built (scripts/bootstrap builds it): the Python codec decodes
-    cdc_replay_native = None
-    UNAVAILABLE = f"the compiled decoder cdc_replay_native is not importable ({e}); run scripts/bootstrap"
-else:
-    UNAVAILABLE = None
+# the folder the extension shipped with a cluster job unpacks into, in each executor's working
+# directory (`spark.archives=<zip>#SHIPPED`, spark_apps/launch.py `build_native_archive`)
+SHIPPED = NATIVE_SHIPPED
+
+
+def _on_worker() -> bool:
+    """Whether this process is a Spark Python worker (an executor's, or local mode's)."""
+    try:
+        from pyspark import SparkFiles
+    except ImportError:
+        return False
+    return bool(getattr(SparkFiles, "_is_running_on_worker", False))
+
+
+def _shipped_folder() -> str | None:
+    """In a Spark Python worker: the folder of the extension the job shipped, if it did (Spark
+    unpacks archives into SparkFiles' root, the executor's working directory); else None."""
+    if not _on_worker():
+        return None
+    from pyspark import SparkFiles
+
+    for root in (SparkFiles._root_directory, os.getcwd()):
+        folder = os.path.abspath(os.path.join(root or ".", SHIPPED))
+        if os.path.isdir(folder):
+            return folder
+    return None
+
+
+def where_this_runs() -> str:
+    """This process's Python and platform, the two things a compiled extension must match."""
+    import platform
+
+    return f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, host {platform.node()}"
+
+
+def _load():
+    """(the extension module or None, where it came from: "shipped" | "installed" | None, why
+    not). On an executor the copy shipped with the job comes first: it is built from the
+    driver's sources, as the code --py-files ships; an executor's own installed copy (a packed
+    environment) is the fallback. Each failure is kept in the reason, never silent."""
+    import importlib
+    import sys
+
+    failures = []
+    shipped = _shipped_folder()
+    if shipped is not None:
+        sys.path.insert(0, shipped)
+        try:
+            return importlib.import_module("cdc_replay_native"), "shipped", None
+        except ImportError as e:  # built for another Python or platform than this executor's
+            failures.append(f"the copy shipped with the job does not load here ({e})")
+            sys.path.remove(shipped)
+            for name in [n for n in sys.modules if n.split(".")[0] == "cdc_replay_native"]:
+                del sys.modules[name]
+    try:
+        return importlib.import_module("cdc_replay_native"), "installed", None
+    except ImportError as e:  # not built (scripts/bootstrap builds it): the Python codec decodes
+        failures.append(f"no installed copy ({e})" if failures else f"not importable ({e})")
+    if _on_worker():
+        return None, None, (f"the compiled decoder cdc_replay_native does not load on this executor "
+                            f"({where_this_runs()}): {'; '.join(failures)}")
+    return None, None, f"the compiled decoder cdc_replay_native is {failures[0]}; run scripts/bootstrap"
+
+
+cdc_replay_native, LOADED_FROM, UNAVAILABLE = _load()
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
@@ -394,8 +453,39 @@ def merge(native: pa.RecordBatch, native_idx: pa.Array, python: pa.RecordBatch |
 def decoder_for(codec, mode: str):
     """A NativeDecoder for the codec when `mode` allows and the extension is here, else None
     (said once in the executor's log)."""
-    path, why = choose(codec.name, codec.config, mode)
-    if path != "native":
+    global _task
+    try:
+        path, why = choose(codec.name, codec.config, mode)
+    except RuntimeError as e:  # CDC_REPLAY_DECODER=native here without the extension: the task fails saying so
+        raise RuntimeError(f"{ENV}=native: {e}") from None
+    decoder = NativeDecoder(codec) if path == "native" else None
+    if decoder is None:
         log.info("decoding %s with the Python codec: %s", codec.name, why)
-        return None
-    return NativeDecoder(codec)
+    _task = (decoder, path, why)
+    return decoder
+
+
+# the decoder of the task this Python worker runs (a worker runs one task at a time): set by
+# decoder_for, read once by `task_report` at the task's end
+_task: tuple | None = None
+
+REPORT_TYPE = pa.struct([pa.field("path", pa.string()), pa.field("reason", pa.string()),
+                         pa.field("loaded_from", pa.string()), pa.field("compiled_records", pa.int64()),
+                         pa.field("python_records", pa.int64())])
+
+
+def task_report(records: int) -> list[dict]:
+    """What this task's decoder did, for its `aux` row (lean_decode): the path taken and why,
+    where the extension came from, and the records each path decoded (`records`: all the
+    task read; with the compiled decoder, those it did not take went to the Python codec; lines
+    that are no record count in neither). Empty when no decoder was made (a task without objects)."""
+    global _task
+    if _task is None:
+        return []
+    decoder, path, why = _task
+    _task = None
+    if decoder is None:
+        return [{"path": path, "reason": why, "loaded_from": None, "compiled_records": 0, "python_records": records}]
+    return [{"path": path, "reason": why, "loaded_from": LOADED_FROM, "compiled_records": decoder.native_records,
+             "python_records": records - decoder.native_records}]
+

@@ -18,7 +18,6 @@ class Progress:
         # records decoded so far: tasks add to it as they finish (Spark sends accumulator
         # updates with each finished task)
         self.records = spark.sparkContext.accumulator(0)
-        self._started = time.monotonic()
         enabled = spark.sparkContext.getConf().get("spark.ui.enabled", "true") == "true"
         self._ui_url = spark.sparkContext.uiWebUrl if enabled else None
         self._run_id = run_id
@@ -44,6 +43,7 @@ class Progress:
     def _loop(self) -> None:
         last = None
         first_seen: dict[int, float] = {}
+        counted = (time.monotonic(), 0)  # (when, records decoded then): the rate is over the last interval
         while not self._stop.wait(self._every):
             try:
                 stages = [self._tracker.getStageInfo(s) for s in self._tracker.getActiveStageIds()]
@@ -59,9 +59,10 @@ class Progress:
                 parts.append(f"stage {stage.stageId}: {done}/{stage.numTasks} tasks "
                              f"({100 * done // stage.numTasks}%){eta(done, stage.numTasks, now - started)}")
             decoded = self.records.value
+            now = time.monotonic()
             if parts and decoded:
-                elapsed = time.monotonic() - self._started
-                parts.insert(0, f"{decoded:,} records decoded ({decoded / max(elapsed, 0.001):,.0f} records/s)")
+                parts.insert(0, decoded_rate(decoded, *counted, now))
+            counted = (now, decoded)
             line = f"{self._phase}: {'; '.join(parts)}" if parts else None
             if line and line != last:
                 log.info("[replay %s] %s", self._run_id, line)
@@ -82,6 +83,14 @@ def counting(fn, counter):
             yield batch
 
     return run
+
+
+def decoded_rate(decoded: int, since: float, before: int, now: float) -> str:
+    """"N records decoded", with the rate since the last line while the count grows: a rate
+    since the start would keep falling through the stages after the decode."""
+    if decoded <= before or now <= since:
+        return f"{decoded:,} records decoded"
+    return f"{decoded:,} records decoded ({(decoded - before) / (now - since):,.0f} records/s over the last {now - since:.0f} s)"
 
 
 def eta(done: int, total: int, elapsed: float) -> str:

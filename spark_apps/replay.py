@@ -286,8 +286,8 @@ def _plan_layout(args: ReplayArgs, source: str):
 
 
 def _decoder(codec) -> dict:
-    """Which decoder the executors use (the compiled one, or the Python codec and why); the
-    executors' logs count the records each path decoded."""
+    """Which decoder the driver chooses for the executors (the compiled one, or the Python
+    codec and why); whether it loads there only the decode tasks can tell (manifest.decoder_observed)."""
     from spark_apps import native_decode
 
     try:
@@ -348,7 +348,8 @@ def _decode(spark, objects, protocol: str, options: dict, counter=None, lean: bo
 
 
 def _first_pass(decoded, files: str | None = None):
-    """(events, partition statistics, schema dictionary, DDL events) of the persisted lean
+    """(events, partition statistics, schema dictionary, DDL events, the tasks' decoder
+    reports) of the persisted lean
     `decoded` rows (spark_apps/lean_decode.py): one action that collects only the decode tasks'
     `aux` rows (the statistics, dictionary, offset runs and DDL events each task gathered while
     decoding: no aggregate, no shuffle), plus one for the distinct offsets of partitions the
@@ -376,10 +377,11 @@ def _first_pass(decoded, files: str | None = None):
                              key=lambda s: (s["topic"], s["partition"] is not None, s["partition"] or 0))
     schema_dictionary = T.schema_dictionary(e for a in auxes for e in a["entries"])
     ddl = [e for a in auxes for e in a["ddl_events"]]
+    decoders = [d for a in auxes for d in a["decoders"]]
     # lines that are not records (stage "archive") may still name their place: not counted
     records = events.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     gaps_mod.count_offsets(records, partition_stats, [r for a in auxes for r in a["runs"]])
-    return events, partition_stats, schema_dictionary, ddl
+    return events, partition_stats, schema_dictionary, ddl, decoders
 
 
 def _decode_files(spark, source: str) -> str | None:
@@ -458,7 +460,8 @@ def _leased(args, spark, started, run_id, source, output, staging, source_codec,
         log.info("[replay %s] %d objects, %.1f MB under %s; protocol %s; %s", run_id, len(objects),
                  sum(o.size for o in objects) / 1e6, source, args.protocol, layout_plan.found)
     decoder = _decoder(source_codec)
-    log.info("[replay %s] decoder: %s (%s)", run_id, decoder["path"], decoder["reason"])
+    log.info("[replay %s] decoder chosen: %s (%s); the decode tasks report what they ran", run_id, decoder["path"],
+             decoder["reason"])
 
     own_session = spark is None
     if own_session:
@@ -524,7 +527,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
         decoded = decoded.persist(StorageLevel.DISK_ONLY)
     # 1. per source partition: records, commit ts range, highest watermark -> the cut
     try:
-        events, partition_stats, schema_dictionary, ddl_events = _first_pass(decoded, files)
+        events, partition_stats, schema_dictionary, ddl_events, decoder_reports = _first_pass(decoded, files)
     except ValueError as e:
         _release(decoded, files)
         raise ReplayError(f"lean rows: {e}") from None
@@ -534,6 +537,11 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
         ddl_events, key=lambda d: (d["commit_ts"] is None, d["commit_ts"] or 0)))
     log.info("[replay %s] decoded %s records from %d partitions", run_id,
              f"{sum(s['records'] for s in partition_stats):,}", len(partition_stats))
+    decoder = manifest_mod.decoder_observed(_decoder(source_codec), decoder_reports)
+    for line in manifest_mod.decoder_lines(decoder):
+        log.info("[replay %s] decoder on the executors: %s", run_id, line)
+    if manifest_mod.decoder_fell_back(decoder):
+        log.warning("[replay %s] %s", run_id, manifest_mod.decoder_fell_back(decoder))
     try:
         cut = manifest_mod.compute_cut(partition_stats, args.upper)
     except manifest_mod.CutError as e:
@@ -679,7 +687,9 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     )
     if layout_plan is not None:
         manifest["layout"] = layout_plan.manifest()
-    manifest["decoder"] = _decoder(source_codec)
+    manifest["decoder"] = decoder
+    if manifest_mod.decoder_fell_back(decoder):
+        manifest["warnings"].append(manifest_mod.decoder_fell_back(decoder))
     if output_plan.lake_tables is not None:
         manifest["output"]["lakehouse"] = output_plan.lake_tables
     if output_plan.kafka is not None:
@@ -1392,7 +1402,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cdc-replay: error: the run failed: {masking.mask_text(faults.cause_of(e))}"
               + (f" (full trace: {trace})" if trace else ""), file=sys.stderr)
         return 1
-    print(manifest_mod.summary(manifest))
+    summary = manifest_mod.summary(manifest)
+    from spark_apps.launch import SUMMARY_ENV
+
+    if os.environ.get(SUMMARY_ENV):  # `cdc-replay replay` prints it on its stdout, apart from the log
+        with open(os.environ[SUMMARY_ENV], "w", encoding="utf-8") as f:
+            f.write(summary + "\n")
+    else:
+        print(summary)
     quarantined = manifest["counts"]["quarantined"]
     if quarantined > args.max_bad_records:
         print(f"cdc-replay: error: {quarantined} records quarantined (more than --max-bad-records "

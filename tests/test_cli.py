@@ -82,6 +82,53 @@ def test_spark_submit_command_is_exact():
     assert "spark.driver.memory=6g" in local and "spark.driver.memory=4g" not in local
 
 
+def test_a_cluster_command_ships_the_compiled_decoders_after_the_users_archives(tmp_path, monkeypatch):
+    """Issue 31 point 4: for a cluster master the driver's installed cdc_replay_native goes to
+    the executors through spark.archives (after a packed environment the user ships, not
+    instead of it), unpacked as launch.NATIVE_SHIPPED; $CDC_REPLAY_NATIVE_WHEEL ships a wheel
+    built for the executors instead, or nothing ("off"); local masters ship nothing."""
+    import importlib.util
+    import zipfile
+
+    from spark_apps.launch import NATIVE_ENV, NATIVE_SHIPPED
+
+    monkeypatch.delenv(NATIVE_ENV, raising=False)
+    base = ["--source", "s3://a/b", "--protocol", "canal-json", "--output", "s3://a/o", "--emit", "snapshot",
+            "--master", "spark://127.0.0.1:7077"]
+
+    def shipped(argv):
+        said = []
+        command = cli.replay_command(argv, say=said.append)
+        conf = dict(c.split("=", 1) for flag, c in zip(command, command[1:]) if flag == "--conf")
+        return conf.get("spark.archives"), said[0]
+
+    archives, said = shipped([*base, "--spark-conf", "spark.archives=/envs/cdc-env.tar.gz#environment"])
+    package = importlib.util.find_spec("cdc_replay_native").submodule_search_locations[0]
+    assert said == f"compiled decoders shipped to the executors from {package}"
+    environment, native = archives.split(",")
+    assert environment == "/envs/cdc-env.tar.gz#environment"
+    path, name = native.split("#")
+    assert name == NATIVE_SHIPPED and path.endswith(".zip")
+    names = zipfile.ZipFile(path).namelist()
+    assert "cdc_replay_native/__init__.py" in names and any(n.endswith(".abi3.so") for n in names), names
+    wheel = tmp_path / "cdc_replay_native-0.1.0-cp311-abi3-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as w:
+        w.writestr("cdc_replay_native/__init__.py", "")
+    monkeypatch.setenv(NATIVE_ENV, str(wheel))
+    archives, said = shipped(base)
+    assert said == f"compiled decoders shipped to the executors from {wheel}"
+    assert zipfile.ZipFile(archives.split("#")[0]).namelist() == ["cdc_replay_native/__init__.py"]
+    monkeypatch.setenv(NATIVE_ENV, "off")
+    archives, said = shipped(base)
+    assert archives is None and said.startswith("compiled decoders not shipped ($CDC_REPLAY_NATIVE_WHEEL=off)")
+    monkeypatch.setenv(NATIVE_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match="not a wheel of cdc_replay_native"):
+        shipped(base)
+    monkeypatch.delenv(NATIVE_ENV)
+    local = cli.replay_command(base[:-2])
+    assert not any(c.startswith("spark.archives=") for c in local)
+
+
 def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_path, monkeypatch):
     """The CLI sizes the source before spark-submit (docs/engine.md "Small runs"): a small
     archive on a local master gets -XX:TieredStopAtLevel=1 after our log4j option; a cluster
@@ -103,8 +150,9 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
         command = cli.replay_command(argv, say=said.append)
         options = [c.split("=", 1)[1] for flag, c in zip(command, command[1:])
                    if flag == "--conf" and c.startswith("spark.driver.extraJavaOptions=")]
-        assert len(options) == 1 and len(said) == 1
-        return options[0], said[0]
+        # a cluster master: first the line saying what compiled decoders are shipped
+        assert len(options) == 1 and len(said) == 1 + any(a.startswith("spark://") for a in argv), said
+        return options[0], said[-1]
 
     options, why = java_options(base)
     # the first small run writes the class-data archive (under a temporary name until it succeeded)
@@ -166,7 +214,7 @@ def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_ge
         said = []
         command = cli.replay_command(argv, say=said.append)
         conf = dict(c.split("=", 1) for flag, c in zip(command, command[1:]) if flag == "--conf")
-        return conf, said[0]
+        return conf, said[-1]  # a cluster master says first what compiled decoders are shipped
 
     conf, why = launched(base)
     assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} {mapped}"
@@ -202,8 +250,12 @@ def test_replay_through_spark_submit_fails_on_quarantine_beyond_the_limit(tmp_pa
     result = run_cli("replay", "--source", str(tmp_path / "archive"), "--protocol", "canal-json",
                      "--protocol-option", "enable-tidb-extension=true", "--output", str(output),
                      "--emit", "snapshot", "--master", "local[1]", "--spark-ui", timeout=600)
-    text = result.stdout + result.stderr  # spark-submit merges the driver's stderr into stdout
+    text = result.stdout + result.stderr
     assert result.returncode == 3, text[-3000:]
+    # issue 31 point 6: the summary alone on stdout; the run's log and errors on stderr
+    assert result.stdout.startswith("cdc-replay run ") and "events read" in result.stdout, result.stdout[-3000:]
+    assert "INFO" not in result.stdout and "[replay " not in result.stdout, result.stdout[-3000:]
+    assert "[replay " in result.stderr and "cdc-replay: error: 1 records quarantined" in result.stderr
     assert re.search(r"Spark UI at http://\S+:\d+", text), text[-3000:]
     assert "1 records quarantined (more than --max-bad-records 0)" in text
     assert str(output / "_quarantine") in text

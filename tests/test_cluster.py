@@ -4,11 +4,15 @@ replay --master spark://...` and by the Airflow backfill DAG's replay task with 
 pointing at the cluster. Both outputs are byte for byte the local-mode output of the same
 archive; manifests differ only in run id, times and the output URI.
 
-The executors' Python is the venv's interpreter run without its site hooks (`-S`, site-packages
-on PYTHONPATH): our dependencies import, but the editable install of cdc-replay does not, as on
-a real cluster whose packed environment holds only the dependencies. So the run passing shows
-our code reached the executors the documented way (`--py-files`), and the executors' work dirs
-hold the shipped zip."""
+The executors' Python is the venv's interpreter run without its site hooks (`-S`) on a copy of
+site-packages without the compiled extension (links to every other entry): our dependencies
+import, but neither the editable install of cdc-replay nor cdc_replay_native does, as on a real
+cluster whose packed environment holds only the dependencies. So the run passing shows our code
+reached the executors the documented way (`--py-files`), and its manifest, counted by the decode
+tasks, shows the compiled decoders reached them too (`spark.archives`, docs/cluster.md); the
+executors' work dirs hold both. The Airflow run ships a wheel whose library does not load (as
+one built for another platform would): its executors decode with the Python codecs, and the
+manifest, the summary and the task log say so; its output is the same bytes."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import pytest
 
 from spark_apps import storage
 from spark_apps.generate import generate, write_archive
+from spark_apps.launch import NATIVE_ENV, NATIVE_SHIPPED
 
 from .support import outputs
 from .support.spark_cluster import standalone_cluster
@@ -42,10 +47,18 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def executor_python(tmp_path_factory) -> str:
-    """The venv's Python without site hooks: dependencies yes, our packages only if shipped."""
-    path = tmp_path_factory.mktemp("executor-python") / "python"
+    """The venv's Python without site hooks: dependencies yes, our packages and the compiled
+    extension only if shipped."""
+    folder = tmp_path_factory.mktemp("executor-python")
+    site = folder / "site-packages"
+    site.mkdir()
+    purelib = sysconfig.get_paths()["purelib"]
+    for name in os.listdir(purelib):
+        if not name.startswith("cdc_replay_native"):
+            (site / name).symlink_to(os.path.join(purelib, name))
+    path = folder / "python"
     path.write_text("#!/bin/sh\n"
-                    f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{sysconfig.get_paths()["purelib"]}" '
+                    f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site}" '
                     f'exec "{sys.executable}" -S "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
@@ -58,6 +71,23 @@ def archive(s3_endpoint):
     generated = generate(transactions=200, partitions=3, seed=13)
     write_archive(generated.records, "s3://cluster-archive/tidb/shop")
     return "s3://cluster-archive/tidb/shop"
+
+
+def _foreign_wheel(folder) -> str:
+    """A wheel of cdc_replay_native whose library does not load here, as one built for another
+    platform would not: the installed package with its shared library's bytes replaced."""
+    import importlib.util
+    import zipfile
+
+    package = importlib.util.find_spec("cdc_replay_native").submodule_search_locations[0]
+    path = os.path.join(folder, "cdc_replay_native-0.1.0-cp311-abi3-macosx_11_0_arm64.whl")
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name in os.listdir(package):
+            if name.endswith(".so"):
+                wheel.writestr(f"cdc_replay_native/{name}", b"\xcf\xfa\xed\xfe not an ELF object")
+            elif name.endswith(".py"):
+                wheel.write(os.path.join(package, name), f"cdc_replay_native/{name}")
+    return path
 
 
 def _replay(archive: str, output: str, master: str, *extra: str) -> subprocess.CompletedProcess:
@@ -74,17 +104,25 @@ def local_output(archive) -> str:
     return output
 
 
-def _assert_same_output(output: str, local: str) -> None:
+def _assert_same_output(output: str, local: str, warnings: tuple[str, ...] = ()) -> dict:
+    """The same objects and manifest as the local run's, but for what the decode tasks report
+    (`decoder`: where they ran) and `warnings` (their fallback): returns that `decoder`."""
     got, want = outputs.data(output), outputs.data(local)
     assert sorted(got) == sorted(want)
     assert [path for path in want if got[path] != want[path]] == []
     assert want, "the local run wrote no data objects"
-    assert outputs.manifest(output) == outputs.manifest(local)
+    manifest, local_manifest = outputs.manifest(output), outputs.manifest(local)
+    decoder = manifest.pop("decoder")
+    assert local_manifest.pop("decoder")["executors"][0]["loaded_from"] == "installed"  # local mode: the venv's
+    assert manifest.pop("warnings") == local_manifest.pop("warnings") + [*warnings]
+    assert manifest == local_manifest
+    return decoder
 
 
 def _assert_ran_on_both_workers(cluster, app_name: str) -> None:
     """The master lists the application as finished with the two workers' cores, and each worker
-    ran an executor of it whose work dir received our code through --py-files."""
+    ran an executor of it whose work dir received our code through --py-files and the compiled
+extension through spark.archives (unpacked)."""
     apps = [a for a in cluster.applications() if a["name"] == app_name]
     assert len(apps) == 1, [a["name"] for a in cluster.applications()]
     app = apps[0]
@@ -93,14 +131,15 @@ def _assert_ran_on_both_workers(cluster, app_name: str) -> None:
         executors = os.listdir(os.path.join(work, app["id"]))
         assert executors, f"no executor of {app['id']} on {work}"
         for executor in executors:
-            assert "cdc_replay_py_files.zip" in os.listdir(os.path.join(work, app["id"], executor))
+            shipped = os.listdir(os.path.join(work, app["id"], executor))
+            assert "cdc_replay_py_files.zip" in shipped and NATIVE_SHIPPED in shipped, shipped
 
 
-def test_executor_python_sees_dependencies_but_not_our_packages(executor_python, tmp_path):
+def test_executor_python_sees_dependencies_but_not_our_packages_nor_the_compiled_extension(executor_python, tmp_path):
     """Run where executors run: in a work dir outside the repository."""
     probe = "import pyspark, fastavro, orjson\ntry:\n import {}\nexcept ImportError:\n print('absent')"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for package in ("spark_apps", "cdc_codecs"):
+    for package in ("spark_apps", "cdc_codecs", "cdc_replay_native"):
         result = subprocess.run([executor_python, "-c", probe.format(package)], capture_output=True, text=True,
                                 cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
@@ -137,8 +176,17 @@ def test_cli_replay_on_the_cluster_is_byte_identical_to_local_mode(cluster, arch
     result = _replay(archive, output, cluster.master_url, "--run-id", "cluster-test",
                      "--spark-conf", f"spark.pyspark.python={executor_python}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + cluster.logs()
-    _assert_same_output(output, local_output)
+    decoder = _assert_same_output(output, local_output)
     _assert_ran_on_both_workers(cluster, "cdc-replay cluster-test")
+    # the executors have no cdc_replay_native of their own: the copy shipped with the job decoded
+    assert "compiled decoders shipped to the executors from " in result.stderr
+    assert decoder["path"] == decoder["expected"] == "native", decoder
+    assert {(g["path"], g["loaded_from"]) for g in decoder["executors"]} == {("native", "shipped")}, decoder
+    compiled = sum(g["compiled_records"] for g in decoder["executors"])
+    assert compiled > 0 and compiled + sum(g["python_records"] for g in decoder["executors"]) == \
+        outputs.manifest(output)["counts"]["records"]
+    assert "decoder          native (canal-json), as the decode tasks reported:" in result.stdout
+    assert "compiled (the copy shipped with the job)" in result.stdout
 
 
 @pytest.mark.spark
@@ -154,7 +202,8 @@ def test_airflow_replay_task_on_the_cluster_is_byte_identical_to_local_mode(
     al.write_config(home)
     aws = al.aws_connection(s3_endpoint, os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
     env = al.environment(home, spark_master=cluster.master_url, aws=aws, extra={
-        "CDC_REPLAY_SPARK_CONF": f"{SMALL} spark.pyspark.python={executor_python}"})
+        "CDC_REPLAY_SPARK_CONF": f"{SMALL} spark.pyspark.python={executor_python}",
+        NATIVE_ENV: _foreign_wheel(tmp_path)})
     for key in [k for k in env if k.startswith("AWS_")]:  # S3 only through the Airflow connection
         del env[key]
     al.migrate(env)
@@ -167,7 +216,22 @@ def test_airflow_replay_task_on_the_cluster_is_byte_identical_to_local_mode(
     text = result.stdout + result.stderr
     assert result.returncode == 0, text[-5000:] + cluster.logs()
     assert f"on Spark master {cluster.master_url}" in text
-    _assert_same_output(output, local_output)
+    decoder = _assert_same_output(output, local_output, warnings=(
+        json.loads(storage.read_bytes(f"{output}/_manifest.json"))["warnings"][-1],))
+    # what was shipped does not load on the executors, and they have no copy of their own:
+    # the Python codecs decoded, and the manifest, the summary and the task log say why
+    assert decoder["expected"] == "native" and decoder["path"] == "python", decoder
+    assert {g["path"] for g in decoder["executors"]} == {"python"}
+    assert sum(g["python_records"] for g in decoder["executors"]) == outputs.manifest(output)["counts"]["records"]
+    for group in decoder["executors"]:
+        assert group["reason"].startswith("the compiled decoder cdc_replay_native does not load on this executor "
+                                          "(Python 3."), group
+        assert "the copy shipped with the job does not load here (" in group["reason"]
+        assert "; no installed copy (" in group["reason"]
+    warning = "decode tasks ran the Python codec instead of the compiled decoder"
+    assert warning in outputs.manifest(output)["warnings"][-1]
+    assert re.search(rf"WARNING .*{warning}", text), text[-5000:]
+    assert "compiled decoders shipped to the executors from " in text
     run_id = json.loads(storage.read_bytes(f"{output}/_manifest.json"))["run_id"]
     assert re.fullmatch(r"cdc_replay_manual\..+", run_id)
     _assert_ran_on_both_workers(cluster, f"cdc-replay {run_id}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_apps.progress import counting, eta
+from spark_apps.progress import counting, decoded_rate, eta
 
 
 @pytest.mark.spark
@@ -25,3 +25,10 @@ def test_time_left_from_the_task_rate():
     assert eta(0, 10, 5.0) == "" and eta(10, 10, 5.0) == ""
     assert eta(5, 10, 10.0) == ", 0.5 tasks/s, about 10 s left"
     assert eta(1, 100, 60.0) == ", 1.0 tasks/min, about 99 min left"
+
+
+def test_the_records_rate_is_over_the_last_interval_not_since_the_start():
+    """Issue 31 point 6: the rate of the records decoded since the previous line; once the decode
+    is over (the later stages) the count stays and no rate falls towards zero."""
+    assert decoded_rate(30_000, 100.0, 10_000, 110.0) == "30,000 records decoded (2,000 records/s over the last 10 s)"
+    assert decoded_rate(30_000, 110.0, 30_000, 120.0) == "30,000 records decoded"

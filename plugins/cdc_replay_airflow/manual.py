@@ -89,14 +89,17 @@ PARAMS = {
                             additionalProperties={"type": ["string", "boolean", "integer"]},
                             title="Target protocol options", description="codec options of the target protocol",
                             section="Output"),
-    "dispatcher": Param("index-value", type="string", enum=list(DISPATCHERS), title="Partition dispatcher",
-                        description="output partition of a row, as the producer places it: TiCDC's hash of its "
+    "dispatcher": Param("index-value", type=["null", "string"], enum=[None, *DISPATCHERS],
+                        values_display={"null": "index-value (the default)"}, title="Partition dispatcher",
+                        description="topics and snapshots in a Kafka-record archive: output partition of a row, "
+                                    "as the producer places it: TiCDC's hash of its "
                                     "key (index-value), of its table, commit ts modulo partitions (ts), or Canal's "
                                     "key / table hash (canal, canal-table)", section="Output"),
     "target_partitions": Param(None, type=["null", "integer"], minimum=1, title="Partitions per output topic",
                                description="empty = as many as the source topics have", section="Output"),
-    "target_topic": Param("{topic}", type="string", pattern=r"^[A-Za-z0-9._\-{}]+$", title="Output topic name",
-                          description="{topic}, {schema} and {table} are replaced", section="Output"),
+    "target_topic": Param("{topic}", type=["null", "string"], pattern=r"^[A-Za-z0-9._\-{}]+$",
+                          title="Output topic name", description="topics and snapshots in a Kafka-record archive: "
+                          "{topic}, {schema} and {table} are replaced (empty: {topic})", section="Output"),
     "output": Param("s3://cdc-lake/replay/shop-snapshot", type="string", pattern=f"{URI_PATTERN}|^kafka://$",
                     title="Output URI",
                     description="s3://bucket/prefix (or an absolute local path), outside the source; replaced as "
@@ -142,8 +145,19 @@ PARAMS["schema"] = Param(None, type=["null", "string"], pattern=URI_PATTERN + "|
                          description="s3:// or local: a SQL file with CREATE TABLE statements for tables "
                                      "created before the archive starts, a TiCDC storage-sink schema file, or "
                                      "a prefix holding both (e.g. the storage sink's root)", section="Source")
+PARAMS["spark_conf"] = Param({}, type=["null", "object"], additionalProperties={"type": ["string", "integer"]},
+                             title="Spark resources", description="this run's Spark settings, e.g. "
+                             '{"spark.executor.memory": "8g", "spark.executor.instances": "4", '
+                             '"spark.sql.shuffle.partitions": "64"}: executor and driver memory and cores, '
+                             "executor instances, cores.max, parallelism, shuffle partitions, dynamic allocation, "
+                             "YARN queue, Kubernetes namespace (the rest is the deployment's: "
+                             "CDC_REPLAY_SPARK_CONF)", section="Spark")
 
-
+# the form: what everyone fills first (source, layout, protocol, ...); the Kafka-only fields
+# (a kafka:// source or output) in their own section after the output's
+for _name in ("kafka_connection", "starting_offsets", "ending_offsets"):
+    PARAMS[_name] = PARAMS.pop(_name)
+    PARAMS[_name].schema["section"] = "Kafka (kafka:// source or output only)"
 
 
 def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: list[str] | None = None,

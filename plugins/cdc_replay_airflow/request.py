@@ -20,8 +20,15 @@ FIELDS = (
     "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
     "dispatcher", "output", "max_bad_records", "layout", "target_table", "catalog",
-    "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri",
+    "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri", "spark_conf",
 )
+# the Spark settings a run's request may set (its resources): what a form user may change
+# without changing what runs or where (no spark.pyspark.python, Java options, jars or
+# archives: those stay the deployment's, $CDC_REPLAY_SPARK_CONF)
+SPARK_CONF_ALLOWED = re.compile(
+    r"spark\.(executor\.(memory|memoryOverhead|cores|instances|pyspark\.memory)|driver\.(memory|cores|maxResultSize)"
+    r"|cores\.max|default\.parallelism|sql\.shuffle\.partitions|task\.cpus|yarn\.queue|kubernetes\.namespace"
+    r"|dynamicAllocation\.(enabled|minExecutors|maxExecutors|initialExecutors)|memory\.fraction)")
 _BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
 URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
 # Kafka in the form: the bootstrap servers come from an Airflow connection (`kafka_connection`,
@@ -69,6 +76,7 @@ class ReplayRequest:
     manifest_uri: str | None = None
     target_table: str = "{schema}.{table}"  # delta/iceberg: the table name template
     catalog: tuple = ()  # iceberg: catalog properties ((key, value), ...)
+    spark_conf: tuple = ()  # this run's Spark resources ((key, value), ...; SPARK_CONF_ALLOWED)
 
     @property
     def kafka_source(self) -> bool:
@@ -106,6 +114,7 @@ class ReplayRequest:
         out["target_options"] = dict(self.target_options)
         out["tables"] = list(self.tables)
         out["catalog"] = dict(self.catalog)
+        out["spark_conf"] = dict(self.spark_conf)
         return out
 
     @classmethod
@@ -116,6 +125,7 @@ class ReplayRequest:
         fields["target_options"] = tuple((fields.get("target_options") or {}).items())
         fields["tables"] = tuple(fields.get("tables") or ())
         fields["catalog"] = tuple((fields.get("catalog") or {}).items())
+        fields["spark_conf"] = tuple((fields.get("spark_conf") or {}).items())
         return cls(**fields)
 
     def replace(self, **changes) -> "ReplayRequest":
@@ -290,12 +300,28 @@ def parse_request(conf: Mapping[str, Any]) -> ReplayRequest:
         max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0),
         kafka_connection=kafka_connection, manifest_uri=_uri("manifest_uri", conf.get("manifest_uri"), required=False),
         catalog=_options("catalog", conf.get("catalog")),
+        spark_conf=_spark_conf(conf.get("spark_conf")),
     )
     try:
         contract.check(app_args(request.with_kafka_servers(PLACEHOLDER_SERVERS)))
     except contract.RequestError as e:
         raise _refused(e) from None
     return request
+
+
+def _spark_conf(value: Any) -> tuple:
+    """The run's Spark resources ({"spark.executor.memory": "8g"}, ...): only SPARK_CONF_ALLOWED
+    keys, values one word."""
+    pairs = _options("spark_conf", value)
+    for key, val in pairs:
+        if not SPARK_CONF_ALLOWED.fullmatch(key.strip()):
+            raise RequestError("spark_conf", f"{key!r} is not a Spark resource setting a run may set (executor and "
+                                             "driver memory and cores, executor instances, cores.max, parallelism, "
+                                             "shuffle partitions, dynamic allocation, YARN queue, Kubernetes "
+                                             "namespace); others go in $CDC_REPLAY_SPARK_CONF")
+        if not val.strip() or any(ch.isspace() for ch in val.strip()):
+            raise RequestError("spark_conf", f"{key}={val!r}: the value must be one word")
+    return tuple((key.strip(), val.strip()) for key, val in pairs)
 
 
 def check_codecs(request: ReplayRequest) -> None:

@@ -116,7 +116,7 @@ def _multi_line_editor(schema: dict) -> bool:
     return isinstance(kind, list) and len([t for t in kind if t != "null"]) > 1 and "enum" not in schema
 
 
-REQUIRED = {"source", "protocol", "output", "emit", "layout", "dispatcher", "target_topic"}
+REQUIRED = {"source", "protocol", "output", "emit", "layout"}  # the output's Kafka fields have defaults: optional
 
 
 def test_the_form_has_no_null_labels_one_line_commit_ts_and_optional_fields_unmarked(dagbag):
@@ -133,6 +133,25 @@ def test_the_form_has_no_null_labels_one_line_commit_ts_and_optional_fields_unma
     for value in ("463268123941142528", 463268123941142528, "2026-01-01T00:00:30Z", None, ""):
         params.update({"as_of": value})
         assert params.validate()["as_of"] == value
+
+
+def test_the_form_asks_layout_and_protocol_before_kafka_only_fields(dagbag):
+    """Issue 31 point 6: source, layout, protocol and its options come first; the fields only a
+    kafka:// source or output reads are in their own section, after the output's."""
+    dag = dagbag.dags["cdc_replay_manual"]
+    names = list(dag.params)
+    assert names[:4] == ["source", "layout", "protocol", "protocol_options"], names
+    kafka = ["kafka_connection", "starting_offsets", "ending_offsets"]
+    assert names[-3:] == kafka, names
+    sections = [dag.params.get_param(n).schema["section"] for n in names]
+    assert {sections[names.index(n)] for n in kafka} == {"Kafka (kafka:// source or output only)"}
+    assert sections.index("Kafka (kafka:// source or output only)") > sections.index("Output")
+    values = dag.params.validate()
+    values.update({"dispatcher": None, "target_topic": None})  # left empty for a Delta snapshot
+    from cdc_replay_airflow.request import parse_request
+
+    request = parse_request({**values, "target_format": "delta"})
+    assert (request.dispatcher, request.target_topic) == ("index-value", "{topic}")
 
 
 def test_the_deprecated_backfill_id_is_the_same_dag(dagbag):

@@ -20,6 +20,35 @@ from .conftest import task_logs
 pytestmark = pytest.mark.airflow
 
 
+READ_TASK_LOGS = r"""
+import json
+from airflow.models.taskinstance import TaskInstance
+from airflow.utils.log.log_reader import TaskLogReader
+from airflow.utils.session import create_session
+
+with create_session() as session:
+    out = {}
+    for ti in session.query(TaskInstance).filter(TaskInstance.dag_id == "cdc_replay_manual"):
+        logs, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, {})
+        out[ti.task_id] = [str(getattr(m, "event", m)) for m in logs if "No logs" not in str(m)]
+print(json.dumps(out))
+"""
+
+
+def test_task_log_lines_split_the_console_per_task():
+    from spark_apps.airflow_local import task_log_lines
+
+    console = ["2026-11-27T21:43:01.3Z [info     ] [DAG TEST] starting task_id=replay map_index=-1 [x] loc=dag.py:1\n",
+               "2026-11-27T21:43:04.6Z [info     ] events read 606 [SparkSubmitHook] loc=spark_submit.py:965\n",
+               "a line without a time\n",
+               "2026-11-27T21:43:26.4Z [info     ] [DAG TEST] end task task_id=replay map_index=-1 [x] loc=dag.py:2\n",
+               "2026-11-27T21:43:26.5Z [info     ] between tasks\n"]
+    assert task_log_lines(console) == {"replay": [
+        {"timestamp": "2026-11-27T21:43:04.6Z", "level": "info",
+         "event": "events read 606 [SparkSubmitHook] loc=spark_submit.py:965"},
+        {"event": "a line without a time"}]}
+
+
 def test_demo_runs_the_manual_dag_and_matches_the_truth(tmp_path):
     home = str(tmp_path / "airflow")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AIRFLOW"))}
@@ -48,7 +77,17 @@ def test_demo_runs_the_manual_dag_and_matches_the_truth(tmp_path):
         assert expected in out, expected
     secret = DEMO_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
     logs = task_logs(home) + open(os.path.join(home, "demo-dags-test.log")).read()
-    assert "Spark-Submit cmd: spark-submit --master local[2]" in logs
+    assert "Spark-Submit cmd: spark-submit --master local[2]" in task_logs(home)
+    # issue 31 point 1: the demo's run's task logs are where the UI reads them, as Airflow's own
+    # log reader (the api-server's log endpoint) reads them for each task instance
+    read = subprocess.run([sys.executable, "-c", READ_TASK_LOGS], capture_output=True, text=True, timeout=300,
+                          env={**env, "AIRFLOW_HOME": home})
+    assert read.returncode == 0, read.stderr[-3000:]
+    events = json.loads(read.stdout.strip().splitlines()[-1])
+    assert sorted(events) == ["check", "publish", "replay", "stage", "validate"]
+    assert all(events.values()), events
+    replay_log = "\n".join(events["replay"])
+    assert "reading and decoding 3 objects" in replay_log and "events read " in replay_log  # progress, summary
     assert secret not in out and secret not in logs
 
     with sqlite3.connect(os.path.join(home, "airflow.db")) as db:

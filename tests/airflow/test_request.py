@@ -42,6 +42,28 @@ def test_a_good_request_and_its_exact_arguments():
     assert ReplayRequest.from_dict(request.as_dict()) == request
 
 
+def test_a_run_sets_its_own_spark_resources_after_the_deployments():
+    """Issue 31 point 6: the form's Spark resources reach spark-submit (driver memory only works
+    there) and the app, after $CDC_REPLAY_SPARK_CONF's settings, so the run's win."""
+    from cdc_replay_airflow.operators.replay import submit_settings
+
+    request = parse_request({**GOOD, "spark_conf": {"spark.executor.memory": "8g", "spark.driver.memory": "6g",
+                                                    "spark.executor.instances": 4}})
+    assert request.spark_conf == (("spark.executor.memory", "8g"), ("spark.driver.memory", "6g"),
+                                  ("spark.executor.instances", "4"))
+    assert ReplayRequest.from_dict(request.as_dict()) == request
+    settings = submit_settings(request, master="spark://m:7077", python="/p",
+                               spark_conf=("spark.executor.memory=2g", "spark.eventLog.enabled=true"))
+    assert {k: settings["conf"][k] for k in ("spark.executor.memory", "spark.driver.memory",
+                                             "spark.executor.instances", "spark.eventLog.enabled")} == {
+        "spark.executor.memory": "8g", "spark.driver.memory": "6g", "spark.executor.instances": "4",
+        "spark.eventLog.enabled": "true"}
+    args = settings["application_args"]
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--spark-conf"]
+    assert given == ["spark.executor.memory=2g", "spark.eventLog.enabled=true", "spark.executor.memory=8g",
+                     "spark.driver.memory=6g", "spark.executor.instances=4"]
+
+
 def test_the_arguments_parse_with_the_apps_parser():
     from spark_apps.options import ReplayArgs, parser
 
@@ -76,6 +98,9 @@ def test_the_arguments_parse_with_the_apps_parser():
     ({"dispatcher": "random"}, "dispatcher", "is not one of"),
     ({"target_topic": "{db}"}, "target_topic", "unknown placeholder"),
     ({"colour": "red"}, "colour", "unknown field"),
+    ({"spark_conf": {"spark.pyspark.python": "/bin/sh"}}, "spark_conf", "is not a Spark resource setting"),
+    ({"spark_conf": {"spark.driver.extraJavaOptions": "-Dx=1"}}, "spark_conf", "others go in $CDC_REPLAY_SPARK_CONF"),
+    ({"spark_conf": {"spark.executor.memory": "8g --jars x"}}, "spark_conf", "the value must be one word"),
 ])
 def test_bad_fields_are_named(change, field, words):
     with pytest.raises(RequestError) as e:

@@ -531,8 +531,22 @@ def test_a_replay_writes_the_same_bytes_with_either_decoder_and_says_which(spark
                 "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]
         manifests[mode] = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
         outputs[mode] = _files(output)
-    assert manifests["native"]["decoder"]["path"] == "native"
-    assert manifests["python"]["decoder"] == {"path": "python", "reason": f"forced by {native_decode.ENV}=python"}
+    # what the decode tasks report they ran, with the records each path decoded
+    native, python = manifests["native"]["decoder"], manifests["python"]["decoder"]
+    assert native["path"] == native["expected"] == "native"
+    assert {(g["path"], g["loaded_from"]) for g in native["executors"]} == {("native", "installed")}
+    assert sum(g["compiled_records"] for g in native["executors"]) > 0
+    forced = f"forced by {native_decode.ENV}=python"
+    assert {k: python[k] for k in ("path", "reason", "expected")} == {"path": "python", "reason": forced,
+                                                                      "expected": "python"}
+    assert {(g["path"], g["reason"], g["loaded_from"]) for g in python["executors"]} == {("python", forced, None)}
+    for manifest in manifests.values():  # every record but the lines that are none (the bad line)
+        groups = manifest["decoder"]["executors"]
+        unreadable = sum(r["records"] for r in manifest["quarantine"]["reasons"] if r["stage"] == "archive")
+        assert unreadable == 1
+        assert sum(g["compiled_records"] + g["python_records"] for g in groups) == \
+            manifest["counts"]["records"] - unreadable
+    assert native_decode.LOADED_FROM == "installed"
     assert manifests["native"]["counts"] == manifests["python"]["counts"]
     assert manifests["native"]["counts"]["quarantined"] >= 3
     assert outputs["native"] == outputs["python"] and any("_quarantine" in name for name in outputs["native"])

@@ -37,6 +37,7 @@ from cdc_replay_airflow.request import ReplayRequest, replay_arguments
 from spark_apps import masking
 from spark_apps.launch import (
     REPLAY_APP,
+    build_native_archive,
     build_py_files,
     finish_class_archive,
     is_local,
@@ -62,12 +63,14 @@ def extra_spark_conf(value: str | None) -> tuple[str, ...]:
 
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
                     py_files: str | None = None, spark_conf: tuple[str, ...] = (), source_bytes: int | None = None,
-                    say=lambda text: None) -> dict:
+                    say=lambda text: None, archives: tuple[str, ...] = ()) -> dict:
     """Everything SparkSubmitOperator needs, as plain values, taken apart from the command
     `cdc-replay replay` would run (spark_apps.launch.spark_submit_command), so the two cannot
     drift: the application, its arguments (`--master` first), the Spark confs, the job name.
     `source_bytes` (what the stage task listed) chooses the small-run settings as the CLI does;
     `say` gets the line saying which and why."""
+    # the deployment's settings, then the run's own resources (the form's spark_conf) over them
+    spark_conf = (*spark_conf, *(f"{key}={value}" for key, value in request.spark_conf))
     app_args = replay_arguments(request, run_id=run_id, spark_conf=spark_conf)
     conf = dict(item.split("=", 1) for item in spark_conf)
     from spark_apps.cli import with_packages
@@ -77,7 +80,7 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     say(why)
     command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
                                    spark_submit="spark-submit", conf={**small_conf, **conf},
-                                   driver_java_options=java_options)
+                                   driver_java_options=java_options, archives=archives)
     settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}
     i = 1
     while command[i].startswith("--"):
@@ -185,10 +188,17 @@ class ReplayOperator(SparkSubmitOperator):
         request = ReplayRequest.from_dict(restore_secrets(self.plan["request"], self._given))
         python = self.python or os.environ.get("CDC_REPLAY_PYTHON") or sys.executable
         master = self.master = spark_master(self.spark_conn_id)
-        py_files = None if is_local(master) else build_py_files(tempfile.mkdtemp(prefix="cdc-replay-"))
+        py_files, archives = None, ()
+        if not is_local(master):  # our code, and the compiled decoders, shipped to the executors
+            folder = tempfile.mkdtemp(prefix="cdc-replay-")
+            py_files = build_py_files(folder)
+            native, shipped = build_native_archive(folder, python=python)
+            self.log.info("%s", shipped)
+            archives = (native,) if native else ()
         staged = self.plan.get("staged") or {}  # what the stage task listed (a kafka:// source: not sized)
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
-                                   py_files=py_files, spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)),
+                                   py_files=py_files, archives=archives,
+                                   spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)),
                                    source_bytes=staged.get("bytes") if staged.get("mode") != "kafka" else None,
                                    say=self.log.info)
         self.application = settings["application"]

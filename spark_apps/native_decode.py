@@ -214,8 +214,9 @@ def _bytes_view(buffer):
     return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
 
 
-def _binary_args(values: pa.Array) -> list:
-    """A binary array as the extension reads it: validity, offsets, data, offset, length, large."""
+def _binary_args(values: pa.Array) -> tuple:
+    """A binary array as the extension reads it (`BinaryArg` in native/.../lib.rs): validity,
+    offsets, data, offset, length, large."""
     if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
         large = True
     else:
@@ -223,8 +224,8 @@ def _binary_args(values: pa.Array) -> list:
         if not pa.types.is_binary(values.type):
             values = values.cast(pa.binary())
     validity, offsets, data = values.buffers()[:3]
-    return [_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
-            values.offset, len(values), large]
+    return (_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
+            values.offset, len(values), large)
 
 
 def _buf(data):
@@ -291,11 +292,9 @@ class NativeDecoder:
         `source`: topic, partition, offset, record_timestamp, object, line arrays of the records;
         `keys`: the records' keys (open-protocol keeps its event keys there, avro its key record)."""
         n = len(values)
-        args = _binary_args(values)
-        if self.codec.name in ("open-protocol", "avro"):
-            k_validity, k_offsets, k_data, k_offset, _, k_large = _binary_args(
-                keys if keys is not None else pa.nulls(n, pa.binary()))
-            args += [k_validity, k_offsets, k_data, k_offset, k_large]  # as many keys as values
+        args = [_binary_args(values)]
+        if self.codec.name in ("open-protocol", "avro"):  # as many keys as values
+            args.append(_binary_args(keys if keys is not None else pa.nulls(n, pa.binary())))
         out = self.decoder.decode(*args)
         status = np.frombuffer(out["status"], dtype=np.uint8)
         fallback = status == 0

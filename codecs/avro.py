@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import decimal
 import io
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -573,6 +574,8 @@ class _EncPlan:
 @register
 class AvroCodec(Codec):
     name = "avro"
+    compiled_class = "AvroDecoder"
+    compiled_takes_keys = True  # a DELETE is its key record alone
     description = "TiCDC Avro (flat-avro) with the Confluent wire format and a schema registry"
     options = (
         Option("schema-registry", "", "Confluent registry URL (http[s]://[user:pass@]host:port) or exported registry directory file://DIR (required)", str),
@@ -583,6 +586,34 @@ class AvroCodec(Codec):
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition for every protocol but canal/canal-json
     watermark_placement = "all"
+
+    def compiled_decoder(self, extension):
+        return extension.AvroDecoder(self._compiled_plan)
+
+    def _compiled_plan(self, schema_id: int):
+        """The compiled decoder's plan of a writer schema: this codec's own analysis of it
+        (`_WriterSchema`, from the registry cache) as (the schema as the codec reads it,
+        namespace, database, table, per field (name, mysql_type, flags, rule, arg)); None when
+        the codec rejects the id or the schema (its records then go to the codec, which names
+        the problem)."""
+        try:
+            writer = self._writer(schema_id, "value")
+        except Exception:  # noqa: BLE001 - unknown id, foreign schema, registry down: the codec says so
+            return None
+        columns = {c.name: c for c in writer.columns}
+        fields = []
+        for field in writer.obj["fields"]:
+            name = field["name"]
+            col = columns.get(name)
+            if col is None:  # an extension field: the compiled decoder knows each by name
+                fields.append((name, None, 0, name, None))
+            elif isinstance(col.convert, _Unscaled):
+                fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
+            else:
+                fields.append((name, col.mysql_type, col.flags, _COMPILED_RULES.get(col.convert, "call"), col.convert))
+        io = {"type": "record", "name": writer.obj["name"], "namespace": writer.obj["namespace"],
+              "fields": [{"name": f["name"], "type": _io_type(f["type"])} for f in writer.obj["fields"]]}
+        return json.dumps(io), writer.namespace, writer.database, writer.table, fields
 
     def validate(self) -> None:
         spec = self.config["schema-registry"]
@@ -945,3 +976,9 @@ def _extras(event: dict) -> dict:
     if not extras:
         return {}
     return extras if isinstance(extras, dict) else dict(extras)
+
+
+# the value converters -> the rules the compiled decoder implements ("call": the converter
+# itself, once per distinct value: ENUM/SET labels)
+_COMPILED_RULES = {_text: "text", _integer: "integer", _u64: "u64", _float32: "float32",
+                   _float64: "float64", _boolean: "boolean", _bit: "bit"}

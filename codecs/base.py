@@ -91,6 +91,10 @@ class Codec(abc.ABC):
     ddl_placement: ClassVar[str] = "first"
     watermark_placement: ClassVar[str] = "all"
     writable: ClassVar[bool] = True  # False: decode only (TiCDC csv needs schemas from outside the message)
+    # the compiled decoder (native/cdc_replay_native): its class in the extension, and whether
+    # its `decode` takes the records' keys too; None: this protocol decodes in Python only
+    compiled_class: ClassVar[str | None] = None
+    compiled_takes_keys: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None, *,
                  read_object: Callable[[str], bytes] | None = None):
@@ -122,6 +126,12 @@ class Codec(abc.ABC):
     @abc.abstractmethod
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
         """Messages for one partition's ordered event stream (batching codecs group events)."""
+
+    def compiled_decoder(self, extension) -> Any:
+        """This codec's compiled decoder, built from `extension` (the cdc_replay_native module,
+        given by the caller: codecs import nothing of the app) with the codec's own type rules,
+        so both paths read a type the same way (spark_apps/native_decode.py)."""
+        raise NotImplementedError(f"{self.name} has no compiled decoder")
 
     def partitions_for(self, event: dict, partitions: int, row_partition: int) -> Sequence[int]:
         """Target partitions of an event: rows go where the dispatcher says, DDL and

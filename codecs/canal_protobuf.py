@@ -154,6 +154,7 @@ def _extras(event: dict) -> dict:
 @register
 class CanalProtobufCodec(Codec):
     name = "canal-protobuf"
+    compiled_class = "CanalProtobufDecoder"
     description = "Alibaba Canal protobuf messages (canal.mq.flatMessage=false)"
     options = (
         Option("source-timezone", "UTC",
@@ -170,6 +171,9 @@ class CanalProtobufCodec(Codec):
     )
     ddl_placement = "first"
     watermark_placement = "all"
+
+    def compiled_decoder(self, extension):
+        return extension.CanalProtobufDecoder(compiled_type_rule(self.zone is dt.timezone.utc))
 
     def validate(self) -> None:
         self.zone: dt.tzinfo = time_zone(self.config["source-timezone"])
@@ -605,3 +609,21 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+_COMPILED_KINDS = {"text": 0, "binary": 1, "float": 2, "double": 3}
+
+
+def compiled_type_rule(utc: bool):
+    """The rule of a column type text for the compiled decoder (`canal_common.type_info`, this
+    codec's own): (flags, value kind: 0 text, 1 binary, 2 float, 3 double, 4 left to Python,
+    labels, is_enum). A TIMESTAMP is its text when the source zone is UTC
+    (`timestamp_to_utc` keeps it), else the codec moves it (kind 4)."""
+    def rule(type_text):
+        info = type_info(type_text)
+        kind = info.kind
+        if kind == "timestamp":
+            kind = "text" if utc else None
+        labels = info.labels
+        return info.flags, _COMPILED_KINDS.get(kind, 4), list(labels) if labels else None, info.mysql_type.base == "enum"
+    return rule

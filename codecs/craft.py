@@ -490,6 +490,7 @@ _SCHEMAS_PER_DICTIONARY = 64
 @register
 class CraftCodec(Codec):
     name = PROTOCOL
+    compiled_class = "CraftDecoder"
     description = "TiCDC Craft: columnar binary batches of row, DDL and resolved events"
     options = (
         Option("max-batch-size", 16, "at most this many row events per message", int),
@@ -501,6 +502,9 @@ class CraftCodec(Codec):
     # TiCDC broadcasts DDL (every protocol but canal/canal-json) and resolved events.
     ddl_placement = "all"
     watermark_placement = "all"
+
+    def compiled_decoder(self, extension):
+        return extension.CraftDecoder(compiled_type_rule)
 
     def __init__(self, options=None, **kwargs):
         super().__init__(options, **kwargs)
@@ -959,3 +963,16 @@ def _resolved_message(event: dict) -> bytes:
     terms = _Terms()
     header = _headers(terms, [ts], [RESOLVED], [_partition_id(event)], [None], [None])
     return _message(header, [b""], terms, [])
+
+
+# the value renderers -> the value kinds the compiled decoder implements (0: the raw bytes)
+_COMPILED_KINDS = {_UVARINT_TEXT.__getitem__: 1, _ZIGZAG_TEXT.__getitem__: 2,
+                   _DOUBLE_TEXT.__getitem__: 3, _FLOAT_TEXT.__getitem__: 4}
+
+
+def compiled_type_rule(code: int, flags: int) -> tuple[str, int]:
+    """The canonical type text and value kind of a (type code, flags) pair for the compiled
+    decoder; raises for a code this codec does not know (the decoder then leaves the message
+    to the codec)."""
+    render = _value_decoder(code, flags)
+    return mysql_type_of(code, flags), 0 if render is None else _COMPILED_KINDS[render]

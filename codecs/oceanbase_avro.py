@@ -201,6 +201,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 @register
 class OceanBaseAvroCodec(Codec):
     name = "oceanbase-avro"
+    compiled_class = "OceanBaseAvroDecoder"
     description = "OceanBase data subscription (OMS) Avro AvroRecord, plain Avro or Confluent-framed"
     options = (
         Option("avro-framing", "auto", "decode: auto-detect / plain / confluent (0x00 + 4-byte schema id); "
@@ -212,6 +213,10 @@ class OceanBaseAvroCodec(Codec):
     )
     ddl_placement = "first"
     watermark_placement = "all"
+
+    def compiled_decoder(self, extension):
+        return extension.OceanBaseAvroDecoder(json.dumps(SCHEMA_JSON), self.config["avro-framing"], self.ms_per_unit,
+                                              *_compiled_rules(self))
 
     def validate(self) -> None:
         try:
@@ -742,3 +747,54 @@ def _timestamp_text(seconds: int, nanos: int, zone: dt.tzinfo) -> str:
     local = (_EPOCH + dt.timedelta(seconds=seconds)).astimezone(zone)
     return (f"{local.year:04d}-{local.month:02d}-{local.day:02d} "
             f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}{_fraction(nanos)}")
+
+
+# a ColumnValue member's stand-in for `_column_type`, which reads only its kind, whether it is
+# bytes, and a record's charset / DECIMAL precision and scale / BIT length / ENUM-SET defines
+_SAMPLES = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0, "bytes": b"",
+            "string": ""}
+_DETAILS = {"StringObject": lambda d: {"charsetName": d, "value": ""},
+            "DecimalObject": lambda d: {"precision": d[0], "scale": d[1], "value": "0"},
+            "BitObject": lambda d: {"bit_length": d, "value": "0"},
+            "EnumSetValue": lambda d: {"value": "", "defines": d}}
+
+
+def _sample_member(kind: str, detail):
+    if kind in _SAMPLES:
+        return _SAMPLES[kind]
+    return (_NS + kind, _DETAILS.get(kind, lambda d: {})(detail))
+
+
+def _compiled_rules(codec: OceanBaseAvroCodec):
+    """(column, render, zone) for the compiled decoder, each this codec's own rule:
+    `column(code, [(type_info, member, detail) of the after and before values])` is
+    `_column_type` (None when it refuses), as (mysql_type, flags, binary, float, enum_set,
+    labels, default dataTypeNumber, the parsed type); `render(parsed, member, payload)` is
+    `_render` of an ENUM/SET value (None when refused); `zone(text or None: the codec's)` is the
+    zone's fixed offset in seconds, None for zones with rules (their values go to the codec)."""
+    def column(code: int, values: list):
+        sample = [{"type_info": info, "value": _sample_member(kind, detail)} for info, kind, detail in values]
+        try:
+            mysql_type, parsed = codec._column_type(code, sample, "")
+        except DecodeError:
+            return None
+        binary = parsed.base in BINARY_BASES
+        flags = int(ColumnFlag.BINARY) if binary else 0
+        return (mysql_type, flags, binary, parsed.base == "float", parsed.base in ("enum", "set"),
+                parsed.labels is not None, type_code(mysql_type, flags), parsed)
+
+    def render(parsed, kind: str, payload):
+        member = (_NS + kind, {"value": payload[0], "defines": payload[1]}) if kind == "EnumSetValue" else payload
+        try:
+            return codec._render({"type_info": "NULL", "value": member}, parsed, "")
+        except DecodeError:
+            return None
+
+    def zone(text):
+        try:
+            tz = codec.zone if text is None else parse_zone(text)
+        except Exception:  # noqa: BLE001 - not a zone: the codec names it
+            return None
+        return int(tz.utcoffset(None).total_seconds()) if isinstance(tz, dt.timezone) else None
+
+    return column, render, zone

@@ -314,6 +314,8 @@ _NEG_ZERO = re.compile(rb'"v":-0(?=[,}])')
 @register
 class OpenProtocolCodec(Codec):
     name = "open-protocol"
+    compiled_class = "OpenProtocolDecoder"
+    compiled_takes_keys = True  # the event key is in the record key
     description = "TiCDC Open Protocol: batched JSON key/value events in length-prefixed frames"
     options = (
         Option("max-batch-size", DEFAULT_MAX_BATCH_SIZE, "encode: at most this many row events per Kafka message", int),
@@ -325,6 +327,9 @@ class OpenProtocolCodec(Codec):
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition except for canal / canal-json
     watermark_placement = "all"  # resolved events go to every partition
+
+    def compiled_decoder(self, extension):
+        return extension.OpenProtocolDecoder(_column_kind)
 
     def validate(self) -> None:
         for name in ("max-batch-size", "max-message-bytes"):

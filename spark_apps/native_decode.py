@@ -7,10 +7,10 @@ of DECODED_ARROW_SCHEMA. Records the extension is not sure about (DDL, claim-che
 malformed or unusual) come back marked, and the caller decodes them with the Python codec, which
 stays the reference: the output, quarantine rows included, is the same either way
 (tests/codecs/test_native_*.py). What a type means comes from the Python codec's own rule
-functions, asked once per distinct type (`_rule`, `_craft_rule`, `open_protocol._column_kind`,
-`_canal_protobuf_rule`; avro: the codec's analysis of each writer schema, once per schema id,
-`_avro_plan`; oceanbase-avro: the codec's `_column_type`, `_render` and `parse_zone`,
-`_oceanbase_rules`). docs/engine.md says why this design.
+functions, asked once per distinct type: each codec builds its compiled decoder with them
+(`Codec.compiled_decoder`, beside the codec; avro: the codec's analysis of each writer schema,
+once per schema id; oceanbase-avro: its `_column_type`, `_render` and `parse_zone`).
+docs/engine.md says why this design.
 
 `CDC_REPLAY_DECODER=python` forces the pure-Python path for debugging, `native` requires the
 extension; `auto` (default) uses it when it is importable. The driver's setting is captured in
@@ -19,20 +19,14 @@ the mapInArrow function, so executors follow it.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import os
 
 import numpy as np
 import pyarrow as pa
 
-from cdc_codecs import avro, craft, oceanbase_avro, open_protocol
-from cdc_codecs.canal_common import type_info
-from cdc_codecs.canal_json import _column_rule
-from cdc_codecs.errors import DecodeError
-from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA, ColumnFlag
-from cdc_codecs.mysql_types import BINARY_BASES
+from cdc_codecs import codec_class, protocols
+from cdc_codecs.events import COLUMN_TYPE, EVENT_SCHEMA
 
 from .launch import NATIVE_SHIPPED
 from .schema import DECODED_ARROW_SCHEMA
@@ -107,10 +101,8 @@ cdc_replay_native, LOADED_FROM, UNAVAILABLE = _load()
 
 ENV = "CDC_REPLAY_DECODER"
 MODES = ("auto", "native", "python")
-# the protocols with a compiled decoder, and each one's class in the extension
-CLASSES = {"canal-json": "CanalJsonDecoder", "craft": "CraftDecoder", "open-protocol": "OpenProtocolDecoder",
-           "avro": "AvroDecoder", "canal-protobuf": "CanalProtobufDecoder",
-           "oceanbase-avro": "OceanBaseAvroDecoder"}
+# the protocols with a compiled decoder, and each one's class in the extension (the codec says)
+CLASSES = {p: codec_class(p).compiled_class for p in protocols() if codec_class(p).compiled_class}
 PROTOCOLS = tuple(CLASSES)
 
 
@@ -145,136 +137,14 @@ def choose(protocol: str, options: dict | None = None, mode: str | None = None) 
     return "native", f"compiled {protocol} decoder (records it cannot take exactly go to the Python codec)"
 
 
-def _rule(type_text):
-    """The Python reference's rule for a type text, in the shape the extension caches."""
-    type_lower, flags, binary, mysql_type, java_float = _column_rule(type_text, False)
-    labels = mysql_type.labels
-    java = (2 if mysql_type.base == "float" else 1) if java_float else 0
-    return type_lower, flags, binary, java, list(labels) if labels else None, mysql_type.base == "enum"
-
-
-# craft's value renderers -> the value kinds the extension implements (0: the raw bytes)
-_CRAFT_KINDS = {craft._UVARINT_TEXT.__getitem__: 1, craft._ZIGZAG_TEXT.__getitem__: 2,
-                craft._DOUBLE_TEXT.__getitem__: 3, craft._FLOAT_TEXT.__getitem__: 4}
-
-
-def _craft_rule(code: int, flags: int) -> tuple[str, int]:
-    """The craft codec's canonical type text and value kind of a (type code, flags) pair;
-    raises for a code the codec does not know (the extension then leaves the message to it)."""
-    render = craft._value_decoder(code, flags)
-    return craft.mysql_type_of(code, flags), 0 if render is None else _CRAFT_KINDS[render]
-
-
-# avro's value converters -> the rules the extension implements ("call": the converter itself,
-# once per distinct value: ENUM/SET labels)
-_AVRO_RULES = {avro._text: "text", avro._integer: "integer", avro._u64: "u64", avro._float32: "float32",
-               avro._float64: "float64", avro._boolean: "boolean", avro._bit: "bit"}
-
-
-def _avro_plan(codec):
-    """`plan(schema_id)` for the extension: the avro codec's own analysis of a writer schema
-    (`_WriterSchema`, from its registry cache) as (the schema as the codec reads it, namespace,
-    database, table, per field (name, mysql_type, flags, rule, arg)); None when the codec
-    rejects the id or the schema (its records then go to the codec, which names the problem)."""
-    def plan(schema_id: int):
-        try:
-            writer = codec._writer(schema_id, "value")
-        except Exception:  # noqa: BLE001 - unknown id, foreign schema, registry down: the codec says so
-            return None
-        columns = {c.name: c for c in writer.columns}
-        fields = []
-        for field in writer.obj["fields"]:
-            name = field["name"]
-            col = columns.get(name)
-            if col is None:  # an extension field: the extension knows each by name
-                fields.append((name, None, 0, name, None))
-            elif isinstance(col.convert, avro._Unscaled):
-                fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
-            else:
-                fields.append((name, col.mysql_type, col.flags, _AVRO_RULES.get(col.convert, "call"), col.convert))
-        io = {"type": "record", "name": writer.obj["name"], "namespace": writer.obj["namespace"],
-              "fields": [{"name": f["name"], "type": avro._io_type(f["type"])} for f in writer.obj["fields"]]}
-        return json.dumps(io), writer.namespace, writer.database, writer.table, fields
-    return plan
-
-
-_CANAL_KINDS = {"text": 0, "binary": 1, "float": 2, "double": 3}
-
-
-def _canal_protobuf_rule(utc: bool):
-    """canal-protobuf's rule for a column type text (`canal_common.type_info`, the codec's own):
-    (flags, value kind: 0 text, 1 binary, 2 float, 3 double, 4 left to Python, labels, is_enum).
-    A TIMESTAMP is its text when the source zone is UTC (`timestamp_to_utc` keeps it), else
-    the codec moves it (kind 4)."""
-    def rule(type_text):
-        info = type_info(type_text)
-        kind = info.kind
-        if kind == "timestamp":
-            kind = "text" if utc else None
-        labels = info.labels
-        return info.flags, _CANAL_KINDS.get(kind, 4), list(labels) if labels else None, info.mysql_type.base == "enum"
-    return rule
-
-
-# a ColumnValue member's stand-in for `_column_type`, which reads only its kind, whether it is
-# bytes, and a record's charset / DECIMAL precision and scale / BIT length / ENUM-SET defines
-_OB_SAMPLES = {"null": None, "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0, "bytes": b"",
-               "string": ""}
-_OB_DETAILS = {"StringObject": lambda d: {"charsetName": d, "value": ""},
-               "DecimalObject": lambda d: {"precision": d[0], "scale": d[1], "value": "0"},
-               "BitObject": lambda d: {"bit_length": d, "value": "0"},
-               "EnumSetValue": lambda d: {"value": "", "defines": d}}
-
-
-def _oceanbase_member(kind: str, detail):
-    if kind in _OB_SAMPLES:
-        return _OB_SAMPLES[kind]
-    return (oceanbase_avro._NS + kind, _OB_DETAILS.get(kind, lambda d: {})(detail))
-
-
-def _oceanbase_rules(codec):
-    """(column, render, zone) for the extension, each the oceanbase-avro codec's own rule:
-    `column(code, [(type_info, member, detail) of the after and before values])` is
-    `_column_type` (None when it refuses), as (mysql_type, flags, binary, float, enum_set,
-    labels, default dataTypeNumber, the parsed type); `render(parsed, member, payload)` is
-    `_render` of an ENUM/SET value (None when refused); `zone(text or None: the codec's)` is the
-    zone's fixed offset in seconds, None for zones with rules (their values go to the codec)."""
-    def column(code: int, values: list):
-        sample = [{"type_info": info, "value": _oceanbase_member(kind, detail)} for info, kind, detail in values]
-        try:
-            mysql_type, parsed = codec._column_type(code, sample, "")
-        except DecodeError:
-            return None
-        binary = parsed.base in BINARY_BASES
-        flags = int(ColumnFlag.BINARY) if binary else 0
-        return (mysql_type, flags, binary, parsed.base == "float", parsed.base in ("enum", "set"),
-                parsed.labels is not None, oceanbase_avro.type_code(mysql_type, flags), parsed)
-
-    def render(parsed, kind: str, payload):
-        member = (oceanbase_avro._NS + kind, {"value": payload[0], "defines": payload[1]}) \
-            if kind == "EnumSetValue" else payload
-        try:
-            return codec._render({"type_info": "NULL", "value": member}, parsed, "")
-        except DecodeError:
-            return None
-
-    def zone(text):
-        try:
-            tz = codec.zone if text is None else oceanbase_avro.parse_zone(text)
-        except Exception:  # noqa: BLE001 - not a zone: the codec names it
-            return None
-        return int(tz.utcoffset(None).total_seconds()) if isinstance(tz, dt.timezone) else None
-
-    return column, render, zone
-
-
 def _bytes_view(buffer):
     """An Arrow buffer as unsigned bytes for the extension (pyarrow exports signed chars)."""
     return memoryview(b"") if buffer is None else memoryview(buffer).cast("B")
 
 
-def _binary_args(values: pa.Array) -> list:
-    """A binary array as the extension reads it: validity, offsets, data, offset, length, large."""
+def _binary_args(values: pa.Array) -> tuple:
+    """A binary array as the extension reads it (`BinaryArg` in native/.../lib.rs): validity,
+    offsets, data, offset, length, large."""
     if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type):
         large = True
     else:
@@ -282,8 +152,8 @@ def _binary_args(values: pa.Array) -> list:
         if not pa.types.is_binary(values.type):
             values = values.cast(pa.binary())
     validity, offsets, data = values.buffers()[:3]
-    return [_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
-            values.offset, len(values), large]
+    return (_bytes_view(validity) if values.null_count else None, _bytes_view(offsets), _bytes_view(data),
+            values.offset, len(values), large)
 
 
 def _buf(data):
@@ -325,20 +195,7 @@ class NativeDecoder:
 
     def __init__(self, codec):
         self.codec = codec
-        if codec.name == "craft":
-            self.decoder = cdc_replay_native.CraftDecoder(_craft_rule)
-        elif codec.name == "open-protocol":
-            self.decoder = cdc_replay_native.OpenProtocolDecoder(open_protocol._column_kind)
-        elif codec.name == "avro":
-            self.decoder = cdc_replay_native.AvroDecoder(_avro_plan(codec))
-        elif codec.name == "canal-protobuf":
-            self.decoder = cdc_replay_native.CanalProtobufDecoder(_canal_protobuf_rule(codec.zone is dt.timezone.utc))
-        elif codec.name == "oceanbase-avro":
-            self.decoder = cdc_replay_native.OceanBaseAvroDecoder(
-                json.dumps(oceanbase_avro.SCHEMA_JSON), codec.config["avro-framing"], codec.ms_per_unit,
-                *_oceanbase_rules(codec))
-        else:
-            self.decoder = cdc_replay_native.CanalJsonDecoder(_rule, codec.config["flat-message-flavor"] == "canal")
+        self.decoder = codec.compiled_decoder(cdc_replay_native)
         self.native_records = 0
         self.python_records = 0
 
@@ -350,11 +207,9 @@ class NativeDecoder:
         `source`: topic, partition, offset, record_timestamp, object, line arrays of the records;
         `keys`: the records' keys (open-protocol keeps its event keys there, avro its key record)."""
         n = len(values)
-        args = _binary_args(values)
-        if self.codec.name in ("open-protocol", "avro"):
-            k_validity, k_offsets, k_data, k_offset, _, k_large = _binary_args(
-                keys if keys is not None else pa.nulls(n, pa.binary()))
-            args += [k_validity, k_offsets, k_data, k_offset, k_large]  # as many keys as values
+        args = [_binary_args(values)]
+        if self.codec.compiled_takes_keys:  # as many keys as values
+            args.append(_binary_args(keys if keys is not None else pa.nulls(n, pa.binary())))
         out = self.decoder.decode(*args)
         status = np.frombuffer(out["status"], dtype=np.uint8)
         fallback = status == 0

@@ -25,7 +25,8 @@ use crate::craft::CraftDecoder;
 use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
 use crate::oceanbase_avro::OceanBaseAvroDecoder;
-use crate::{buffer_bytes, Builders, CanalJsonDecoder, Fallback, I64Col, Positions, StrCol, R};
+use crate::canal_json::CanalJsonDecoder;
+use crate::{buffer_bytes, Builders, Fallback, I64Col, Positions, StrCol, R};
 
 /// A JSON string, borrowed from the line when it has no escapes.
 pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);

@@ -20,7 +20,7 @@ use apache_avro::Schema;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{craft, BinaryArray, Builders, Fallback, R};
+use crate::{craft, BinaryArg, BinaryArray, Builders, Fallback, R};
 
 const MAGIC: u8 = 0x00;
 const DDL: u8 = 0x01;
@@ -509,27 +509,11 @@ impl AvroDecoder {
 
     /// As `OpenProtocolDecoder.decode`: values and keys as Arrow binary buffers. Unlike the
     /// other protocols a null value is decoded here (a DELETE is the key alone).
-    #[pyo3(signature = (validity, offsets, data, offset, length, large, key_validity, key_offsets, key_data, key_offset, key_large))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-        key_validity: Option<Bound<'py, PyAny>>,
-        key_offsets: Bound<'py, PyAny>,
-        key_data: Bound<'py, PyAny>,
-        key_offset: usize,
-        key_large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
-        let keys = BinaryArray::new(key_validity, key_offsets, key_data, key_offset, length, key_large)?;
+    fn decode<'py>(&mut self, py: Python<'py>, values: BinaryArg<'py>, keys: BinaryArg<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(values)?;
+        let keys = values.keys(keys)?;
         let mut b = Builders::new();
-        let mut status = vec![0u8; length];
+        let mut status = vec![0u8; values.length];
         for (i, st) in status.iter_mut().enumerate() {
             let (key, value) = (keys.get(i)?, values.get(i)?);
             *st = b.attempt(|b| self.record(py, key, value, i as i32, b))? as u8;

@@ -17,7 +17,8 @@ use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{decode_batch, java_float_text, label_of, BinaryArray, Builders, Fallback, Rule, KEY_FLAGS, Positions, R};
+use crate::canal_rules::{java_float_text, label_of, Rule};
+use crate::{decode_batch, BinaryArg, BinaryArray, Builders, Fallback, KEY_FLAGS, Positions, R};
 
 // ------------------------------------------------------------------------------ messages
 //
@@ -627,19 +628,8 @@ impl CanalProtobufDecoder {
 
     /// As `CanalJsonDecoder.decode`, plus `position` (list offsets, validity) and
     /// `position_items` (int64): each event's Canal binlog position.
-    #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+    fn decode<'py>(&mut self, py: Python<'py>, values: BinaryArg<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(values)?;
         let mut pos = Positions::new();
         let d = decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b, &mut pos))?;
         pos.export(py, &d)?;

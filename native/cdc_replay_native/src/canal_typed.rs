@@ -17,7 +17,9 @@ use pyo3::prelude::*;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::archive::Text;
-use crate::{java_float_text, label_of, Builders, CanalJsonDecoder, Columns, Fallback, Rule, KEY_FLAGS, MAX_TS, R};
+use crate::canal_json::CanalJsonDecoder;
+use crate::canal_rules::{java_float_text, label_of, Rule};
+use crate::{Builders, Columns, Fallback, KEY_FLAGS, MAX_TS, R};
 
 // ------------------------------------------------------------------------------ reading
 

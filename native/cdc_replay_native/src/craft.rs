@@ -14,7 +14,7 @@ use std::io::Write;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{decode_batch, BinaryArray, Builders, Fallback, R};
+use crate::{decode_batch, BinaryArg, BinaryArray, Builders, Fallback, R};
 
 const VERSION: u64 = 1;
 const ROW: u64 = 1;
@@ -536,19 +536,8 @@ impl CraftDecoder {
     }
 
     /// As `CanalJsonDecoder.decode`: a batch of craft messages given as Arrow binary buffers.
-    #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+    fn decode<'py>(&mut self, py: Python<'py>, values: BinaryArg<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(values)?;
         decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b))
     }
 }

@@ -1,129 +1,32 @@
-//! cdc-replay's compiled canal-json decoder.
+//! cdc-replay's compiled decoders, one module per protocol (canal_json.rs with its serde
+//! reader canal_typed.rs, canal_protobuf.rs, craft.rs, open_protocol.rs, avro.rs,
+//! oceanbase_avro.rs), and what they share: the Arrow builders of the canonical events, the
+//! batch loop and the allocator (alloc.rs).
 //!
-//! Takes the record values of a batch as the buffers of an Arrow binary array and returns the
-//! buffers of the canonical events (EVENT_SCHEMA, codecs/events.py) for every record it can
-//! decode exactly as the Python codec (codecs/canal_json.py) would: no Python object per value.
-//! Every record it is not sure about (DDL, claim-check, onlyHandleKey, anything malformed or
-//! unusual) is marked for the Python codec, which stays the reference and writes the
-//! quarantine rows. What a MySQL type string implies (lower-case text, flags, binary, ENUM/SET
-//! labels) comes from the Python reference too (`rule` callback), once per distinct type.
-//! The message is read by a typed serde front end (canal_typed.rs); archive.rs reads the
-//! archive's lines in the same pass, so Python sees neither lines nor values.
-
-use std::collections::HashMap;
+//! A decoder takes the record values of a batch as the buffers of an Arrow binary array and
+//! returns the buffers of the canonical events (EVENT_SCHEMA, codecs/events.py) for every record
+//! it can decode exactly as the Python codec would: no Python object per value. Every record it
+//! is not sure about (DDL, claim-check, anything malformed or unusual) is marked for the Python
+//! codec, which stays the reference and writes the quarantine rows. What a type implies comes
+//! from the Python reference too (a rule callback, once per distinct type). archive.rs reads an
+//! archive object's lines in the same pass, so Python sees neither lines nor values.
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+mod alloc;
 mod archive;
 mod avro;
+mod canal_json;
 mod canal_protobuf;
+mod canal_rules;
 mod canal_typed;
 mod craft;
 mod identity;
 mod oceanbase_avro;
 mod open_protocol;
 
-// ------------------------------------------------------------------------------ allocator
-
-/// The system allocator with a per-thread cache of small blocks in front of it. The decoders
-/// allocate and free many small blocks per record (the `apache-avro` crate: every string and
-/// bytes value it reads, about 25 per oceanbase-avro record, all freed at once), more of one
-/// size than glibc's own thread cache keeps (7), so most took its slower bins. Blocks of up to
-/// 256 bytes are kept here, 64 per 16-byte size class and thread (at most 256 KiB a thread,
-/// left to the process when a thread ends), and every such block is allocated at its class's
-/// full size, so any block of a class serves any request of it. Zeroed blocks are allocated and
-/// then cleared: glibc's `calloc` bypasses its thread cache, and the crate allocates every value
-/// it reads zeroed (`vec![0; n]`).
-struct Allocator;
-
-const CLASS: usize = 16;
-const CLASSES: usize = 16;
-const DEPTH: usize = 64;
-
-struct Cache {
-    blocks: [[*mut u8; DEPTH]; CLASSES],
-    counts: [usize; CLASSES],
-}
-
-thread_local! {
-    // const-initialised, nothing to drop: no allocation and no destructor behind it
-    static CACHE: std::cell::UnsafeCell<Cache> = const {
-        std::cell::UnsafeCell::new(Cache { blocks: [[std::ptr::null_mut(); DEPTH]; CLASSES], counts: [0; CLASSES] })
-    };
-}
-
-/// The size class of a block (None: not cached).
-#[inline]
-fn class_of(size: usize, align: usize) -> Option<usize> {
-    (size > 0 && size <= CLASS * CLASSES && align <= CLASS).then(|| (size - 1) / CLASS)
-}
-
-#[inline]
-fn class_layout(class: usize, align: usize) -> std::alloc::Layout {
-    // SAFETY: align is a power of two no larger than the class size
-    unsafe { std::alloc::Layout::from_size_align_unchecked((class + 1) * CLASS, align) }
-}
-
-unsafe impl std::alloc::GlobalAlloc for Allocator {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let Some(class) = class_of(layout.size(), layout.align()) else { return std::alloc::System.alloc(layout) };
-        let cached = CACHE
-            .try_with(|c| {
-                // SAFETY: this thread's cache, not borrowed anywhere else (no reentry from here)
-                let c = &mut *c.get();
-                (c.counts[class] > 0).then(|| {
-                    c.counts[class] -= 1;
-                    c.blocks[class][c.counts[class]]
-                })
-            })
-            .ok()
-            .flatten();
-        match cached {
-            Some(p) => p,
-            None => std::alloc::System.alloc(class_layout(class, layout.align())),
-        }
-    }
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // black_box: LLVM would fold a malloc + memset back into calloc
-        let p = std::hint::black_box(self.alloc(layout));
-        if !p.is_null() {
-            std::ptr::write_bytes(p, 0, layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        let Some(class) = class_of(layout.size(), layout.align()) else { return std::alloc::System.dealloc(ptr, layout) };
-        let kept = CACHE
-            .try_with(|c| {
-                // SAFETY: as in `alloc`
-                let c = &mut *c.get();
-                (c.counts[class] < DEPTH).then(|| {
-                    c.blocks[class][c.counts[class]] = ptr;
-                    c.counts[class] += 1;
-                })
-            })
-            .ok()
-            .flatten();
-        if kept.is_none() {
-            std::alloc::System.dealloc(ptr, class_layout(class, layout.align()));
-        }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        let old = class_of(layout.size(), layout.align());
-        match class_of(new_size, layout.align()) {
-            // a small block stays small enough for its class: the same block
-            Some(new) if old.is_some_and(|old| new <= old) => ptr,
-            // a block that becomes small is made as large as its class
-            Some(new) => std::alloc::System.realloc(ptr, layout, (new + 1) * CLASS),
-            None => std::alloc::System.realloc(ptr, layout, new_size),
-        }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Allocator = Allocator;
 
 // ------------------------------------------------------------------------------ builders
 
@@ -363,15 +266,6 @@ pub(crate) fn push_uint(out: &mut Vec<u8>, mut u: u64) {
     out.extend_from_slice(&digits[i..]);
 }
 
-/// What a column's type text implies, from the Python reference (`canal_json._column_rule`).
-struct Rule {
-    type_lower: Option<String>,
-    flags: i32, // without the key flags
-    binary: bool,
-    java_float: u8, // 0: not FLOAT/DOUBLE, 1: DOUBLE, 2: FLOAT
-    labels: Option<Vec<String>>,
-    is_enum: bool,
-}
 
 /// Why the native path gives a record to the Python codec (never shown: Python decides).
 struct Fallback;
@@ -381,86 +275,6 @@ type R<T> = Result<T, Fallback>;
 const KEY_FLAGS: i32 = (1 << 3) | (1 << 1); // PRIMARY_KEY | HANDLE_KEY
 const MAX_TS: u64 = 1 << 63;
 
-/// A plain decimal integer (what Python's int() reads without doubt), for ENUM/SET labels.
-fn plain_int(b: &[u8]) -> R<i128> {
-    let digits = match b.first() {
-        Some(b'-') | Some(b'+') => &b[1..],
-        _ => b,
-    };
-    if digits.is_empty() || digits.len() > 30 || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(Fallback);
-    }
-    let mut n: i128 = 0;
-    for &d in digits {
-        n = n * 10 + (d - b'0') as i128;
-    }
-    Ok(if b[0] == b'-' { -n } else { n })
-}
-
-/// `canal_common.canonical_float` of a float text in the plain grammar both Python's float() and
-/// Rust's parser read the same way (sign, digits, point, exponent); anything else goes to Python.
-fn java_float_text(s: &str, single: bool) -> R<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut i = usize::from(matches!(b.first(), Some(b'-') | Some(b'+')));
-    let digits = |i: &mut usize| {
-        let start = *i;
-        while *i < b.len() && b[*i].is_ascii_digit() {
-            *i += 1;
-        }
-        *i - start
-    };
-    let mut mantissa = digits(&mut i);
-    if i < b.len() && b[i] == b'.' {
-        i += 1;
-        mantissa += digits(&mut i);
-    }
-    if mantissa == 0 {
-        return Err(Fallback);
-    }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        i += 1;
-        if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
-            i += 1;
-        }
-        if digits(&mut i) == 0 {
-            return Err(Fallback);
-        }
-    }
-    if i != b.len() {
-        return Err(Fallback);
-    }
-    let v: f64 = s.parse().map_err(|_| Fallback)?;
-    let mut out = Vec::new();
-    if single {
-        craft::shortest_f32(v, &mut out)?;
-    } else {
-        craft::shortest_f64(v, &mut out)?;
-    }
-    Ok(out)
-}
-
-fn label_of(rule: &Rule, value: &[u8]) -> R<Option<String>> {
-    let labels = match &rule.labels {
-        Some(l) => l,
-        None => return Ok(None),
-    };
-    let n = plain_int(value)?;
-    if rule.is_enum {
-        return Ok(if n >= 1 && n <= labels.len() as i128 {
-            Some(labels[(n - 1) as usize].clone())
-        } else if n == 0 {
-            Some(String::new())
-        } else {
-            None
-        });
-    }
-    if n < 0 || (labels.len() < 127 && n >> labels.len() != 0) {
-        return Ok(None);
-    }
-    let chosen: Vec<&str> =
-        labels.iter().enumerate().filter(|(bit, _)| *bit < 127 && (n >> bit) & 1 == 1).map(|(_, l)| l.as_str()).collect();
-    Ok(Some(chosen.join(",")))
-}
 
 struct Builders {
     rec_idx: Vec<i32>,
@@ -622,82 +436,12 @@ impl Builders {
     }
 }
 
-#[pyclass]
-struct CanalJsonDecoder {
-    rule_fn: Py<PyAny>,
-    canal_flavor: bool,
-    rules: Vec<Rule>,
-    by_type: HashMap<String, usize>,
-    untyped: Option<usize>,
-    types: Vec<canal_typed::Types>, // the resolved mysqlType of recent tables (canal_typed.rs)
-}
-
-impl CanalJsonDecoder {
-    /// The rule of a type text (None: the column has no mysqlType), computed by Python once.
-    fn rule(&mut self, py: Python<'_>, type_text: Option<&str>) -> PyResult<usize> {
-        let cached = match type_text {
-            Some(t) => self.by_type.get(t).copied(),
-            None => self.untyped,
-        };
-        if let Some(i) = cached {
-            return Ok(i);
-        }
-        let out = self.rule_fn.bind(py).call1((type_text,))?;
-        let (type_lower, flags, binary, java_float, labels, is_enum): (Option<String>, i32, bool, u8, Option<Vec<String>>, bool) =
-            out.extract()?;
-        self.rules.push(Rule { type_lower, flags, binary, java_float, labels, is_enum });
-        let i = self.rules.len() - 1;
-        match type_text {
-            Some(t) => {
-                self.by_type.insert(t.to_owned(), i);
-            }
-            None => self.untyped = Some(i),
-        }
-        Ok(i)
-    }
-}
 
 pub(crate) fn buffer_bytes(buf: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: the buffer is held (and so kept alive and unchanged) for the whole call.
     unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) }
 }
 
-#[pymethods]
-impl CanalJsonDecoder {
-    /// `rule(type_text) -> (type_lower, flags, binary, java_float (0 no, 1 DOUBLE, 2 FLOAT), labels, is_enum)`;
-    /// `canal_flavor`: flat-message-flavor=canal (Java float text made canonical, `java_float_text`).
-    #[new]
-    fn new(rule: Py<PyAny>, canal_flavor: bool) -> Self {
-        CanalJsonDecoder {
-            rule_fn: rule,
-            canal_flavor,
-            rules: Vec::new(),
-            by_type: HashMap::new(),
-            untyped: None,
-            types: Vec::new(),
-        }
-    }
-
-    /// Decode `length` values of an Arrow binary array given as its buffers (validity bitmap
-    /// or None, offsets (int32, or int64 when `large`), data) starting at slot `offset`.
-    /// Returns a dict of Arrow buffers (see spark_apps/native_decode.py) and `status`: one byte
-    /// per record, 1 when decoded here, 0 when the Python codec must decode it.
-    #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
-        decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b))
-    }
-}
 
 /// An Arrow binary array given as its buffers (validity bitmap or None, offsets (int32, or
 /// int64 when `large`), data) and its slots `offset..offset + length`, held for the call.
@@ -710,15 +454,15 @@ pub(crate) struct BinaryArray {
     large: bool,
 }
 
+/// How Python passes an Arrow binary array to a decoder: (validity bitmap or None, offsets,
+/// data, offset, length, large) — spark_apps/native_decode.py `_binary_args`. One argument of
+/// every decoder's `decode`, so the buffers' signature is written once.
+#[derive(FromPyObject)]
+pub(crate) struct BinaryArg<'py>(Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Bound<'py, PyAny>, usize, usize, bool);
+
 impl BinaryArray {
-    pub(crate) fn new(
-        validity: Option<Bound<'_, PyAny>>,
-        offsets: Bound<'_, PyAny>,
-        data: Bound<'_, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-    ) -> PyResult<Self> {
+    pub(crate) fn new(arg: BinaryArg<'_>) -> PyResult<Self> {
+        let BinaryArg(validity, offsets, data, offset, length, large) = arg;
         let validity = validity.map(|v| PyBuffer::<u8>::get(&v)).transpose()?;
         let offsets = PyBuffer::<u8>::get(&offsets)?;
         let data = PyBuffer::<u8>::get(&data)?;
@@ -739,6 +483,15 @@ impl BinaryArray {
         } else {
             i32::from_ne_bytes(o[slot * 4..slot * 4 + 4].try_into().unwrap()) as usize
         }
+    }
+
+    /// The records' keys, one per value (open-protocol and avro carry event data in the key).
+    pub(crate) fn keys(&self, keys: BinaryArg<'_>) -> PyResult<BinaryArray> {
+        let keys = BinaryArray::new(keys)?;
+        if keys.length != self.length {
+            return Err(pyo3::exceptions::PyValueError::new_err("as many keys as values are needed"));
+        }
+        Ok(keys)
     }
 
     /// The value of record `i` (None: null).
@@ -780,7 +533,7 @@ where
 
 #[pymodule]
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<CanalJsonDecoder>()?;
+    m.add_class::<canal_json::CanalJsonDecoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<avro::AvroDecoder>()?;

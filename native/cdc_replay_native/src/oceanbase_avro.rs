@@ -28,7 +28,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::avro::SchemaReader;
-use crate::{craft, decode_batch, push_int, BinaryArray, Builders, Fallback, Fx, Positions, KEY_FLAGS, R};
+use crate::{craft, decode_batch, push_int, BinaryArg, BinaryArray, Builders, Fallback, Fx, Positions, KEY_FLAGS, R};
 
 // ------------------------------------------------------------------------------ the record
 
@@ -1169,19 +1169,8 @@ impl OceanBaseAvroDecoder {
     }
 
     /// As `CanalProtobufDecoder.decode`: the events and `position` (each row's record id).
-    #[pyo3(signature = (validity, offsets, data, offset, length, large=false))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
+    fn decode<'py>(&mut self, py: Python<'py>, values: BinaryArg<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(values)?;
         let mut pos = Positions::new();
         let d = decode_batch(py, &values, |py, raw, rec, b| self.record(py, raw, rec, b, &mut pos))?;
         pos.export(py, &d)?;

@@ -19,7 +19,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use crate::archive::Text;
 use crate::canal_typed::{Checked, CheckedVisitor, Loose};
 use crate::craft::{shortest_f32, shortest_f64};
-use crate::{decode_batch, push_int, push_uint, BinaryArray, Builders, Fallback, R};
+use crate::{decode_batch, push_int, push_uint, BinaryArg, BinaryArray, Builders, Fallback, R};
 
 /// Truthiness the way the Python codec tests `key.get(...)` for the fields it reads so (a
 /// float goes to Python).
@@ -704,25 +704,9 @@ impl OpenProtocolDecoder {
     }
 
     /// As `CanalJsonDecoder.decode`, with the records' keys as a second Arrow binary array.
-    #[pyo3(signature = (validity, offsets, data, offset, length, large, key_validity, key_offsets, key_data, key_offset, key_large))]
-    #[allow(clippy::too_many_arguments)]
-    fn decode<'py>(
-        &mut self,
-        py: Python<'py>,
-        validity: Option<Bound<'py, PyAny>>,
-        offsets: Bound<'py, PyAny>,
-        data: Bound<'py, PyAny>,
-        offset: usize,
-        length: usize,
-        large: bool,
-        key_validity: Option<Bound<'py, PyAny>>,
-        key_offsets: Bound<'py, PyAny>,
-        key_data: Bound<'py, PyAny>,
-        key_offset: usize,
-        key_large: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let values = BinaryArray::new(validity, offsets, data, offset, length, large)?;
-        let keys = BinaryArray::new(key_validity, key_offsets, key_data, key_offset, length, key_large)?;
+    fn decode<'py>(&mut self, py: Python<'py>, values: BinaryArg<'py>, keys: BinaryArg<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let values = BinaryArray::new(values)?;
+        let keys = values.keys(keys)?;
         decode_batch(py, &values, |py, raw, rec, b| match keys.get(rec as usize)? {
             Some(key) => Ok(self.message(py, key, raw, rec, b)),
             None => Ok(Err(Fallback)), // no key: the Python codec names it

@@ -157,7 +157,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--lease-timeout", type=float, default=None, metavar="SECONDS",
                      help="one run at a time per output: a run holds <output>/_lease.json, its heartbeat refreshed "
                           "while it runs; another run on the output is refused (exit 2) unless the heartbeat is "
-                          "older than this, when the lease is taken over (a killed run's). Default: "
+                          "older than this, when the lease is taken over (a killed run's on another host; a killed run's on "
+                          "this host is taken over at once). Default: "
                           "$CDC_REPLAY_LEASE_TIMEOUT, else 600 (docs/reliability.md)")
     run.add_argument("--s3-retry-mode", choices=("standard", "adaptive"), default=None,
                      help="botocore's retry mode: standard (default, or AWS_RETRY_MODE) or adaptive (also slows "

@@ -161,7 +161,7 @@ def validate(args: ReplayArgs) -> tuple:
     try:  # S3 reads of this process; Spark tasks get the same settings (archive_io)
         storage.configure(args.read_settings())
     except ValueError as e:
-        raise ReplayError(f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
+        raise ReplayError(str(e) if str(e).startswith("--") else f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
     source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
     target_protocol = args.target_protocol or args.protocol
     target_options = parse_option_pairs(args.target_option)

@@ -25,9 +25,9 @@ from cdc_codecs.base import KafkaRecord, decode_record
 from cdc_codecs.errors import DecodeError, EncodeError
 from cdc_codecs.events import Op
 
-from . import layouts, masking, native_decode, storage
+from . import layouts, limits, masking, native_decode, storage
 from .contract import Kind
-from .layouts.base import quarantine_row
+from .layouts.base import long_line_row, quarantine_row
 from .paths import display, segment
 from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
@@ -88,6 +88,11 @@ def event_problem(event: dict) -> str | None:
 def decode_one(codec, record: KafkaRecord, line_no: int | None) -> list[dict]:
     """Rows for one record: its events, a quarantine row, or an `empty` marker for a record
     that carries no change (e.g. a heartbeat), so records are always counted."""
+    problem = limits.message_problem(record.value, codec.name)
+    if problem is not None:  # over a limit: not decoded (spark_apps.limits)
+        return [_quarantine_row(record.object, line_no, limits.STAGE, problem, coordinates={
+            "topic": record.topic, "partition": record.partition, "offset": record.offset,
+            "record_timestamp": record.timestamp})]
     try:
         events = decode_record(codec, record)
     except DecodeError as e:
@@ -136,8 +141,10 @@ def _broken_object_row(uri: str, e: Exception, line_no: int, last) -> dict:
     if isinstance(e, storage.DamagedObject):
         after = (f"; last good record {last.topic}/{last.partition} offset {last.offset}" if last
                  else "; no complete record before it")
+        over = isinstance(e, storage.OverLimit)
         return _quarantine_row(
-            uri, line_no + 1, "archive", f"object damaged at byte {e.byte_offset} after line {line_no}: {e.reason}{after}",
+            uri, line_no + 1, limits.STAGE if over else "archive",
+            f"object {'stopped' if over else 'damaged'} at byte {e.byte_offset} after line {line_no}: {e.reason}{after}",
             raw_line=e.partial or None,
             coordinates={"topic": last.topic, "partition": last.partition} if last else None,
             details={"byte_offset": e.byte_offset, "last_good_offset": last.offset if last else None})
@@ -220,13 +227,15 @@ def decode_objects_fn(protocol: str, options: dict[str, str]) -> Callable:
                     outs = (_native_lines_object(native, codec, uri, *lines) if lines
                             else _native_object(native, codec, uri, item_params))
                     for out in outs:
+                        out = limits.within_limits(out, codec.name)
                         count += out.num_rows
                         yield out
                     log.info("decoded %s: %d rows in %.1fs (records: %d by the compiled decoder, %d by the "
                              "Python codec)", uri, count, time.monotonic() - started,
                              native.native_records - before[0], native.python_records - before[1])
                     continue
-                yield from _batches(counted(decode_object(codec, uri, item_params)), DECODED_ARROW_SCHEMA)
+                for out in _batches(counted(decode_object(codec, uri, item_params)), DECODED_ARROW_SCHEMA):
+                    yield limits.within_limits(out, codec.name)
                 log.info("decoded %s: %d rows in %.1fs", uri, count, time.monotonic() - started)
 
     return run
@@ -322,16 +331,74 @@ def _native_lines_object(native, codec, uri: str, plain, read_line) -> Iterator[
             python = _to_batch(groups, DECODED_ARROW_SCHEMA) if groups else None
             yield native_decode.merge(events, idx, python, python_idx)
 
+    max_line = storage.settings().max_line_bytes
+    big = max(limits.BIG_VALUE, 64 * storage.settings().max_columns)
+
+    def one_line(line, length: int):
+        """A line the compiled decoder is not given: over --max-line-bytes (quarantined, only
+        its head was kept), or big (the Python path counts its columns and rows first)."""
+        nonlocal counted, line_no, last
+        counted += 1
+        n = counted
+        if length > max_line:
+            head = storage.LongLine(bytes(line[:storage.LongLine.KEPT]))
+            head.length = length
+            entry = long_line_row(uri, n, head, None if plain is None else {
+                "topic": plain[0], "partition": 0, "offset": plain[1] + min(n, plain[2])})
+        else:
+            entry = read_line(uri, n, bytes(line).rstrip(b"\r"))
+        if isinstance(entry, dict):
+            group = (None, [entry])
+        else:
+            group = (entry, decode_one(codec, entry, n))
+            last = _Last(n, entry.topic, entry.partition, entry.offset)
+        line_no = n
+        yield _to_batch([group], DECODED_ARROW_SCHEMA)
+
+    def runs(data):
+        """Lines to the compiled decoder, except the big or over-long ones (rare: found with
+        one vectorised pass over the newlines, only in a piece longer than such a line)."""
+        if len(data) <= big:
+            yield from lines(data)
+            return
+        import numpy as np
+
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        if not len(ends) or ends[-1] != len(data) - 1:
+            ends = np.append(ends, len(data))  # the last line of the object, without its newline
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        start = 0
+        for i in np.flatnonzero(ends - starts > big):
+            first, stop = int(starts[i]), int(ends[i])
+            if first > start:
+                yield from lines(data[start:first])
+            yield from one_line(data[first:stop], stop - first)
+            start = stop + 1
+        if start < len(data):
+            yield from lines(data[start:])
+
     pending = b""
+    skipping = 0  # inside a line over --max-line-bytes: its length so far (`pending` keeps its head)
     try:
         for piece in storage.iter_pieces(uri):
+            if skipping:
+                end = piece.find(b"\n")
+                if end < 0:
+                    skipping += len(piece)
+                    continue
+                yield from one_line(pending, skipping + end)
+                pending, skipping, piece = b"", 0, piece[end + 1:]
             data = pending + piece if pending else piece
             cut = data.rfind(b"\n") + 1
             pending = data[cut:]
             if cut:
-                yield from lines(memoryview(data)[:cut])
-        if pending:
-            yield from lines(pending)
+                yield from runs(memoryview(data)[:cut])
+            if len(pending) > max_line:
+                skipping, pending = len(pending), bytes(pending[:storage.LongLine.KEPT])
+        if skipping:
+            yield from one_line(pending, skipping)
+        elif pending:
+            yield from runs(pending)
     except Exception as e:  # noqa: BLE001 - damaged or unreadable: one quarantine row says where
         if isinstance(e, storage.DamagedObject):
             e.partial = pending
@@ -342,13 +409,15 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
     """mapInArrow function for records already in a DataFrame (topic, partition, offset,
     timestamp, key, value[, object, line]) -> batches of DECODED_ARROW_SCHEMA."""
     mode = native_decode.requested_mode()  # the driver's choice reaches the executors
+    read_settings = storage.settings()  # the limits (and claim-check reads) as the driver was told
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        storage.configure(read_settings)
         codec = get_codec(protocol, options, read_object=read_object)
         native = native_decode.decoder_for(codec, mode)
         for batch in batches:
             if native is not None:
-                yield _native_batch(native, codec, batch)
+                yield limits.within_limits(_native_batch(native, codec, batch), codec.name)
                 continue
             columns = batch.to_pydict()
             n = batch.num_rows
@@ -361,7 +430,8 @@ def decode_records_fn(protocol: str, options: dict[str, str]) -> Callable:
                                      columns["timestamp"][i], columns["key"][i], columns["value"][i],
                                      tuple((h["key"], h["value"]) for h in headers[i] or ()), objects[i])
                 groups.append((record, decode_one(codec, record, lines[i])))
-            yield from _batches(groups, DECODED_ARROW_SCHEMA)
+            for out in _batches(groups, DECODED_ARROW_SCHEMA):
+                yield limits.within_limits(out, codec.name)
         if native is not None:
             log.info("%s decoded: %d records by the compiled decoder, %d by the Python codec",
                      protocol, native.native_records, native.python_records)
@@ -391,7 +461,18 @@ def _native_batch(native, codec, batch: pa.RecordBatch) -> pa.RecordBatch:
     source = {"topic": batch.column("topic"), "partition": batch.column("partition"),
               "offset": batch.column("offset"), "record_timestamp": batch.column("timestamp"),
               "object": column("object", pa.string()), "line": column("line", pa.int64())}
-    events, idx, fallback = native.decode(batch.column("value"), source, batch.column("key"))
+    values = batch.column("value")
+    big = pc.greater(pc.fill_null(pc.binary_length(values), 0),
+                     max(limits.BIG_VALUE, 64 * storage.settings().max_columns))
+    if pc.any(big).as_py():  # to the Python codec (and its count), not the compiled decoder
+        values = pc.if_else(big, pa.scalar(b"", values.type), values)
+    events, idx, fallback = native.decode(values, source, batch.column("key"))
+    if pc.any(big).as_py():
+        import numpy as np
+
+        keep = ~np.asarray(big.to_numpy(zero_copy_only=False))[np.asarray(idx)]
+        events, idx = events.filter(pa.array(keep)), idx.filter(pa.array(keep))
+        fallback = fallback | np.asarray(big.to_numpy(zero_copy_only=False))
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events
@@ -417,8 +498,17 @@ def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]
         "object": pa.array([r.object for r, _ in records], pa.string()),
         "line": pa.array([line for _, line in records], pa.int64()),
     }
-    events, idx, fallback = native.decode(pa.array([r.value for r, _ in records], pa.binary()), source,
+    big = [limits.too_big(r.value) for r, _ in records]  # to the Python codec, not the compiled decoder
+    events, idx, fallback = native.decode(pa.array([b"" if b else r.value for b, (r, _) in zip(big, records)],
+                                                   pa.binary()), source,
                                           pa.array([r.key for r, _ in records], pa.binary()))
+    if any(big):
+        import numpy as np
+
+        flags = np.array(big)
+        keep = ~flags[np.asarray(idx)]
+        events, idx = events.filter(pa.array(keep)), idx.filter(pa.array(keep))
+        fallback = fallback | flags
     indices = [int(i) for i in fallback.nonzero()[0]]
     if not indices:
         return events

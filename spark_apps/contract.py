@@ -453,6 +453,8 @@ _RENDERED = (
     ("spark_ui", "--spark-ui", False), ("s3_read_chunk_size", "--s3-read-chunk-size", 8 << 20),
     ("s3_max_attempts", "--s3-max-attempts", None), ("s3_retry_mode", "--s3-retry-mode", None),
     ("lease_timeout", "--lease-timeout", None),
+    ("max_columns", "--max-columns", 4096), ("max_rows", "--max-rows", 100_000),
+    ("max_inflate_ratio", "--max-inflate-ratio", 100.0), ("max_line_bytes", "--max-line-bytes", 64 << 20),
 )
 
 

@@ -97,6 +97,27 @@ def table_parts(template: str, database: str | None, table: str | None) -> list[
             for p in parts]
 
 
+def table_key(template: str, database: str | None, table: str | None) -> str:
+    """The table's key in the manifest (`output.lakehouse`): its name's parts, each a path
+    segment (spark_apps.paths) whose dots are escaped too (`!2E`), joined by `.`. Unambiguous
+    (`a.b`.`c` is `a!2Eb.c`, `a`.`b.c` is `a.b!2Ec`); ordinary names read as before (`shop.orders`).
+    Readers of the manifest take the entries' `source_database`/`source_table`, never the key,
+    so manifests keyed by the older dotted names read the same."""
+    return ".".join(segment(p).replace(".", "!2E") for p in table_parts(template, database, table))
+
+
+def without_tables(df, tables):
+    """`df`'s rows not of the (database, table) pairs `tables`, compared as pairs (a dotted
+    `db.table` string cannot tell `a.b`.`c` from `a`.`b.c`)."""
+    from pyspark.sql import functions as F
+
+    if not tables:
+        return df
+    pairs = [F.struct(F.lit(d).cast("string").alias("database"), F.lit(t).cast("string").alias("table"))
+             for d, t in sorted(tables, key=lambda k: (k[0] or "", k[1] or ""))]
+    return df.where(~F.struct("database", "table").isin(*pairs))
+
+
 def table_location(output: str, template: str, database: str | None, table: str | None) -> str:
     """The table's folder: each part of its name one path segment (spark_apps.paths)."""
     return storage.join(output, *(segment(p) for p in table_parts(template, database, table)))
@@ -181,6 +202,9 @@ class Target:
 
     def name(self, database, table) -> str:
         return ".".join(table_parts(self.template, database, table))
+
+    def key(self, database, table) -> str:
+        return table_key(self.template, database, table)
 
     def location(self, database, table) -> str:
         return table_location(self.output, self.template, database, table)
@@ -527,10 +551,10 @@ class TablePlan:
         by_table = self._by_table(written, window=False)
         result = {}
         for key in sorted(by_table, key=lambda k: (k[0] or "", k[1] or "")):
-            name = self.target.name(*key)
+            name, entry = self.target.name(*key), self.target.key(*key)
             if key in self.skip:
                 last = self.last[key]
-                result[name] = {"source_database": key[0], "source_table": key[1], "table": name, "location": self.target.location(*key), "version": last.get("version"),
+                result[entry] = {"source_database": key[0], "source_table": key[1], "table": name, "location": self.target.location(*key), "version": last.get("version"),
                                 "cut_commit_ts": self.cut.get("commit_ts"), "rows": int(last.get("rows", 0)),
                                 "unchanged": True, "committed_by": last.get("run_id"),
                                 "dropped": last.get("dropped") == "true"}
@@ -546,7 +570,7 @@ class TablePlan:
             if key in self.dropped:
                 props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
             done = self.target.commit(key[0], key[1], schema, files, props, self._renames_since(key, self.last.get(key)))
-            result[name] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
+            result[entry] = {"source_database": key[0], "source_table": key[1], **done, "cut_commit_ts": self.cut.get("commit_ts"), "rows": rows, "unchanged": False,
                             "committed_by": self.run["run_id"], "dropped": key in self.dropped}
         return result
 
@@ -614,7 +638,7 @@ class TablePlan:
             if action == "unchanged":
                 last = self.last[key]
                 rows = int(last["rows"]) if last.get("rows") not in (None, "None") else self.target.row_count(*key)
-                result[name] = {**base, "version": last.get("version"), "rows": rows,
+                result[self.target.key(*key)] = {**base, "version": last.get("version"), "rows": rows,
                                 "unchanged": True, "committed_by": last.get("run_id"),
                                 "dropped": last.get("dropped") == "true", "mode": last.get("mode") or "replace"}
                 continue
@@ -652,7 +676,7 @@ class TablePlan:
                 done = self.target.commit(key[0], key[1], want,
                                           [{"uri": uri, "bytes": len(sink.getvalue()), "rows": rows.num_rows}], props)
                 done["rows"] = rows.num_rows
-            result[name] = {**base, **done, "unchanged": False, "committed_by": self.run["run_id"],
+            result[self.target.key(*key)] = {**base, **done, "unchanged": False, "committed_by": self.run["run_id"],
                             "dropped": action == "dropped", "mode": props["mode"]}
         return result
 

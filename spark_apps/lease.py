@@ -7,8 +7,12 @@ that the lease is still this run's (`assert_held`). A second run on the same out
 refused in one line (exit 2) naming the run that holds it. A lease whose heartbeat is older
 than the timeout (`--lease-timeout`, else $CDC_REPLAY_LEASE_TIMEOUT, else 600 s) is stale:
 its run was killed (SIGKILL, a lost machine) or is stuck, and the next run takes it over.
+A lease whose owner is provably dead is taken over at once: written on this host (same host
+name, boot and PID namespace) by a process that no longer runs, or whose pid now belongs to a
+process started at another time (`owner_dead`); a lease of another host waits for the timeout.
 
-The document: {"version", "owner": {"host", "pid", "run_id"}, "token", "started_at",
+The document: {"version", "owner": {"host", "pid", "run_id", "boot_id", "pid_ns", "pid_start"},
+"token", "started_at",
 "heartbeat_at" (ISO 8601, UTC), "heartbeat" (Unix seconds), "timeout_s"}.
 
 How it is made atomic:
@@ -82,14 +86,60 @@ def describe(doc: dict, now: float | None = None) -> str:
     owner = doc.get("owner") or {}
     beat = doc.get("heartbeat")
     ago = f"heartbeat {now - beat:.0f} s ago" if isinstance(beat, int | float) else "no heartbeat"
-    return (f"run {owner.get('run_id', '?')} (pid {owner.get('pid', '?')} on {owner.get('host', '?')}), "
+    dead = ", its process no longer runs" if owner_dead(doc) else ""
+    return (f"run {owner.get('run_id', '?')} (pid {owner.get('pid', '?')} on {owner.get('host', '?')}{dead}), "
             f"started {doc.get('started_at', '?')}, {ago}")
 
 
 def is_stale(doc: dict, timeout: float, now: float | None = None) -> bool:
+    """No heartbeat for `timeout` seconds, or an owner that is provably dead (`owner_dead`)."""
     now = time.time() if now is None else now
     beat = doc.get("heartbeat")
-    return not isinstance(beat, int | float) or now - beat > timeout
+    return not isinstance(beat, int | float) or now - beat > timeout or owner_dead(doc)
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None when
+    there is no such process (or no /proc). A zombie counts as gone: it runs no more."""
+    text = _read_text(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def _this_machine() -> dict:
+    """What tells this host's processes apart from another's that shares its name: the boot
+    (Linux boot_id) and the PID namespace (a container's pids are not the host's)."""
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = None
+    return {"host": socket.gethostname(), "boot_id": _read_text("/proc/sys/kernel/random/boot_id"), "pid_ns": pid_ns}
+
+
+def owner_dead(doc: dict) -> bool:
+    """The lease's owner provably no longer runs: written on this very machine (same host
+    name, boot and PID namespace, all recorded) by a pid that is gone or now belongs to a
+    process started at another time. Anything else (another host, an older lease without
+    these fields, no /proc) is not provable: the heartbeat timeout decides."""
+    owner = doc.get("owner")
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or not owner.get("pid_start"):
+        return False
+    here = _this_machine()
+    if not here["boot_id"] or not here["pid_ns"] or any(owner.get(k) != here[k] for k in here):
+        return False
+    return _process_start(owner["pid"]) != owner["pid_start"]
 
 
 def read(home: str) -> dict | None:
@@ -171,9 +221,11 @@ class Lease:
     # -------------------------------------------------------------- the document
     def _doc(self) -> bytes:
         now = time.time()
+        here = _this_machine()
         return orjson.dumps({
             "version": VERSION,
-            "owner": {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id},
+            "owner": {"host": here["host"], "pid": os.getpid(), "run_id": self.run_id, "boot_id": here["boot_id"],
+                      "pid_ns": here["pid_ns"], "pid_start": _process_start(os.getpid())},
             "token": self.token, "started_at": _now_iso(self.started), "heartbeat_at": _now_iso(now),
             "heartbeat": now, "timeout_s": self.timeout,
         }, option=orjson.OPT_INDENT_2)

@@ -156,8 +156,22 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--lease-timeout", type=float, default=None, metavar="SECONDS",
                      help="one run at a time per output: a run holds <output>/_lease.json, its heartbeat refreshed "
                           "while it runs; another run on the output is refused (exit 2) unless the heartbeat is "
-                          "older than this, when the lease is taken over (a killed run's). Default: "
+                          "older than this, when the lease is taken over (a killed run's on another host; a killed run's on "
+                          "this host is taken over at once). Default: "
                           "$CDC_REPLAY_LEASE_TIMEOUT, else 600 (docs/reliability.md)")
+    limits = parser.add_argument_group("limits (a message or object beyond one is quarantined with the reason; "
+                                       "docs/reliability.md)")
+    limits.add_argument("--max-columns", type=int, default=4096, metavar="N",
+                        help="columns per row image (default: %(default)s, MySQL's and TiDB's most)")
+    limits.add_argument("--max-rows", type=int, default=100_000, metavar="N",
+                        help="rows per message (default: %(default)s)")
+    limits.add_argument("--max-inflate-ratio", type=float, default=100.0, metavar="RATIO",
+                        help="decompressed bytes per compressed object, as a ratio to its stored bytes (at least "
+                             "16 MiB); the lines before that point are kept, the rest of the object is not read "
+                             "(default: %(default)g)")
+    limits.add_argument("--max-line-bytes", type=int, default=64 << 20, metavar="BYTES",
+                        help="bytes per line of a line-based object (a Kafka-record line, a storage-sink data "
+                             "line); a longer line is never held whole (default: %(default)s, 64 MiB)")
     run.add_argument("--s3-retry-mode", choices=("standard", "adaptive"), default=None,
                      help="botocore's retry mode: standard (default, or AWS_RETRY_MODE) or adaptive (also slows "
                           "the client down while S3 throttles)")
@@ -202,6 +216,10 @@ class ReplayArgs:
     s3_max_attempts: int | None = None
     s3_retry_mode: str | None = None
     lease_timeout: float | None = None
+    max_columns: int = 4096
+    max_rows: int = 100_000
+    max_inflate_ratio: float = 100.0
+    max_line_bytes: int = 64 << 20
 
     def read_settings(self):
         """The S3 read settings these options give (spark_apps.storage.ReadSettings)."""
@@ -210,7 +228,9 @@ class ReplayArgs:
         default = _default_settings()
         return ReadSettings(chunk_size=self.s3_read_chunk_size,
                             max_attempts=self.s3_max_attempts or default.max_attempts,
-                            retry_mode=self.s3_retry_mode or default.retry_mode)
+                            retry_mode=self.s3_retry_mode or default.retry_mode, max_columns=self.max_columns,
+                            max_rows=self.max_rows, max_inflate_ratio=self.max_inflate_ratio,
+                            max_line_bytes=self.max_line_bytes)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> "ReplayArgs":

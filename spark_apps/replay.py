@@ -161,7 +161,7 @@ def validate(args: ReplayArgs) -> tuple:
     try:  # S3 reads of this process; Spark tasks get the same settings (archive_io)
         storage.configure(args.read_settings())
     except ValueError as e:
-        raise ReplayError(f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
+        raise ReplayError(str(e) if str(e).startswith("--") else f"--s3-read-chunk-size/--s3-max-attempts: {e}") from None
     source_codec = get_codec(args.protocol, parse_option_pairs(args.protocol_option))
     target_protocol = args.target_protocol or args.protocol
     target_options = parse_option_pairs(args.target_option)
@@ -236,7 +236,7 @@ def _lake_window(args: ReplayArgs) -> None:
             return
         try:
             target = lakehouse.Target(args.output_format, output, args.target_table, parse_option_pairs(args.catalog))
-            cuts = {t["table"]: (target.last_commit(t["source_database"], t["source_table"]) or {}).get("cut_commit_ts")
+            cuts = {target.key(t["source_database"], t["source_table"]): (target.last_commit(t["source_database"], t["source_table"]) or {}).get("cut_commit_ts")
                     for t in tables}
         except lakehouse.LakehouseError as e:
             raise ReplayError(str(e)) from e
@@ -1188,10 +1188,7 @@ class _OutputPlan:
         from spark_apps.snapshot import projector
 
         plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
-        if plan.skip:
-            from pyspark.sql import functions as F
-
-            df = df.where(~F.concat_ws(".", "database", "table").isin(sorted(f"{d}.{t}" for d, t in plan.skip)))
+        df = lakehouse.without_tables(df, plan.skip)  # a rerun's tables already at this cut
         tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
         ordered = df.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
         fn = write_parquet_fn("", history, projector(self._schemas(), schema_types=True),

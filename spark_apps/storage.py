@@ -34,6 +34,17 @@ class ReadSettings:
     chunk_size: int = 8 << 20
     max_attempts: int = 8
     retry_mode: str = "standard"
+    # limits on what one object or message may make us hold (docs/reliability.md "Limits"):
+    # decompressed bytes per compressed object as a ratio to its stored bytes (at least
+    # INFLATE_FLOOR), bytes per line of a line-based object, columns per row image and rows per
+    # message (spark_apps.archive_io checks these two)
+    max_inflate_ratio: float = 100.0
+    max_line_bytes: int = 64 << 20
+    max_columns: int = 4096
+    max_rows: int = 100_000
+
+
+INFLATE_FLOOR = 16 << 20  # a small object may always decompress to this many bytes
 
 
 def _default_settings() -> ReadSettings:
@@ -60,6 +71,9 @@ def configure(read_settings: ReadSettings) -> None:
         raise ValueError(f"max attempts must be at least 1, got {read_settings.max_attempts}")
     if read_settings.retry_mode not in ("standard", "adaptive"):
         raise ValueError(f"retry mode must be standard or adaptive, got {read_settings.retry_mode!r}")
+    for name in ("max_inflate_ratio", "max_line_bytes", "max_columns", "max_rows"):
+        if not getattr(read_settings, name) >= 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(read_settings, name)}")
     if read_settings != _SETTINGS:
         _SETTINGS = read_settings
         _S3_CLIENTS.clear()
@@ -423,36 +437,121 @@ def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
         raise DamagedObject(0, "empty object: a .gz object of zero bytes holds no gzip member")
 
 
+class OverLimit(DamagedObject):
+    """A compressed object that decompresses to more than --max-inflate-ratio times its stored
+    bytes (a decompression bomb): the lines before that point were yielded, the rest is not read."""
+
+
+class _Counted:
+    """The compressed chunks of an object (callable again, to re-read it), counting the bytes
+    read (`position`) and knowing its stored size (`size`, from the first read)."""
+
+    def __init__(self, uri: str):
+        self.uri, self.position, self.size = uri, 0, None
+
+    def __call__(self) -> Iterator[bytes]:
+        self.position = 0
+        if is_s3(self.uri):
+            bucket, key = _split_s3(self.uri)
+            with _RangedReader(bucket, key) as reader:
+                while chunk := reader.read(CHUNK):
+                    self.size = reader._size
+                    self.position += len(chunk)
+                    yield chunk
+            return
+        with open(self.uri, "rb") as f:
+            self.size = os.fstat(f.fileno()).st_size
+            while chunk := f.read(CHUNK):
+                self.position += len(chunk)
+                yield chunk
+
+
+def _guarded(pieces: Iterator[bytes], counted: _Counted) -> Iterator[bytes]:
+    """The decompressed pieces, stopped (OverLimit) when they exceed the ratio to the stored size."""
+    ratio = _SETTINGS.max_inflate_ratio
+    total = 0
+    for piece in pieces:
+        limit = max(int(ratio * (counted.size or 0)), INFLATE_FLOOR)
+        if total + len(piece) > limit:
+            yield piece[:limit - total]  # the lines up to the limit are read
+            raise OverLimit(counted.position, f"over the limit: it decompresses to more than {limit:,} bytes, "
+                                              f"{ratio:g} times its {counted.size:,} stored bytes "
+                                              "(--max-inflate-ratio); the rest of the object is not read")
+        total += len(piece)
+        yield piece
+
+
 def iter_pieces(uri: str) -> Iterator[bytes]:
     """The object's decompressed bytes in pieces (lines cross pieces); a damaged compressed
     object (`.gz`, `.zst`, `.lz4`, `.snappy`: truncated, corrupt or empty) yields everything
-    before the damage, then raises DamagedObject naming the compressed byte."""
-    if uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where it is
-        return _gunzip(_chunks(uri))
+    before the damage, then raises DamagedObject naming the compressed byte; one that
+    decompresses beyond --max-inflate-ratio raises OverLimit there."""
     method = compression_of(uri)
-    if method:  # zstd, lz4, snappy: the same promise, through spark_apps.damage
+    if method is None:
+        return _chunks(uri)
+    counted = _Counted(uri)
+    if method == "gzip" and uri.endswith(".gz"):  # our own reader, to keep every line before damage and say where
+        pieces = _gunzip(_slices(counted(), 64 << 10))  # 64 KiB in: at most ~64 MiB out per call (deflate)
+    else:  # zstd, lz4, snappy: the same promise, through spark_apps.damage
         from .damage import decode
 
-        return decode(method, lambda: _chunks(uri), DamagedObject)
-    return _chunks(uri)
+        pieces = decode(method, counted, DamagedObject)
+    return _guarded(pieces, counted)
+
+
+def _slices(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
+    for chunk in chunks:
+        for start in range(0, len(chunk), size):
+            yield chunk[start:start + size]
+
+
+class LongLine(bytes):
+    """A line longer than --max-line-bytes: its first bytes only (`length`: the whole line's);
+    the layouts quarantine it (`layouts.base.long_line_row`) instead of reading it."""
+
+    length: int = 0
+    KEPT = 64 << 10  # bytes of it kept for the quarantine row
+
+
+def _long_line(head: bytes, length: int) -> LongLine:
+    line = LongLine(head[:LongLine.KEPT])
+    line.length = length
+    return line
 
 
 def iter_lines(uri: str) -> Iterator[bytes]:
     """The object's lines (decompressed by extension: .gz, .zst, .lz4, .snappy), streamed,
     without line terminators. A damaged compressed object yields every complete line before
-    the damage, then raises DamagedObject."""
+    the damage, then raises DamagedObject. A line longer than --max-line-bytes comes as a
+    LongLine (its head), never held whole."""
+    limit = _SETTINGS.max_line_bytes
     pending = b""
+    skipping = 0  # inside a long line: its bytes so far (its head is `pending`)
     try:
         for piece in iter_pieces(uri):
+            if skipping:
+                end = piece.find(b"\n")
+                if end < 0:
+                    skipping += len(piece)
+                    continue
+                yield _long_line(pending, skipping + end)
+                pending, skipping, piece = b"", 0, piece[end + 1:]
             lines = (pending + piece).split(b"\n")
             pending = lines.pop()
             for line in lines:
-                yield line.rstrip(b"\r")
+                if len(line) > limit:
+                    yield _long_line(line, len(line))
+                else:
+                    yield line.rstrip(b"\r")
+            if len(pending) > limit:
+                skipping, pending = len(pending), pending[:LongLine.KEPT]
     except DamagedObject as e:
         e.partial = pending
         raise
-    if pending:
-        yield pending.rstrip(b"\r")
+    if skipping:
+        yield _long_line(pending, skipping)
+    elif pending:
+        yield pending.rstrip(b"\r") if len(pending) <= limit else _long_line(pending, len(pending))
 
 
 def open_stream(uri: str):

@@ -96,6 +96,29 @@ def test_lakehouse_tables_are_one_folder_per_name_part():
     assert lakehouse.table_location("/o", "{schema}.{table}", "../../../dbx", "t") == "/o/!2E.!2F..!2F..!2Fdbx/t"
     assert lakehouse.table_location("/o", "{schema}.{table}", "a/b", "c") != \
         lakehouse.table_location("/o", "{schema}.{table}", "a", "b/c")
+    # the manifest's key of a table: unambiguous, ordinary names as before
+    assert lakehouse.table_key("{schema}.{table}", "shop", "orders") == "shop.orders"
+    assert lakehouse.table_key("{schema}.{table}", "a.b", "c") == "a!2Eb.c"
+    assert lakehouse.table_key("{schema}.{table}", "a", "b.c") == "a.b!2Ec"
+
+
+@given(st.lists(st.tuples(st.text(max_size=12), st.text(max_size=12)), min_size=2, max_size=6, unique=True))
+@settings(max_examples=300, deadline=None)
+def test_distinct_tables_never_share_a_manifest_key(tables):
+    keys = {lakehouse.table_key("{schema}.{table}", d, t) for d, t in tables}
+    assert len(keys) == len(tables)
+
+
+@pytest.mark.spark
+def test_a_rerun_skips_only_the_tables_it_names(spark):
+    """The rerun's skip of tables already at the cut compares (database, table) pairs:
+    skipping `a.b`.`c` keeps `a`.`b.c` (a dotted `db.table` string matched both)."""
+    df = spark.createDataFrame([("a.b", "c", 1), ("a", "b.c", 2), ("shop", "orders", 3)], "database string, "
+                               "`table` string, id int")
+    kept = lakehouse.without_tables(df, {("a.b", "c")})
+    assert sorted(r.id for r in kept.collect()) == [2, 3]
+    assert sorted(r.id for r in lakehouse.without_tables(df, {("a", "b.c"), ("shop", "orders")}).collect()) == [1]
+    assert lakehouse.without_tables(df, set()) is df
 
 
 def test_display_keeps_a_name_on_one_line():
@@ -244,6 +267,16 @@ def test_lakehouse_output_with_hostile_tables(spark, hostile, fmt):
     for database, table in TABLES:  # one table each, none shared
         assert target.row_count(database, table) == 1, (database, table)
         assert target.location(database, table).startswith(output + "/")
+    # the manifest lists each table once, under a key no other table has (`a.b`.`c`, `a`.`b.c`)
+    tables = manifest["output"]["lakehouse"]
+    assert sorted((e["source_database"], e["source_table"]) for e in tables.values()) == sorted(TABLES)
+    assert tables["a!2Eb.c"]["source_database"] == "a.b" and tables["a.b!2Ec"]["source_table"] == "b.c"
+    assert tables["shop.orders"]["rows"] == 1
+    again = replay(spark, source, output, "snapshot", "--target-format", fmt)  # a rerun: every table unchanged
+    assert len(again["output"]["lakehouse"]) == len(TABLES)
+    assert all(e["unchanged"] for e in again["output"]["lakehouse"].values())
+    for database, table in TABLES:
+        assert target.row_count(database, table) == 1, (database, table)
 
 
 @pytest.mark.spark

@@ -708,15 +708,13 @@ def test_a_replay_killed_in_its_commit_is_finished_by_the_next_run(spark, two_ou
     run_id, contents = _independent_reader(output)
     assert run_id not in (old["run_id"], new["run_id"]) and contents == _contents(new)
     assert manifest_mod.read_manifest(output)["commit"]["staging"] == f"_staging/{run_id}"
-    # the killed run's lease is left: the next run is refused until its heartbeat is older than
-    # the timeout (600 s by default), then takes it over
-    with pytest.raises(ReplayError, match="is in use by another replay: run " + run_id):
-        replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
-    import time
+    # the killed run's lease is left, but its process is gone (this host): the next run takes
+    # it over at once, with the default timeout (600 s)
+    from spark_apps import lease as lease_mod
 
-    time.sleep(1.5)
-    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10", "--lease-timeout", "1"),
-                       spark=spark)
+    left = lease_mod.read(output)
+    assert left["owner"]["run_id"] == run_id and lease_mod.owner_dead(left)
+    again = replay.run(args_of(f"{root}/archive-b", output, "--max-bad-records", "10"), spark=spark)
     assert _rel(output) == sorted(["_manifest.json", *again["committed"]])
     assert _independent_reader(output) == (again["run_id"], _contents(new))
 
@@ -917,6 +915,8 @@ def test_runs_starting_together_get_the_lease_once(tmp_path, request, where):
     script = ("import sys, time; from spark_apps import lease as L\n"
               "time.sleep(max(0, float(sys.argv[3]) - time.time()))\n"
               "try:\n    l = L.Lease(sys.argv[1], sys.argv[2], 30).acquire(); print('won'); l._stop.set()\n"
+              # the winner lives on while the others ask: a dead owner's lease is taken over at once
+              "    time.sleep(max(0, float(sys.argv[3]) + 5 - time.time()))\n"
               "except L.LeaseHeld:\n    print('refused')\n")
     for stale in (False, True):
         if stale:  # a lease whose heartbeat stopped long ago
@@ -1142,34 +1142,91 @@ def test_the_lease_timeout_option_travels_with_the_request(tmp_path):
         validate(args_of(str(tmp_path / "archive"), str(tmp_path / "out"), "--lease-timeout", "0"))
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
-def test_the_lease_of_a_killed_run_is_taken_over_after_the_timeout(tmp_path, request, where):
-    """A process holding the lease is SIGKILLed (no release, no more heartbeats): until the
-    timeout its lease refuses other runs, then the next run takes it over."""
+def _killed_holder(home, run_id="killed-run", timeout=2):
+    """A real process that takes the lease of `home`, then is SIGKILLed (no release, no more
+    heartbeats); returns its pid once the kernel has reaped it."""
     import signal
     import subprocess
     import sys
-    import time
 
-    from spark_apps import lease as L
-
-    home = _lease_home(where, tmp_path, request)
     script = ("import sys, time; from spark_apps import lease as L\n"
-              "L.Lease(sys.argv[1], 'killed-run', 2).acquire(); print('held', flush=True); time.sleep(600)\n")
+              f"L.Lease(sys.argv[1], {run_id!r}, {timeout}).acquire(); print('held', flush=True); time.sleep(600)\n")
     holder = subprocess.Popen([sys.executable, "-c", script, home], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert holder.stdout.readline().strip() == "held"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
+    return holder.pid
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_lease_of_a_killed_run_on_this_host_is_taken_over_at_once(tmp_path, request, where):
+    """A process holding the lease is SIGKILLed: its lease names this host, its boot and PID
+    namespace and a pid that no longer runs, so the next run takes it over at once (an Airflow
+    retry is not refused), whatever the timeout."""
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    pid = _killed_holder(home, timeout=600)
+    doc = L.read(home)
+    assert doc["owner"]["pid"] == pid and doc["owner"]["pid_start"] and doc["owner"]["boot_id"]
+    assert L.owner_dead(doc) and "its process no longer runs" in L.describe(doc)
+    L.check_free(home, 600)  # the check before Spark lets the retry through
+    lease = L.Lease(home, "next-run", 600).acquire()
+    try:
+        assert lease.took_over["owner"]["run_id"] == "killed-run" and L.read(home)["owner"]["run_id"] == "next-run"
+    finally:
+        lease.release()
+    assert L.read(home) is None
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_lease_of_a_killed_run_on_another_host_is_taken_over_after_the_timeout(tmp_path, request, where):
+    """The same killed run's lease, as if another machine had written it (its host name
+    changed): whether that process runs cannot be known from here, so until the timeout its
+    lease refuses other runs, then the next run takes it over."""
+    import time
+
+    from spark_apps import lease as L
+
+    home = _lease_home(where, tmp_path, request)
+    _killed_holder(home)
+    doc = L.read(home)
+    doc["owner"]["host"] = "another-" + doc["owner"]["host"]
+    storage.write_bytes(storage.join(home, L.LEASE), orjson.dumps(doc))
+    assert not L.owner_dead(doc)
     with pytest.raises(L.LeaseHeld, match="killed-run"):
         L.Lease(home, "next-run", 2).acquire()
-    time.sleep(2.5)
+    time.sleep(max(0.0, doc["heartbeat"] + 2.5 - time.time()))
     lease = L.Lease(home, "next-run", 2).acquire()
     try:
         assert lease.took_over["owner"]["run_id"] == "killed-run" and L.read(home)["owner"]["run_id"] == "next-run"
     finally:
         lease.release()
     assert L.read(home) is None
+
+
+def test_a_live_owner_or_a_lease_without_proof_is_not_taken_for_dead(tmp_path):
+    """Only proof counts: a live process's lease, a lease whose pid was reused by a process
+    started at another time (dead), one of another boot or PID namespace, one written by an
+    older version without these fields (not provable: the timeout decides)."""
+    from spark_apps import lease as L
+
+    home = str(tmp_path / "out")
+    live = L.Lease(home, "live", 600).acquire()
+    try:
+        doc = L.read(home)
+        assert not L.owner_dead(doc)
+        with pytest.raises(L.LeaseHeld, match="live"):
+            L.Lease(home, "other", 600).acquire()
+        assert L.owner_dead({**doc, "owner": {**doc["owner"], "pid_start": str(int(doc["owner"]["pid_start"]) + 1)}})
+        for field in ("boot_id", "pid_ns", "host"):
+            gone = {**doc, "owner": {**doc["owner"], "pid_start": "1", field: "elsewhere"}}
+            assert not L.owner_dead(gone), field
+        older = {**doc, "owner": {k: doc["owner"][k] for k in ("host", "pid", "run_id")}}
+        assert not L.owner_dead(older)
+    finally:
+        live.release()
 
 
 def test_the_app_turns_a_fault_into_one_line_and_exit_1(tmp_path, monkeypatch, capsys):

@@ -70,6 +70,29 @@ def quarantine_row(uri, line_no, stage, reason, record=None, raw_line=None,
     return row
 
 
+def long_line_row(uri: str, line_no: int, line, coordinates: dict | None = None) -> dict:
+    """The quarantine row of a line over --max-line-bytes (a storage.LongLine: its head only;
+    the Kafka coordinates when its head still carries them)."""
+    from .. import storage
+
+    limit = storage.settings().max_line_bytes
+    coordinates = dict(coordinates or {})
+    if not coordinates and line.startswith(b'{"topic"'):  # a Kafka-record line: its coordinates come first
+        import re
+
+        found = re.match(rb'\{"topic":"((?:[^"\\]|\\.)*)","partition":(\d+),"offset":(\d+)', bytes(line[:4096]))
+        if found:
+            try:
+                coordinates = {"topic": orjson.loads(b'"' + found.group(1) + b'"'),
+                               "partition": int(found.group(2)), "offset": int(found.group(3))}
+            except orjson.JSONDecodeError:
+                coordinates = {}
+    return quarantine_row(uri, line_no, "limit", f"line {line_no} is {line.length:,} bytes, over the limit of "
+                          f"{limit:,} bytes per line (--max-line-bytes); its first {len(line):,} bytes are kept",
+                          raw_line=bytes(line), coordinates=coordinates,
+                          details={"line_bytes": line.length, "limit": limit})
+
+
 def watermark_row(uri: str, topic: str, partition: int, watermark_ts: int) -> dict:
     """A watermark the layout itself carries (not a message, so no offset: it is no record and
     makes no hole): everything of `topic`/`partition` at or below `watermark_ts` is in the archive."""

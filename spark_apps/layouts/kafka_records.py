@@ -10,7 +10,7 @@ import orjson
 from cdc_codecs.archive import ArchiveLineError, is_archive_object, parse_line
 
 from .. import storage
-from .base import LayoutError, Plan, item, quarantine_row
+from .base import LayoutError, Plan, item, long_line_row, quarantine_row
 
 NAME = "kafka-records"
 
@@ -38,6 +38,8 @@ def read(uri: str, params: dict) -> Iterator:
 def read_line(uri: str, line_no: int, line: bytes):
     """The record of one non-blank line, or its quarantine row (also for the compiled line
     reader's leftovers, spark_apps.archive_io)."""
+    if isinstance(line, storage.LongLine):
+        return long_line_row(uri, line_no, line)
     try:
         return parse_line(line, uri)
     except ArchiveLineError as e:

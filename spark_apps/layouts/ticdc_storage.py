@@ -51,7 +51,7 @@ from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
 from ..contract import Kind
-from .base import LayoutError, Plan, ddl_row, item, watermark_row
+from .base import LayoutError, Plan, ddl_row, item, long_line_row, watermark_row
 
 NAME = "ticdc-storage"
 METADATA = "metadata"
@@ -336,6 +336,10 @@ def read(uri: str, params: dict) -> Iterator:
         headers, lines = (), storage.iter_lines(uri)
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
+            continue
+        if isinstance(line, storage.LongLine):
+            yield long_line_row(uri, line_no, line, {"topic": params["topic"], "partition": 0,
+                                                      "offset": offset(params["file"], line_no)})
             continue
         yield line_record(uri, params, line_no, line, headers), line_no
 

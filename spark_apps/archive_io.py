@@ -340,6 +340,7 @@ def _native_lines_object(native, codec, uri: str, plain, read_line) -> Iterator[
         nonlocal counted, line_no, last
         counted += 1
         n = counted
+        native.python_records += 1  # a record the compiled decoder did not take (the decoder report counts it)
         if length > max_line:
             head = storage.LongLine(bytes(line[:storage.LongLine.KEPT]))
             head.length = length

@@ -365,6 +365,12 @@ def check(args) -> None:
         raise RequestError("--target-partitions", "--target-partitions must be at least 1")
     if args.max_bad_records < 0:
         raise RequestError("--max-bad-records", "--max-bad-records must be 0 or more")
+    for name in ("max_columns", "max_rows", "max_inflate_ratio", "max_line_bytes"):
+        if getattr(args, name, 1) < 1:
+            option = f"--{name.replace('_', '-')}"
+            raise RequestError(option, f"{option} must be at least 1")
+    if getattr(args, "lease_timeout", None) is not None and not args.lease_timeout > 0:
+        raise RequestError("--lease-timeout", "--lease-timeout must be more than 0 seconds")
     for name in ("as_of", "until", "since"):
         value = getattr(args, name)
         if value is not None and value != LAST_CUT and (not isinstance(value, int) or value < 0):

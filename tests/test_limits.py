@@ -6,6 +6,7 @@ here as TiCDC writes canal-json (with the TiDB extension) and as our archive lay
 
 from __future__ import annotations
 
+import base64
 import gzip
 import os
 import time
@@ -227,3 +228,27 @@ def test_a_replay_quarantines_what_is_beyond_the_limits_and_completes(spark, tmp
     assert got == [(2, "limit", "canal-json", "canal-json: columns in a row image 21, over the limit of 20 "
                                               "(--max-columns)"),
                    (4, "limit", "canal-json", "canal-json: rows in the message 31, over the limit of 30 (--max-rows)")]
+
+
+def test_a_kafka_connect_s3_json_line_beyond_the_limit_is_quarantined_by_the_limits_name(tmp_path, limits):
+    """The Kafka Connect S3 sink's JSON format (one Jackson value per line, ByteArrayConverter
+    bytes as base64): a line over --max-line-bytes is one quarantine row naming the limit, with
+    the record's topic, partition and offset (the file's first offset + its place); the records
+    around it keep their offsets and their keys."""
+    from spark_apps import layouts
+
+    limits(max_line_bytes=20_000)
+    values = [canal(3, 1), canal(3, 1, 5), canal(3, 1, 9)]
+    values[1] = values[1] + b" " * 40_000  # a JSON document padded past the limit
+    folder = tmp_path / "topics" / "cdc.shop" / "partition=3"
+    folder.mkdir(parents=True)
+    (folder / "cdc.shop+3+0000000040.json").write_bytes(
+        b"".join(orjson.dumps(base64.b64encode(v).decode()) + b"\n" for v in values))
+    plan = layouts.plan(str(tmp_path), "kafka-connect-s3", protocol="canal-json")
+    (it,) = plan.items
+    got = list(layouts.read(it.uri, it.params))
+    records = [g for g in got if isinstance(g, tuple)]
+    (q,) = [g for g in got if isinstance(g, dict)]
+    assert [(r.offset, r.value) for r, _ in records] == [(40, values[0]), (42, values[2])]
+    assert (q["topic"], q["partition"], q["offset"], q["error_stage"]) == ("cdc.shop", 3, 41, "limit")
+    assert "over the limit of 20,000 bytes per line (--max-line-bytes)" in q["error"]

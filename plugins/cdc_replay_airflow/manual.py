@@ -153,6 +153,27 @@ PARAMS["spark_conf"] = Param({}, type=["null", "object"], additionalProperties={
                              "YARN queue, Kubernetes namespace (the rest is the deployment's: "
                              "CDC_REPLAY_SPARK_CONF)", section="Spark")
 
+# limits per message and object, and the output lease (docs/reliability.md), after the output's
+_LIMIT = "Limits (defaults suit most archives)"
+PARAMS["max_columns"] = Param(4096, type=["null", "integer"], minimum=1, title="Columns per row image",
+                              description="a message with a row image of more columns is quarantined (stage limit)",
+                              section=_LIMIT)
+PARAMS["max_rows"] = Param(100_000, type=["null", "integer"], minimum=1, title="Rows per message",
+                           description="a message with more row events is quarantined (stage limit)",
+                           section=_LIMIT)
+PARAMS["max_inflate_ratio"] = Param(100.0, type=["null", "number"], minimum=1, title="Decompression ratio",
+                                    description="an object that inflates beyond this times its stored size "
+                                                "(at least 16 MiB) stops there; the lines before it are kept",
+                                    section=_LIMIT)
+PARAMS["max_line_bytes"] = Param(64 << 20, type=["null", "integer"], minimum=1, title="Line length (bytes)",
+                                 description="a longer line of an archive object is quarantined (stage limit)",
+                                 section=_LIMIT)
+PARAMS["lease_timeout"] = Param(None, type=["null", "number"], minimum=1, title="Lease timeout (seconds)",
+                                description="a run on another host holding the output's lease longer than "
+                                            "this without a heartbeat is taken over (empty: the default, "
+                                            "docs/reliability.md); a dead run on this host is taken over at once",
+                                section=_LIMIT)
+
 # the form: what everyone fills first (source, layout, protocol, ...); the Kafka-only fields
 # (a kafka:// source or output) in their own section after the output's
 for _name in ("kafka_connection", "starting_offsets", "ending_offsets"):

@@ -21,6 +21,7 @@ FIELDS = (
     "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
     "dispatcher", "output", "max_bad_records", "layout", "target_table", "catalog",
     "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri", "spark_conf",
+    "max_columns", "max_rows", "max_inflate_ratio", "max_line_bytes", "lease_timeout",
 )
 # the Spark settings a run's request may set (its resources): what a form user may change
 # without changing what runs or where (no spark.pyspark.python, Java options, jars or
@@ -77,6 +78,12 @@ class ReplayRequest:
     target_table: str = "{schema}.{table}"  # delta/iceberg: the table name template
     catalog: tuple = ()  # iceberg: catalog properties ((key, value), ...)
     spark_conf: tuple = ()  # this run's Spark resources ((key, value), ...; SPARK_CONF_ALLOWED)
+    # limits per message and object (docs/reliability.md "Limits"), and the output lease's timeout
+    max_columns: int = 4096
+    max_rows: int = 100_000
+    max_inflate_ratio: float = 100.0
+    max_line_bytes: int = 64 << 20
+    lease_timeout: float | None = None
 
     @property
     def kafka_source(self) -> bool:
@@ -209,6 +216,18 @@ def _int(field: str, value: Any, default: int | None) -> int | None:
     return value
 
 
+def _number(field: str, value: Any, default: float | None) -> float | None:
+    """A number (or its text); its range is the contract's rule."""
+    if value in (None, ""):
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        try:
+            value = float(str(value).strip())
+        except ValueError:
+            raise RequestError(field, f"{value!r} is not a number") from None
+    return float(value)
+
+
 def _tables(value: Any) -> tuple:
     if value in (None, "", []):
         return ()
@@ -233,7 +252,9 @@ FIELD_OF_OPTION = {
     "--target-partitions": "target_partitions", "--dispatcher": "dispatcher", "--output": "output",
     "--max-bad-records": "max_bad_records", "--layout": "layout", "--target-table": "target_table",
     "--catalog": "catalog", "--starting-offsets": "starting_offsets", "--ending-offsets": "ending_offsets",
-    "--manifest-uri": "manifest_uri",
+    "--manifest-uri": "manifest_uri", "--max-columns": "max_columns", "--max-rows": "max_rows",
+    "--max-inflate-ratio": "max_inflate_ratio", "--max-line-bytes": "max_line_bytes",
+    "--lease-timeout": "lease_timeout",
 }
 # a form's kafka:// request names no servers (they come from the connection): its rules are
 # checked with these in their place
@@ -301,6 +322,11 @@ def parse_request(conf: Mapping[str, Any]) -> ReplayRequest:
         kafka_connection=kafka_connection, manifest_uri=_uri("manifest_uri", conf.get("manifest_uri"), required=False),
         catalog=_options("catalog", conf.get("catalog")),
         spark_conf=_spark_conf(conf.get("spark_conf")),
+        max_columns=_int("max_columns", conf.get("max_columns"), ReplayRequest.max_columns),
+        max_rows=_int("max_rows", conf.get("max_rows"), ReplayRequest.max_rows),
+        max_inflate_ratio=_number("max_inflate_ratio", conf.get("max_inflate_ratio"), ReplayRequest.max_inflate_ratio),
+        max_line_bytes=_int("max_line_bytes", conf.get("max_line_bytes"), ReplayRequest.max_line_bytes),
+        lease_timeout=_number("lease_timeout", conf.get("lease_timeout"), None),
     )
     try:
         contract.check(app_args(request.with_kafka_servers(PLACEHOLDER_SERVERS)))
@@ -352,7 +378,9 @@ def app_args(request: ReplayRequest, *, run_id: str | None = None, spark_conf: t
         master="local[*]", spark_conf=list(spark_conf), run_id=run_id, layout=request.layout,
         target_table=request.target_table, catalog=[f"{k}={v}" for k, v in request.catalog],
         starting_offsets=request.starting_offsets, ending_offsets=request.ending_offsets,
-        manifest_uri=request.manifest_uri,
+        manifest_uri=request.manifest_uri, max_columns=request.max_columns, max_rows=request.max_rows,
+        max_inflate_ratio=request.max_inflate_ratio, max_line_bytes=request.max_line_bytes,
+        lease_timeout=request.lease_timeout,
     )
 
 

@@ -37,7 +37,7 @@ import orjson
 from cdc_codecs.base import KafkaRecord
 
 from .. import storage
-from .base import LayoutError, Plan, item
+from .base import LayoutError, Plan, item, long_line_row
 
 NAME = "kafka-connect-s3"
 OPTIONS = ("format.bytearray.separator",)
@@ -192,7 +192,9 @@ def _values(uri: str, params: dict) -> Iterator:
             yield _as_bytes(value)
     elif fmt == "json":
         for line in storage.iter_lines(uri):
-            if line.strip():
+            if isinstance(line, storage.LongLine):  # over --max-line-bytes: its head only, said by read()
+                yield line
+            elif line.strip():
                 yield _json_value(line)
     else:
         separator = params["separator"].encode("utf-8")
@@ -217,5 +219,10 @@ def read(uri: str, params: dict) -> Iterator:
         return
     keys, headers = _companion(params["keys"]), _companion(params["headers"])
     for position, value in enumerate(_values(uri, params)):
-        yield KafkaRecord(topic, partition, start + position, None, _key(next(keys)), value,
-                          _header_entry(next(headers)), uri), position + 1
+        key, header = next(keys), next(headers)  # read in step with the values, also past a quarantined one
+        if isinstance(value, storage.LongLine):
+            yield long_line_row(uri, position + 1, value,
+                                {"topic": topic, "partition": partition, "offset": start + position})
+            continue
+        yield KafkaRecord(topic, partition, start + position, None, _key(key), value,
+                          _header_entry(header), uri), position + 1

@@ -101,6 +101,12 @@ def test_the_arguments_parse_with_the_apps_parser():
     ({"spark_conf": {"spark.pyspark.python": "/bin/sh"}}, "spark_conf", "is not a Spark resource setting"),
     ({"spark_conf": {"spark.driver.extraJavaOptions": "-Dx=1"}}, "spark_conf", "others go in $CDC_REPLAY_SPARK_CONF"),
     ({"spark_conf": {"spark.executor.memory": "8g --jars x"}}, "spark_conf", "the value must be one word"),
+    ({"max_columns": 0}, "max_columns", "--max-columns must be at least 1"),
+    ({"max_rows": "many"}, "max_rows", "is not an integer"),
+    ({"max_inflate_ratio": 0.5}, "max_inflate_ratio", "--max-inflate-ratio must be at least 1"),
+    ({"max_line_bytes": -1}, "max_line_bytes", "--max-line-bytes must be at least 1"),
+    ({"lease_timeout": 0}, "lease_timeout", "--lease-timeout must be more than 0 seconds"),
+    ({"lease_timeout": "soon"}, "lease_timeout", "is not a number"),
 ])
 def test_bad_fields_are_named(change, field, words):
     with pytest.raises(RequestError) as e:
@@ -225,3 +231,18 @@ def test_lakehouse_fields_table_name_catalog_and_window():
         parse_request({**GOOD, "target_format": "delta", "target_table": "{table}"})
     with pytest.raises(RequestError, match="^since: a snapshot of a window needs --base-snapshot"):
         parse_request({**GOOD, "since": 5})
+
+
+def test_the_limits_and_the_lease_timeout_reach_the_app_and_defaults_are_not_repeated():
+    """The form's limit fields (docs/reliability.md "Limits") become the app's options, read back
+    by the app's own parser; left at their defaults they add no argument."""
+    from spark_apps.options import ReplayArgs, parser
+
+    plain = replay_arguments(parse_request(GOOD))
+    assert not [a for a in plain if a.startswith(("--max-columns", "--max-rows", "--max-inflate", "--max-line",
+                                                   "--lease"))]
+    request = parse_request({**GOOD, "max_columns": 64, "max_rows": "500", "max_inflate_ratio": 20,
+                             "max_line_bytes": 1 << 20, "lease_timeout": "90"})
+    args = ReplayArgs.from_namespace(parser().parse_args(["--master", "local[1]", *replay_arguments(request)]))
+    assert (args.max_columns, args.max_rows, args.max_inflate_ratio, args.max_line_bytes, args.lease_timeout) == (
+        64, 500, 20.0, 1 << 20, 90.0)

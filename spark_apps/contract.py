@@ -366,9 +366,10 @@ def check(args) -> None:
     if args.max_bad_records < 0:
         raise RequestError("--max-bad-records", "--max-bad-records must be 0 or more")
     for name in ("max_columns", "max_rows", "max_inflate_ratio", "max_line_bytes"):
-        if getattr(args, name, 1) < 1:
+        value = getattr(args, name, 1)
+        if value < 1:
             option = f"--{name.replace('_', '-')}"
-            raise RequestError(option, f"{option} must be at least 1")
+            raise RequestError(option, f"{option} must be at least 1, got {value:g}")
     if getattr(args, "lease_timeout", None) is not None and not args.lease_timeout > 0:
         raise RequestError("--lease-timeout", "--lease-timeout must be more than 0 seconds")
     for name in ("as_of", "until", "since"):

@@ -371,7 +371,8 @@ def check(args) -> None:
             option = f"--{name.replace('_', '-')}"
             raise RequestError(option, f"{option} must be at least 1, got {value:g}")
     if getattr(args, "lease_timeout", None) is not None and not args.lease_timeout > 0:
-        raise RequestError("--lease-timeout", "--lease-timeout must be more than 0 seconds")
+        raise RequestError("--lease-timeout", f"--lease-timeout: the lease timeout must be more than 0 seconds, "
+                                              f"got {args.lease_timeout:g}")
     for name in ("as_of", "until", "since"):
         value = getattr(args, name)
         if value is not None and value != LAST_CUT and (not isinstance(value, int) or value < 0):

@@ -105,7 +105,7 @@ def test_the_arguments_parse_with_the_apps_parser():
     ({"max_rows": "many"}, "max_rows", "is not an integer"),
     ({"max_inflate_ratio": 0.5}, "max_inflate_ratio", "--max-inflate-ratio must be at least 1"),
     ({"max_line_bytes": -1}, "max_line_bytes", "--max-line-bytes must be at least 1"),
-    ({"lease_timeout": 0}, "lease_timeout", "--lease-timeout must be more than 0 seconds"),
+    ({"lease_timeout": 0}, "lease_timeout", "the lease timeout must be more than 0 seconds"),
     ({"lease_timeout": "soon"}, "lease_timeout", "is not a number"),
 ])
 def test_bad_fields_are_named(change, field, words):

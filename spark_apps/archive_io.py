@@ -332,7 +332,7 @@ def _native_lines_object(native, codec, uri: str, plain, read_line) -> Iterator[
             yield native_decode.merge(events, idx, python, python_idx)
 
     max_line = storage.settings().max_line_bytes
-    big = max(limits.BIG_VALUE, 64 * storage.settings().max_columns)
+    big = limits.big_value_bytes()
 
     def one_line(line, length: int):
         """A line the compiled decoder is not given: over --max-line-bytes (quarantined, only
@@ -499,7 +499,8 @@ def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]
         "object": pa.array([r.object for r, _ in records], pa.string()),
         "line": pa.array([line for _, line in records], pa.int64()),
     }
-    big = [limits.too_big(r.value) for r, _ in records]  # to the Python codec, not the compiled decoder
+    big_bytes = limits.big_value_bytes()  # longer values go to the Python codec, not the compiled decoder
+    big = [r.value is not None and len(r.value) > big_bytes for r, _ in records]
     events, idx, fallback = native.decode(pa.array([b"" if b else r.value for b, (r, _) in zip(big, records)],
                                                    pa.binary()), source,
                                           pa.array([r.key for r, _ in records], pa.binary()))

@@ -6,7 +6,7 @@ A message beyond a limit becomes one quarantine row (stage `limit`, naming the o
 topic/partition/offset, protocol, the count and the option) instead of its events, so no
 later stage holds a million columns or rows of one message. Two guards:
 
-* before the decode, `too_big(value)`: a value longer than `BIG_VALUE` bytes (or than 64 bytes
+* before the decode, `big_value_bytes()`: a value longer than `BIG_VALUE` bytes (or than 64 bytes
   per allowed column) is not given to the compiled decoder (whose cost grows faster than the
   column count) but to the Python codec, after `message_problem` has counted a JSON message's
   rows and columns from its parsed structure (one orjson parse, no decode);
@@ -28,9 +28,9 @@ STAGE = "limit"
 BIG_VALUE = 256 << 10  # bytes: a value above this (and above 64 bytes a column) goes to the Python codec
 
 
-def too_big(value: bytes | None) -> bool:
-    """Whether the compiled decoder should leave this value to the Python path (and its count)."""
-    return value is not None and len(value) > max(BIG_VALUE, 64 * storage.settings().max_columns)
+def big_value_bytes() -> int:
+    """Values longer than this are left by the compiled decoder to the Python path (and its count)."""
+    return max(BIG_VALUE, 64 * storage.settings().max_columns)
 
 
 def _reason(what: str, count: int, limit: int, option: str, protocol: str) -> str:

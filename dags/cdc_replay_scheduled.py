@@ -151,26 +151,14 @@ def cdc_replay_scheduled():
 
     @task(outlets=[AssetAlias(ALIAS)], show_return_value_in_logs=False)
     def publish(planned: dict, staged: dict, metrics: dict) -> dict:
-        from airflow.sdk import Asset
-
         from cdc_replay_airflow import tasks
         from cdc_replay_airflow.hooks.archive import ArchiveHook
         from cdc_replay_airflow.metrics import METRICS_KEY
 
         context = get_current_context()
         published = tasks.publish(ArchiveHook(), staged, metrics)
-        base = planned["output_base"].rstrip("/")
-        extra = {**tasks.asset_extra(published), "interval": planned["interval"]}
-        output = published["output"]
-        if output.startswith("kafka://"):  # one asset per topic produced into, as kafka://servers/topic
-            outputs = [f"{output}/{topic}" for topic in sorted({p["topic"] for p in published.get("produced") or []})]
-        else:
-            outputs = [base, output]  # the series, and this interval's output
-        for uri in outputs:
-            asset = Asset(uri if uri.startswith(("s3://", "kafka://")) else f"file://{uri}")
-            context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=extra)
-        for uri, table_extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
-            context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=table_extra)
+        tasks.emit_assets(context["outlet_events"], ALIAS, published, series=planned["output_base"].rstrip("/"),
+                          interval=planned["interval"])
         context["ti"].xcom_push(METRICS_KEY, published)
         return published
 

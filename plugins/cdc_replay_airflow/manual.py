@@ -243,24 +243,13 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
 
         @task(outlets=[AssetAlias(ALIAS)], show_return_value_in_logs=False)
         def publish(plan: dict, metrics: dict) -> dict:
-            from airflow.sdk import Asset
-
             from cdc_replay_airflow import tasks
             from cdc_replay_airflow.hooks.archive import ArchiveHook
             from cdc_replay_airflow.metrics import METRICS_KEY
 
             context = get_current_context()
             published = tasks.publish(ArchiveHook(), plan, metrics)
-            output = published["output"]
-            if output.startswith("kafka://"):  # one asset per topic produced into, as kafka://servers/topic
-                for topic in sorted({p["topic"] for p in published.get("produced") or []}):
-                    context["outlet_events"][AssetAlias(ALIAS)].add(Asset(f"{output}/{topic}"),
-                                                                     extra=tasks.asset_extra(published))
-            else:
-                asset = Asset(output if output.startswith("s3://") else f"file://{output}")
-                context["outlet_events"][AssetAlias(ALIAS)].add(asset, extra=tasks.asset_extra(published))
-            for uri, extra in tasks.table_assets(published):  # delta/iceberg: one asset per table
-                context["outlet_events"][AssetAlias(ALIAS)].add(Asset(uri), extra=extra)
+            tasks.emit_assets(context["outlet_events"], ALIAS, published)
             context["ti"].xcom_push(METRICS_KEY, published)
             return published
 

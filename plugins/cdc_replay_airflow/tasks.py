@@ -611,6 +611,31 @@ def table_assets(metrics: dict) -> list[tuple[str, dict[str, Any]]]:
     return assets
 
 
+def output_assets(published: dict, *, series: str | None = None,
+                  interval: list | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Every asset event a published run emits, as (uri, extra), for both DAGs: a Kafka output one
+    per topic produced into (kafka://servers/topic); else the output (s3:// or file://), after the
+    series it belongs to when a scheduled interval gives one; then Delta/Iceberg's tables
+    (table_assets). The scheduled DAG adds its data `interval` to the extra."""
+    extra = {**asset_extra(published), **({"interval": interval} if interval is not None else {})}
+    output = published["output"]
+    if output.startswith("kafka://"):
+        uris = [f"{output}/{topic}" for topic in sorted({p["topic"] for p in published.get("produced") or []})]
+    else:
+        uris = ([series] if series else []) + [output]
+    uris = [uri if uri.startswith(("s3://", "kafka://")) else f"file://{uri}" for uri in uris]
+    return [(uri, extra) for uri in uris] + table_assets(published)
+
+
+def emit_assets(outlet_events, alias: str, published: dict, **where) -> None:
+    """Add output_assets(published, **where) to the task's events for the asset alias."""
+    from airflow.sdk import Asset, AssetAlias
+
+    events = outlet_events[AssetAlias(alias)]
+    for uri, extra in output_assets(published, **where):
+        events.add(Asset(uri), extra=extra)
+
+
 def asset_extra(metrics: dict) -> dict[str, Any]:
     """A small summary for the asset event (shown in the Assets view)."""
     c = metrics["counts"]

@@ -122,6 +122,18 @@ def test_lakehouse_tables_become_one_asset_each():
     assert table_assets(m) == [("s3://lake/out/shop/customers", {
         "table": "shop.customers", "version": 3, "cut_commit_ts": tso(9000), "rows": 40, "dropped": False,
         "run_id": "manual__1"})]  # the unchanged table (a rerun of its cut) is no new event
+    # both DAGs' publish: the output (and, for a scheduled interval, its series first), then the tables
+    from cdc_replay_airflow.tasks import asset_extra, output_assets
+
+    local = {**m, "output": "/lake/out"}
+    assert output_assets(local) == [("file:///lake/out", asset_extra(local))] + table_assets(m)
+    interval = ["2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"]
+    scheduled = output_assets(local, series="s3://lake/series", interval=interval)
+    assert [uri for uri, _ in scheduled] == ["s3://lake/series", "file:///lake/out", "s3://lake/out/shop/customers"]
+    assert scheduled[0][1] == scheduled[1][1] == {**asset_extra(local), "interval": interval}
+    kafka = {**m, "output": "kafka://k1:9092", "produced": [{"topic": "b"}, {"topic": "a"}, {"topic": "b"}]}
+    assert [uri for uri, _ in output_assets(kafka, series="ignored")] == [
+        "kafka://k1:9092/a", "kafka://k1:9092/b", "s3://lake/out/shop/customers"]
     html = render_page([{"dag_id": "cdc_replay_manual", "run_id": "manual__1", "state": "success",
                          "metrics": m}], prefix="/cdc-replay")
     for text in ("s3://lake/out/shop/customers", "/lake/out/shop/orders", f"{tso(9000):,}", "unchanged (same cut)",

@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 
 from cdc_codecs import encode_records, get_codec, protocols  # noqa: E402
 from cdc_codecs.events import ColumnFlag, Kind, Op, column, new_event  # noqa: E402
+from cdc_codecs.tso import physical_ms  # noqa: E402
 
 REGISTRY = "<registry>"
 # (label, protocol, options): canal-json first, the baseline
@@ -100,7 +101,7 @@ def events(n: int, seed: int = 1) -> list[dict]:
             key = live[rng.randrange(len(live))]
             before = with_labels(image(rng, key))
             after = with_labels(image(rng, key)) if op == Op.UPDATE else None
-        out.append(new_event(Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts >> 18, database="shop",
+        out.append(new_event(Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=physical_ms(ts), database="shop",
                              table="orders", key_columns=["id"], before=before, after=after))
     return out
 

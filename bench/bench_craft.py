@@ -20,6 +20,7 @@ import time
 from cdc_codecs import KafkaRecord, craft, decode_record, get_codec
 from cdc_codecs.events import ColumnFlag, Kind, Op, column, new_event
 from cdc_codecs.mysql_types import parse_type
+from cdc_codecs.tso import physical_ms
 
 PK = ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY
 
@@ -47,7 +48,7 @@ def events(n: int) -> list[dict]:
     for i in range(n):
         ts = (1 << 60) + i
         out.append(new_event(
-            Kind.ROW, op=Op.UPDATE, commit_ts=ts, execute_ts_ms=ts >> 18, database="shop",
+            Kind.ROW, op=Op.UPDATE, commit_ts=ts, execute_ts_ms=physical_ms(ts), database="shop",
             table="orders", key_columns=["id"], before=image(rng, i), after=image(rng, i),
         ))
     return out

@@ -26,6 +26,7 @@ import pyarrow as pa  # noqa: E402
 
 from cdc_codecs.archive import format_record, object_name  # noqa: E402
 from cdc_codecs.base import KafkaRecord  # noqa: E402
+from cdc_codecs.tso import compose  # noqa: E402
 from spark_apps import archive_io, native_decode, storage  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def canal(columns: int, rows: int) -> bytes:
         "id": 0, "database": "db", "table": "t", "pkNames": ["c0"], "isDdl": False, "type": "INSERT",
         "es": 1767225600000, "ts": 1767225600001, "sql": "", "sqlType": {n: 4 for n in names},
         "mysqlType": {n: "int" for n in names}, "old": None,
-        "data": [{n: str(r) for n in names} for r in range(rows)], "_tidb": {"commitTs": 1_000 << 18}})
+        "data": [{n: str(r) for n in names} for r in range(rows)], "_tidb": {"commitTs": compose(1_000)}})
 
 
 def write(folder: str, name: str, pieces: list[bytes]) -> str:

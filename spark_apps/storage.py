@@ -3,10 +3,13 @@
 S3 goes through boto3 (no hadoop-aws jar exists here, and executors need nothing but Python):
 the endpoint comes from `AWS_ENDPOINT_URL` and credentials from the usual AWS variables, so a
 loopback moto server or MinIO works the same as AWS. Every function takes full URIs.
+The Airflow tasks use these same functions with the client their hook builds from an Airflow
+connection (`using`); no other module lists, tests, reads, writes or deletes objects.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import io
 import logging
@@ -14,8 +17,10 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from .contract import join, overlaps  # noqa: F401  (the naming rules are the contract's)
@@ -83,6 +88,9 @@ def configure(read_settings: ReadSettings) -> None:
 class ObjectInfo:
     uri: str
     size: int
+    # when the object was last written (S3 LastModified, a file's mtime), as listings give it;
+    # the Airflow DAGs select an interval's archive objects by it when the path holds no time
+    modified: dt.datetime | None = field(default=None, compare=False)
 
 
 def is_s3(uri: str) -> bool:
@@ -105,10 +113,29 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.lstrip("/")
 
 
+_GIVEN_CLIENT: ContextVar[Callable | None] = ContextVar("cdc_replay_s3_client", default=None)
+
+
+@contextmanager
+def using(client_factory: Callable):
+    """Inside this block (this thread or task only) S3 is reached through the client that
+    `client_factory()` returns instead of the one from the AWS variables: the Airflow hook's,
+    built from its connection. The factory is called on the first S3 request only, so local
+    paths never build a client."""
+    token = _GIVEN_CLIENT.set(client_factory)
+    try:
+        yield
+    finally:
+        _GIVEN_CLIENT.reset(token)
+
+
 def s3_client():
-    """One boto3 client per process and endpoint (creating one costs ~50 ms). botocore
-    retries each request (503 SlowDown and other throttling, 5xx, connection errors before
-    the response) with exponential backoff, as `settings()` says."""
+    """The client `using` gave, else one boto3 client per process and endpoint (creating one
+    costs ~50 ms). botocore retries each request (503 SlowDown and other throttling, 5xx,
+    connection errors before the response) with exponential backoff, as `settings()` says."""
+    given = _GIVEN_CLIENT.get()
+    if given is not None:
+        return given()
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
     client = _S3_CLIENTS.get(endpoint)
     if client is None:
@@ -173,16 +200,20 @@ def list_objects(prefix: str) -> list[ObjectInfo]:
         found = []
         for page in paginator.paginate(Bucket=bucket, Prefix=key_prefix):
             for item in page.get("Contents", ()):
-                found.append(ObjectInfo(f"s3://{bucket}/{item['Key']}", item["Size"]))
+                found.append(ObjectInfo(f"s3://{bucket}/{item['Key']}", item["Size"], item.get("LastModified")))
         return sorted(found, key=lambda o: o.uri)
     if os.path.isfile(prefix):
-        return [ObjectInfo(prefix, os.path.getsize(prefix))]
+        return [_local_info(prefix)]
     found = []
     for root, _dirs, files in os.walk(prefix):
         for name in files:
-            path = os.path.join(root, name)
-            found.append(ObjectInfo(path, os.path.getsize(path)))
+            found.append(_local_info(os.path.join(root, name)))
     return sorted(found, key=lambda o: o.uri)
+
+
+def _local_info(path: str) -> ObjectInfo:
+    stat = os.stat(path)
+    return ObjectInfo(path, stat.st_size, dt.datetime.fromtimestamp(stat.st_mtime, dt.timezone.utc))
 
 
 def total_size(prefix: str, stop_above: int | None = None) -> int:
@@ -576,10 +607,13 @@ def _stream_chunks(stream) -> Iterator[bytes]:
         stream.close()
 
 
-def write_bytes(uri: str, data: bytes) -> None:
+def write_bytes(uri: str, data: bytes, content_type: str | None = None) -> None:
+    """One object in one PUT (locally: a temporary file renamed over it); `content_type` is
+    the S3 object's Content-Type (S3's default when None)."""
     if is_s3(uri):
         bucket, key = _split_s3(uri)
-        s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+        typed = {"ContentType": content_type} if content_type else {}
+        s3_client().put_object(Bucket=bucket, Key=key, Body=data, **typed)
         return
     os.makedirs(os.path.dirname(uri), exist_ok=True)
     tmp = f"{uri}.tmp-{os.getpid()}"
@@ -618,6 +652,8 @@ def copy(src: str, dst: str) -> None:
         s3_client().copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
         return
     os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        return  # already linked (a commit or carry-forward run again): renaming a link onto it would do nothing
     tmp = f"{dst}.tmp-{os.getpid()}"
     try:
         os.link(src, tmp)
@@ -634,22 +670,38 @@ def delete(uri: str) -> None:
         os.remove(uri)
 
 
-def delete_prefix(prefix: str) -> None:
+def delete_prefix(prefix: str) -> int:
+    """Delete every object below `prefix` (S3: 1,000 keys per request); returns how many."""
     prefix = normalize(prefix)
     if is_s3(prefix):
-        for info in list_objects(prefix):
-            delete(info.uri)
-    elif os.path.isdir(prefix):
+        objects = list_objects(prefix)
+        bucket, _ = _split_s3(prefix)
+        for start in range(0, len(objects), 1000):
+            keys = [{"Key": _split_s3(o.uri)[1]} for o in objects[start:start + 1000]]
+            errors = s3_client().delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True}).get("Errors")
+            if errors:  # a key S3 did not delete is no success
+                first = errors[0]
+                raise OSError(f"s3://{bucket}/{first.get('Key')}: not deleted ({first.get('Code')}: "
+                              f"{first.get('Message')}; {len(errors)} keys failed)")
+        return len(objects)
+    if os.path.isdir(prefix):
+        count = sum(len(files) for _root, _dirs, files in os.walk(prefix))
         shutil.rmtree(prefix)
+        return count
+    return 0
 
 
 def exists(uri: str) -> bool:
+    """Whether the object exists. On S3 any answer to the HEAD that is an error (404, or 403
+    without list permission) means no; a request that gets no answer raises."""
     if is_s3(uri):
+        import botocore.exceptions as bx
+
         bucket, key = _split_s3(uri)
         try:
             s3_client().head_object(Bucket=bucket, Key=key)
             return True
-        except Exception:
+        except bx.ClientError:
             return False
     return os.path.exists(uri)
 

@@ -1,5 +1,8 @@
 """ArchiveHook: the CDC archive and the replay outputs in object storage, through boto3.
 
+The hook only builds the client (credentials and endpoint from the Airflow connection); every
+object operation is spark_apps.storage's, the Spark app's own, run with that client (`using`).
+
 Credentials come from an Airflow connection of type `aws` (default `aws_default`), read the way
 the Amazon provider reads them: login = access key id, password = secret access key, extra
 `region_name`, `endpoint_url` (MinIO, a loopback S3 server; also accepted under
@@ -15,24 +18,14 @@ read; boto3's own chain (environment, instance role) covers those deployments (d
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
-import shutil
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook
+from spark_apps import storage
 
 from cdc_replay_airflow.window import ArchiveObject
-
-
-def _split(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"{uri!r} is not s3://bucket/key")
-    return parsed.netloc, parsed.path.lstrip("/")
 
 
 def _mask(value: str | None) -> None:
@@ -122,37 +115,25 @@ class ArchiveHook(BaseHook):
                 f"region {s['region_name'] or 'default'}, "
                 f"{'key from the connection' if s['aws_access_key_id'] else 'default credential chain'}")
 
-    # -- objects ---------------------------------------------------------------------------
+    # -- objects: spark_apps.storage's functions, through this hook's client ---------------
+
+    def using(self):
+        """A block in which spark_apps.storage reaches S3 through this hook's client (built on
+        the first S3 request only: local paths never read the connection)."""
+        return storage.using(self.get_conn)
 
     def list_objects(self, prefix: str) -> list[ArchiveObject]:
-        """Every object below `prefix` (recursively), sorted by URI."""
-        prefix = prefix.rstrip("/")
-        if not prefix.startswith("s3://"):
-            found = []
-            for root, _dirs, files in os.walk(prefix):
-                for name in files:
-                    path = os.path.join(root, name)
-                    stat = os.stat(path)
-                    found.append(ArchiveObject(path, stat.st_size,
-                                               dt.datetime.fromtimestamp(stat.st_mtime, dt.timezone.utc)))
-            return sorted(found, key=lambda o: o.uri)
-        bucket, key = _split(prefix)
-        found = []
-        for page in self.get_conn().get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=f"{key}/" if key else ""):
-            for item in page.get("Contents", ()):
-                found.append(ArchiveObject(f"s3://{bucket}/{item['Key']}", item["Size"], item["LastModified"]))
-        return sorted(found, key=lambda o: o.uri)
+        """Every object below `prefix` (recursively), sorted by URI, with its last-modified
+        time; a local file is not below itself (as an S3 key is not)."""
+        with self.using():
+            listed = storage.list_objects(prefix)
+        prefix = storage.normalize(prefix)
+        return [ArchiveObject(o.uri, o.size, o.modified) for o in listed if o.uri != prefix]
 
     def copy(self, src: str, dst: str) -> None:
         """Copy one object (server-side on S3: no bytes pass through this worker)."""
-        if src.startswith("s3://"):
-            sb, sk = _split(src)
-            db, dk = _split(dst)
-            self.get_conn().copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
-            return
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(src, dst)
+        with self.using():
+            storage.copy(src, dst)
 
     def copy_all(self, pairs: list[tuple[str, str, int]], progress: Callable[[int, int, int], None]) -> None:
         """Copy (src, dst, size) pairs, reporting (done, total, bytes done) as it goes."""
@@ -163,11 +144,8 @@ class ArchiveHook(BaseHook):
             progress(i, len(pairs), done_bytes)
 
     def read_bytes(self, uri: str) -> bytes:
-        if uri.startswith("s3://"):
-            bucket, key = _split(uri)
-            return self.get_conn().get_object(Bucket=bucket, Key=key)["Body"].read()
-        with open(uri, "rb") as f:
-            return f.read()
+        with self.using():
+            return storage.read_bytes(uri)
 
     def read_json(self, uri: str) -> Any:
         return json.loads(self.read_bytes(uri))
@@ -179,55 +157,24 @@ class ArchiveHook(BaseHook):
         self.write_bytes(uri, text.encode(), "text/plain; charset=utf-8")
 
     def write_bytes(self, uri: str, data: bytes, content_type: str = "application/octet-stream") -> None:
-        if uri.startswith("s3://"):
-            bucket, key = _split(uri)
-            self.get_conn().put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
-            return
-        os.makedirs(os.path.dirname(uri), exist_ok=True)
-        with open(uri, "wb") as f:
-            f.write(data)
+        with self.using():
+            storage.write_bytes(uri, data, content_type)
 
     def exists(self, uri: str) -> bool:
-        if uri.startswith("s3://"):
-            bucket, key = _split(uri)
-            try:
-                self.get_conn().head_object(Bucket=bucket, Key=key)
-                return True
-            except self.get_conn().exceptions.ClientError:
-                return False
-        return os.path.exists(uri)
+        with self.using():
+            return storage.exists(uri)
 
     def delete(self, uri: str) -> None:
         """Delete one object (nothing happens when it does not exist)."""
-        if uri.startswith("s3://"):
-            bucket, key = _split(uri)
-            self.get_conn().delete_object(Bucket=bucket, Key=key)
-        elif os.path.isfile(uri):
-            os.remove(uri)
+        with self.using():
+            storage.delete(uri)
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object below `prefix`; returns how many."""
-        prefix = prefix.rstrip("/")
-        if not prefix.startswith("s3://"):
-            if os.path.isdir(prefix):
-                count = sum(len(files) for _r, _d, files in os.walk(prefix))
-                shutil.rmtree(prefix)
-                return count
-            return 0
-        objects = self.list_objects(prefix)
-        bucket, _ = _split(prefix)
-        client = self.get_conn()
-        for start in range(0, len(objects), 1000):
-            chunk = objects[start:start + 1000]
-            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o.key} for o in chunk], "Quiet": True})
-        return len(objects)
+        with self.using():
+            return storage.delete_prefix(prefix)
 
     def ensure_bucket(self, uri: str) -> None:
-        if not uri.startswith("s3://"):
-            return
-        bucket, _ = _split(uri)
-        client = self.get_conn()
-        try:
-            client.head_bucket(Bucket=bucket)
-        except client.exceptions.ClientError:
-            client.create_bucket(Bucket=bucket)
+        if storage.is_s3(uri):
+            with self.using():
+                storage.ensure_bucket(uri)

@@ -1,5 +1,6 @@
-"""The replay request of the Airflow form (and of the scheduled DAG's Variable): its fields'
-shapes checked one by one, then the request checked by the same rules, with the same messages,
+"""The replay request of the Airflow form (and of the scheduled DAG's Variable): its fields (the
+option table's, spark_apps.options: generated, as the form's Params are) and their shapes
+checked one by one, then the request checked by the same rules, with the same messages,
 as `cdc-replay replay` and the app itself (spark_apps.contract), and turned into the replay
 app's arguments by the contract's renderer (tests assert the exact list).
 

@@ -154,13 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def replay_command(argv: list[str], say=lambda text: None) -> list[str]:
+def replay_command(argv: list[str], say=lambda text: None, args=None) -> list[str]:
     """The spark-submit command for `cdc-replay replay <argv>`; `say` gets the line that says
-    which driver JVM and Spark settings were chosen for the source's size, and why."""
+    which driver JVM and Spark settings were chosen for the source's size, and why. `args`:
+    argv already parsed (ReplayArgs), so that this process parses it once."""
     from .launch import build_native_archive, build_py_files, is_local, small_run_options, spark_submit_command
-    from .options import parser as app_parser
 
-    args = app_parser().parse_args(argv)
+    if args is None:
+        from .contract import parse
+
+        args = parse(argv)
     py_files, archives = None, ()
     if not is_local(args.master):  # our code, and the compiled decoders, shipped to the executors
         folder = tempfile.mkdtemp(prefix="cdc-replay-")
@@ -230,31 +233,41 @@ def spark_env() -> dict:
     return env
 
 
-def check_replay(argv: list[str]) -> str | None:
+def check_replay(argv: list[str], args=None) -> str | None:
     """Why `cdc-replay replay <argv>` is refused before Spark starts (None: it is not): the
-    request contract's rules (spark_apps.contract), then what needs the network."""
+    request contract's rules (spark_apps.contract), then what needs the network, each once.
+    `args`: argv already parsed (ReplayArgs)."""
     from .contract import RequestError, parse
     from .replay import ReplayError, validate
 
     try:
-        validate(parse(argv))
+        validate(parse(argv) if args is None else args)
     except (RequestError, ReplayError) as e:
         return str(e)
     return None
 
 
-def run_replay(argv: list[str]) -> int:
-    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit."""
+def run_replay(argv: list[str], args=None) -> int:
+    """Check the arguments here (no JVM needed to refuse a typo), then run spark-submit. `args`:
+    argv already parsed (main parses it once, with the whole command line)."""
     from . import masking
+    from .contract import RequestError, parse
 
-    refused = check_replay(argv)
+    if args is None:
+        try:
+            args = parse(argv)
+        except RequestError as e:
+            print(f"cdc-replay: error: {masking.mask_text(str(e))}", file=sys.stderr)
+            return 2
+    refused = check_replay(argv, args)
     if refused is not None:
         print(f"cdc-replay: error: {masking.mask_text(refused)}", file=sys.stderr)
         return 2
     # credentials in option values go through the environment, not spark-submit's arguments
     kept, secret = masking.split_argv(argv)
     try:
-        command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True))
+        command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True),
+                                 args=args)
     except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB or $CDC_REPLAY_NATIVE_WHEEL
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
@@ -284,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "replay":
-        return run_replay(argv[argv.index("replay") + 1:])
+    if args.command == "replay":  # parsed once, here: its options are the app's (spark_apps.options)
+        from .options import ReplayArgs
+
+        return run_replay(argv[argv.index("replay") + 1:], ReplayArgs.from_namespace(args))
     if args.command == "demo":
         from .demo import run_demo
 

@@ -7,37 +7,46 @@ One module, imported by all three, so that a request is refused identically wher
 made (tests/test_contract.py runs one table of requests through the command line, the app's
 argument parsing and the Airflow form). It imports only the standard library: DAG files import
 it at parse time, and `cdc-replay --help` stays fast (no Spark, Airflow, sqlglot or boto3; the
-codec check imports the codecs when it is called). The options themselves (their help texts)
-are declared in spark_apps.options, which takes its choices from here.
+codec check imports the codecs when it is called). The options themselves (names, types,
+defaults, choices, help) are one table, spark_apps.options (standard library only too), from
+which the parser, ReplayArgs and the rendering to argv are generated; this module adds the
+rules on a whole request.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import fnmatch
 import json
 import os
 import re
 
+# The choices of the options, declared with them in the option table (spark_apps.options)
+from spark_apps.options import (  # noqa: F401  (the registries: re-exported)
+    DEFAULT_TARGET_TABLE,
+    DEFAULT_TARGET_TOPIC,
+    DISPATCHERS,
+    EMITS,
+    LAST_CUT,
+    LAYOUTS,
+    PROTOCOLS,
+    TABLE_PATTERN,
+    TARGET_FORMATS,
+    TARGET_LAYOUTS,
+    Invalid,
+    ReplayArgs,
+    commit_ts,
+    parser,
+    since_ts,
+    to_argv,
+)
+from spark_apps.paths import _local, join, overlaps  # noqa: F401  (the naming rules: re-exported)
+
 # --- registries ---------------------------------------------------------------------------------
 
-# The protocols cdc_codecs registers, and whether it writes them (codecs import nothing of ours,
-# and importing them takes ~1.5 s (sqlglot): tests/test_contract.py checks this against
-# cdc_codecs.protocols() and each codec's `writable`).
-PROTOCOLS = {"avro": True, "canal-json": True, "canal-protobuf": True, "craft": True, "csv": False,
-             "oceanbase-avro": True, "open-protocol": True}
-# --layout: how an archive holds its records (spark_apps.layouts registers one reader per name)
-LAYOUTS = ("auto", "kafka-records", "ticdc-storage", "kafka-connect-s3")
-TARGET_LAYOUTS = ("kafka-records", "ticdc-storage")
-EMITS = ("snapshot", "topics", "history")
-TARGET_FORMATS = ("kafka", "parquet", "delta", "iceberg")
 LAKE_FORMATS = ("delta", "iceberg")
-DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")
 TOPIC_PLACEHOLDERS = ("topic", "schema", "table")
 TABLE_PLACEHOLDERS = ("schema", "table")
-DEFAULT_TARGET_TOPIC = "{topic}"
-DEFAULT_TARGET_TABLE = "{schema}.{table}"
 
 
 class Status:
@@ -79,16 +88,6 @@ AIRFLOW_STAGING = f"{STAGING}/airflow"
 PRODUCED_MARKERS = f"{STAGING}/_produced"
 
 
-def join(base: str, *parts: str) -> str:
-    """`base/part/...` without doubled slashes (S3 URIs and local paths alike)."""
-    result = base.rstrip("/")
-    for part in parts:
-        part = part.strip("/")
-        if part:
-            result = f"{result}/{part}"
-    return result
-
-
 def manifest_path(home: str) -> str:
     return join(home, MANIFEST)
 
@@ -100,23 +99,6 @@ def staging_prefix(home: str, run_id: str | None = None) -> str:
 
 def quarantine_prefix(home: str) -> str:
     return join(home, QUARANTINE)
-
-
-def _local(uri: str) -> str:
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
-    return os.path.realpath(os.path.abspath(uri))
-
-
-def overlaps(a: str, b: str) -> bool:
-    """True when one location is the other or lies inside it (symlinks resolved locally), so
-    writing or replacing one would touch the other."""
-    if a.startswith("s3://") != b.startswith("s3://"):
-        return False
-    if not a.startswith("s3://"):
-        a, b = _local(a), _local(b)
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
 
 
 def in_staging(home: str, uri: str) -> bool:
@@ -165,50 +147,6 @@ def read_manifest_doc(doc) -> dict:
     quarantine.setdefault("objects", [])
     out["quarantine"] = quarantine
     return out
-
-
-# --- commit ts ----------------------------------------------------------------------------------
-
-LAST_CUT = "last"
-
-
-class Invalid(argparse.ArgumentTypeError, ValueError):
-    """A value that cannot be used; argparse shows its message as is."""
-
-
-def commit_ts(text) -> int:
-    """A commit ts given as a TSO integer or as an ISO-8601 time with a zone (converted to the
-    TSO of that millisecond); Invalid says which forms are accepted."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise Invalid(f"{text} is negative; a commit ts (TSO) is 0 or more")
-        return text
-    text = str(text).strip()
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    if re.fullmatch(r"-\d+", text):
-        raise Invalid(f"{text} is negative; a commit ts (TSO) is 0 or more")
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise Invalid(f"{text!r} is neither a commit ts (TSO integer) nor an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        raise Invalid(f"{text!r} has no time zone (add Z or +00:00)")
-    # imported here: the contract stays standard-library-only until a time has to become a TSO
-    from cdc_codecs.tso import from_datetime
-
-    return from_datetime(moment)
-
-
-commit_ts.__name__ = "commit ts"  # argparse names the type in its error: "invalid commit ts value"
-
-
-def since_ts(text) -> int | str:
-    """--since: a commit ts, or `last` (a lakehouse snapshot: the tables' last committed cut)."""
-    return LAST_CUT if str(text).strip().lower() == LAST_CUT else commit_ts(text)
-
-
-since_ts.__name__ = "commit ts (or last)"
 
 
 # --- Kafka URIs and offsets ---------------------------------------------------------------------
@@ -269,9 +207,6 @@ class RequestError(ValueError):
         super().__init__(message)
         self.option = option
         self.message = message
-
-
-TABLE_PATTERN = r"^[^.\s,]+\.[^.\s,]+$"
 
 
 def check_table_patterns(patterns) -> None:
@@ -440,51 +375,6 @@ def check_codecs(args) -> None:
 
 # --- rendering and parsing back -----------------------------------------------------------------
 
-# (field, option, default) in the order the arguments are rendered; lists repeat their option
-_RENDERED = (
-    ("source", "--source", None), ("protocol", "--protocol", None), ("layout", "--layout", "auto"),
-    ("layout_option", "--layout-option", []),
-    ("starting_offsets", "--starting-offsets", "earliest"), ("ending_offsets", "--ending-offsets", "latest"),
-    ("protocol_option", "--protocol-option", []), ("output", "--output", None), ("emit", "--emit", None),
-    ("manifest_uri", "--manifest-uri", None), ("target_protocol", "--target-protocol", None),
-    ("target_option", "--target-option", []), ("target_format", "--target-format", None),
-    ("target_layout", "--target-layout", "kafka-records"),
-    ("target_table", "--target-table", DEFAULT_TARGET_TABLE), ("catalog", "--catalog", []),
-    ("as_of", "--as-of", None), ("since", "--since", None), ("until", "--until", None),
-    ("base_snapshot", "--base-snapshot", None), ("schema", "--schema", None),
-    ("require_schema", "--require-schema", False), ("require_contiguous", "--require-contiguous", False),
-    ("tables", "--tables", None), ("target_topic", "--target-topic", DEFAULT_TARGET_TOPIC),
-    ("target_partitions", "--target-partitions", None), ("dispatcher", "--dispatcher", "index-value"),
-    ("max_bad_records", "--max-bad-records", object()),  # always given: the operator's exit 3 rule reads it
-    ("max_records_per_object", "--max-records-per-object", 100_000),
-    ("master", "--master", "local[*]"), ("run_id", "--run-id", None), ("spark_conf", "--spark-conf", []),
-    ("spark_ui", "--spark-ui", False), ("s3_read_chunk_size", "--s3-read-chunk-size", 8 << 20),
-    ("s3_max_attempts", "--s3-max-attempts", None), ("s3_retry_mode", "--s3-retry-mode", None),
-    ("lease_timeout", "--lease-timeout", None),
-    ("max_columns", "--max-columns", 4096), ("max_rows", "--max-rows", 100_000),
-    ("max_inflate_ratio", "--max-inflate-ratio", 100.0), ("max_line_bytes", "--max-line-bytes", 64 << 20),
-)
-
-
-def to_argv(args, *, master: bool = True) -> list[str]:
-    """The app's arguments for `args` (a ReplayArgs), options at their defaults left out;
-    `parse(to_argv(a)) == a` (tests/test_contract.py). master=False leaves --master to the
-    caller (the Airflow operator takes it from the Spark connection)."""
-    argv: list[str] = []
-    for field, option, default in _RENDERED:
-        value = getattr(args, field)
-        if (field == "master" and not master) or value is None or value == default:
-            continue
-        if isinstance(value, bool):
-            argv.append(option)
-        elif isinstance(value, list):
-            for item in value:
-                argv += [option, str(item)]
-        else:
-            argv += [option, str(value)]
-    return argv
-
-
 def argparse_refusal(message: str) -> RequestError:
     """argparse's message ("argument --as-of: X") as the contract words it ("--as-of: X", the
     same text the Airflow form gives for that field)."""
@@ -503,6 +393,4 @@ class RefusingParser(argparse.ArgumentParser):
 
 def parse(argv: list[str]):
     """The app's arguments -> ReplayArgs (RequestError for what argparse refuses)."""
-    from spark_apps.options import ReplayArgs, parser
-
     return ReplayArgs.from_namespace(parser(RefusingParser).parse_args(argv))

@@ -23,6 +23,7 @@ every common filesystem and no URL or path layer decodes it.
 from __future__ import annotations
 
 import hashlib
+import os
 import unicodedata
 
 ESCAPE = "!"
@@ -110,3 +111,33 @@ def display(name) -> str:
         name = "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                        if ch == "\\" or unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch for ch in name)
     return name if len(name) <= 200 else name[:197] + "..."
+
+
+# --- joining and comparing locations (the contract's naming rules; storage uses them too) -------
+
+
+def join(base: str, *parts: str) -> str:
+    """`base/part/...` without doubled slashes (S3 URIs and local paths alike)."""
+    result = base.rstrip("/")
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            result = f"{result}/{part}"
+    return result
+
+
+def _local(uri: str) -> str:
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return os.path.realpath(os.path.abspath(uri))
+
+
+def overlaps(a: str, b: str) -> bool:
+    """True when one location is the other or lies inside it (symlinks resolved locally), so
+    writing or replacing one would touch the other."""
+    if a.startswith("s3://") != b.startswith("s3://"):
+        return False
+    if not a.startswith("s3://"):
+        a, b = _local(a), _local(b)
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)

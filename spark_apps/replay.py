@@ -136,12 +136,16 @@ def _validate_lakehouse(args: ReplayArgs) -> None:
 
 
 def check(args: ReplayArgs) -> None:
-    """The request contract's rules (spark_apps.contract), as every entry point applies them."""
+    """The request contract's rules (spark_apps.contract), as every entry point applies them:
+    once per request (parse_args checks, and validate checks only what parse_args did not)."""
+    if getattr(args, "_checked", False):
+        return
     try:
         contract.check(args)
         contract.check_codecs(args)
     except contract.RequestError as e:
         raise ReplayError(e.message) from None
+    args._checked = True
 
 
 def parse_args(argv: list[str]) -> ReplayArgs:

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from .contract import join, overlaps  # noqa: F401  (the naming rules are the contract's)
+from .paths import join, overlaps  # noqa: F401  (the contract's naming rules, spark_apps.paths)
 
 _S3_CLIENTS: dict = {}
 log = logging.getLogger("cdc_replay")
@@ -60,6 +60,16 @@ def _default_settings() -> ReadSettings:
 
 
 _SETTINGS = _default_settings()
+
+
+def read_settings(args) -> ReadSettings:
+    """The read settings a request's options give (spark_apps.options.ReplayArgs: the S3 options
+    and the limits); the AWS variables where the options leave them unset."""
+    default = _default_settings()
+    return ReadSettings(chunk_size=args.s3_read_chunk_size, max_attempts=args.s3_max_attempts or default.max_attempts,
+                        retry_mode=args.s3_retry_mode or default.retry_mode, max_columns=args.max_columns,
+                        max_rows=args.max_rows, max_inflate_ratio=args.max_inflate_ratio,
+                        max_line_bytes=args.max_line_bytes)
 
 
 def settings() -> ReadSettings:

@@ -292,3 +292,49 @@ def test_no_bare_status_or_kind_strings_outside_the_contract():
                     continue
                 bare.append(f"{path.relative_to(root)}:{t.start[0]} {t.string}")
     assert not bare
+
+
+def _counting(monkeypatch):
+    """Counts, in this process: parses of a replay argv (any parser holding --source), contract
+    checks, codec checks and S3/local location checks (storage.check_bucket)."""
+    import argparse
+
+    from spark_apps import storage
+
+    counts = {"parse": 0, "check": 0, "check_codecs": 0, "check_bucket": 0}
+    parse_known = argparse.ArgumentParser.parse_known_args
+
+    def parse(self, *a, **k):
+        if any("--source" in action.option_strings for action in self._actions):
+            counts["parse"] += 1
+        return parse_known(self, *a, **k)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", parse)
+    for module, name in ((contract, "check"), (contract, "check_codecs"), (storage, "check_bucket")):
+        original = getattr(module, name)
+
+        def counted(*a, _name=name, _original=original, **k):
+            counts[_name] += 1
+            return _original(*a, **k)
+
+        monkeypatch.setattr(module, name, counted)
+    return counts
+
+
+def test_argv_is_parsed_once_and_each_check_runs_once_per_process(tmp_path, monkeypatch):
+    """Issue 29 point 3: `cdc-replay replay` parses its argv once and checks it once (rules,
+    codecs, then the network) before spark-submit; the app, in its own process, the same."""
+    (tmp_path / "src").mkdir()
+    argv = ["--source", str(tmp_path / "src"), "--protocol", "canal-json", "--protocol-option",
+            "enable-tidb-extension=true", "--output", str(tmp_path / "out"), "--emit", "snapshot"]
+    monkeypatch.setenv("CDC_REPLAY_CDS_DIR", "off")
+    submitted = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda command, **kw: submitted.append(command) or 0)
+    counts = _counting(monkeypatch)
+    assert cli.main(["replay", *argv]) == 0
+    assert submitted and submitted[0][-len(argv):] == argv  # the command carries the same arguments
+    assert counts == {"parse": 1, "check": 1, "check_codecs": 1, "check_bucket": 2}  # --source, --output
+    # the app: parse_args checks, validate (run's first step) does not check again
+    counts.update(dict.fromkeys(counts, 0))
+    app.validate(app.parse_args(argv))
+    assert counts == {"parse": 1, "check": 1, "check_codecs": 1, "check_bucket": 2}

@@ -1,5 +1,6 @@
-"""The replay request of the Airflow form (and of the scheduled DAG's Variable): its fields'
-shapes checked one by one, then the request checked by the same rules, with the same messages,
+"""The replay request of the Airflow form (and of the scheduled DAG's Variable): its fields (the
+option table's, spark_apps.options: generated, as the form's Params are) and their shapes
+checked one by one, then the request checked by the same rules, with the same messages,
 as `cdc-replay replay` and the app itself (spark_apps.contract), and turned into the replay
 app's arguments by the contract's renderer (tests assert the exact list).
 
@@ -15,14 +16,10 @@ from typing import Any
 
 from spark_apps import contract
 from spark_apps.contract import LAYOUTS, PROTOCOLS, TABLE_PATTERN  # noqa: F401
+from spark_apps.options import KAFKA_SOURCE_PATTERN, URI_PATTERN, Option, request_options  # noqa: F401
 
-FIELDS = (
-    "source", "protocol", "protocol_options", "schema", "require_schema", "require_contiguous", "tables", "as_of", "since", "until", "base_snapshot",
-    "emit", "target_format", "target_protocol", "target_options", "target_topic", "target_partitions",
-    "dispatcher", "output", "max_bad_records", "layout", "target_table", "catalog",
-    "kafka_connection", "starting_offsets", "ending_offsets", "manifest_uri", "spark_conf",
-    "max_columns", "max_rows", "max_inflate_ratio", "max_line_bytes", "lease_timeout",
-)
+# the request's fields: the option table's (spark_apps.options), in its order
+FIELDS = tuple(o.request.name for o in request_options())
 # the Spark settings a run's request may set (its resources): what a form user may change
 # without changing what runs or where (no spark.pyspark.python, Java options, jars or
 # archives: those stay the deployment's, $CDC_REPLAY_SPARK_CONF)
@@ -30,12 +27,9 @@ SPARK_CONF_ALLOWED = re.compile(
     r"spark\.(executor\.(memory|memoryOverhead|cores|instances|pyspark\.memory)|driver\.(memory|cores|maxResultSize)"
     r"|cores\.max|default\.parallelism|sql\.shuffle\.partitions|task\.cpus|yarn\.queue|kubernetes\.namespace"
     r"|dynamicAllocation\.(enabled|minExecutors|maxExecutors|initialExecutors)|memory\.fraction)")
-_BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
-URI_PATTERN = rf"^(s3://{_BUCKET}(/[^\s]*)?|file:///[^\s]*|/[^\s]*)$"
 # Kafka in the form: the bootstrap servers come from an Airflow connection (`kafka_connection`,
 # default kafka_default), so the source names topics only and the output just says kafka
 KAFKA = contract.KAFKA
-KAFKA_SOURCE_PATTERN = r"^kafka://[A-Za-z0-9._\-]+(,[A-Za-z0-9._\-]+)*$"
 KAFKA_OUTPUT = contract.KAFKA
 
 
@@ -48,42 +42,8 @@ class RequestError(ValueError):
         self.message = message
 
 
-@dataclasses.dataclass(frozen=True)
-class ReplayRequest:
-    source: str
-    protocol: str
-    output: str
-    emit: str = "snapshot"
-    protocol_options: tuple = ()  # ((key, value), ...) in the order given
-    tables: tuple = ()
-    as_of: int | None = None
-    since: int | None = None
-    until: int | None = None
-    target_protocol: str | None = None
-    target_options: tuple = ()
-    target_format: str | None = None
-    target_topic: str = "{topic}"
-    target_partitions: int | None = None
-    dispatcher: str = "index-value"
-    base_snapshot: str | None = None
-    schema: str | None = None
-    require_schema: bool = False
-    require_contiguous: bool = False
-    max_bad_records: int = 0
-    layout: str = "auto"
-    kafka_connection: str = "kafka_default"
-    starting_offsets: str = "earliest"
-    ending_offsets: str = "latest"
-    manifest_uri: str | None = None
-    target_table: str = "{schema}.{table}"  # delta/iceberg: the table name template
-    catalog: tuple = ()  # iceberg: catalog properties ((key, value), ...)
-    spark_conf: tuple = ()  # this run's Spark resources ((key, value), ...; SPARK_CONF_ALLOWED)
-    # limits per message and object (docs/reliability.md "Limits"), and the output lease's timeout
-    max_columns: int = 4096
-    max_rows: int = 100_000
-    max_inflate_ratio: float = 100.0
-    max_line_bytes: int = 64 << 20
-    lease_timeout: float | None = None
+class _Request:
+    """What every ReplayRequest knows besides its fields (generated below from the option table)."""
 
     @property
     def kafka_source(self) -> bool:
@@ -117,26 +77,45 @@ class ReplayRequest:
     def as_dict(self) -> dict:
         """JSON-friendly (XCom): options as objects, tables as a list."""
         out = dataclasses.asdict(self)
-        out["protocol_options"] = dict(self.protocol_options)
-        out["target_options"] = dict(self.target_options)
+        for name in _PAIRS:
+            out[name] = dict(getattr(self, name))
         out["tables"] = list(self.tables)
-        out["catalog"] = dict(self.catalog)
-        out["spark_conf"] = dict(self.spark_conf)
         return out
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> "ReplayRequest":
         """The inverse of as_dict() (a request that travelled as an XCom)."""
         fields = dict(value)
-        fields["protocol_options"] = tuple((fields.get("protocol_options") or {}).items())
-        fields["target_options"] = tuple((fields.get("target_options") or {}).items())
+        for name in _PAIRS:
+            fields[name] = tuple((fields.get(name) or {}).items())
         fields["tables"] = tuple(fields.get("tables") or ())
-        fields["catalog"] = tuple((fields.get("catalog") or {}).items())
-        fields["spark_conf"] = tuple((fields.get("spark_conf") or {}).items())
         return cls(**fields)
 
     def replace(self, **changes) -> "ReplayRequest":
         return dataclasses.replace(self, **changes)
+
+
+# how each kind of field is held when the request leaves it out (Field.default overrides)
+_EMPTY = {"pairs": (), "tables": (), "spark_conf": (), "flag": False}
+
+
+def _default(option: Option):
+    field = option.request
+    if field.default is not None:
+        return field.default
+    return _EMPTY.get(field.kind, option.default)
+
+
+# The request: one field per option the table gives a request field (keyword-only, frozen; the
+# options and tables as tuples, so a request is hashable and compares by value).
+ReplayRequest = dataclasses.make_dataclass(
+    "ReplayRequest",
+    [(o.request.name, Any) if o.required and o.request.default is None
+     else (o.request.name, Any, dataclasses.field(default=_default(o)))
+     for o in request_options()],
+    bases=(_Request,), frozen=True, kw_only=True)
+ReplayRequest.__module__ = __name__
+_PAIRS = tuple(o.request.name for o in request_options() if o.request.kind in ("pairs", "spark_conf"))
 
 
 # --- parsing and checking ---------------------------------------------------------------------
@@ -155,7 +134,7 @@ def _uri(field: str, value: Any, required: bool = True) -> str | None:
     return value.rstrip("/") or "/"
 
 
-def _options(field: str, value: Any) -> tuple:
+def _options(field: str, value: Any, default: Any = None) -> tuple:
     """{"k": "v"}, ["k=v", ...] or "k=v&k2=v2" -> (("k", "v"), ...); values as text."""
     if value in (None, "", [], {}):
         return ()
@@ -243,19 +222,7 @@ def _tables(value: Any) -> tuple:
 
 
 # the form's fields by the app option the contract names in its refusals
-FIELD_OF_OPTION = {
-    "--source": "source", "--protocol": "protocol", "--protocol-option": "protocol_options", "--schema": "schema",
-    "--require-schema": "require_schema", "--require-contiguous": "require_contiguous", "--tables": "tables",
-    "--as-of": "as_of", "--since": "since", "--until": "until", "--base-snapshot": "base_snapshot",
-    "--emit": "emit", "--target-format": "target_format", "--target-protocol": "target_protocol",
-    "--target-option": "target_options", "--target-topic": "target_topic",
-    "--target-partitions": "target_partitions", "--dispatcher": "dispatcher", "--output": "output",
-    "--max-bad-records": "max_bad_records", "--layout": "layout", "--target-table": "target_table",
-    "--catalog": "catalog", "--starting-offsets": "starting_offsets", "--ending-offsets": "ending_offsets",
-    "--manifest-uri": "manifest_uri", "--max-columns": "max_columns", "--max-rows": "max_rows",
-    "--max-inflate-ratio": "max_inflate_ratio", "--max-line-bytes": "max_line_bytes",
-    "--lease-timeout": "lease_timeout",
-}
+FIELD_OF_OPTION = {o.flag: o.request.name for o in request_options() if o.group is not None}
 # a form's kafka:// request names no servers (they come from the connection): its rules are
 # checked with these in their place
 PLACEHOLDER_SERVERS = "kafka-connection:9092"
@@ -292,42 +259,26 @@ def parse_request(conf: Mapping[str, Any]) -> ReplayRequest:
     kafka_connection = conf.get("kafka_connection") or "kafka_default"
     if not isinstance(kafka_connection, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", kafka_connection):
         raise RequestError("kafka_connection", f"{kafka_connection!r} is not an Airflow connection id")
-    text = {}
-    for field, default in (("protocol", None), ("target_protocol", None), ("emit", "snapshot"),
-                           ("dispatcher", "index-value"), ("target_format", None), ("target_topic", "{topic}"),
-                           ("layout", "auto"), ("target_table", "{schema}.{table}"),
-                           ("starting_offsets", "earliest"), ("ending_offsets", "latest")):
-        value = conf.get(field) or default
-        if value is not None and not isinstance(value, str):
-            raise RequestError(field, f"{value!r} is not text")
-        text[field] = value
-    if text["protocol"] is None:
-        raise RequestError("protocol", f"is required: one of {', '.join(PROTOCOLS)}")
-    flags = {}
-    for field in ("require_schema", "require_contiguous"):
-        flags[field] = conf.get(field) or False
-        if not isinstance(flags[field], bool):
-            raise RequestError(field, f"{flags[field]!r} is not true or false")
-    request = ReplayRequest(
-        source=source, output=output, **text, **flags,
-        protocol_options=_options("protocol_options", conf.get("protocol_options")),
-        tables=_tables(conf.get("tables")),
-        as_of=_commit_ts("as_of", conf.get("as_of")), since=_commit_ts("since", conf.get("since")),
-        until=_commit_ts("until", conf.get("until")),
-        schema=_uri("schema", conf.get("schema"), required=False),
-        target_options=_options("target_options", conf.get("target_options")),
-        target_partitions=_int("target_partitions", conf.get("target_partitions"), None),
-        base_snapshot=_uri("base_snapshot", conf.get("base_snapshot"), required=False),
-        max_bad_records=_int("max_bad_records", conf.get("max_bad_records"), 0),
-        kafka_connection=kafka_connection, manifest_uri=_uri("manifest_uri", conf.get("manifest_uri"), required=False),
-        catalog=_options("catalog", conf.get("catalog")),
-        spark_conf=_spark_conf(conf.get("spark_conf")),
-        max_columns=_int("max_columns", conf.get("max_columns"), ReplayRequest.max_columns),
-        max_rows=_int("max_rows", conf.get("max_rows"), ReplayRequest.max_rows),
-        max_inflate_ratio=_number("max_inflate_ratio", conf.get("max_inflate_ratio"), ReplayRequest.max_inflate_ratio),
-        max_line_bytes=_int("max_line_bytes", conf.get("max_line_bytes"), ReplayRequest.max_line_bytes),
-        lease_timeout=_number("lease_timeout", conf.get("lease_timeout"), None),
-    )
+    values = {"source": source, "output": output, "kafka_connection": kafka_connection}
+    for option in sorted(request_options(), key=lambda o: _KIND_ORDER.index(o.request.kind)):
+        field, kind = option.request.name, option.request.kind
+        if field in values:
+            continue
+        value, default = conf.get(field), _default(option)
+        if kind == "text":
+            value = value or default
+            if value is not None and not isinstance(value, str):
+                raise RequestError(field, f"{value!r} is not text")
+        elif kind == "flag":
+            value = value or False
+            if not isinstance(value, bool):
+                raise RequestError(field, f"{value!r} is not true or false")
+        else:
+            value = _READ[kind](field, value, default)
+        values[field] = value
+        if kind == "text" and all(f in values for f in _TEXT) and values["protocol"] is None:
+            raise RequestError("protocol", f"is required: one of {', '.join(PROTOCOLS)}")
+    request = ReplayRequest(**values)
     try:
         contract.check(app_args(request.with_kafka_servers(PLACEHOLDER_SERVERS)))
     except contract.RequestError as e:
@@ -350,6 +301,22 @@ def _spark_conf(value: Any) -> tuple:
     return tuple((key.strip(), val.strip()) for key, val in pairs)
 
 
+# how a field of each kind is read (text and flags are read in parse_request), in the order the
+# kinds are checked: the first bad field is named
+_KIND_ORDER = ("source", "output", "connection", "text", "flag", "pairs", "tables", "commit_ts", "uri", "int",
+               "number", "spark_conf")
+_TEXT = tuple(o.request.name for o in request_options() if o.request.kind == "text")
+_READ = {
+    "pairs": _options,
+    "tables": lambda field, value, default: _tables(value),
+    "commit_ts": lambda field, value, default: _commit_ts(field, value),
+    "uri": lambda field, value, default: _uri(field, value, required=False),
+    "int": _int,
+    "number": _number,
+    "spark_conf": lambda field, value, default: _spark_conf(value),
+}
+
+
 def check_codecs(request: ReplayRequest) -> None:
     """Configure the source and target codecs as the app will (the contract's codec check),
     naming the form field. Imports cdc_codecs: call it in a task, not at parse time."""
@@ -363,25 +330,21 @@ def check_codecs(request: ReplayRequest) -> None:
 
 
 def app_args(request: ReplayRequest, *, run_id: str | None = None, spark_conf: tuple = ()):
-    """The request as the app's own arguments (spark_apps.options.ReplayArgs)."""
+    """The request as the app's own arguments (spark_apps.options.ReplayArgs): each field the
+    table gives an app option, the rest at their defaults; `spark_conf` the run's merged settings."""
     from spark_apps.options import ReplayArgs
 
-    return ReplayArgs(
-        source=request.source, protocol=request.protocol, output=request.output, emit=request.emit,
-        protocol_option=[f"{k}={v}" for k, v in request.protocol_options], target_protocol=request.target_protocol,
-        target_option=[f"{k}={v}" for k, v in request.target_options], as_of=request.as_of,
-        tables=",".join(request.tables) or None, target_format=request.target_format, until=request.until,
-        since=request.since, base_snapshot=request.base_snapshot, schema=request.schema,
-        require_schema=request.require_schema, require_contiguous=request.require_contiguous,
-        target_topic=request.target_topic, target_partitions=request.target_partitions,
-        dispatcher=request.dispatcher, max_bad_records=request.max_bad_records, max_records_per_object=100_000,
-        master="local[*]", spark_conf=list(spark_conf), run_id=run_id, layout=request.layout,
-        target_table=request.target_table, catalog=[f"{k}={v}" for k, v in request.catalog],
-        starting_offsets=request.starting_offsets, ending_offsets=request.ending_offsets,
-        manifest_uri=request.manifest_uri, max_columns=request.max_columns, max_rows=request.max_rows,
-        max_inflate_ratio=request.max_inflate_ratio, max_line_bytes=request.max_line_bytes,
-        lease_timeout=request.lease_timeout,
-    )
+    values = {}
+    for option in request_options():
+        if option.group is None or option.request.kind == "spark_conf":
+            continue
+        value = getattr(request, option.request.name)
+        if option.request.kind == "pairs":
+            value = [f"{k}={v}" for k, v in value]
+        elif option.request.kind == "tables":
+            value = ",".join(value) or None
+        values[option.name] = value
+    return ReplayArgs(**values, spark_conf=list(spark_conf), run_id=run_id)
 
 
 def replay_arguments(request: ReplayRequest, *, run_id: str | None = None,

@@ -25,20 +25,13 @@ import pyarrow as pa
 from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
-from .outputs.parquet import UNSTATED_DECIMAL
+from .outputs.parquet import UNSTATED_DECIMAL, history_columns
 from .paths import segment
 
 FORMATS = ("delta", "iceberg")
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
 
-HISTORY_COLUMNS = [
-    ("_op", pa.string()),
-    ("_valid_from_ts", pa.int64()),
-    ("_valid_to_ts", pa.int64()),
-    ("_valid_from", pa.timestamp("us", tz="UTC")),
-    ("_valid_to", pa.timestamp("us", tz="UTC")),
-    ("_current", pa.bool_()),
-]
+HISTORY_COLUMNS = history_columns("us")
 
 
 class LakehouseError(RuntimeError):

@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit
 
     prefer_installed()
 
-from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
+from cdc_codecs import codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import ddl as ddl_mod  # noqa: E402

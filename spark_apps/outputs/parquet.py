@@ -51,14 +51,19 @@ def per_table(df):
     return df.repartition(tasks(df.sparkSession), "database", "table").sortWithinPartitions("database", "table")
 
 
-HISTORY_COLUMNS = [
-    ("_op", pa.string()),
-    ("_valid_from_ts", pa.int64()),
-    ("_valid_to_ts", pa.int64()),
-    ("_valid_from", pa.timestamp("ms", tz="UTC")),
-    ("_valid_to", pa.timestamp("ms", tz="UTC")),
-    ("_current", pa.bool_()),
-]
+def history_columns(time_unit: str) -> list[tuple[str, pa.DataType]]:
+    """The SCD2 columns of a history file, validity times in `time_unit` (Parquet ms, lakehouse us)."""
+    return [
+        ("_op", pa.string()),
+        ("_valid_from_ts", pa.int64()),
+        ("_valid_to_ts", pa.int64()),
+        ("_valid_from", pa.timestamp(time_unit, tz="UTC")),
+        ("_valid_to", pa.timestamp(time_unit, tz="UTC")),
+        ("_current", pa.bool_()),
+    ]
+
+
+HISTORY_COLUMNS = history_columns("ms")
 
 
 # a DECIMAL whose type text states no precision: TiCDC canal-json (without content-compatible),

@@ -1,15 +1,13 @@
-"""The thin I/O shell around the transforms: read-and-decode archive objects and write
-Kafka-record archives, both as Arrow batch functions for `mapInArrow`.
+"""The thin I/O shell around the transforms: read-and-decode archive objects, and write the
+quarantine beside the output, both as Arrow batch functions for `mapInArrow`.
 
 Decoding happens in executors, object by object, batch by batch: the driver only lists
-object names. Writers stream each output partition through the target codec into gzip
-objects and return one small row per object written.
+object names. The outputs are written by spark_apps.outputs.
 """
 
 from __future__ import annotations
 
 import gzip
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,15 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_codecs import get_codec
-from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord, decode_record
-from cdc_codecs.errors import DecodeError, EncodeError
+from cdc_codecs.errors import DecodeError
 from cdc_codecs.events import Op
 
 from . import layouts, limits, masking, native_decode, storage
 from .contract import Kind
 from .layouts.base import long_line_row, quarantine_row
-from .paths import display, segment
 from .schema import DECODED_ARROW_SCHEMA, WRITTEN_ARROW_SCHEMA
 
 log = logging.getLogger("cdc_replay")
@@ -518,114 +514,7 @@ def _native_records(native, codec, records: list[tuple[KafkaRecord, int | None]]
     return native_decode.merge(events, idx, python, python_idx)
 
 
-# ------------------------------------------------------------------------------- writing
-
-def events_from_batch(batch: pa.RecordBatch) -> list[dict]:
-    """Arrow rows back to event dicts (maps come back as pairs: make them dicts again)."""
-    rows = batch.to_pylist()
-    for row in rows:
-        extras = row.get("extras")
-        if extras is not None and not isinstance(extras, dict):
-            row["extras"] = dict(extras)
-    return rows
-
-
-class _ObjectWriter:
-    """Gzip objects of one output topic partition, rolled every `max_records` records."""
-
-    def __init__(self, base: str, topic: str, partition: int, max_records: int):
-        self.base, self.topic, self.partition, self.max_records = base, topic, partition, max_records
-        self.offset = 0
-        self.written: list[dict] = []
-        self._lines: list[bytes] = []
-        self._first = 0
-        self.fed_events = 0  # events handed to the codec (counted by the caller)
-        self.fed_rows = 0
-        self._events_at_flush = 0
-        self._rows_at_flush = 0
-
-    def add(self, key, value, headers) -> None:
-        record = KafkaRecord(self.topic, self.partition, self.offset, None, key, value, headers)
-        self._lines.append(format_record(record))
-        self.offset += 1
-        if len(self._lines) >= self.max_records:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._lines:
-            return
-        data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6, mtime=0)  # reruns byte-identical
-        uri = storage.join(self.base, object_name(segment(self.topic), self.partition, self._first))
-        storage.write_bytes(uri, data)
-        self.written.append({
-            "uri": uri, "topic": self.topic, "partition": self.partition, "first_offset": self._first,
-            "last_offset": self.offset - 1, "records": len(self._lines),
-            "events": self.fed_events - self._events_at_flush, "rows": self.fed_rows - self._rows_at_flush,
-            "bytes": len(data),
-        })
-        self._first = self.offset
-        self._lines = []
-        self._events_at_flush, self._rows_at_flush = self.fed_events, self.fed_rows
-
-
-def write_topics_fn(
-    protocol: str,
-    options: dict[str, str],
-    base: str,
-    max_records: int = 100_000,
-    prepare: Callable[[dict], dict | None] | None = None,
-    writer: Callable | None = None,
-) -> Callable:
-    """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
-    objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
-    one Spark partition (offsets are assigned here, from 0). `writer(base, topic, partition,
-    max_records)` replaces the object writer (spark_apps.kafka_io produces to a broker)."""
-
-    make_writer = writer
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        codec = get_codec(protocol, options)
-
-        def stream():
-            for batch in batches:
-                for event in events_from_batch(batch):
-                    if prepare is not None:
-                        event = prepare(event)
-                        if event is None:
-                            continue
-                    yield (event.pop("out_topic"), event.pop("out_partition")), event
-
-        written = []
-        for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
-            writer = (make_writer or _ObjectWriter)(base, topic, partition, max_records)
-
-            last = {}
-
-            def fed(group=group, writer=writer):
-                for _, event in group:
-                    writer.fed_events += 1
-                    writer.fed_rows += event["kind"] == Kind.ROW
-                    last["event"] = event
-                    yield event
-
-            try:
-                for message in codec.encode(fed(), topic=topic, partition=partition):
-                    writer.add(message.key, message.value, message.headers)
-            except EncodeError as e:
-                event = last.get("event") or {}
-                raise EncodeError(
-                    f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
-                    f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
-                    f"{event.get('partition')} "
-                    f"offset {event.get('offset')} (object {event.get('object')}): {e}") from e
-            writer.flush()
-            written.extend(writer.written)
-            log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
-        if written:
-            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
-
-    return run
-
+# ------------------------------------------------------------------------------- quarantine
 
 QUARANTINE_FIELDS = ("object", "line", "topic", "partition", "offset", "error_stage", "error")
 

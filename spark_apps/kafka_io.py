@@ -1,4 +1,5 @@
-"""Kafka as a source and as a target of the replay (docs/kafka.md).
+"""Kafka as a source of the replay, and the client settings and checks the Kafka target shares
+(docs/kafka.md).
 
 Source: `kafka://host:port[,host:port]/topic1,topic2` is read as one batch through Spark's own
 Kafka connector (spark-sql-kafka-0-10, a Spark package from Maven Central), with Spark's
@@ -6,44 +7,17 @@ Kafka connector (spark-sql-kafka-0-10, a Spark package from Maven Central), with
 decodes (topic, partition, offset, timestamp ms, key, value, headers): dedupe, cut and
 quarantine then work unchanged. A record's "object" is `kafka://<servers>/<topic>/<partition>`.
 
-Target: `--output kafka://host:port` produces the re-encoded records from the tasks that
-already own one whole output partition each, in order, with confluent-kafka (librdkafka)
-rather than Spark's Kafka sink: the delivery reports give the exact offsets each record got,
-which the manifest records, and a finished partition leaves a marker so that a rerun of the
-same replay skips it instead of producing it twice.
+Target: `--output kafka://host:port` is written by spark_apps.outputs.kafka.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from collections.abc import Callable
-
-from . import storage
-from .paths import segment
 
 log = logging.getLogger("cdc_replay")
 
 from .contract import KAFKA as SCHEME  # noqa: E402
-from .contract import PRODUCED_MARKERS  # noqa: E402
-
-# idempotent producer: acks=all and per-partition sequence numbers, so retries neither duplicate
-# nor reorder records within a partition (up to 5 requests in flight keep that guarantee);
-# gapless (librdkafka stops rather than skip a failed batch) and no message timeout (flush bounds
-# the wait), so what an interrupted attempt left in a partition is a prefix of its stream
-PRODUCER_CONF = {
-    "enable.idempotence": True,
-    "enable.gapless.guarantee": True,
-    "message.timeout.ms": 0,
-    "acks": "all",
-    "max.in.flight.requests.per.connection": 5,
-    "linger.ms": 20,
-    "batch.num.messages": 10_000,
-    "queue.buffering.max.messages": 200_000,
-    "message.max.bytes": 10_485_760,
-}
-
 
 # the URI grammar and offset rules are the request contract's (one set of rules for every entry point)
 from .contract import KafkaUriError, check_offsets, is_kafka  # noqa: E402,F401
@@ -194,137 +168,6 @@ def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, opt
     return records.mapInArrow(decode_records_fn(protocol, options), DECODED_STRUCT)
 
 
-def fingerprint(args, partition_stats: list[dict], cut: dict) -> str:
-    """What decides the produced records: the options that shape the output and what was read.
-    Two runs with the same fingerprint produce the very same records per partition."""
-    shaping = {name: getattr(args, name) for name in (
-        "source", "starting_offsets", "ending_offsets", "protocol", "protocol_option", "emit", "target_protocol",
-        "target_option", "target_topic", "target_partitions", "dispatcher", "tables", "as_of", "until", "since",
-        "base_snapshot", "schema", "require_schema", "output")}
-    doc = {"args": shaping, "read": partition_stats, "cut": cut.get("point")}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
-def markers_base(manifest_uri: str, print_: str) -> str:
-    # under _staging/, which committing a manifest leaves alone (manifest.commit)
-    return storage.join(storage.normalize(manifest_uri), PRODUCED_MARKERS, print_)
-
-
-def _marker(base: str, state: str, topic: str, partition: int) -> str:
-    return storage.join(base, state, f"{segment(topic)}+{partition}.json")  # the topic read back from the marker
-
-
-def finished_partitions(base: str) -> dict[tuple[str, int], dict]:
-    """Markers of partitions a run with this fingerprint produced completely."""
-    done = {}
-    for info in storage.list_objects(storage.join(base, "done")):
-        row = json.loads(storage.read_bytes(info.uri))
-        done[(row["topic"], row["partition"])] = row
-    return done
-
-
-def _read_marker(uri: str) -> dict | None:
-    try:
-        return json.loads(storage.read_bytes(uri))
-    except Exception:  # noqa: BLE001 - missing (local or S3): no marker
-        return None
-
-
-class KafkaPartitionWriter:
-    """Produces one output partition's records in order, like archive_io._ObjectWriter writes
-    objects; `flush` waits for every delivery report and records the partition as finished."""
-
-    def __init__(self, servers: str, topic: str, partition: int, partitions: int, markers: str,
-                 done: dict | None, config: dict | None = None):
-        self.servers, self.topic, self.partition, self.markers = servers, topic, partition, markers
-        self.config = dict(config or {})
-        self.done = done
-        self.offset = 0
-        self.fed_events = self.fed_rows = 0
-        self.written: list[dict] = []
-        self.first = self.last = None
-        self.delivered = 0
-        self.bytes = 0
-        self.errors: list[str] = []
-        self.producer = None
-        self.resumed = 0  # records an interrupted attempt had already produced: not produced again
-        if done is None:
-            from confluent_kafka import Producer
-
-            self.producer = Producer({"bootstrap.servers": servers, **self.config, **PRODUCER_CONF})
-            ensure_topic(servers, topic, partitions, partition, self.config)
-            self._start()
-
-    def _start(self) -> None:
-        """Where this partition's records begin in the topic. The first attempt notes the
-        partition's end offset before producing; a later attempt of the same replay (a Spark task
-        retry, or a rerun after a failure) finds that note, and the records since then are the
-        first ones of its own stream (same fingerprint, same records, same order): it skips that
-        many. Exact while the replay is the only writer of its target partitions."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer({"bootstrap.servers": self.servers, **self.config, "group.id": "cdc-replay-offsets",
-                             "enable.auto.commit": False, "isolation.level": "read_committed"})
-        try:
-            _low, high = watermark_offsets(consumer, TopicPartition(self.topic, self.partition))
-        finally:
-            consumer.close()
-        started = _read_marker(_marker(self.markers, "started", self.topic, self.partition))
-        if started is None:
-            storage.write_bytes(_marker(self.markers, "started", self.topic, self.partition),
-                                json.dumps({"topic": self.topic, "partition": self.partition, "start": high}).encode())
-            self.start = high
-        else:
-            self.start = started["start"]
-            self.resumed = max(0, high - self.start)
-            if self.resumed:
-                self.first, self.last = self.start, high - 1
-                log.info("%s/%d: %d records produced by an interrupted attempt of this replay are not produced again",
-                         self.topic, self.partition, self.resumed)
-
-    def _report(self, err, msg) -> None:
-        if err is not None:
-            self.errors.append(str(err))
-            return
-        offset = msg.offset()
-        self.first = offset if self.first is None else min(self.first, offset)
-        self.last = offset if self.last is None else max(self.last, offset)
-        self.delivered += 1
-
-    def add(self, key, value, headers) -> None:
-        self.offset += 1
-        if self.producer is None or self.offset <= self.resumed:
-            return
-        self.bytes += len(value or b"") + len(key or b"")
-        while True:
-            try:
-                self.producer.produce(self.topic, value=value, key=key, partition=self.partition,
-                                      headers=list(headers) if headers else None, on_delivery=self._report)
-                break
-            except BufferError:  # local queue full: let deliveries drain it
-                self.producer.poll(0.5)
-        self.producer.poll(0)
-
-    def flush(self) -> None:
-        if self.producer is None:
-            self.written.append({**self.done, "events": self.fed_events, "rows": self.fed_rows})
-            return
-        remaining = self.producer.flush(300)
-        if self.resumed > self.offset:
-            raise RuntimeError(f"{self.topic}/{self.partition} holds {self.resumed} records since this replay began "
-                               f"producing it, more than the {self.offset} it produces: another writer is using it")
-        if remaining or self.errors or self.delivered + self.resumed != self.offset:
-            raise RuntimeError(f"producing {self.topic}/{self.partition} to {self.servers} failed: "
-                               f"{self.delivered} of {self.offset} delivered, {remaining} pending; "
-                               f"{'; '.join(self.errors[:3])}")
-        row = {"uri": f"{SCHEME}{self.servers}/{self.topic}/{self.partition}", "topic": self.topic,
-               "partition": self.partition, "first_offset": self.first if self.first is not None else -1,
-               "last_offset": self.last if self.last is not None else -1, "records": self.offset,
-               "events": self.fed_events, "rows": self.fed_rows, "bytes": self.bytes}
-        storage.write_bytes(_marker(self.markers, "done", self.topic, self.partition), json.dumps(row).encode())
-        self.written.append(row)
-
-
 # a partition just created (or whose leader moved) answers these until a leader is elected
 _AUTH_CODES = (-169, 58)  # librdkafka's _AUTHENTICATION, Kafka's SASL_AUTHENTICATION_FAILED
 _RETRIABLE = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "_TIMED_OUT",
@@ -346,44 +189,3 @@ def watermark_offsets(consumer, partition, wait_s: float = 60) -> tuple[int, int
                 raise
             log.info("%s/%d: %s; retrying", partition.topic, partition.partition, e)
             time.sleep(0.5)
-
-
-def writer_factory(servers: str, partitions: int, markers: str, done: dict, config: dict | None = None) -> Callable:
-    def make(base, topic, partition, max_records):
-        return KafkaPartitionWriter(servers, topic, partition, partitions, markers, done.get((topic, partition)),
-                                    config)
-
-    return make
-
-
-def ensure_topic(servers: str, topic: str, partitions: int, needed_partition: int, config: dict | None = None) -> None:
-    """Create the output topic with `partitions` partitions when missing (tasks may race: the
-    losers see it exists); refuse a topic too small for the partition a record goes to."""
-    import time
-
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": servers, **(config or {})})
-    metadata = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        future = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]
-        try:
-            future.result(timeout=60)
-        except KafkaException as e:
-            if "TOPIC_ALREADY_EXISTS" not in str(e):
-                raise
-    deadline = time.monotonic() + 60
-    while True:
-        metadata = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
-        count = len(metadata.partitions) if metadata is not None and metadata.error is None else 0
-        if count > needed_partition:
-            led = metadata.partitions[needed_partition]
-            if led.error is None and led.leader >= 0:
-                return
-        if 0 < count <= needed_partition and time.monotonic() > deadline - 50:
-            raise RuntimeError(f"output topic {topic} has {count} partitions; the replay places records in "
-                               f"partition {needed_partition} (--target-partitions / the source's partitions)")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"output topic {topic} did not become available on {servers}")
-        time.sleep(0.2)

@@ -1,7 +1,7 @@
 """Snapshots and SCD2 histories as lakehouse tables: Delta Lake (delta-rs, `deltalake`) and
 Apache Iceberg (`pyiceberg`), one table per source table, one table version per run.
 
-The Spark tasks write the Parquet data files (pyarrow, spark_apps.parquet_out) straight into
+The Spark tasks write the Parquet data files (pyarrow, spark_apps.outputs.parquet) straight into
 each table's `data/` folder; the driver then commits them, one atomic commit per table, that
 replaces the table's content and records the cut (commit ts), run id, source and row count in
 the commit metadata. Files of a run that dies before its commit are never referenced, so the
@@ -25,20 +25,13 @@ import pyarrow as pa
 from cdc_codecs.mysql_types import MySQLType, parse_type
 
 from . import storage
-from .parquet_out import UNSTATED_DECIMAL
+from .outputs.parquet import UNSTATED_DECIMAL, history_columns
 from .paths import segment
 
 FORMATS = ("delta", "iceberg")
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
 
-HISTORY_COLUMNS = [
-    ("_op", pa.string()),
-    ("_valid_from_ts", pa.int64()),
-    ("_valid_to_ts", pa.int64()),
-    ("_valid_from", pa.timestamp("us", tz="UTC")),
-    ("_valid_to", pa.timestamp("us", tz="UTC")),
-    ("_current", pa.bool_()),
-]
+HISTORY_COLUMNS = history_columns("us")
 
 
 class LakehouseError(RuntimeError):
@@ -722,7 +715,7 @@ class TablePlan:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        from .parquet_out import typed_column
+        from .outputs.parquet import typed_column
 
         known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
         after_since = [since, 2**63]  # DDL at the --since commit ts is in the table already

@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit
 
     prefer_installed()
 
-from cdc_codecs import Op, codec_class, get_codec, parse_option_pairs  # noqa: E402
+from cdc_codecs import codec_class, get_codec, parse_option_pairs  # noqa: E402
 from cdc_codecs.errors import CodecError  # noqa: E402
 
 from spark_apps import ddl as ddl_mod  # noqa: E402
@@ -505,6 +505,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    from spark_apps import outputs
     from spark_apps import transforms as T
     from spark_apps.archive_io import write_quarantine_fn
     from spark_apps.schema import DECODED_FIELD_NAMES, WRITTEN_STRUCT
@@ -638,10 +639,13 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     # 5. the output
     progress.phase(f"writing the {args.emit} ({args.output_format})")
     applied = tagged.where(F.col("status") == Status.APPLIED)
-    base_rows = _base_rows(spark, base, args, tagged.columns) if base else None
+    try:
+        base_rows = outputs.base_rows(spark, base, args, tagged.columns, _decode) if base else None
+    except outputs.OutputError as e:
+        raise ReplayError(str(e)) from None
     target = codec_class(target_protocol)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in partition_stats), default=0) + 1)
-    output_plan = _OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
+    output_plan = outputs.OutputPlan(spark, args, history, cut, target, target_protocol, target_options, partitions, staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
     # identical rows of a table without a key are counted (transforms.latest_per_key)
     output_plan.multiset = bool(summary["keyless"]) or any(
@@ -649,7 +653,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"] for s in partition_stats)
     output_plan.run = {"run_id": run_id, "source": source, "output": output, "protocol": args.protocol}
     if kafka_io.is_kafka(output):
-        output_plan.kafka_target(home, kafka_io.fingerprint(args, partition_stats, cut))
+        output_plan.kafka_target(home, outputs.fingerprint(args, partition_stats, cut))
     try:
         if args.emit == "topics":
             written, table_rows = output_plan.topics(applied), None
@@ -664,6 +668,8 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
                     *UNREADABLE_ONLY)
                 output_plan.dictionary = dictionary
             written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    except outputs.OutputError as e:
+        raise ReplayError(str(e)) from e
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
         text = str(e)
         if "UNENCODABLE " not in text:
@@ -697,7 +703,7 @@ def _replay(spark, args, run_id, started, source, output, staging, objects, sour
     if output_plan.lake_tables is not None:
         manifest["output"]["lakehouse"] = output_plan.lake_tables
     if output_plan.kafka is not None:
-        _kafka_manifest(manifest, output_plan.kafka, home)
+        outputs.kafka_manifest(manifest, output_plan.kafka, home)
     manifest["quarantine"]["reasons"] = reasons
     manifest["timeline"] = manifest_mod.timeline(counts, frame, T.TIMELINE_BUCKETS)
     progress.phase(f"committing {home}")
@@ -727,23 +733,6 @@ def _quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_fai
         reasons.append({"stage": "ddl", "reason": "DDL not applied", "records": len(ddl_failures),
                         "sample": {k: first.get(k) for k in ("object", "line", "topic", "partition", "offset", "error")}})
     return reasons
-
-
-def _kafka_manifest(manifest: dict, kafka: dict, home: str) -> None:
-    """What a Kafka output produced now and what an earlier run with the same fingerprint had
-    already produced (skipped, not produced again)."""
-    done = kafka["done"]
-    out = manifest["output"]
-    skipped = [w for w in out["objects"] if (w["topic"], w["partition"]) in done]
-    out["objects"] = [w for w in out["objects"] if (w["topic"], w["partition"]) not in done]
-    out["records"] = sum(w["records"] for w in out["objects"])
-    out["rows"] = sum(w["rows"] for w in out["objects"])
-    out["kafka"] = {"bootstrap_servers": kafka["servers"], "fingerprint": kafka["fingerprint"],
-                    "producer": {k: v for k, v in kafka_io.PRODUCER_CONF.items()},
-                    "client": kafka_io.described(kafka["config"]),
-                    "skipped": skipped, "skipped_records": sum(w["records"] for w in skipped),
-                    "markers": kafka["markers"], "manifest_uri": home}
-    manifest["quarantine"]["location"] = storage.join(home, QUARANTINE)
 
 
 def _coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
@@ -973,28 +962,6 @@ def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistor
     return tagged, list(merged.values())
 
 
-def _table_frames(spark, history: SchemaHistory):
-    """(intervals, known) of the DDL history for `transforms.assign_tables` and
-    `mark_missing_tables`; (None, None) when no DDL mentioned a table."""
-    if not history.known:
-        return None, None
-    from spark_apps import transforms as T
-    from spark_apps.local_data import local_frame
-
-    rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
-             i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
-             None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
-            for i in history.intervals()]
-    intervals = local_frame(
-        spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
-        "final_database string, final_table string, key_aliases array<array<string>>, "
-        "row_columns array<struct<names: array<string>, default: binary>>")
-    known = sorted(history.known)
-    if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
-        return intervals, local_frame(spark, known, "database string, table string")
-    return intervals, known  # held in the plan: no broadcast job
-
-
 def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: SchemaHistory, bucket,
                                row_ranges: dict):
     """Row events of a table that does not exist at their point (`SchemaHistory.existence`,
@@ -1064,324 +1031,6 @@ def _schema_conflicts(history: SchemaHistory, shapes: list[dict]) -> list[str]:
     return schema_conflicts(history, [
         {"database": r["database"], "table": r["table"], "columns": [(c["name"], c["type"]) for c in r["columns"]],
          "first": r["first"], "last": r["last"], "events": r["events"]} for r in shapes])
-
-
-def _base_rows(spark, base: dict, args: ReplayArgs, columns: list[str]):
-    """The base snapshot's rows as applied row events placed at the window's start."""
-    from pyspark.sql import functions as F
-
-    objects = manifest_mod.current_objects(base)  # the manifest's list, never a listing (a commit may be under way)
-    options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()}
-    # credentials are masked in the manifest: this run's options of the same name supply them
-    given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}
-    for name, value in options.items():
-        if masking.MASK in value:
-            if name not in given:
-                raise ReplayError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
-                                  f"(masked in its manifest); give it again as --target-option {name}=...")
-            options[name] = given[name]
-    decoded = _decode(spark, objects, base["output"]["protocol"], options)
-    rows = (decoded.where(F.col("kind") == Kind.ROW)
-            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
-            .withColumn("event_time", F.lit(None).cast("bigint"))
-            .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
-            .withColumn("status", F.lit(Status.APPLIED)))
-    return rows.select(*columns)
-
-
-class _OutputPlan:
-    """Turns applied events into the requested output; each method returns (objects
-    written, rows per table or None)."""
-
-    def __init__(self, spark, args, history, cut, target, target_protocol, target_options, partitions, staging):
-        self.spark, self.args, self.schema_history, self.cut = spark, args, history, cut
-        self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
-        self.partitions, self.staging = partitions, staging
-        self.fill_images = False
-        self.multiset = True  # a table without a key may hold identical rows: count them
-        self.run: dict = {}
-        self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
-        self.kafka = None  # a kafka:// output: where and what is already produced
-        self.dictionary = None  # the schema dictionary (transforms.plan_dictionary) when the rows are lean
-
-    def kafka_target(self, home: str, fingerprint: str) -> None:
-        servers, _ = kafka_io.parse_uri(self.args.output, topics_required=False)
-        markers = kafka_io.markers_base(home, fingerprint)
-        done = kafka_io.finished_partitions(markers)
-        if done:
-            log.info("%d output partitions already produced by an earlier run of this replay (fingerprint %s): "
-                     "skipped", len(done), fingerprint)
-        self.kafka = {"servers": servers, "fingerprint": fingerprint, "markers": markers, "done": done,
-                      "config": kafka_io.client_config()}
-
-    # ----------------------------------------------------------------- helpers
-    def _tables(self):
-        return _table_frames(self.spark, self.schema_history)
-
-    def _effects(self, rows):
-        from spark_apps import transforms as T
-
-        intervals, known = self._tables()
-        return T.row_effects(T.assign_tables(rows, intervals, known), self.dictionary)
-
-    def _full(self, df):
-        """Full images from lean rows (a no-op for rows that are not lean)."""
-        from spark_apps import transforms as T
-
-        return T.full_images(df, self.dictionary, list(_event_names())) if "after_values" in df.columns else df
-
-    def _schemas(self):
-        return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values() if s.columns_known}
-
-    def _write_kafka(self, df, prepare=None):
-        from spark_apps.archive_io import write_topics_fn
-        from spark_apps.schema import WRITTEN_STRUCT
-
-        if self.args.target_layout == "ticdc-storage":
-            return self._write_storage_sink(df, prepare)
-
-        tasks = max(1, min(self.partitions * 4, self.spark.sparkContext.defaultParallelism * 2))
-        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
-            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
-        writer = None
-        if self.kafka is not None:
-            from spark_apps.kafka_io import writer_factory
-
-            writer = writer_factory(self.kafka["servers"], self.partitions, self.kafka["markers"], self.kafka["done"],
-                                    self.kafka["config"])
-        fn = write_topics_fn(self.target_protocol, self.target_options, storage.join(self.staging, "data"),
-                             self.args.max_records_per_object, prepare, writer)
-        return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-
-    def _write_storage_sink(self, df, prepare=None):
-        """--target-layout ticdc-storage: row events per table as TiCDC's storage sink writes
-        them, and the root `metadata` whose checkpoint-ts is the cut."""
-        from pyspark.sql import functions as F
-
-        from spark_apps.layouts.ticdc_storage import write_tables_fn
-        from spark_apps.schema import WRITTEN_STRUCT
-
-        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
-        rows = df.where(F.col("kind") == Kind.ROW)
-        ordered = rows.repartition(tasks, "database", "table").sortWithinPartitions(
-            "database", "table", "sort_point", "sort_rank", "partition", "offset", "event_index")
-        base = storage.join(self.staging, "data")
-        fn = write_tables_fn(self.target_protocol, self.target_options, base, self.args.max_records_per_object, prepare)
-        written = [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-        if self.cut["kind"] == "commit_ts" and self.cut["commit_ts"] is not None:
-            data = b'{"checkpoint-ts":%d}' % self.cut["commit_ts"]
-            storage.write_bytes(storage.join(base, "metadata"), data)
-        return written
-
-    def _write_parquet(self, df, history: bool):
-        from spark_apps.parquet_out import write_parquet_fn
-        from spark_apps.schema import WRITTEN_STRUCT
-        from spark_apps.snapshot import projector
-
-        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
-        ordered = df.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
-        fn = write_parquet_fn(storage.join(self.staging, "data"), history, projector(self._schemas(), schema_types=True))
-        return [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-
-    def _write_lake(self, df, history: bool, table_rows: list[dict]):
-        """Delta/Iceberg: tasks write the data files into the tables, then one commit per table
-        (spark_apps.lakehouse)."""
-        from spark_apps import lakehouse
-        from spark_apps.parquet_out import write_parquet_fn
-        from spark_apps.schema import WRITTEN_STRUCT
-        from spark_apps.snapshot import projector
-
-        plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
-        df = lakehouse.without_tables(df, plan.skip)  # a rerun's tables already at this cut
-        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
-        ordered = df.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
-        fn = write_parquet_fn("", history, projector(self._schemas(), schema_types=True),
-                              uri_fn=lakehouse.data_uri_fn(self.run["output"], self.args.target_table, self.run["run_id"]),
-                              type_fn=lakehouse.arrow_type, time_unit="us")
-        written = [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-        self.lake_tables = plan.commit(written, history)
-        return written
-
-    def _merge_lake(self, latest, table_rows: list[dict]):
-        """Delta/Iceberg with --since: tasks write each key's last change in the window (the
-        new row, or the deleted row's image with `_op` delete) to staging files; the driver
-        merges them into each table, one version per table (spark_apps.lakehouse)."""
-        from pyspark.sql import functions as F
-
-        from spark_apps import lakehouse
-        from spark_apps.parquet_out import write_parquet_fn
-        from spark_apps.schema import WRITTEN_STRUCT
-        from spark_apps.snapshot import projector
-
-        plan = lakehouse.plan_tables(self.args, self.run, self.cut, self._schemas(), table_rows)
-        latest = self._full(latest)
-        deleted = F.col("effect") == "delete"
-        changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
-                   .withColumn("before", F.when(deleted, F.col("before")))
-                   .withColumn("_op", F.when(deleted, F.lit("delete")).otherwise(F.lit("upsert")))
-                   .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table")))
-        for name in ("_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms"):
-            changes = changes.withColumn(name, F.lit(None).cast("bigint"))
-        changes = changes.withColumn("_current", F.lit(None).cast("boolean")).select(
-            *_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms",
-            "_current")
-        base = storage.join(self.staging, "_window")
-        tasks = max(1, self.spark.sparkContext.defaultParallelism * 2)
-        ordered = changes.repartition(tasks, "database", "table").sortWithinPartitions("database", "table")
-        fn = write_parquet_fn(base, True, projector(self._schemas(), schema_types=True),
-                              type_fn=lakehouse.arrow_type, time_unit="us")
-        written = [r.asDict() for r in ordered.mapInArrow(fn, WRITTEN_STRUCT).collect()]
-        try:
-            self.lake_tables = plan.commit_window(written, int(self.args.since))
-        except lakehouse.LakehouseError as e:
-            raise ReplayError(str(e)) from e
-        finally:
-            storage.delete_prefix(base)
-        return []  # the window's files were merged (and removed): the tables hold the rows
-
-    def _event_columns(self, df, extra=()):
-        from cdc_codecs.events import EVENT_FIELD_NAMES
-
-        return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
-
-    def _watermark_rows(self, topics_df, marks):
-        """Watermark events for every partition of every output topic; `marks`: a DataFrame of
-        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job)."""
-        from pyspark.sql import functions as F
-
-        from spark_apps.schema import EVENT_STRUCT
-
-        base = topics_df.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
-        if isinstance(marks, int):
-            base = base.withColumn("wm", F.lit(marks).cast("bigint"))
-        else:
-            base = base.crossJoin(marks)
-        columns = []
-        for field in EVENT_STRUCT.fields:
-            if field.name == "kind":
-                columns.append(F.lit(Kind.WATERMARK).alias("kind"))
-            elif field.name == "watermark_ts":
-                columns.append(F.col("wm").alias("watermark_ts"))
-            elif field.name == "event_index":
-                columns.append(F.lit(0).alias("event_index"))
-            else:
-                columns.append(F.lit(None).cast(field.dataType).alias(field.name))
-        return base.select(*columns, "out_topic", "out_partition",
-                           F.array(F.col("wm")).alias("sort_point"), F.lit(3).alias("sort_rank"))
-
-    # ----------------------------------------------------------------- outputs
-    def snapshot(self, rows):
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
-        from spark_apps import transforms as T
-        from spark_apps.snapshot import projector
-
-        latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset)).persist(
-            StorageLevel.DISK_ONLY)
-        # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
-        table_rows = [r.asDict() for r in latest.groupBy(
-            F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
-            F.sum(T.live_copies()).alias("rows"),
-            F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
-            F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
-        live = self._full(T.live_rows(latest, multiset=self.multiset))
-        if self.args.output_format == "parquet":
-            written = self._write_parquet(live.select(*_event_names(), "timeline"), history=False)
-            latest.unpersist()
-            return written, table_rows
-        if self.args.output_format in ("delta", "iceberg") and self.args.since is not None:
-            written = self._merge_lake(latest, table_rows)
-            latest.unpersist()
-            return written, table_rows
-        if self.args.output_format in ("delta", "iceberg"):
-            written = self._write_lake(live.select(*_event_names(), "timeline"), False, table_rows)
-            latest.unpersist()
-            return written, table_rows
-        live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
-                                self.args.dispatcher, self.partitions)
-        live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
-        out = self._event_columns(live, extra=("timeline",))
-        if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), int(self.cut["point"][0])).withColumn(
-                "timeline", F.col("sort_point")))
-        written = self._write_kafka(out, projector(self._schemas()))
-        latest.unpersist()
-        return written, table_rows
-
-    def history(self, rows):
-        """SCD type 2: one version per change of every key, valid until the key's next change."""
-        from pyspark import StorageLevel
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        from spark_apps import transforms as T
-
-        effects = self._effects(rows)
-        per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(T.order_struct())
-        valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
-        versions = (
-            effects.withColumn("_op", F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")))
-            .withColumn("_valid_from_ts", valid_from)
-            .withColumn("_valid_from_ms", F.col("execute_ts_ms"))
-            .withColumn("_valid_to_ts", F.lead(valid_from).over(per_key))
-            .withColumn("_valid_to_ms", F.lead("execute_ts_ms").over(per_key))
-            .withColumn("_next", F.lead("effect").over(per_key))
-            .withColumn("_current", F.col("_next").isNull() & (F.col("effect") == "upsert"))
-            # the image of the version: the new row, or for a deletion the row that was deleted
-            .withColumn("after", F.when(F.col("effect") == "upsert", F.col("after")))
-            .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
-            .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
-            .persist(StorageLevel.DISK_ONLY)
-        )
-        table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
-            F.count(F.lit(1)).alias("rows")).collect()]
-        columns = versions.select(*_event_names(), "timeline", "_op", "_valid_from_ts", "_valid_to_ts",
-                                  "_valid_from_ms", "_valid_to_ms", "_current")
-        if self.args.output_format == "parquet":
-            written = self._write_parquet(columns, history=True)
-        else:
-            written = self._write_lake(columns, True, table_rows)
-        versions.unpersist()
-        return written, table_rows
-
-    def topics(self, applied):
-        from pyspark.sql import functions as F
-
-        from spark_apps import transforms as T
-
-        changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
-        if self.fill_images:
-            changes = T.fill_previous_images(changes.where(F.col("kind") == Kind.ROW)).unionByName(
-                changes.where(F.col("kind") == Kind.DDL))
-        changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
-            "sort_point", F.col("timeline")).withColumn(
-            "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
-        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
-        ddl = changes.where(F.col("kind") == Kind.DDL)
-        if self.target.ddl_placement == "first":
-            ddl = ddl.withColumn("out_partition", F.lit(0))
-        else:
-            ddl = ddl.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
-        out = self._event_columns(rows).unionByName(self._event_columns(ddl))
-        if self.cut["kind"] == "commit_ts":
-            marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm"))
-            if self.args.since is not None:
-                marks = marks.where(F.col("wm") > self.args.since)
-            if self.cut["point"] is not None:
-                from spark_apps.local_data import local_frame
-
-                marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
-        from spark_apps.snapshot import precision_from_history
-
-        return self._write_kafka(out, precision_from_history(self.schema_history))
-
-
-def _event_names():
-    from cdc_codecs.events import EVENT_FIELD_NAMES
-
-    return EVENT_FIELD_NAMES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,3 +43,14 @@ WRITTEN_ARROW_SCHEMA = pa.schema(
     ]
 )
 WRITTEN_STRUCT = from_arrow_schema(WRITTEN_ARROW_SCHEMA)
+
+
+def events_from_batch(batch: pa.RecordBatch) -> list[dict]:
+    """Arrow rows back to event dicts (maps come back as pairs: make them dicts again); every
+    writer and the partitioners read their events so."""
+    rows = batch.to_pylist()
+    for row in rows:
+        extras = row.get("extras")
+        if extras is not None and not isinstance(extras, dict):
+            row["extras"] = dict(extras)
+    return rows

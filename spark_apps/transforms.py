@@ -735,6 +735,32 @@ def live_rows(latest: DataFrame, multiset: bool = True) -> DataFrame:
     )
 
 
+SCD2_COLUMNS = ("_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms", "_current")
+
+
+def scd2_versions(effects: DataFrame) -> DataFrame:
+    """SCD type 2 of `row_effects`' rows: one version per change of every key, valid from its
+    commit ts (the inferred one where it has none) and its execute time (ms) until the key's
+    next change (null: still valid), in the replay order. `_op` is the change (`delete` for a
+    key an UPDATE moved away from); `_current` marks a key's last version when it leaves the
+    row in place. The image of a version is the new row, or for a deletion the row that was
+    deleted; `database` and `table` become the table's final names."""
+    per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(order_struct())
+    valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
+    upsert = F.col("effect") == "upsert"
+    return (
+        effects.withColumn("_op", F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")))
+        .withColumn("_valid_from_ts", valid_from)
+        .withColumn("_valid_from_ms", F.col("execute_ts_ms"))
+        .withColumn("_valid_to_ts", F.lead(valid_from).over(per_key))
+        .withColumn("_valid_to_ms", F.lead("execute_ts_ms").over(per_key))
+        .withColumn("_current", F.lead("effect").over(per_key).isNull() & upsert)
+        .withColumn("after", F.when(upsert, F.col("after")))
+        .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
+        .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
+    )
+
+
 DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")
 
 
@@ -752,7 +778,7 @@ def with_partition(df: DataFrame, dispatcher: str, partitions: int) -> DataFrame
     table_hash = dispatcher == "canal-table"
 
     def place(batches):
-        from spark_apps.archive_io import events_from_batch
+        from spark_apps.schema import events_from_batch
 
         for batch in batches:
             parts = [canal_event_partition(e, partitions, table_hash=table_hash) for e in events_from_batch(batch)]

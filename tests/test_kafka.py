@@ -188,20 +188,20 @@ def test_kafka_source_adds_the_connector_package():
 def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path):
     """A task that failed after producing part of its partition (or a failed run) is followed by
     an attempt of the same replay: it produces only the records the first attempt had not."""
-    from spark_apps import kafka_io
+    from spark_apps.outputs import kafka as kafka_target  # the Kafka target (spark_apps.outputs.kafka)
 
     broker.create_topic("resumed", 2)
     markers = str(tmp_path / "markers")
     records = [(f"k{i}".encode(), f"v{i}".encode(), (("h", bytes([i])),)) for i in range(6)]
 
     def writer():
-        return kafka_io.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, None)
+        return kafka_target.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, None)
 
     first = writer()
     for key, value, headers in records[:4]:
         first.add(key, value, headers)
     first.producer.flush(60)  # delivered, then the task dies before finishing the partition
-    assert kafka_io.finished_partitions(markers) == {}
+    assert kafka_target.finished_partitions(markers) == {}
 
     second = writer()
     for key, value, headers in records:
@@ -213,11 +213,11 @@ def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path
     assert second.written[0] | {"bytes": 0} == {
         "uri": f"kafka://{broker.bootstrap}/resumed/1", "topic": "resumed", "partition": 1, "first_offset": 0,
         "last_offset": 5, "records": 6, "events": 0, "rows": 0, "bytes": 0}
-    assert kafka_io.finished_partitions(markers)[("resumed", 1)]["records"] == 6
+    assert kafka_target.finished_partitions(markers)[("resumed", 1)]["records"] == 6
 
     # a finished partition is not produced at all
-    done = kafka_io.finished_partitions(markers)[("resumed", 1)]
-    third = kafka_io.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, done)
+    done = kafka_target.finished_partitions(markers)[("resumed", 1)]
+    third = kafka_target.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, done)
     for key, value, headers in records:
         third.add(key, value, headers)
     third.flush()

@@ -198,3 +198,20 @@ def test_ticdc_dispatchers_place_rows_as_tiflow_does(spark):
     got = df.select(dispatch_partition("index-value", 16).alias("iv"), dispatch_partition("table", 16).alias("tb"),
                     dispatch_partition("ts", 4).alias("ts")).collect()
     assert [(r["iv"], r["tb"], r["ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
+
+
+@pytest.mark.parametrize("extra, chosen", [
+    ([], "KafkaRecordArchive"),
+    (["--output", "kafka://broker:9092", "--manifest-uri", "/tmp/m"], "KafkaTopics"),
+    (["--target-layout", "ticdc-storage"], "TiCDCStorageSink"),
+    (["--target-format", "parquet"], "ParquetTables"),
+    (["--target-format", "delta"], "DeltaTables"),
+    (["--target-format", "iceberg"], "IcebergTables"),
+])
+def test_the_options_choose_one_output_target(extra, chosen):
+    """Each target module says when the options ask for it (spark_apps.outputs.target_for);
+    exactly one answers for every accepted combination."""
+    from spark_apps.outputs import target_for
+
+    argv = ["--source", "/tmp/a", "--protocol", "canal-json", "--output", "/tmp/o", "--emit", "snapshot", *extra]
+    assert target_for(ReplayArgs.from_namespace(parser().parse_args(argv))).__name__ == chosen

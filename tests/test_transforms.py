@@ -291,3 +291,38 @@ def test_packed_rows_carry_what_the_keys_do_not_read_and_unpack_to_the_same_rows
     again = T.codegen_boundary(T.unpacked(packed))
     assert sorted(again.columns) == sorted(events.columns)
     assert sorted(map(tuple, again.select(*events.columns).collect())) == sorted(map(tuple, events.collect()))
+
+
+def test_scd2_versions_are_valid_from_their_change_until_the_keys_next_one(spark):
+    """The history's window (transforms.scd2_versions), by hand: key 1 inserted, updated and
+    deleted; key 2 inserted once; key 3 moved to key 4 by an UPDATE (a deletion of 3, an upsert
+    of 4); one change without commit ts is valid from its inferred ts. Validity in TSO and
+    execute time (ms); `_current` only for a key's last version that keeps the row."""
+    v = lambda i, x: [col("id", i), col("v", x)]  # noqa: E731
+    events = frame(spark, [
+        row(Op.INSERT, 0, 10, None, v(1, 1)),
+        row(Op.INSERT, 1, 11, None, v(2, 1)),
+        row(Op.UPDATE, 2, 11, v(1, 1), v(1, 2)),
+        row(Op.DELETE, 3, 12, v(1, 2)),
+        row(Op.INSERT, 4, None, None, v(3, 1)),
+        row(Op.UPDATE, 5, 13, v(3, 1), v(4, 1)),
+    ]).withColumn("execute_ts_ms", T.F.col("offset") * 1000 + 7)
+    events = events.withColumn("inferred_ts", T.F.when(T.F.col("commit_ts").isNull(), T.F.lit(9)).cast("bigint"))
+    events = T.with_timeline(events)
+    versions = T.scd2_versions(T.row_effects(T.assign_tables(events, None, None)))
+
+    def value(image):
+        return None if image is None else {c.name: c.value for c in image}["v"]
+
+    got = sorted((tuple(r.row_key), r._op, r._valid_from_ts, r._valid_to_ts, r._valid_from_ms, r._valid_to_ms,
+                  r._current, value(r.after), value(r.before), r.database, r.table)
+                 for r in versions.collect())
+    assert got == sorted([
+        ((b"1",), "insert", 10, 11, 7, 2007, False, b"1", None, "d", "t"),
+        ((b"1",), "update", 11, 12, 2007, 3007, False, b"2", None, "d", "t"),
+        ((b"1",), "delete", 12, None, 3007, None, False, None, b"2", "d", "t"),
+        ((b"2",), "insert", 11, None, 1007, None, True, b"1", None, "d", "t"),
+        ((b"3",), "delete", 13, None, 5007, None, False, None, b"1", "d", "t"),
+        ((b"3",), "insert", 9, 13, 4007, 5007, False, b"1", None, "d", "t"),
+        ((b"4",), "update", 13, None, 5007, None, True, b"1", None, "d", "t"),
+    ])

@@ -55,6 +55,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     effects = T.row_effects(T.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
     live = T.live_rows(latest)
+    T.scd2_versions(effects)
     T.fill_previous_images(tagged)
     T.with_partition(live.withColumn("out_topic", T.topic_name("{schema}_{table}")), "index-value", 3)
     T.with_partition(live, "table", 3)
@@ -72,7 +73,8 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
-                 "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables"}
+                 "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
+                 "scd2_versions"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

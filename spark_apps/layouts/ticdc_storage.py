@@ -50,7 +50,7 @@ from cdc_codecs.base import KafkaRecord
 from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
-from ..contract import Kind
+from ..ticdc_offsets import LINE_BITS, MAX_FILES, MAX_LINE, offset  # noqa: F401  (the offsets, shared with the writer)
 from .base import LayoutError, Plan, ddl_row, item, long_line_row, watermark_row
 
 NAME = "ticdc-storage"
@@ -66,9 +66,6 @@ _TABLE_SCHEMA = re.compile(r"^[^/]+/[^/]+/meta/schema_\d+_\d{10}\.json$|^[^/]+/[
 _DB_SCHEMA = re.compile(r"^[^/]+/meta/schema_\d+_\d{10}\.json$")
 _DATE = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
 
-LINE_BITS = 32  # lines per data file; the file number takes the 31 bits above (a signed 64-bit offset)
-MAX_LINE = (1 << LINE_BITS) - 1
-MAX_FILES = 1 << (63 - LINE_BITS)  # data files per table
 
 
 def _date_days(segment: str) -> int | None:
@@ -100,11 +97,6 @@ def parse_data_path(rel: str) -> dict | None:
     return {"schema": m["schema"], "table": m["table"], "version": int(m["version"]),
             "partition_id": int(extra[0]) if extra else None, "days": days,
             "dispatcher": m["dispatcher"], "index": int(m["index"]), "ext": m["ext"], "dir": directory}
-
-
-def offset(file: int, line: int) -> int:
-    """The offset of line `line` (1-based) of the table's data file number `file` (from 0)."""
-    return (file << LINE_BITS) | min(line, MAX_LINE)
 
 
 def base_offset(params: dict) -> int:
@@ -349,74 +341,3 @@ def line_record(uri: str, params: dict, line_no: int, line: bytes, headers=()) -
     leftovers, spark_apps.archive_io)."""
     return KafkaRecord(params["topic"], 0, offset(params["file"], line_no), None, None, line,
                        headers, uri)
-
-
-# ------------------------------------------------------------------------------- writing
-
-
-def write_tables_fn(protocol: str, options: dict, base: str, max_records: int, prepare=None):
-    """mapInArrow function writing row events, sorted by (database, table, order), as TiCDC's
-    storage sink lays them out: `{schema}/{table}/{version}/CDC{index:06d}.json`, canal-json
-    lines ended by `\\r\\n` (schema and table names as spark_apps.paths.segment makes them path
-    segments), a file every `max_records` rows and `meta/CDC.index` naming the
-    last one. The version directory is the table's first written commit ts (like TiCDC's
-    version for a table that existed before the changefeed: a point the table's schema holds
-    at). DDL and watermarks are not lines in this layout (the caller writes the root
-    `metadata`); table schema files are not written. Returns WRITTEN_ARROW_SCHEMA rows."""
-    import itertools
-
-    import pyarrow as pa
-
-    from cdc_codecs import get_codec
-
-    from ..archive_io import events_from_batch
-    from ..paths import segment
-    from ..schema import WRITTEN_ARROW_SCHEMA
-
-    def run(batches):
-        codec = get_codec(protocol, options)
-
-        def rows():
-            for batch in batches:
-                for event in events_from_batch(batch):
-                    if event["kind"] != Kind.ROW:
-                        continue
-                    if prepare is not None:
-                        event = prepare(event)
-                        if event is None:
-                            continue
-                    yield (event["database"], event["table"]), event
-
-        written = []
-        for (database, table), group in itertools.groupby(rows(), key=lambda item: item[0]):
-            directory = lines = None
-            index = 0
-
-            def flush():
-                nonlocal lines, index
-                if not lines:
-                    return
-                index += 1
-                name = f"CDC{index:06d}.json"
-                data = b"".join(line + b"\r\n" for line in lines)
-                storage.write_bytes(storage.join(base, directory, name), data)
-                storage.write_bytes(storage.join(base, directory, "meta/CDC.index"), f"{name}\n".encode())
-                written.append({"uri": storage.join(base, directory, name), "topic": f"{database}.{table}",
-                                "partition": 0, "first_offset": offset(index - 1, 1),
-                                "last_offset": offset(index - 1, len(lines)), "records": len(lines),
-                                "events": len(lines), "rows": len(lines), "bytes": len(data)})
-                lines = []
-
-            for _, event in group:
-                if directory is None:
-                    version = max(1, (event["commit_ts"] or 1) - 1)
-                    directory, lines = f"{segment(database)}/{segment(table)}/{version}", []
-                for message in codec.encode([event], topic=f"{database}.{table}", partition=0):
-                    lines.append(message.value)
-                if len(lines) >= max_records:
-                    flush()
-            flush()
-        if written:
-            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
-
-    return run

@@ -1,0 +1,147 @@
+"""The Kafka-record archive target (`--target-format kafka`, an object-store output): each output
+topic partition's records, re-encoded by the target codec, as gzip JSON-lines objects exactly as
+a Kafka-record archive holds them (cdc_codecs.archive), the layout the replay reads back."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from cdc_codecs import get_codec
+from cdc_codecs.archive import format_record, object_name
+from cdc_codecs.base import KafkaRecord
+from cdc_codecs.errors import EncodeError
+
+from .. import storage
+from ..contract import Kind
+from ..paths import display, segment
+from ..schema import WRITTEN_ARROW_SCHEMA, events_from_batch
+from .base import Target, written_rows
+
+log = logging.getLogger("cdc_replay")
+
+
+class KafkaRecordArchive(Target):
+    """Events placed in output topic partitions, each partition written in order by one task."""
+
+    records = True
+
+    @classmethod
+    def chosen(cls, args) -> bool:
+        from ..kafka_io import is_kafka
+
+        return args.output_format == "kafka" and args.target_layout != "ticdc-storage" and not is_kafka(args.output)
+
+    def writer(self) -> Callable | None:
+        """What writes one output partition (None: ObjectWriter, objects under the staging area)."""
+        return None
+
+    def write(self, df, kind, prepare=None, table_rows=None) -> list[dict]:
+        plan = self.plan
+        tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
+        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
+            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index")
+        fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
+                             plan.args.max_records_per_object, prepare, self.writer())
+        return written_rows(ordered, fn)
+
+
+class ObjectWriter:
+    """Gzip objects of one output topic partition, rolled every `max_records` records."""
+
+    def __init__(self, base: str, topic: str, partition: int, max_records: int):
+        self.base, self.topic, self.partition, self.max_records = base, topic, partition, max_records
+        self.offset = 0
+        self.written: list[dict] = []
+        self._lines: list[bytes] = []
+        self._first = 0
+        self.fed_events = 0  # events handed to the codec (counted by the caller)
+        self.fed_rows = 0
+        self._events_at_flush = 0
+        self._rows_at_flush = 0
+
+    def add(self, key, value, headers) -> None:
+        record = KafkaRecord(self.topic, self.partition, self.offset, None, key, value, headers)
+        self._lines.append(format_record(record))
+        self.offset += 1
+        if len(self._lines) >= self.max_records:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        data = gzip.compress(b"\n".join(self._lines) + b"\n", compresslevel=6, mtime=0)  # reruns byte-identical
+        uri = storage.join(self.base, object_name(segment(self.topic), self.partition, self._first))
+        storage.write_bytes(uri, data)
+        self.written.append({
+            "uri": uri, "topic": self.topic, "partition": self.partition, "first_offset": self._first,
+            "last_offset": self.offset - 1, "records": len(self._lines),
+            "events": self.fed_events - self._events_at_flush, "rows": self.fed_rows - self._rows_at_flush,
+            "bytes": len(data),
+        })
+        self._first = self.offset
+        self._lines = []
+        self._events_at_flush, self._rows_at_flush = self.fed_events, self.fed_rows
+
+
+def write_topics_fn(
+    protocol: str,
+    options: dict[str, str],
+    base: str,
+    max_records: int = 100_000,
+    prepare: Callable[[dict], dict | None] | None = None,
+    writer: Callable | None = None,
+) -> Callable:
+    """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
+    objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
+    one Spark partition (offsets are assigned here, from 0). `writer(base, topic, partition,
+    max_records)` replaces the object writer (spark_apps.outputs.kafka produces to a broker)."""
+
+    make_writer = writer
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        codec = get_codec(protocol, options)
+
+        def stream():
+            for batch in batches:
+                for event in events_from_batch(batch):
+                    if prepare is not None:
+                        event = prepare(event)
+                        if event is None:
+                            continue
+                    yield (event.pop("out_topic"), event.pop("out_partition")), event
+
+        written = []
+        for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
+            writer = (make_writer or ObjectWriter)(base, topic, partition, max_records)
+
+            last = {}
+
+            def fed(group=group, writer=writer):
+                for _, event in group:
+                    writer.fed_events += 1
+                    writer.fed_rows += event["kind"] == Kind.ROW
+                    last["event"] = event
+                    yield event
+
+            try:
+                for message in codec.encode(fed(), topic=topic, partition=partition):
+                    writer.add(message.key, message.value, message.headers)
+            except EncodeError as e:
+                event = last.get("event") or {}
+                raise EncodeError(
+                    f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
+                    f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
+                    f"{event.get('partition')} "
+                    f"offset {event.get('offset')} (object {event.get('object')}): {e}") from e
+            writer.flush()
+            written.extend(writer.written)
+            log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
+
+    return run

@@ -1,0 +1,240 @@
+"""What the replay writes, built from its applied events, and handed to the chosen target
+(spark_apps.outputs.base.Target): the snapshot (the last change per key), the SCD2 history
+(transforms.scd2_versions) or the topics (every applied change, with watermarks).
+
+Imports nothing of the replay driver: the driver gives the plan its inputs (spark_apps.replay,
+step "output") and reads back `lake_tables` and `kafka` for the manifest."""
+
+from __future__ import annotations
+
+import logging
+
+from cdc_codecs import Op, parse_option_pairs
+from cdc_codecs.events import EVENT_FIELD_NAMES
+
+from .. import manifest as manifest_mod
+from .. import masking
+from ..contract import Kind, Status
+from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, target_for
+from .kafka import prepared
+
+log = logging.getLogger("cdc_replay")
+
+
+def table_frames(spark, history):
+    """(intervals, known) of the DDL history (ddl.SchemaHistory) for `transforms.assign_tables`
+    and `mark_missing_tables`; (None, None) when no DDL mentioned a table."""
+    if not history.known:
+        return None, None
+    from .. import transforms as T
+    from ..local_data import local_frame
+
+    rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
+             i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
+             None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+            for i in history.intervals()]
+    intervals = local_frame(
+        spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
+        "final_database string, final_table string, key_aliases array<array<string>>, "
+        "row_columns array<struct<names: array<string>, default: binary>>")
+    known = sorted(history.known)
+    if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
+        return intervals, local_frame(spark, known, "database string, table string")
+    return intervals, known  # held in the plan: no broadcast job
+
+
+def base_rows(spark, base: dict, args, columns: list[str], decode):
+    """The base snapshot's rows (--base-snapshot, a Kafka-record archive this app wrote) as
+    applied row events placed at the window's start; `decode(spark, objects, protocol,
+    options)` is the replay's decode of archive objects. OutputError when a credential its
+    manifest masks is not given again."""
+    from pyspark.sql import functions as F
+
+    objects = manifest_mod.current_objects(base)  # the manifest's list, never a listing (a commit may be under way)
+    options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in base["output"]["options"].items()}
+    # credentials are masked in the manifest: this run's options of the same name supply them
+    given = {**parse_option_pairs(args.protocol_option), **parse_option_pairs(args.target_option)}
+    for name, value in options.items():
+        if masking.MASK in value:
+            if name not in given:
+                raise OutputError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
+                                  f"(masked in its manifest); give it again as --target-option {name}=...")
+            options[name] = given[name]
+    decoded = decode(spark, objects, base["output"]["protocol"], options)
+    rows = (decoded.where(F.col("kind") == Kind.ROW)
+            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
+            .withColumn("event_time", F.lit(None).cast("bigint"))
+            .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
+            .withColumn("status", F.lit(Status.APPLIED)))
+    return rows.select(*columns)
+
+
+class OutputPlan:
+    """Turns applied events into the requested output; each method returns (objects
+    written, rows per table or None)."""
+
+    def __init__(self, spark, args, history, cut, target, target_protocol, target_options, partitions, staging):
+        self.spark, self.args, self.schema_history, self.cut = spark, args, history, cut
+        self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
+        self.partitions, self.staging = partitions, staging
+        self.fill_images = False
+        self.multiset = True  # a table without a key may hold identical rows: count them
+        self.run: dict = {}
+        self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
+        self.kafka = None  # a kafka:// output: where and what is already produced
+        self.dictionary = None  # the schema dictionary (transforms.plan_dictionary) when the rows are lean
+
+    def kafka_target(self, home: str, fingerprint: str) -> None:
+        self.kafka = prepared(self.args.output, home, fingerprint)
+
+    # ----------------------------------------------------------------- helpers
+    def _effects(self, rows):
+        from .. import transforms as T
+
+        intervals, known = table_frames(self.spark, self.schema_history)
+        return T.row_effects(T.assign_tables(rows, intervals, known), self.dictionary)
+
+    def _full(self, df):
+        """Full images from lean rows (a no-op for rows that are not lean)."""
+        from .. import transforms as T
+
+        return T.full_images(df, self.dictionary, list(EVENT_FIELD_NAMES)) if "after_values" in df.columns else df
+
+    def schemas(self) -> dict:
+        """The tables whose columns the DDL history knows, by lower-case (database, table)."""
+        return {(s.database.lower(), s.name.lower()): s for s in self.schema_history.tables.values() if s.columns_known}
+
+    def _write(self, df, kind: str, prepare=None, table_rows=None) -> list[dict]:
+        """Hand the frame to the chosen target (spark_apps.outputs.base.target_for)."""
+        target = target_for(self.args)(self)
+        written = target.write(df, kind, prepare=prepare, table_rows=table_rows)
+        if target.committed is not None:
+            self.lake_tables = target.committed
+        return written
+
+    def _event_columns(self, df, extra=()):
+        return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
+
+    def _watermark_rows(self, topics_df, marks):
+        """Watermark events for every partition of every output topic; `marks`: a DataFrame of
+        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job)."""
+        from pyspark.sql import functions as F
+
+        from ..schema import EVENT_STRUCT
+
+        base = topics_df.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
+        if isinstance(marks, int):
+            base = base.withColumn("wm", F.lit(marks).cast("bigint"))
+        else:
+            base = base.crossJoin(marks)
+        columns = []
+        for field in EVENT_STRUCT.fields:
+            if field.name == "kind":
+                columns.append(F.lit(Kind.WATERMARK).alias("kind"))
+            elif field.name == "watermark_ts":
+                columns.append(F.col("wm").alias("watermark_ts"))
+            elif field.name == "event_index":
+                columns.append(F.lit(0).alias("event_index"))
+            else:
+                columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+        return base.select(*columns, "out_topic", "out_partition",
+                           F.array(F.col("wm")).alias("sort_point"), F.lit(3).alias("sort_rank"))
+
+    def _window_changes(self, latest):
+        """A --since window's last change per key, merged into Delta/Iceberg tables: the new
+        row, or the deleted row's image with `_op` delete."""
+        from pyspark.sql import functions as F
+
+        from .. import transforms as T
+
+        latest = self._full(latest)
+        deleted = F.col("effect") == "delete"
+        changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
+                   .withColumn("before", F.when(deleted, F.col("before")))
+                   .withColumn("_op", F.when(deleted, F.lit("delete")).otherwise(F.lit("upsert")))
+                   .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table")))
+        for name in ("_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms"):
+            changes = changes.withColumn(name, F.lit(None).cast("bigint"))
+        return changes.withColumn("_current", F.lit(None).cast("boolean")).select(
+            *EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS)
+
+    # ----------------------------------------------------------------- outputs
+    def snapshot(self, rows):
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from .. import transforms as T
+        from ..snapshot import projector
+
+        latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset)).persist(
+            StorageLevel.DISK_ONLY)
+        # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
+        table_rows = [r.asDict() for r in latest.groupBy(
+            F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
+            F.sum(T.live_copies()).alias("rows"),
+            F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
+            F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
+        live = self._full(T.live_rows(latest, multiset=self.multiset))
+        target = target_for(self.args)
+        if not target.records and target.merges_windows and self.args.since is not None:
+            written = self._write(self._window_changes(latest), WINDOW, table_rows=table_rows)
+        elif not target.records:
+            written = self._write(live.select(*EVENT_FIELD_NAMES, "timeline"), SNAPSHOT, table_rows=table_rows)
+        else:
+            live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
+                                    self.args.dispatcher, self.partitions)
+            live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
+            out = self._event_columns(live, extra=("timeline",))
+            if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
+                out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(),
+                                                           int(self.cut["point"][0])).withColumn(
+                    "timeline", F.col("sort_point")))
+            written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()))
+        latest.unpersist()
+        return written, table_rows
+
+    def history(self, rows):
+        """SCD type 2: one version per change of every key, valid until the key's next change."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from .. import transforms as T
+
+        versions = T.scd2_versions(self._effects(rows)).persist(StorageLevel.DISK_ONLY)
+        table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
+            F.count(F.lit(1)).alias("rows")).collect()]
+        columns = versions.select(*EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS)
+        written = self._write(columns, HISTORY, table_rows=table_rows)
+        versions.unpersist()
+        return written, table_rows
+
+    def topics(self, applied):
+        from pyspark.sql import functions as F
+
+        from .. import transforms as T
+        from ..snapshot import precision_from_history
+
+        changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
+        if self.fill_images:
+            changes = T.fill_previous_images(changes.where(F.col("kind") == Kind.ROW)).unionByName(
+                changes.where(F.col("kind") == Kind.DDL))
+        changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
+            "sort_point", F.col("timeline")).withColumn(
+            "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
+        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
+        ddl = changes.where(F.col("kind") == Kind.DDL)
+        if self.target.ddl_placement == "first":
+            ddl = ddl.withColumn("out_partition", F.lit(0))
+        else:
+            ddl = ddl.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
+        out = self._event_columns(rows).unionByName(self._event_columns(ddl))
+        if self.cut["kind"] == "commit_ts":
+            marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm"))
+            if self.args.since is not None:
+                marks = marks.where(F.col("wm") > self.args.since)
+            if self.cut["point"] is not None:
+                from ..local_data import local_frame
+
+                marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
+        return self._write(out, TOPICS, prepare=precision_from_history(self.schema_history))

@@ -34,6 +34,7 @@ How it is made atomic:
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import os
@@ -247,7 +248,9 @@ class Lease:
         else:
             doc, _ = _read(self.uri)
             raise LeaseHeld(_held_message(self.home, doc or {}, self.timeout))
-        self._thread = threading.Thread(target=self._beat, name="cdc-replay-lease", daemon=True)
+        # in this thread's context: storage.using's client (the Airflow hook's) reaches the heartbeat too
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._beat,),
+                                        name="cdc-replay-lease", daemon=True)
         self._thread.start()
         return self
 

@@ -21,10 +21,8 @@ from typing import Any
 from spark_apps import masking
 from spark_apps.contract import (
     AIRFLOW_STAGING,
-    COMMIT_LOG,
     LAKE_FORMATS,
     LAST_CUT,
-    MANIFEST,
     ManifestError,
     manifest_path,
     read_manifest_doc,
@@ -424,63 +422,76 @@ def carry_forward(hook, plan: dict) -> dict:
     window's end (`--until`) so the next interval's `--since` matches it, the schemas, and
     `carried_from`. What the archive is known complete up to stays the previous interval's:
     no watermark was read, so with `require_complete` validate refuses to publish it (see
-    metrics.check_complete). The first interval carries an empty output. Like the app's
-    commit, the output prefix is replaced as a whole and atomically for readers that follow
-    `_manifest.json`: the manifest first names the previous interval's objects where they are
-    (a complete snapshot at once), then this output's copies; only then are the earlier objects
-    of this output deleted. A reader sees the old output or the new, whole, at every moment."""
+    metrics.check_complete). The first interval carries an empty output. It is written as the
+    app writes a run: under the output's lease (spark_apps.lease; Refused while another run
+    holds it), staged in `_staging/<run>/data/` and committed by the app's own
+    spark_apps.manifest.commit, so a reader that follows `_manifest.json` sees the old output
+    or the new, whole, at every moment, and only objects of earlier runs of ours are deleted."""
+    with hook.using():  # spark_apps.storage (the lease and the commit too) through the hook's client
+        return _carry(hook, plan, ReplayRequest.from_dict(plan["request"]))
+
+
+def _carry(hook, plan: dict, request: ReplayRequest) -> dict:
+    """carry_forward, once its storage goes through the hook's client."""
     import time
 
-    request = ReplayRequest.from_dict(plan["request"])
-    output = request.output.rstrip("/")
+    from spark_apps import faults, storage
+    from spark_apps import lease as lease_mod
+
+    started = time.time()
+    output = storage.normalize(request.output)
+    staging = staging_prefix(output, plan["run_id"])
+    try:  # one run at a time per output, as the app takes it: before the output is touched
+        lease = lease_mod.Lease(output, plan["run_id"], lease_mod.timeout_seconds(request.lease_timeout)).acquire()
+    except lease_mod.LeaseHeld as e:
+        raise Refused(str(e)) from None
+    lease_mod.hold(lease)
+    try:
+        manifest = _carried_output(hook, plan, request, output, staging, started)
+    except BaseException:
+        faults.clean_staging(output, staging)  # unless its commit switched to it (the next run finishes it)
+        raise
+    finally:
+        lease.release()
+        lease_mod.hold(None)
+    out = manifest["output"]
+    log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,
+             f"{out['records']:,}", f"{out['rows']:,}", len(manifest["schemas"]), manifest["cut"]["time"],
+             manifest["cut"]["warnings"][0])
+    return manifest
+
+
+def _carried_output(hook, plan: dict, request: ReplayRequest, output: str, staging: str, started: float) -> dict:
+    """Stage and commit the carried output, holding the output's lease (as replay's _leased)."""
+    from spark_apps import manifest as manifest_mod
+    from spark_apps import storage
+
+    if manifest_mod.finish_interrupted(output):
+        log.info("Finished the commit an earlier run left interrupted in %s", output)
+    storage.delete_prefix(staging)
     previous = plan["carry"].get("from")
     window = plan["carry"].get("objects_window") or [None, None]
-    started = time.time()
     prev = read_manifest_doc(hook.read_json(manifest_path(previous))) if previous else None
     if prev is not None and prev["output"]["emit"] != request.emit:
         raise Refused(f"{previous} is a {prev['output']['emit']} output, this interval's is a {request.emit}: "
                       "intervals of one series must have one emit mode")
-    # what earlier runs of ours committed here (the only objects the commit may delete)
-    owned = set()
-    for name in (MANIFEST, COMMIT_LOG):
-        if hook.exists(f"{output}/{name}"):
-            try:
-                earlier = hook.read_json(f"{output}/{name}")
-            except ValueError:
-                continue
-            owned.update(earlier.get("committed") or [relative(e["uri"], output) for e in (
-                earlier.get("output", {}).get("objects", []) + earlier.get("quarantine", {}).get("objects", []))
-                if e.get("uri", "").startswith(output + "/")])
-    copied, pairs = [], []
-    if request.emit == "snapshot" and prev is not None:
-        pairs = []
+    carried = request.emit == "snapshot" and prev is not None
+    staged = []
+    if carried:
+        log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)",
+                 len(prev["output"]["objects"]), previous, staging)
         for entry in prev["output"]["objects"]:
             # a manifest left by a commit killed after its switch names the staged copies
             name = re.sub(rf"^{STAGING_DIR}/[^/]+/(data/)?", "", relative(entry["uri"], previous))
-            target = f"{output}/{name}"
-            pairs.append((entry["uri"], target, entry.get("bytes") or 0))
-            copied.append({**entry, "uri": target})
-    keep = {entry["uri"] for entry in copied}
-    staging_root = staging_prefix(output) + "/"
-    stale, foreign = [], []
-    for o in hook.list_objects(output):
-        if o.uri in keep or o.uri.startswith(staging_root) or o.uri == manifest_path(output):
-            continue
-        (stale if relative(o.uri, output) in owned else foreign).append(o)
-    foreign_names = [relative(o.uri, output) for o in foreign]
-    if foreign_names:
-        log.warning("Left %d objects cdc-replay did not write under %s: %s", len(foreign_names), output,
-                    ", ".join(foreign_names[:5]))
-
-    from spark_apps import manifest as manifest_mod
-
+            target = storage.join(staging, "data", name)
+            storage.copy(entry["uri"], target)
+            staged.append({"topic": "", "events": 0, **entry, "uri": target})
     if prev is not None:
         schemas = list(prev.get("schemas") or [])
         complete = prev["cut"].get("complete_commit_ts")
     else:
         schemas = _schema_statements(hook, request.schema)
         complete = None
-    carried = request.emit == "snapshot" and prev is not None
     # a snapshot keeps its tables' rows (and what the archive first showed of them), with no events
     table_rows = [{k: t[k] for k in ("database", "table", "rows", "keys_first_updated", "keys_first_deleted") if k in t}
                   for t in prev["tables"]] if carried else []
@@ -493,8 +504,8 @@ def carry_forward(hook, plan: dict) -> dict:
         objects=[], partition_stats=[], counts=[], ddl_log=[], ddl_failures=[], quarantine_objects=[],
         cut={"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
              "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}", "warnings": [note]},
-        written=[{"topic": "", "events": 0, **e} for e in copied] if carried else [],
-        source_options=dict(request.protocol_options), target_protocol=request.target_protocol or request.protocol,
+        written=staged, source_options=dict(request.protocol_options),
+        target_protocol=request.target_protocol or request.protocol,
         target_options=dict(request.target_options), table_rows=table_rows, schemas=schemas,
         window={"since": request.since, "until": until, "base_snapshot": previous if request.emit == "snapshot" else None,
                 "base_cut": prev["cut"]["commit_ts"] if carried else None})
@@ -503,29 +514,11 @@ def carry_forward(hook, plan: dict) -> dict:
         out.update(topics=prev["output"].get("topics", []), nulled=prev["output"].get("nulled", 0))
     if prev is not None and prev["output"].get("lakehouse"):
         out["lakehouse"] = prev["output"]["lakehouse"]
-    manifest["warnings"] += [f"{len(foreign_names)} objects under the output were not written by cdc-replay and "
-                             "were left in place: " + ", ".join(foreign_names[:5])] if foreign_names else []
-    manifest.update(carried_from=previous, committed=sorted(relative(e["uri"], output) for e in copied),
-                    foreign_objects=foreign_names)
-    # 1. the pointer switches to a complete output at once: the previous interval's objects where
-    #    they are; what this output held stays listed as ours (a killed commit is cleaned later)
-    new_names = set(manifest["committed"])
-    if pairs:
-        first = {**manifest, "output": {**out, "objects": [{**e, "uri": src} for e, (src, _, _) in zip(copied, pairs)]},
-                 "committed": sorted(owned | new_names)}
-        hook.write_json(manifest_path(output), first)
-        log.info("Copying the %d objects of the snapshot %s to %s (server-side copies)", len(pairs), previous, output)
-        hook.copy_all(pairs, lambda done, total, done_bytes: None)
-    elif stale:
-        hook.write_json(manifest_path(output), {**manifest, "committed": sorted(owned | new_names)})
-    # 2. then to this output's own copies, and 3. the earlier objects nothing names any more go
-    hook.write_json(manifest_path(output), manifest)
-    for obj in stale:
-        hook.delete(obj.uri)
-    if stale:
-        log.info("Removed %d objects of an earlier run of this interval from %s", len(stale), output)
-    log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,
-             f"{out['records']:,}", f"{out['rows']:,}", len(schemas), ts_time(until), note)
+    manifest["carried_from"] = previous
+    manifest_mod.commit(output, staging, manifest)  # the app's commit: switch, copy, switch, clean
+    if manifest["foreign_objects"]:
+        log.warning("Left %d objects cdc-replay did not write under %s: %s", len(manifest["foreign_objects"]),
+                    output, ", ".join(manifest["foreign_objects"][:5]))
     return manifest
 
 

@@ -18,6 +18,7 @@ from cdc_replay_airflow.hooks.archive import ArchiveHook
 from cdc_replay_airflow.metrics import Incomplete, check_complete
 from cdc_replay_airflow.tasks import Refused, carry_forward, plan_interval, publish, stage, validate
 from spark_apps import manifest as manifest_mod
+from spark_apps import lease, storage
 from spark_apps.options import ReplayArgs, parser
 from spark_apps.storage import ObjectInfo
 
@@ -214,8 +215,30 @@ def test_an_empty_interval_with_a_broken_chain_is_refused(tmp_path):
               chain_missing=planned["chain_missing"])
 
 
-def test_a_reader_sees_the_old_or_the_new_carried_output_at_every_step(tmp_path):
-    """The carry-forward commit, watched after every write, copy and delete: the output's
+def test_an_empty_interval_is_refused_while_another_run_holds_its_output(tmp_path):
+    """One run at a time per output, as for the app (spark_apps.lease): a live lease on the
+    interval's output refuses the carry naming the run that holds it, and nothing is written; once
+    released, the carry takes the lease, commits and gives it back."""
+    lake = tmp_path / "lake"
+    committed_output(str(lake / "20260101T000000Z"), "snapshot", until=tso(h(1)) - 1, complete=tso(h(1)) + 5)
+    out = lake / "20260101T010000Z"
+    hook = ArchiveHook(aws_conn_id=None)
+    planned = plan_interval(config(tmp_path, "snapshot"), h(1), h(2), first_start=START, previous=(h(0), h(1)),
+                            exists=hook.exists)
+    staged = stage(hook, planned["request"], dag_id="d", run_id="r1", interval=(h(1), h(2)),
+                   schema_from=planned["schema_from"], chain_missing=planned["chain_missing"])
+    with lease.Lease(str(out), "the-other-run", 600):
+        with pytest.raises(Refused, match=r"is in use by another replay: run the-other-run \(pid"):
+            carry_forward(hook, staged)
+        assert not (out / "_manifest.json").exists() and not (out / "_staging" / staged["run_id"]).exists()
+    manifest = carry_forward(hook, staged)
+    assert manifest["carried_from"] == str(lake / "20260101T000000Z") and manifest["output"]["records"] == 3
+    assert not (out / "_lease.json").exists() and not (out / "_commit.json").exists()
+
+
+def test_a_reader_sees_the_old_or_the_new_carried_output_at_every_step(tmp_path, monkeypatch):
+    """The carry-forward commit (spark_apps.manifest.commit), watched after every write, copy and
+    delete of the object store: the output's
     manifest always names a complete set of existing objects, the old output's or the new one's
     (here the new copy overwrites an old object of the same name)."""
     lake = tmp_path / "lake"
@@ -232,29 +255,27 @@ def test_a_reader_sees_the_old_or_the_new_carried_output_at_every_step(tmp_path)
     assert old != new
     seen = []
 
-    class Watched(ArchiveHook):
-        def _check(self, after: str) -> None:
-            state = contents(out / "_manifest.json")
-            assert state in (old, new), f"after {after}: the manifest names neither output"
-            seen.append("old" if state == old else "new")
+    def check(after: str) -> None:
+        state = contents(out / "_manifest.json")
+        assert state in (old, new), f"after {after}: the manifest names neither output"
+        seen.append("old" if state == old else "new")
 
-        def write_json(self, uri, value):
-            super().write_json(uri, value)
-            self._check(f"writing {uri}")
+    def watched(name):  # the object store's write, copy and delete, each watched right after it
+        real = getattr(storage, name)
 
-        def copy_all(self, pairs, progress):
-            for pair in pairs:  # one object at a time, watched in between
-                super().copy_all([pair], progress)
-                self._check(f"copying to {pair[1]}")
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs)
+            check(f"{name} {args[0]}")
+            return result
+        monkeypatch.setattr(storage, name, call)
 
-        def delete(self, uri):
-            super().delete(uri)
-            self._check(f"deleting {uri}")
-
-    hook = Watched(aws_conn_id=None)
+    for name in ("write_bytes", "copy", "delete"):
+        watched(name)
+    hook = ArchiveHook(aws_conn_id=None)
     planned = plan_interval(config(tmp_path, "snapshot"), h(1), h(2), first_start=START, previous=(h(0), h(1)),
                             exists=hook.exists)
     staged = stage(hook, planned["request"], dag_id="d", run_id="r1", interval=(h(1), h(2)),
                    schema_from=planned["schema_from"], chain_missing=planned["chain_missing"])
+    seen.clear()
     carry_forward(hook, staged)
     assert contents(out / "_manifest.json") == new and seen[-1] == "new" and "old" not in seen[seen.index("new"):]

@@ -125,6 +125,15 @@ def test_dags_reach_our_code_through_the_plugin_only():
                 assert node.module.split(".")[0] not in {"spark_apps", "cdc_codecs"}, (path.name, node.module)
 
 
+def test_the_stages_never_import_the_driver():
+    """spark_apps/stages/ are run by spark_apps/replay.py over one run context; a stage that
+    reached back into the driver would close a cycle through it."""
+    stages = [m for m in MODULES if m.startswith("spark_apps.stages")]
+    assert stages
+    for module in stages:
+        assert "spark_apps.replay" not in {name for name, _ in _imports(module, MODULES[module])}, module
+
+
 def test_no_import_cycle_at_module_level():
     assert _cycles(_graph(module_level_only=True)) == set()
 

@@ -132,6 +132,15 @@ def test_the_outputs_import_neither_the_driver_nor_the_readers():
             assert name != "spark_apps.replay" and not name.startswith("spark_apps.layouts"), (module, name)
 
 
+def test_the_stages_never_import_the_driver():
+    """spark_apps/stages/ are run by spark_apps/replay.py over one run context; a stage that
+    reached back into the driver would close a cycle through it."""
+    stages = [m for m in MODULES if m.startswith("spark_apps.stages")]
+    assert stages
+    for module in stages:
+        assert "spark_apps.replay" not in {name for name, _ in _imports(module, MODULES[module])}, module
+
+
 def test_no_import_cycle_at_module_level():
     assert _cycles(_graph(module_level_only=True)) == set()
 

@@ -19,9 +19,9 @@ from spark_apps.ddl import DDLError, SchemaHistory, schema_conflicts
 from spark_apps.demo import read_snapshot
 from spark_apps.generate import generate, tso, write_archive
 from spark_apps.options import ReplayArgs, parser
-from spark_apps import replay as replay_module
 from spark_apps.replay import run
 from spark_apps.snapshot import project_image
+from spark_apps.stages import history as history_stage  # the missing-table check lives there
 
 from .reference import reference_state
 
@@ -217,7 +217,7 @@ def test_missing_table_check_keeps_the_rows_of_tables_from_before_the_capture(sp
     is quarantined, whether the check runs because rows precede a CREATE (as-run) or always
     (check-forced)."""
     if forced:
-        monkeypatch.setattr(replay_module, "_rows_may_lack_tables", lambda *_: True)
+        monkeypatch.setattr(history_stage, "_rows_may_lack_tables", lambda *_: True)
     es = 1_700_000_000_000
     row = {"id": "1", "name": "a", "amount": "1.5000", "status": "1"}
     messages = [
@@ -316,7 +316,7 @@ def test_mid_stream_archives_with_ddl_replayed_without_schema_equal_the_referenc
     never re-sent take the default of a column added after them). The missing-table check runs
     on each (the replay skips it when no row can lie outside its table): a table from before
     the archive exists from its start, so it quarantines nothing."""
-    monkeypatch.setattr(replay_module, "_rows_may_lack_tables", lambda *_: True)
+    monkeypatch.setattr(history_stage, "_rows_may_lack_tables", lambda *_: True)
     with tempfile.TemporaryDirectory() as workdir:
         options = {"canal-json": {"enable-tidb-extension": "true"},
                    "avro": {"schema-registry": f"file://{workdir}/registry", "enable-tidb-extension": "true",

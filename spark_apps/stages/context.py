@@ -1,0 +1,93 @@
+"""What every stage of a replay shares (`RunContext`) and what each hands the next (one small
+result dataclass per stage), so that no stage takes a long list of positional values."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("cdc_replay")
+
+
+class ReplayError(RuntimeError):
+    """A run that cannot proceed or must fail; the message says why and what to do."""
+
+
+@dataclass
+class RunContext:
+    """One run: its request and the places and settings validated before Spark starts; `spark`,
+    `progress`, `objects`, `layout_plan` and `files` are filled in as the driver sets them up."""
+
+    args: Any  # spark_apps.options.ReplayArgs
+    run_id: str
+    started: float
+    source: str  # normalized (or a kafka:// URI)
+    output: str  # normalized (or a kafka:// URI)
+    home: str  # where the manifest, quarantine and staging go
+    staging: str
+    source_codec: Any
+    target_protocol: str
+    target_options: dict
+    base: dict | None  # the base snapshot's manifest
+    spark: Any = None
+    progress: Any = None  # spark_apps.progress.Progress
+    objects: list = field(default_factory=list)  # what the decode tasks read (none for Kafka)
+    layout_plan: Any = None  # spark_apps.layouts plan of an archive source
+    files: str | None = None  # the decode tasks' Parquet folder (local mode), or None
+
+    def say(self, message: str, *values, warn: bool = False) -> None:
+        """One log line of this run."""
+        (log.warning if warn else log.info)("[replay %s] " + message, self.run_id, *values)
+
+
+@dataclass
+class Decoded:
+    """The decode pass (stages/decode.py): the persisted lean rows and what the tasks gathered."""
+
+    decoded: Any  # the persisted decode (released by `decode.release`)
+    events: Any  # the lean event rows
+    partition_stats: list[dict]
+    schema_dictionary: dict  # column-list id -> (names, types, flags)
+    ddl_events: list[dict]
+    ddl_statements: set  # (database, table, query) of the DDL events with a place
+    decoder: dict  # manifest.decoder_observed
+
+
+@dataclass
+class Tagged:
+    """Dedupe and cut (stages/dedupe.py): every event with its status."""
+
+    cut: dict  # manifest.compute_cut
+    offset_gaps: list[dict]
+    gap_count: int
+    ready: Any  # the events ordered (persisted when inferred)
+    duplicates: Any  # the duplicate places (persisted)
+    tagged: Any  # lean rows with `status`
+    dictionary: Any  # transforms.plan_dictionary
+
+
+@dataclass
+class History:
+    """Schema history (stages/history.py): the DDL applied, the summary of the tagged events,
+    and the events and counts after rows of missing or unknown tables moved to quarantine."""
+
+    history: Any  # ddl.SchemaHistory
+    summary: dict  # summary.summarise
+    frame: Any  # the timeline's (start, width) or None
+    ddl_log: list[dict]
+    ddl_failures: list[dict]
+    conflicts: list[str]
+    counts: list[dict]
+    lean: Any  # the tagged lean rows
+    tagged: Any  # the same with full images
+
+
+@dataclass
+class Written:
+    """The output stage: what was written, and what the manifest adds about the target."""
+
+    objects: list[dict]
+    table_rows: list[dict] | None
+    lake_tables: dict | None = None
+    kafka: dict | None = None

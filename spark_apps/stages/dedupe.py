@@ -1,0 +1,74 @@
+"""Stage 3, dedupe and cut: the cut decided from the partition statistics, holes in the
+source offsets found, commit ts inferred where a protocol lacks it, event time per partition
+where there is neither ts nor position, duplicate places (a narrow shuffle), and every event's
+status (`transforms.tag_status`: quarantined / filtered / duplicate / pending / applied).
+In: the run context, `context.Decoded`. Out: `context.Tagged`."""
+
+from __future__ import annotations
+
+from spark_apps import gaps as gaps_mod
+from spark_apps import manifest as manifest_mod
+from spark_apps.paths import display
+from spark_apps.stages.context import Decoded, ReplayError, RunContext, Tagged
+from spark_apps.stages.decode import release
+
+# protocols whose events carry the producer's position where they have no commit ts
+# (docs/semantics.md): their order needs no running event time
+POSITIONED_PROTOCOLS = ("canal-protobuf", "oceanbase-avro")
+
+
+def _cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
+    """The cut (manifest.compute_cut) and the holes in the source offsets (`gaps.gaps`); with
+    --require-contiguous a hole fails the run."""
+    args, partition_stats = ctx.args, decoded.partition_stats
+    try:
+        cut = manifest_mod.compute_cut(partition_stats, args.upper)
+    except manifest_mod.CutError as e:
+        raise ReplayError(str(e)) from e
+    if args.since is not None and cut["kind"] != "commit_ts":
+        raise ReplayError("--since needs commit ts, and this archive carries none")
+    ctx.say("cut: %s", cut["description"])
+    offset_gaps, gap_count = gaps_mod.gaps(decoded.events, partition_stats, layout=ctx.layout_plan)
+    if gap_count:
+        shown = ", ".join(f"{display(g['topic'])}/{g['partition']} offsets {g['from']}..{g['to']}" for g in offset_gaps[:5])
+        ctx.say("%d holes in the source offsets: %s", gap_count, shown, warn=True)
+        if args.require_contiguous:
+            release(decoded.decoded, ctx.files)
+            raise ReplayError(f"--require-contiguous: the archive misses offsets ({gap_count} holes: {shown}"
+                              + (" ..." if gap_count > 5 else "") + "); a missing or truncated archive object?")
+    return cut, offset_gaps, gap_count
+
+
+def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
+    """Statuses: quarantined / filtered / duplicate / pending / applied."""
+    from pyspark import StorageLevel
+
+    from spark_apps import transforms as T
+
+    cut, offset_gaps, gap_count = _cut_and_gaps(ctx, decoded)
+    args, spark, partition_stats = ctx.args, ctx.spark, decoded.partition_stats
+    ctx.progress.phase("deduplicating and cutting")
+    needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
+        s["rows_without_commit_ts"] for s in partition_stats)
+    # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
+    # later copies, few; every event is then told apart from them by a join, so no event travels
+    # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
+    # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
+    # the output needs them
+    # no commit ts and no producer position anywhere (Canal flat JSON, canal-json without the
+    # TiDB extension): the partition offset orders, through a running event time
+    needs_event_time = (not any(s["max_commit_ts"] is not None for s in partition_stats)
+                        and args.protocol not in POSITIONED_PROTOCOLS)
+    ready = T.partition_event_time(T.infer_commit_ts(decoded.events, needs_inference), needs_event_time)
+    if needs_inference or needs_event_time:  # a window per source partition: computed once
+        ready = ready.persist(StorageLevel.DISK_ONLY)
+    duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
+    duplicate_count = duplicates.count()
+    tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
+                          duplicates=duplicates, dedupe=duplicate_count > 0,
+                          broadcast_duplicates=duplicate_count <= T.DUPLICATES_BROADCAST_MAX)
+    dictionary = T.plan_dictionary(decoded.schema_dictionary, T.spark_lower(spark), spark=spark)
+    ctx.say("schema dictionary: %d column lists (%s)", len(decoded.schema_dictionary),
+            "a literal in the plan" if dictionary.frame is None else "a broadcast relation")
+    return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=duplicates,
+                  tagged=tagged, dictionary=dictionary)

@@ -1,0 +1,63 @@
+"""Build and stop the Spark session of a run."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cdc_codecs import parse_option_pairs
+
+
+def build_session(master: str, app_name: str, conf: list[str]):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8" if master.startswith("local") else "200",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.pyspark.python": sys.executable,
+        "spark.log.level": "WARN",
+        "spark.sql.debug.maxToStringFields": "500",
+        # HotSpot never compiles a method of more than 8000 bytes of bytecode: a whole-stage
+        # method between that and Spark's own limit (65535) runs interpreted. Our plans keep
+        # their stages below it (transforms.codegen_boundary); this is the safety net: the last
+        # change per key's map stage before the boundaries, at 4M events, took 44.5 CPU s
+        # interpreted, 22.9 s as separate compiled operators (docs/engine.md, "Part 5")
+        "spark.sql.codegen.hugeMethodLimit": "8000",
+    }
+    if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
+        defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"
+    # executors (also in a cluster) reach S3 with the driver's settings
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                 "AWS_DEFAULT_REGION", "AWS_REGION"):
+        if os.environ.get(name):
+            defaults[f"spark.executorEnv.{name}"] = os.environ[name]
+    for key, value in parse_option_pairs(conf).items():
+        defaults[key] = value
+    for key, value in defaults.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def stop_session(spark) -> None:
+    """spark.stop() without waiting for pyspark's accumulator server to notice: its handler polls
+    the JVM's connection once a second, and SparkContext.stop() waits for that poll (0.85 s of
+    the 0.95 s a stop took, measured). The server is shut down in a daemon thread instead, which
+    ends within that second (or with the process)."""
+    import threading
+
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        context._accumulatorServer = None
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            threading.Thread(target=server.shutdown, name="cdc-replay-accumulator-stop", daemon=True).start()
+

@@ -149,3 +149,18 @@ def test_cycles_through_imports_inside_functions_only_go_away():
     cycles = _cycles(_graph(module_level_only=False))
     assert not cycles - KNOWN_CYCLES, f"a new import cycle: {sorted(map(sorted, cycles - KNOWN_CYCLES))}"
     assert not KNOWN_CYCLES - cycles, f"untied, strike it from KNOWN_CYCLES: {sorted(map(sorted, KNOWN_CYCLES - cycles))}"
+
+
+def test_every_package_is_in_the_distribution():
+    """A package folder missing from pyproject's list installs nowhere but in an editable clone
+    (a wheel, or `pip install` into an existing Airflow, would lack it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = set()
+    for name, folder in PACKAGES.items():
+        for init in folder.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                parts = init.parent.relative_to(folder).parts
+                on_disk.add(".".join((name, *parts)))
+    assert on_disk - listed == set(), f"add to pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"

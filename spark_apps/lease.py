@@ -34,6 +34,7 @@ How it is made atomic:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import logging
@@ -420,6 +421,26 @@ def hold(lease: Lease | None) -> None:
     """The lease this process's run holds (checked by manifest.commit before it commits)."""
     global _current
     _current = lease
+
+
+@contextlib.contextmanager
+def running(home: str, run_id: str, timeout_option: float | None, staging: str):
+    """One run's hold on its output, as the app and the Airflow carry-forward both take it: the
+    lease before the output is touched (LeaseHeld while another live run has it), held for the
+    commit's check, released at the end. What the run staged goes when it fails, unless its
+    commit switched to it (faults.clean_staging: the next run finishes that commit)."""
+    from . import faults
+
+    lease = Lease(home, run_id, timeout_seconds(timeout_option)).acquire()
+    hold(lease)
+    try:
+        yield lease
+    except BaseException:
+        faults.clean_staging(home, staging)
+        raise
+    finally:
+        lease.release()
+        hold(None)
 
 
 def assert_held(home: str) -> None:

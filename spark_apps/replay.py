@@ -64,22 +64,13 @@ def run(args: ReplayArgs, spark=None) -> dict:
     ctx = RunContext(args=args, run_id=run_id, started=started, source=source, output=output, home=home,
                      staging=contract.staging_prefix(home, run_id), source_codec=source_codec,
                      target_protocol=target_protocol, target_options=target_options, base=base)
-    from spark_apps import faults, lease as lease_mod
+    from spark_apps import lease as lease_mod
 
     try:  # one run at a time per output (spark_apps.lease): taken before the output is touched
-        lease = lease_mod.Lease(home, run_id, lease_mod.timeout_seconds(args.lease_timeout)).acquire()
+        with lease_mod.running(home, run_id, args.lease_timeout, ctx.staging):
+            return _leased(ctx, spark)
     except lease_mod.LeaseHeld as e:
         raise ReplayError(str(e)) from None
-    lease_mod.hold(lease)
-    try:
-        return _leased(ctx, spark)
-    except BaseException:
-        # what this run staged goes, unless its commit switched to it (the next run finishes it)
-        faults.clean_staging(home, ctx.staging)
-        raise
-    finally:
-        lease.release()
-        lease_mod.hold(None)
 
 
 def _leased(ctx: RunContext, spark) -> dict:

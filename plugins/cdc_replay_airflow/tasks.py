@@ -435,25 +435,17 @@ def _carry(hook, plan: dict, request: ReplayRequest) -> dict:
     """carry_forward, once its storage goes through the hook's client."""
     import time
 
-    from spark_apps import faults, storage
     from spark_apps import lease as lease_mod
+    from spark_apps import storage
 
     started = time.time()
     output = storage.normalize(request.output)
     staging = staging_prefix(output, plan["run_id"])
     try:  # one run at a time per output, as the app takes it: before the output is touched
-        lease = lease_mod.Lease(output, plan["run_id"], lease_mod.timeout_seconds(request.lease_timeout)).acquire()
+        with lease_mod.running(output, plan["run_id"], request.lease_timeout, staging):
+            manifest = _carried_output(hook, plan, request, output, staging, started)
     except lease_mod.LeaseHeld as e:
         raise Refused(str(e)) from None
-    lease_mod.hold(lease)
-    try:
-        manifest = _carried_output(hook, plan, request, output, staging, started)
-    except BaseException:
-        faults.clean_staging(output, staging)  # unless its commit switched to it (the next run finishes it)
-        raise
-    finally:
-        lease.release()
-        lease_mod.hold(None)
     out = manifest["output"]
     log.info("Committed %s: %s records (%s rows), %d table schemas, cut at the window's end %s; %s", output,
              f"{out['records']:,}", f"{out['rows']:,}", len(manifest["schemas"]), manifest["cut"]["time"],

@@ -373,8 +373,20 @@ def records_in_range(uri: str, starting: str, ending: str, config: dict | None =
     not answer within `timeout` s or a topic is missing (the run itself says what is wrong)."""
     from confluent_kafka import Consumer
 
+    import socket
+
+    def answers(server: str) -> bool:  # a refused connection fails at once, librdkafka would retry
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return True
+        except (OSError, ValueError):
+            return False
+
     try:
         servers, topics = parse_uri(uri, topics_required=True)
+        if not any(answers(s) for s in servers.split(",")):
+            return None
         given = {"starting": {} if starting in ("earliest", "latest") else json.loads(starting),
                  "ending": {} if ending == "latest" else json.loads(ending)}
         consumer = Consumer({"bootstrap.servers": servers, **(config or {}), "group.id": "cdc-replay-offsets",

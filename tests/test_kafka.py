@@ -164,8 +164,8 @@ def test_a_kafka_source_is_sized_by_its_offsets_for_the_small_run_settings(broke
     gives up to launch.SMALL_KAFKA_RECORDS the small-run settings (docs/replay.md); a source
     it cannot size keeps Spark's defaults, as before."""
     from spark_apps import cli, kafka_io
-    from spark_apps.launch import CDS_ENV, SMALL_KAFKA_RECORDS, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF
-    from spark_apps.launch import small_run_options
+    from spark_apps.launch import (CDS_ENV, SMALL_KAFKA_RECORDS, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS,
+                                   SMALL_RUN_SPARK_CONF, small_run_options)
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
     monkeypatch.delenv(kafka_io.CONFIG_ENV, raising=False)

@@ -175,7 +175,8 @@ def replay_command(argv: list[str], say=lambda text: None, args=None) -> list[st
     from cdc_codecs import parse_option_pairs
 
     conf = with_packages(args, parse_option_pairs(args.spark_conf))
-    java_options, small_conf, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf)
+    java_options, small_conf, why = small_run_options(args.master, source_bytes(args.source, args.master, conf), conf,
+                                                      source_records=kafka_records(args, conf))
     say(why)
     return spark_submit_command(_strip_master(app_args), master=args.master, py_files=py_files,
                                 conf={**small_conf, **conf}, driver_java_options=java_options, archives=archives)
@@ -193,6 +194,21 @@ def source_bytes(source: str, master: str, conf: dict[str, str]) -> int | None:
         return None
     try:
         return storage.total_size(source, stop_above=small_run_threshold())
+    except Exception:  # noqa: BLE001 - sizing is an optimisation; the run itself says what is wrong
+        return None
+
+
+def kafka_records(args, conf: dict[str, str]) -> int | None:
+    """A kafka:// source's size for launch.small_run_options: at most how many records its
+    offsets hold (kafka_io.records_in_range), asked only when it can matter (a local master, no
+    driver Java options given); None otherwise."""
+    from .kafka_io import client_config, is_kafka, records_in_range
+    from .launch import DRIVER_JAVA_OPTIONS, is_local
+
+    if not is_kafka(args.source) or not is_local(args.master) or DRIVER_JAVA_OPTIONS in conf:
+        return None
+    try:
+        return records_in_range(args.source, args.starting_offsets, args.ending_offsets, client_config())
     except Exception:  # noqa: BLE001 - sizing is an optimisation; the run itself says what is wrong
         return None
 

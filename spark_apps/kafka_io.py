@@ -189,3 +189,63 @@ def watermark_offsets(consumer, partition, wait_s: float = 60) -> tuple[int, int
                 raise
             log.info("%s/%d: %s; retrying", partition.topic, partition.partition, e)
             time.sleep(0.5)
+
+
+def partition_watermarks(consumer, topics: list[str], timeout: float = 30) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) watermark of every partition of the topics (LookupError naming a topic the
+    brokers do not have)."""
+    from confluent_kafka import TopicPartition
+
+    metadata = consumer.list_topics(timeout=timeout)
+    out = {}
+    for topic in topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise LookupError(f"topic {topic} does not exist")
+        for p in sorted(meta.partitions):
+            out[(topic, p)] = watermark_offsets(consumer, TopicPartition(topic, p))
+    return out
+
+
+def records_in_range(uri: str, starting: str, ending: str, config: dict | None = None,
+                     timeout: float = 5) -> int | None:
+    """At most how many records a read of `uri` from `starting` to `ending` (Spark's offset
+    options) gets, from the brokers' watermarks before Spark starts: the size that chooses a
+    Kafka source's small-run settings (launch.small_run_options). An upper bound (a compacted
+    topic or a transaction's markers hold offsets without records); None when the brokers do
+    not answer within `timeout` s or a topic is missing (the run itself says what is wrong)."""
+    from confluent_kafka import Consumer
+
+    import socket
+
+    def answers(server: str) -> bool:  # a refused connection fails at once, librdkafka would retry
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    try:
+        servers, topics = parse_uri(uri, topics_required=True)
+        if not any(answers(s) for s in servers.split(",")):
+            return None
+        given = {"starting": {} if starting in ("earliest", "latest") else json.loads(starting),
+                 "ending": {} if ending == "latest" else json.loads(ending)}
+        consumer = Consumer({"bootstrap.servers": servers, **(config or {}), "group.id": "cdc-replay-offsets",
+                             "enable.auto.commit": False})
+        try:
+            marks = partition_watermarks(consumer, topics, timeout=timeout)
+        finally:
+            consumer.close()
+    except Exception:  # noqa: BLE001 - sizing is an optimisation; the run itself reports the brokers
+        return None
+
+    def offset(which: str, topic: str, partition: int, low: int, high: int) -> int:
+        value = given[which].get(topic, {}).get(str(partition))
+        if value is None:  # not named: the whole partition (an upper bound of what Spark reads)
+            value = -2 if which == "starting" and starting != "latest" else -1
+        return low if value == -2 else high if value == -1 else min(max(value, low), high)
+
+    return sum(max(0, offset("ending", t, p, low, high) - offset("starting", t, p, low, high))
+               for (t, p), (low, high) in marks.items())

@@ -41,6 +41,10 @@ SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 # events) and costs some at 19 MB (148k events), where the rows outweigh the compilation.
 SMALL_RUN_SPARK_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 INTERPRETED_RUN_MB = 4.0
+# A Kafka source's bytes are not known before the run, its offsets are (kafka_io.records_in_range):
+# up to this many records it is a small run with interpreted expressions, the size the
+# interpreted settings were measured to save CPU at (10k events, 1.1 MB of archive)
+SMALL_KAFKA_RECORDS = 10_000
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CDS_ENV = "CDC_REPLAY_CDS_DIR"  # where the class-data archives go ("off": none)
 # settings that change the driver's class path: its classes would not match an archive's
@@ -110,23 +114,28 @@ def small_run_threshold(env: dict | None = None) -> int:
 
 
 def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
-                      env: dict | None = None) -> tuple[str | None, dict[str, str], str]:
+                      env: dict | None = None, source_records: int | None = None
+                      ) -> tuple[str | None, dict[str, str], str]:
     """(driver JVM options to add, or None; Spark settings to add; why, for the log) for a local
     run: the class-data archive, for a small source also the C1-only JIT, and up to
     INTERPRETED_RUN_MB also SMALL_RUN_SPARK_CONF (less what `conf` sets itself). Nothing for a cluster master, nor when
     --spark-conf sets the driver's Java options (the user's value wins); no archive when the
-    settings change the driver's class path (spark.jars, packages: a Kafka source); no
-    small-run settings when the source's size is unknown (Kafka)."""
+    settings change the driver's class path (spark.jars, packages: a Kafka source). A Kafka
+    source is sized by `source_records` (its offsets) instead of bytes: small, and interpreted,
+    up to SMALL_KAFKA_RECORDS; no small-run settings when neither size is known."""
     conf = conf or {}
     if not is_local(master):
         return None, {}, f"driver JVM with its default JIT: master {master} is a cluster"
     if DRIVER_JAVA_OPTIONS in conf:
         return None, {}, f"driver JVM options as --spark-conf {DRIVER_JAVA_OPTIONS} gives them"
     threshold = small_run_threshold(env)
-    if source_bytes is None:
+    if source_bytes is None and source_records is None:
         jit = "driver JVM with its default JIT: the source's size is not known before the run"
     elif threshold == 0:
         jit = f"driver JVM with its default JIT: ${SMALL_RUN_ENV}=0 turns the small-run settings off"
+    elif source_bytes is None:
+        jit = (None if source_records <= SMALL_KAFKA_RECORDS else
+               f"driver JVM with its default JIT: the Kafka source holds more than {SMALL_KAFKA_RECORDS} records")
     elif source_bytes > threshold:
         jit = f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}={threshold / 1e6:g} MB"
     else:
@@ -137,14 +146,15 @@ def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str
            if cds_options.startswith("-XX:SharedArchiveFile=") else f"writing the class-data archive {archive}")
     if jit is not None:
         return cds_options or None, {}, f"{jit}; {cds}"
-    interpreted = source_bytes <= INTERPRETED_RUN_MB * 1_000_000
+    interpreted = source_bytes is None or source_bytes <= INTERPRETED_RUN_MB * 1_000_000
     settings = {k: v for k, v in SMALL_RUN_SPARK_CONF.items() if k not in conf} if interpreted else {}
     options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, cds_options) if o)
     codegen = (", ".join(f"{k}={v}" for k, v in settings.items()) or "code generation as --spark-conf sets it"
                if interpreted else f"generated code (over {INTERPRETED_RUN_MB:g} MB)")
+    size = (f"{source_records} Kafka records, at most {SMALL_KAFKA_RECORDS}" if source_bytes is None else
+            f"{source_bytes / 1e6:.1f} MB of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}")
     return options, settings, (
-        f"small local run ({source_bytes / 1e6:.1f} MB of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}): "
-        f"driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}, {codegen}")
+        f"small local run ({size}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}, {codegen}")
 
 
 def spark_submit_command(

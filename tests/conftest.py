@@ -96,17 +96,46 @@ def s3_endpoint():
 
 @pytest.fixture(scope="session")
 def spark(s3_endpoint):
-    from spark_apps.launch import SMALL_RUN_JAVA_OPTIONS
+    from spark_apps.launch import SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF
     from spark_apps.replay import build_session
 
-    # every test's data is small: the C1-only JIT the CLI gives small local runs (spark_apps.launch)
-    # took this JVM's CPU for the replay tests from 169 to 133 s
-    session = build_session("local[2]", "cdc-replay-tests", ["spark.sql.shuffle.partitions=4",
-                                                             f"spark.driver.extraJavaOptions={SMALL_RUN_JAVA_OPTIONS}"])
+    # every test's data is small: the settings the CLI gives small local runs (spark_apps.launch).
+    # The C1-only JIT took this JVM's CPU for the replay tests from 169 to 133 s; the interpreted
+    # expressions took four of test_protocols_e2e's tests from 121 to 73 s (Janino compiles each
+    # new plan's code, and every test's plans are new). Tests marked `generated_code` get Spark's
+    # generated code back (_generated_code below).
+    session = build_session("local[2]", "cdc-replay-tests", [
+        "spark.sql.shuffle.partitions=4", f"spark.driver.extraJavaOptions={SMALL_RUN_JAVA_OPTIONS}",
+        *(f"{key}={value}" for key, value in SMALL_RUN_SPARK_CONF.items())])
     yield session
     from spark_apps.replay import stop_session
 
     stop_session(session)
+
+
+# Spark's own defaults of the settings launch.SMALL_RUN_SPARK_CONF changes (what a run over
+# launch.INTERPRETED_RUN_MB of source uses)
+GENERATED_CODE_CONF = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+
+
+@pytest.fixture(autouse=True)
+def _generated_code(request):
+    """A test marked `generated_code` runs its replays in the session with whole-stage and
+    per-expression generated code, as a larger archive's run does, so that path stays covered
+    (the reference properties, the interpreted-against-generated comparison)."""
+    if request.node.get_closest_marker("generated_code") is None:
+        yield
+        return
+    from spark_apps.launch import SMALL_RUN_SPARK_CONF
+
+    session = request.getfixturevalue("spark")
+    for key, value in GENERATED_CODE_CONF.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in SMALL_RUN_SPARK_CONF.items():
+            session.conf.set(key, value)
 
 
 @pytest.fixture

@@ -158,6 +158,49 @@ def test_ending_offsets_per_partition_bound_what_is_read(broker, tmp_path):
     assert manifest["counts"]["records"] == 7 + per_partition[1] and manifest["counts"]["reconciled"]
 
 
+def test_a_kafka_source_is_sized_by_its_offsets_for_the_small_run_settings(broker, monkeypatch):
+    """A Kafka source's bytes are not known before the run, its offsets are: the CLI asks the
+    brokers how many records the offsets span (kafka_io.records_in_range, an upper bound) and
+    gives up to launch.SMALL_KAFKA_RECORDS the small-run settings (docs/replay.md); a source
+    it cannot size keeps Spark's defaults, as before."""
+    from spark_apps import cli, kafka_io
+    from spark_apps.launch import (CDS_ENV, SMALL_KAFKA_RECORDS, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS,
+                                   SMALL_RUN_SPARK_CONF, small_run_options)
+
+    monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
+    monkeypatch.delenv(kafka_io.CONFIG_ENV, raising=False)
+    generated = generate(transactions=30, partitions=2, seed=8, topic="sized", protocol="open-protocol", options={})
+    broker.create_topic("sized", 2)
+    produce(broker.bootstrap, generated.records)
+    per_partition = collections.Counter(r.partition for r in generated.records)
+    uri = f"kafka://{broker.bootstrap}/sized"
+    assert kafka_io.records_in_range(uri, "earliest", "latest") == len(generated.records)
+    assert kafka_io.records_in_range(uri, json.dumps({"sized": {"0": 3, "1": -2}}),
+                                     json.dumps({"sized": {"0": 10, "1": -1}})) == 7 + per_partition[1]
+    assert kafka_io.records_in_range(uri, "latest", "latest") == 0
+    assert kafka_io.records_in_range(f"kafka://{broker.bootstrap}/no-such-topic", "earliest", "latest") is None
+    assert kafka_io.records_in_range("kafka://127.0.0.1:1/sized", "earliest", "latest", timeout=1) is None
+
+    said = []
+    command = cli.replay_command(["--source", uri, *PROTOCOL, "--output", "o", "--emit", "topics"], say=said.append)
+    confs = dict(command[i + 1].split("=", 1) for i, c in enumerate(command) if c == "--conf")
+    assert SMALL_RUN_JAVA_OPTIONS in confs["spark.driver.extraJavaOptions"]
+    assert {k: confs[k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
+    assert said[-1].startswith(f"small local run ({len(generated.records)} Kafka records, at most "
+                               f"{SMALL_KAFKA_RECORDS}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only)")
+    # over the bound, or turned off, or a cluster: Spark's defaults
+    no_archive = {CDS_ENV: "off"}
+    assert small_run_options("local[2]", None, source_records=SMALL_KAFKA_RECORDS + 1, env=no_archive)[:2] == (None, {})
+    assert small_run_options("local[2]", None, source_records=5, env={**no_archive, SMALL_RUN_ENV: "0"})[:2] == (
+        None, {})
+    assert small_run_options("spark://m:7077", None, source_records=5)[:2] == (None, {})
+    unknown = cli.replay_command(["--source", "kafka://127.0.0.1:1/t", *PROTOCOL, "--output", "o", "--emit", "topics"],
+                                 say=said.append)
+    assert SMALL_RUN_JAVA_OPTIONS not in " ".join(unknown) and not set(SMALL_RUN_SPARK_CONF) & set(
+        unknown[i + 1].split("=", 1)[0] for i, c in enumerate(unknown) if c == "--conf")
+    assert said[-1].startswith("driver JVM with its default JIT: the source's size is not known before the run")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--source", "kafka://127.0.0.1:9092", "--output", "o"], "name the topics"),
     (["--source", "kafka://127.0.0.1:9092/t", "--ending-offsets", "earliest", "--output", "o"], "read nothing"),

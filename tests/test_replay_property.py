@@ -17,7 +17,8 @@ from spark_apps.replay import run
 
 from .reference import reference_state
 
-pytestmark = pytest.mark.spark
+# the reference properties also cover Spark's generated code (the session's default is interpreted)
+pytestmark = [pytest.mark.spark, pytest.mark.generated_code]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],

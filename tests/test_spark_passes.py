@@ -96,6 +96,7 @@ def test_the_summary_column_sets_sort_as_spark_sorted_them(spark):
         assert [tuple(c) for c in _shape_columns(row["shape"])] == [tuple(c) for c in row["spark"]]
 
 
+@pytest.mark.generated_code
 def test_the_small_run_spark_settings_write_what_generated_code_writes(spark, tmp_path):
     """Small local runs evaluate expressions interpreted, without Janino (launch.SMALL_RUN_SPARK_CONF,
     docs/engine.md "Small runs"): the same archive gives byte-identical output objects, quarantine
@@ -117,6 +118,7 @@ def test_the_small_run_spark_settings_write_what_generated_code_writes(spark, tm
                  if p.is_file() and p.name != "_manifest.json"}
         return manifest, files
 
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"  # the marker's generated code
     generated_code, generated_files = replay("codegen")
     for key, value in SMALL_RUN_SPARK_CONF.items():
         spark.conf.set(key, value)

@@ -282,6 +282,7 @@ def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_
     assert sorted((tuple(r[c] for c in place), r.status) for r in by_id.collect()) == expected
 
 
+@pytest.mark.generated_code
 def test_packed_rows_carry_what_the_keys_do_not_read_and_unpack_to_the_same_rows(spark):
     """`packed` keeps EFFECT_INPUTS at the top level and the rest in `_carried`; `unpacked`
     gives back the same columns and values; `codegen_boundary` changes no row."""

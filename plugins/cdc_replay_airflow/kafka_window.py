@@ -36,21 +36,13 @@ def record_uri(home: str, start: dt.datetime, end: dt.datetime) -> str:
 
 def watermarks(servers: str, config: dict, topics: list[str]) -> dict[tuple[str, int], tuple[int, int]]:
     """(low, high) watermark of every partition of the topics."""
-    from confluent_kafka import TopicPartition
-
-    from spark_apps.kafka_io import watermark_offsets
+    from spark_apps.kafka_io import partition_watermarks
 
     consumer = _consumer(servers, config)
     try:
-        metadata = consumer.list_topics(timeout=30)
-        out = {}
-        for topic in topics:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                raise WindowError(f"topic {topic} does not exist on {servers}")
-            for p in sorted(meta.partitions):
-                out[(topic, p)] = watermark_offsets(consumer, TopicPartition(topic, p))
-        return out
+        return partition_watermarks(consumer, topics)
+    except LookupError as e:
+        raise WindowError(f"{e} on {servers}") from None
     finally:
         consumer.close()
 

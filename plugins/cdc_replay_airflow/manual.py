@@ -63,12 +63,12 @@ def manual_replay_dag(dag_id: str = DAG_ID, *, doc_md: str | None = None, tags: 
         def stage(request: dict) -> dict:
             from cdc_replay_airflow import tasks
             from cdc_replay_airflow.hooks.archive import ArchiveHook
-            from cdc_replay_airflow.hooks.kafka import bootstrap_servers
+            from cdc_replay_airflow.hooks.kafka import bootstrap_servers, client_config
 
             ti = get_current_context()["ti"]
-            try:
+            try:  # the client settings: a kafka:// source's records are counted before Spark starts
                 return tasks.stage(ArchiveHook(), request, dag_id=ti.dag_id, run_id=ti.run_id,
-                                   kafka_servers=bootstrap_servers)
+                                   kafka_servers=bootstrap_servers, kafka_config=client_config)
             except LookupError as e:
                 from airflow.sdk.exceptions import AirflowFailException
 

@@ -295,9 +295,16 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
         schema_from = kw.previous_output(hook, kafka_window["home"], interval[0])
     if req.kafka_source:  # read by Spark's Kafka connector: nothing to list
         app_request = req.with_kafka_servers(servers)
+        if window is not None:  # the records the replay reads: its small-run settings (launch)
+            records = sum(r["records"] for r in window["partitions"])
+        else:
+            from spark_apps.kafka_io import records_in_range
+
+            records = records_in_range(app_request.source, req.starting_offsets, req.ending_offsets,
+                                       kafka_config(req.kafka_connection) if kafka_config else {})
         staged = {"source": req.source, "read_from": app_request.source, "mode": "kafka",
                   "window": [t.isoformat() for t in interval] if interval else None,
-                  "objects": 0, "bytes": 0, "manifest": f"{staging}/{STAGED_MANIFEST}",
+                  "objects": 0, "bytes": 0, "records": records, "manifest": f"{staging}/{STAGED_MANIFEST}",
                   "offsets": [req.starting_offsets, req.ending_offsets],
                   "kafka_window": window["partitions"] if window else None}
         hook.write_json(staged["manifest"], {**staged, "dag_id": dag_id, "run_id": run_id, "items": [],

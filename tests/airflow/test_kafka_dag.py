@@ -89,6 +89,8 @@ def test_kafka_in_the_backfill_and_the_scheduled_dags_over_sasl(own_airflow_home
         run_id = _run_id(text)
         assert set(_task_states(home, "cdc_replay_manual", run_id).values()) == {"success"}
         assert f"Kafka connection kafka_default: bootstrap servers {broker.sasl_bootstrap}" in text
+        # the records counted over SASL before Spark: the small-run settings (spark_apps.launch)
+        assert f"small local run ({len(generated.records)} Kafka records, at most" in text + task_logs(home)
 
         manifest = json.loads(storage.read_bytes(f"{bucket}/kafka-run/_manifest.json"))
         assert manifest["counts"]["reconciled"] and manifest["counts"]["records"] == len(generated.records)

@@ -68,6 +68,25 @@ def test_submit_settings_are_exact(monkeypatch):
     assert not set(SMALL_RUN_SPARK_CONF) & set(cluster["conf"])
 
 
+def test_a_kafka_sources_counted_records_choose_the_small_run_settings(monkeypatch):
+    """The stage task counts a kafka:// source's records (its offsets; bytes are not known
+    before the run): up to launch.SMALL_KAFKA_RECORDS they get the small-run settings."""
+    from spark_apps.launch import SMALL_KAFKA_RECORDS
+
+    monkeypatch.delenv("CDC_REPLAY_SMALL_RUN_MB", raising=False)
+    monkeypatch.setenv("CDC_REPLAY_CDS_DIR", "off")
+    said = []
+    small = submit_settings(REQUEST, master="local[2]", python="/p", source_records=133, say=said.append)
+    assert small["conf"]["spark.driver.extraJavaOptions"].endswith(SMALL_RUN_JAVA_OPTIONS)
+    assert {k: small["conf"][k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
+    assert said == [f"small local run (133 Kafka records, at most {SMALL_KAFKA_RECORDS}): driver JVM with "
+                    "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive, spark.sql.codegen.wholeStage=false, "
+                    "spark.sql.codegen.factoryMode=NO_CODEGEN"]
+    large = submit_settings(REQUEST, master="local[2]", python="/p", source_records=SMALL_KAFKA_RECORDS + 1)
+    assert large["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert not set(SMALL_RUN_SPARK_CONF) & set(large["conf"])
+
+
 def test_subprocess_environment_puts_the_venv_first():
     env = subprocess_environment("/venv/bin/python", {"PATH": "/usr/bin:/venv/bin", "SPARK_LOCAL_IP": "127.0.0.1"})
     assert env == {"PATH": "/venv/bin:/usr/bin", "PYSPARK_PYTHON": "/venv/bin/python",

@@ -63,11 +63,12 @@ def extra_spark_conf(value: str | None) -> tuple[str, ...]:
 
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
                     py_files: str | None = None, spark_conf: tuple[str, ...] = (), source_bytes: int | None = None,
-                    say=lambda text: None, archives: tuple[str, ...] = ()) -> dict:
+                    say=lambda text: None, archives: tuple[str, ...] = (), source_records: int | None = None) -> dict:
     """Everything SparkSubmitOperator needs, as plain values, taken apart from the command
     `cdc-replay replay` would run (spark_apps.launch.spark_submit_command), so the two cannot
     drift: the application, its arguments (`--master` first), the Spark confs, the job name.
-    `source_bytes` (what the stage task listed) chooses the small-run settings as the CLI does;
+    `source_bytes` (what the stage task listed; `source_records` for a kafka:// source) chooses
+    the small-run settings as the CLI does;
     `say` gets the line saying which and why."""
     # the deployment's settings, then the run's own resources (the form's spark_conf) over them
     spark_conf = (*spark_conf, *(f"{key}={value}" for key, value in request.spark_conf))
@@ -76,7 +77,7 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     from spark_apps.cli import with_packages
 
     conf = with_packages(request, conf)  # a kafka:// source: Spark's Kafka connector (a Spark package)
-    java_options, small_conf, why = small_run_options(master, source_bytes, conf)
+    java_options, small_conf, why = small_run_options(master, source_bytes, conf, source_records=source_records)
     say(why)
     command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
                                    spark_submit="spark-submit", conf={**small_conf, **conf},
@@ -195,12 +196,13 @@ class ReplayOperator(SparkSubmitOperator):
             native, shipped = build_native_archive(folder, python=python)
             self.log.info("%s", shipped)
             archives = (native,) if native else ()
-        staged = self.plan.get("staged") or {}  # what the stage task listed (a kafka:// source: not sized)
+        staged = self.plan.get("staged") or {}  # what the stage task listed (a kafka:// source: its records)
+        kafka = staged.get("mode") == "kafka"
         settings = submit_settings(request, master=master, python=python, run_id=self.plan["run_id"],
                                    py_files=py_files, archives=archives,
                                    spark_conf=extra_spark_conf(os.environ.get(SPARK_CONF_ENV)),
-                                   source_bytes=staged.get("bytes") if staged.get("mode") != "kafka" else None,
-                                   say=self.log.info)
+                                   source_bytes=None if kafka else staged.get("bytes"),
+                                   source_records=staged.get("records") if kafka else None, say=self.log.info)
         self.application = settings["application"]
         self.name = settings["name"]
         self.conf = {**settings["conf"], **(self.conf or {})}

@@ -157,24 +157,25 @@ def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str
         f"small local run ({size}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}, {codegen}")
 
 
-def spark_submit_command(
+def submit_plan(
     app_args: list[str],
     *,
     master: str = "local[*]",
     python: str = sys.executable,
     py_files: str | None = None,
-    spark_submit: str | None = None,
     app: str = REPLAY_APP,
     conf: dict[str, str] | None = None,
     driver_java_options: str | None = None,
     archives: tuple[str, ...] = (),
-) -> list[str]:
-    """spark-submit <confs> <app> <app_args>. Workers use `python` (the venv's), not
+) -> dict:
+    """What spark-submit is given, as values: `master`, `name`, `conf` (ordered), `py_files`,
+    `application` and `application_args` (`--master` first). `spark_submit_command` renders it
+    as a command line and the Airflow operator hands it to SparkSubmitOperator, so the two
+    cannot drift and nothing parses a command back. Workers use `python` (the venv's), not
     whatever `python3` is on PATH; `py_files` ships our packages to a cluster, `archives`
-    (`path#name`) the compiled extension (build_native_archive); `conf` (the
-    app's --spark-conf) reaches spark-submit too, because settings like spark.driver.memory
-    only work before the JVM starts. `driver_java_options` (small_run_options) go after ours."""
-    binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
+    (`path#name`) the compiled extension (build_native_archive); `conf` (the app's
+    --spark-conf) reaches spark-submit too, because settings like spark.driver.memory only work
+    before the JVM starts. `driver_java_options` (small_run_options) go after ours."""
     java_options = " ".join(o for o in (f"-Dlog4j2.configurationFile=file:{LOG4J}", driver_java_options) if o)
     settings = {"spark.pyspark.python": python, "spark.pyspark.driver.python": python,
                 DRIVER_JAVA_OPTIONS: java_options}
@@ -183,12 +184,22 @@ def spark_submit_command(
     settings.update(conf or {})
     if archives:  # after the user's own spark.archives (a packed environment), not instead
         settings["spark.archives"] = ",".join(a for a in (settings.get("spark.archives"), *archives) if a)
-    command = [binary, "--master", master, "--name", "cdc-replay"]
-    for key, value in settings.items():
+    return {"master": master, "name": "cdc-replay", "conf": settings, "py_files": py_files, "application": app,
+            "application_args": ["--master", master, *app_args]}
+
+
+def spark_submit_command(app_args: list[str], *, python: str = sys.executable, spark_submit: str | None = None,
+                         **plan) -> list[str]:
+    """spark-submit <confs> <app> <app_args>: `submit_plan` as a command line (`spark_submit`:
+    the binary, by default the one beside `python`)."""
+    given = submit_plan(app_args, python=python, **plan)
+    binary = spark_submit or os.path.join(os.path.dirname(python), "spark-submit")
+    command = [binary, "--master", given["master"], "--name", given["name"]]
+    for key, value in given["conf"].items():
         command += ["--conf", f"{key}={value}"]
-    if py_files:
-        command += ["--py-files", py_files]
-    return command + [app, "--master", master, *app_args]
+    if given["py_files"]:
+        command += ["--py-files", given["py_files"]]
+    return command + [given["application"], *given["application_args"]]
 
 
 def build_py_files(directory: str) -> str:

@@ -5,7 +5,7 @@ provider itself would fall back to yarn: cdc_replay_airflow.hooks.replay.default
 
 Thin: the spark-submit pieces come from pure functions (`submit_settings`, and
 `cdc_replay_airflow.request.replay_arguments` for the app's arguments), which build the same
-command as `cdc-replay replay` (spark_apps.launch.spark_submit_command); the hook runs it.
+command as `cdc-replay replay` (spark_apps.launch.submit_plan); the hook runs it.
 The Spark provider is used through its public API only: SparkSubmitOperator's arguments (the
 subprocess environment is its `env_vars`), and the exit status read from the AirflowException
 its hook raises (cdc_replay_airflow.hooks.replay). S3 access comes from the Airflow AWS
@@ -42,7 +42,7 @@ from spark_apps.launch import (
     finish_class_archive,
     is_local,
     small_run_options,
-    spark_submit_command,
+    submit_plan,
 )
 
 SPARK_CONF_ENV = "CDC_REPLAY_SPARK_CONF"
@@ -64,8 +64,8 @@ def extra_spark_conf(value: str | None) -> tuple[str, ...]:
 def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id: str | None = None,
                     py_files: str | None = None, spark_conf: tuple[str, ...] = (), source_bytes: int | None = None,
                     say=lambda text: None, archives: tuple[str, ...] = (), source_records: int | None = None) -> dict:
-    """Everything SparkSubmitOperator needs, as plain values, taken apart from the command
-    `cdc-replay replay` would run (spark_apps.launch.spark_submit_command), so the two cannot
+    """Everything SparkSubmitOperator needs, as plain values: the plan `cdc-replay replay`
+    renders as its spark-submit command (spark_apps.launch.submit_plan), so the two cannot
     drift: the application, its arguments (`--master` first), the Spark confs, the job name.
     `source_bytes` (what the stage task listed; `source_records` for a kafka:// source) chooses
     the small-run settings as the CLI does;
@@ -79,26 +79,10 @@ def submit_settings(request: ReplayRequest, *, master: str, python: str, run_id:
     conf = with_packages(request, conf)  # a kafka:// source: Spark's Kafka connector (a Spark package)
     java_options, small_conf, why = small_run_options(master, source_bytes, conf, source_records=source_records)
     say(why)
-    command = spark_submit_command(app_args, master=master, python=python, py_files=py_files,
-                                   spark_submit="spark-submit", conf={**small_conf, **conf},
-                                   driver_java_options=java_options, archives=archives)
-    settings: dict = {"application": None, "name": None, "conf": {}, "py_files": None, "application_args": None}
-    i = 1
-    while command[i].startswith("--"):
-        option, value = command[i], command[i + 1]
-        if option == "--conf":
-            key, _, val = value.partition("=")
-            settings["conf"][key] = val
-        elif option == "--name":
-            settings["name"] = value
-        elif option == "--py-files":
-            settings["py_files"] = value
-        elif option != "--master":  # the master comes from the Spark connection
-            raise ValueError(f"spark_submit_command gave an option the operator does not pass on: {option}")
-        i += 2
-    settings["application"] = command[i]
-    settings["application_args"] = command[i + 1:]
-    return settings
+    plan = submit_plan(app_args, master=master, python=python, py_files=py_files, conf={**small_conf, **conf},
+                       driver_java_options=java_options, archives=archives)
+    # the master comes from the Spark connection (SparkSubmitOperator passes it)
+    return {name: plan[name] for name in ("application", "name", "conf", "py_files", "application_args")}
 
 
 def subprocess_environment(python: str, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -229,3 +229,33 @@ def test_copies_naming_other_key_columns_are_reported_for_the_fallback(spark):
     assert two["conflicts"] == [("d", "t")]
     assert V2.fallback_reason(untimed=True, intervals=object()) is not None
     assert V2.fallback_reason(untimed=True, intervals=None) is None
+
+
+def test_random_changes_with_copies_and_cuts_give_v1s_result(spark):
+    """Hypothesis: random INSERT/UPDATE (key-changing or not)/DELETE sequences over a few keys
+    of a keyed and a keyless table, random copies of random events (other partition, object
+    or line), a random cut: both engines give the same result. Few examples: each is two
+    engines' Spark jobs."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    step = st.tuples(st.sampled_from(["k", "t"]), st.sampled_from([Op.INSERT, Op.UPDATE, Op.DELETE]),
+                     st.integers(1, 3), st.integers(1, 3), st.integers(0, 2))
+
+    @settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(st.lists(step, min_size=1, max_size=10), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)),
+                                                               max_size=4), st.integers(10, 22))
+    def check(steps, copies, cut):
+        events = []
+        for i, (table, op, a, b, value) in enumerate(steps):
+            keys = ("id",) if table == "t" else ()
+            before = img(id=a, v=value) if op != Op.INSERT else None
+            after = img(id=b if op == Op.UPDATE else a, v=value + 1) if op != Op.DELETE else None
+            events.append(ev(op, 10 + i, before, after, table=table, keys=keys, partition=i % 2, offset=i))
+        for index, how in copies:
+            if index < len(events):
+                where = [{"object": "o2"}, {"partition": 3, "offset": 100 + index}, {"line": 1000 + index}][how]
+                events.append(copy(events[index], **where))
+        same(spark, events, cut=[cut])
+
+    check()

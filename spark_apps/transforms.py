@@ -645,16 +645,21 @@ def mark_missing_tables(tagged: DataFrame, intervals: DataFrame, known) -> DataF
     flagged = _match_tables(tagged, intervals, known)
     missing_now = ((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)
                    & F.col("_final_tb").isNull() & F.col("_known").isNotNull())
-    reason = F.concat(F.lit("no table "), F.coalesce(F.col("database"), F.lit("")), F.lit("."),
-                      F.coalesce(F.col("table"), F.lit("")),
-                      F.lit(" at this event's point in the DDL history (dropped, truncated, renamed or not yet "
-                            "created); timeline "), F.col("timeline").cast("string"))
+    reason = missing_table_reason()
     missing = F.col("_missing")  # decided once: the status below changes what `missing` reads
     return (flagged.withColumn("_missing", F.coalesce(missing_now, F.lit(False)))
             .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")))
             .withColumn("error_stage", F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
             .withColumn("error", F.when(missing, reason).otherwise(F.col("error")))
             .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns", "_missing"))
+
+
+def missing_table_reason() -> Column:
+    """The quarantine error of a row event whose table does not exist at its point."""
+    return F.concat(F.lit("no table "), F.coalesce(F.col("database"), F.lit("")), F.lit("."),
+                    F.coalesce(F.col("table"), F.lit("")),
+                    F.lit(" at this event's point in the DDL history (dropped, truncated, renamed or not yet "
+                          "created); timeline "), F.col("timeline").cast("string"))
 
 
 # what the last change per key reads of a row event (assign_tables, row_effects, order_struct)

@@ -36,7 +36,8 @@ from cdc_codecs.mysql_types import MySQLType, parse_type
 from .. import storage
 from ..paths import segment
 from .base import HISTORY, WINDOW, OutputError, Target, written_rows
-from .parquet import UNSTATED_DECIMAL, history_columns, per_table, typed_column, write_parquet_fn
+from .parquet import arrow_type as parquet_type
+from .parquet import history_columns, per_table, typed_column, write_parquet_fn
 
 FORMATS = ("delta", "iceberg")  # each the name of its module in this package
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
@@ -50,36 +51,19 @@ class LakehouseError(RuntimeError):
 
 def arrow_type(mysql_type: MySQLType) -> pa.DataType:
     """The column type in a lakehouse table (the table in docs/lakehouse.md): only types both
-    Delta and Iceberg have, so a table reads the same in either format."""
+    Delta and Iceberg have, so a table reads the same in either format. Neither has unsigned
+    integers (Parquet's types differ there only); the other types are Parquet's."""
     base = mysql_type.base
     if base in ("tinyint", "smallint", "mediumint"):
         return pa.int32()
     if base == "int":
         return pa.int64() if mysql_type.unsigned else pa.int32()
-    if base == "bigint":
-        return pa.decimal128(20, 0) if mysql_type.unsigned else pa.int64()
+    if base == "bigint" and mysql_type.unsigned:
+        return pa.decimal128(20, 0)
     if base == "bit":
         width = int(mysql_type.params[0]) if mysql_type.params and mysql_type.params[0].isdigit() else 1
         return pa.int64() if width < 64 else pa.decimal128(20, 0)
-    if base == "year":
-        return pa.int32()
-    if base == "float":
-        return pa.float32()
-    if base == "double":
-        return pa.float64()
-    if base == "decimal":
-        if not mysql_type.params:  # precision unknown: as Parquet snapshots type it
-            return UNSTATED_DECIMAL
-        precision = int(mysql_type.params[0])
-        scale = int(mysql_type.params[1]) if len(mysql_type.params) > 1 else 0
-        return pa.decimal128(precision, scale) if precision <= 38 else pa.string()
-    if base == "date":
-        return pa.date32()
-    if base in ("datetime", "timestamp"):
-        return pa.timestamp("us")  # wall clock as the producer wrote it (no zone)
-    if mysql_type.is_binary or base == "geometry":
-        return pa.binary()
-    return pa.string()  # char, varchar, text, time, json, enum/set (labels)
+    return parquet_type(mysql_type)
 
 
 def table_schema(columns: Iterable[tuple[str, str]], history: bool) -> pa.Schema:

@@ -1,4 +1,4 @@
-"""Snapshots and histories as Delta Lake and Iceberg tables (docs/lake.md): every table is
+"""Snapshots and histories as Delta Lake and Iceberg tables (docs/lakehouse.md): every table is
 read back by the format's own library (deltalake / pyiceberg) and by an independent reader
 written from the format's spec (tests/support/lake_readers.py), at the version whose cut is a
 given commit ts, and compared row by row with the reference replayer's state at that ts."""

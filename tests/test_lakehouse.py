@@ -14,9 +14,12 @@ import pyarrow as pa
 import pytest
 
 from cdc_codecs.mysql_types import parse_type
-from spark_apps import lakehouse, storage
+from spark_apps import storage
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
+from spark_apps.outputs import lake
+from spark_apps.outputs.delta import delta_storage_options
+from spark_apps.outputs.iceberg import load_catalog
 from spark_apps.replay import ReplayError, run
 
 from .reference import reference_state
@@ -87,7 +90,7 @@ def delta_tables(output: str, commit_ts: int) -> dict:
             location = storage.join(output, db, table)
             version = delta_version_at(location, commit_ts)
             _, spec_rows = lake_readers.delta_read(location, version)
-            lib_rows = DeltaTable(location, version=version, storage_options=lakehouse.delta_storage_options()
+            lib_rows = DeltaTable(location, version=version, storage_options=delta_storage_options()
                                   ).to_pyarrow_table().to_pylist()
             assert as_state(lib_rows) == as_state(spec_rows)
             if spec_rows:
@@ -97,7 +100,7 @@ def delta_tables(output: str, commit_ts: int) -> dict:
 
 def iceberg_tables(output: str, catalog: dict, catalog_db: str, commit_ts: int) -> dict:
     tables = {}
-    cat = lakehouse.load_catalog(output, catalog)
+    cat = load_catalog(output, catalog)
     for db in ("shop",):
         for table in ("orders", "customers"):
             metadata = lake_readers.iceberg_metadata_location(catalog_db, db, table)
@@ -119,7 +122,7 @@ def test_a_decimal_whose_type_states_no_precision_keeps_its_values():
     from spark_apps import parquet_out
 
     bare = parse_type("decimal")
-    assert lakehouse.arrow_type(bare) == parquet_out.arrow_type(bare) == pa.decimal128(38, 18)
+    assert lake.arrow_type(bare) == parquet_out.arrow_type(bare) == pa.decimal128(38, 18)
     array, nulled = parquet_out.typed_column([b"1.2", b"-7", None], bare, [None] * 3)
     assert nulled == 0 and array.to_pylist() == [decimal.Decimal("1.2"), decimal.Decimal(-7), None]
     wide = [b"1.2", b"0.1234567890123456789", b"123456789012345678901234567890"]
@@ -130,7 +133,7 @@ def test_a_decimal_whose_type_states_no_precision_keeps_its_values():
 
 
 def test_type_mapping():
-    t = lambda text: lakehouse.arrow_type(parse_type(text))  # noqa: E731
+    t = lambda text: lake.arrow_type(parse_type(text))  # noqa: E731
     assert t("decimal(12,2)") == pa.decimal128(12, 2) and t("decimal(65,30)") == pa.string()
     assert t("bigint unsigned") == pa.decimal128(20, 0) and t("bigint") == pa.int64()
     assert t("int unsigned") == pa.int64() and t("int") == pa.int32() and t("tinyint(1)") == pa.int32()
@@ -139,21 +142,21 @@ def test_type_mapping():
     assert t("date") == pa.date32() and t("time(3)") == pa.string() and t("json") == pa.string()
     assert t("enum('a','b')") == pa.string() and t("set('a','b')") == pa.string()
     assert t("varbinary(16)") == pa.binary() and t("blob") == pa.binary() and t("float") == pa.float32()
-    assert lakehouse.table_parts("lake_{schema}.{table}_v", "shop", "orders") == ["lake_shop", "orders_v"]
-    with pytest.raises(lakehouse.LakehouseError):
-        lakehouse.table_parts("{table}", "shop", "orders")
+    assert lake.table_parts("lake_{schema}.{table}_v", "shop", "orders") == ["lake_shop", "orders_v"]
+    with pytest.raises(lake.LakehouseError):
+        lake.table_parts("{table}", "shop", "orders")
 
 
 def test_a_modified_column_reads_as_a_full_replay_gives_it():
     """A window's MODIFY COLUMN: old values cast to the cut's type as a full replay decodes them
     from their text (FLOAT -> DOUBLE: 1.1, not 1.100000023841858); an impossible one is refused."""
-    modified = lambda values, text: lakehouse._modified(values, pa.field("c", lakehouse.arrow_type(parse_type(text))), "d.t")  # noqa: E731
+    modified = lambda values, text: lake._modified(values, pa.field("c", lake.arrow_type(parse_type(text))), "d.t")  # noqa: E731
     assert modified(pa.array([1.1, None], pa.float32()), "double").to_pylist() == [1.1, None]
     assert modified(pa.array([7, 2**31 - 1], pa.int32()), "bigint").to_pylist() == [7, 2**31 - 1]
     assert modified(pa.array([5], pa.int32()), "varchar(10)").to_pylist() == ["5"]
     assert modified(pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)), "decimal(12,3)").to_pylist() == [
         decimal.Decimal("1.250")]
-    with pytest.raises(lakehouse.LakehouseError, match="column c cannot be converted"):
+    with pytest.raises(lake.LakehouseError, match="column c cannot be converted"):
         modified(pa.array(["abc"]), "int")
 
 
@@ -384,7 +387,7 @@ def test_schema_changes_and_table_lifecycle_between_versions(spark, tmp_path, fm
             ids = {f["name"]: f["id"] for schema in metadata["schemas"] for f in schema["fields"]}
             assert ids["a"] == ids["a2"]  # RENAME COLUMN is Iceberg's rename: the field id is kept
     if fmt == "iceberg":  # pyiceberg reads the first version's files through the table's name mapping
-        catalog = lakehouse.load_catalog(output, {})
+        catalog = load_catalog(output, {})
         metadata = lake_readers.iceberg_metadata_location(os.path.join(output, "_catalog.sqlite"), "d", "t")
         old = catalog.load_table(("d", "t")).scan(snapshot_id=iceberg_snapshot_at(metadata, first_cut)).to_arrow()
         assert old.to_pylist() == [{"id": 1, "a": "one", "b": 10}]
@@ -530,7 +533,7 @@ def test_iceberg_catalogs_postgresql_and_filesystem(spark, window_archive, tmp_p
             if catalog == "filesystem":
                 lib = StaticTable.from_metadata(f"{output}/shop/{table}")
             else:
-                lib = lakehouse.load_catalog(output, {"uri": dsn}).load_table(("shop", table))
+                lib = load_catalog(output, {"uri": dsn}).load_table(("shop", table))
             assert as_state(lib.scan(snapshot_id=snapshot).to_arrow().to_pylist()) == as_state(spec_rows)
             if spec_rows:
                 state[("shop", table)] = as_state(spec_rows)

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from cdc_codecs.archive import object_name, parse_line
 from cdc_codecs.base import KafkaRecord
-from spark_apps import lakehouse, storage
+from spark_apps import storage
 from spark_apps.manifest import summary
+from spark_apps.outputs import lake
 from spark_apps.paths import MAX_BYTES, display, segment, unsegment
 
 ORDINARY = ["shop", "orders_2024", "tidb_test.t1", "t1", "Orders", "订单", "user-02", "a b", "x.y.z", "v1.2",
@@ -88,24 +89,24 @@ def test_long_names_are_cut_with_a_hash_and_stay_distinct():
 
 
 def test_lakehouse_tables_are_one_folder_per_name_part():
-    assert lakehouse.table_location("/o", "{schema}.{table}", "shop", "orders") == "/o/shop/orders"
-    assert lakehouse.table_parts("lake_{schema}.{table}_v", "shop", "orders") == ["lake_shop", "orders_v"]
-    one = lakehouse.table_location("/o", "{schema}.{table}", "a.b", "c")
-    two = lakehouse.table_location("/o", "{schema}.{table}", "a", "b.c")
+    assert lake.table_location("/o", "{schema}.{table}", "shop", "orders") == "/o/shop/orders"
+    assert lake.table_parts("lake_{schema}.{table}_v", "shop", "orders") == ["lake_shop", "orders_v"]
+    one = lake.table_location("/o", "{schema}.{table}", "a.b", "c")
+    two = lake.table_location("/o", "{schema}.{table}", "a", "b.c")
     assert one != two and one == "/o/a.b/c"
-    assert lakehouse.table_location("/o", "{schema}.{table}", "../../../dbx", "t") == "/o/!2E.!2F..!2F..!2Fdbx/t"
-    assert lakehouse.table_location("/o", "{schema}.{table}", "a/b", "c") != \
-        lakehouse.table_location("/o", "{schema}.{table}", "a", "b/c")
+    assert lake.table_location("/o", "{schema}.{table}", "../../../dbx", "t") == "/o/!2E.!2F..!2F..!2Fdbx/t"
+    assert lake.table_location("/o", "{schema}.{table}", "a/b", "c") != \
+        lake.table_location("/o", "{schema}.{table}", "a", "b/c")
     # the manifest's key of a table: unambiguous, ordinary names as before
-    assert lakehouse.table_key("{schema}.{table}", "shop", "orders") == "shop.orders"
-    assert lakehouse.table_key("{schema}.{table}", "a.b", "c") == "a!2Eb.c"
-    assert lakehouse.table_key("{schema}.{table}", "a", "b.c") == "a.b!2Ec"
+    assert lake.table_key("{schema}.{table}", "shop", "orders") == "shop.orders"
+    assert lake.table_key("{schema}.{table}", "a.b", "c") == "a!2Eb.c"
+    assert lake.table_key("{schema}.{table}", "a", "b.c") == "a.b!2Ec"
 
 
 @given(st.lists(st.tuples(st.text(max_size=12), st.text(max_size=12)), min_size=2, max_size=6, unique=True))
 @settings(max_examples=300, deadline=None)
 def test_distinct_tables_never_share_a_manifest_key(tables):
-    keys = {lakehouse.table_key("{schema}.{table}", d, t) for d, t in tables}
+    keys = {lake.table_key("{schema}.{table}", d, t) for d, t in tables}
     assert len(keys) == len(tables)
 
 
@@ -115,10 +116,10 @@ def test_a_rerun_skips_only_the_tables_it_names(spark):
     skipping `a.b`.`c` keeps `a`.`b.c` (a dotted `db.table` string matched both)."""
     df = spark.createDataFrame([("a.b", "c", 1), ("a", "b.c", 2), ("shop", "orders", 3)], "database string, "
                                "`table` string, id int")
-    kept = lakehouse.without_tables(df, {("a.b", "c")})
+    kept = lake.without_tables(df, {("a.b", "c")})
     assert sorted(r.id for r in kept.collect()) == [2, 3]
-    assert sorted(r.id for r in lakehouse.without_tables(df, {("a", "b.c"), ("shop", "orders")}).collect()) == [1]
-    assert lakehouse.without_tables(df, set()) is df
+    assert sorted(r.id for r in lake.without_tables(df, {("a", "b.c"), ("shop", "orders")}).collect()) == [1]
+    assert lake.without_tables(df, set()) is df
 
 
 def test_display_keeps_a_name_on_one_line():
@@ -263,7 +264,7 @@ def test_lakehouse_output_with_hostile_tables(spark, hostile, fmt):
     manifest = replay(spark, source, output, "snapshot", "--target-format", fmt)
     check_contained(base, output, before)
     check_manifest(manifest, output)
-    target = lakehouse.Target(fmt, output, "{schema}.{table}")
+    target = lake.open_format(fmt, output, "{schema}.{table}")
     for database, table in TABLES:  # one table each, none shared
         assert target.row_count(database, table) == 1, (database, table)
         assert target.location(database, table).startswith(output + "/")

@@ -1,9 +1,111 @@
-"""The Delta Lake target (`--target-format delta`, delta-rs): one table per source table
-(spark_apps.outputs.lake writes and commits; spark_apps.lakehouse holds the Delta commit and merge)."""
+"""The Delta Lake target (`--target-format delta`): one table per source table, written by the
+tasks as spark_apps.outputs.lake says; committed, merged and read back here through delta-rs
+(`deltalake`), which writes no column-mapped tables: a changed schema is the new schema of an
+overwrite commit."""
 
 from __future__ import annotations
 
-from .lake import LakeTables
+import json
+import os
+import time
+
+import pyarrow as pa
+
+from .. import storage
+from .lake import LakeFormat, LakeTables
+
+
+def delta_storage_options() -> dict[str, str]:
+    """object_store settings for S3 from the same environment storage.py uses."""
+    options = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if os.environ.get(name):
+            options[name] = os.environ[name]
+    options["AWS_REGION"] = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return options
+
+
+def _commit_properties(props: dict[str, str]):
+    """Our metadata on a commit; userMetadata is the field Spark's DESCRIBE HISTORY and delta-rs show as such."""
+    from deltalake.transaction import CommitProperties
+
+    return CommitProperties(custom_metadata={**props, "userMetadata": json.dumps(props, sort_keys=True)})
+
+
+class DeltaFormat(LakeFormat):
+    """Delta tables at `<output>/<name parts>/`, no catalog."""
+
+    format = "delta"
+
+    def _table(self, database, table, version=None):
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.location(database, table), version=version, storage_options=delta_storage_options())
+
+    def last_commit(self, database, table) -> dict | None:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.location(database, table), storage_options=delta_storage_options()):
+            return None
+        info = self._table(database, table).history(1)[0]
+        return self._ours(info, info.get("version"))
+
+    def row_count(self, database, table) -> int:
+        actions = self._table(database, table).get_add_actions(flatten=True)
+        return sum(n or 0 for n in pa.table(actions).column("num_records").to_pylist())
+
+    def current_schema(self, database, table) -> pa.Schema:
+        return pa.schema(self._table(database, table).schema().to_arrow())
+
+    def schema_at(self, database, table, version) -> list[str]:
+        return [f.name for f in self._table(database, table, int(version)).schema().fields]
+
+    def batches_at(self, database, table, version):
+        yield from self._table(database, table, int(version)).to_pyarrow_dataset().to_batches()
+
+    def _commit(self, database, table, schema, files, props, renames) -> dict:
+        from deltalake import DeltaTable, Schema
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        location = self.location(database, table)
+        now = int(time.time() * 1000)
+        adds = [AddAction(storage.relative(f["uri"], location), f["bytes"], {}, now, True,
+                          json.dumps({"numRecords": f["rows"]})) for f in files]
+        commit = _commit_properties(props)
+        options = delta_storage_options()
+        schema = Schema.from_arrow(schema)
+        if not DeltaTable.is_deltatable(location, storage_options=options):
+            create_table_with_add_actions(location, schema, adds, mode="overwrite", name=self.name(database, table),
+                                          storage_options=options, commit_properties=commit)
+        else:
+            current = DeltaTable(location, storage_options=options)
+            current.create_write_transaction(adds, mode="overwrite", schema=schema, commit_properties=commit)
+        version = DeltaTable(location, storage_options=options).version()
+        return {"table": self.name(database, table), "location": location, "version": version}
+
+    def _merge(self, database, table, changes, keys, props) -> dict:
+        quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+        predicate = " AND ".join(f"target.{quote(k)} IS NOT DISTINCT FROM source.{quote(k)}" for k in keys)
+        columns = {c: f"source.{quote(c)}" for c in changes.column_names if c != "_op"}
+        metrics = (self._table(database, table)
+                   .merge(changes, predicate, source_alias="source", target_alias="target",
+                          commit_properties=_commit_properties(props))
+                   .when_matched_delete("source._op = 'delete'")
+                   .when_matched_update(columns, "source._op <> 'delete'")
+                   .when_not_matched_insert(columns, "source._op <> 'delete'")
+                   .execute())
+        version = self._table(database, table).version()
+        rows = self.row_count(database, table)
+        return {"table": self.name(database, table), "location": self.location(database, table), "version": version,
+                "rows": rows,
+                "merged": {"inserted": metrics["num_target_rows_inserted"],
+                           "updated": metrics["num_target_rows_updated"],
+                           "deleted": metrics["num_target_rows_deleted"]}}
 
 
 class DeltaTables(LakeTables):

@@ -37,12 +37,12 @@ def _base_manifest(args: ReplayArgs) -> dict | None:
 
 def _validate_lakehouse(args: ReplayArgs) -> None:
     """What the worker's environment decides (an Iceberg catalog for an s3:// output)."""
-    from spark_apps import lakehouse
+    from spark_apps.outputs import lake
 
     try:
-        if args.output_format == "iceberg":
-            lakehouse.iceberg_catalog_properties(storage.normalize(args.output), parse_option_pairs(args.catalog))
-    except lakehouse.LakehouseError as e:
+        lake.format_class(args.output_format).check_output(storage.normalize(args.output),
+                                                           parse_option_pairs(args.catalog))
+    except lake.LakehouseError as e:
         raise ReplayError(str(e)) from e
 
 
@@ -136,7 +136,7 @@ def _lake_window(args: ReplayArgs) -> None:
     --since: no --base-snapshot. The table schemas at --since come from the output's last
     manifest, whose cut must be --since (`--since last`: that cut, when every table it wrote is
     still at it). Sets args.since (None: no table yet, a full run) and args.lake_schemas."""
-    from spark_apps import lakehouse
+    from spark_apps.outputs import lake
 
     output = storage.normalize(args.output)
     try:
@@ -150,10 +150,10 @@ def _lake_window(args: ReplayArgs) -> None:
             args.since = None
             return
         try:
-            target = lakehouse.Target(args.output_format, output, args.target_table, parse_option_pairs(args.catalog))
+            target = lake.open_format(args.output_format, output, args.target_table, parse_option_pairs(args.catalog))
             cuts = {target.key(t["source_database"], t["source_table"]): (target.last_commit(t["source_database"], t["source_table"]) or {}).get("cut_commit_ts")
                     for t in tables}
-        except lakehouse.LakehouseError as e:
+        except lake.LakehouseError as e:
             raise ReplayError(str(e)) from e
         distinct = {c for c in cuts.values()}
         if len(distinct) != 1 or None in distinct:

@@ -151,9 +151,8 @@ def decode_pass(ctx: RunContext) -> Decoded:
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     if kafka_io.is_kafka(ctx.source):
-        decoded = kafka_io.read_decoded(ctx.spark, ctx.source, kafka_io.OffsetRange(args.starting_offsets,
-                                                                                    args.ending_offsets),
-                                        codec, kafka_io.client_config(), lean=True)
+        offsets = kafka_io.OffsetRange(args.starting_offsets, args.ending_offsets)
+        decoded = kafka_io.read_decoded(ctx.spark, ctx.source, offsets, codec, kafka_io.client_config(), lean=True)
     else:
         decoded = decode_objects(ctx.spark, ctx.objects, codec, ctx.progress.records, lean=True, files=files)
     # the decode tasks write lean rows (spark_apps/lean_decode.py: each image's column list id,

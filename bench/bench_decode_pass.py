@@ -37,9 +37,10 @@ def before(spark, objects):
     from pyspark.sql import functions as F
 
     from spark_apps import transforms as T
+    from spark_apps.contract import ProtocolSpec
     from spark_apps.replay import _decode
 
-    decoded = T.with_schema_ids(_decode(spark, objects, "canal-json", {"enable-tidb-extension": "true"}))
+    decoded = T.with_schema_ids(_decode(spark, objects, ProtocolSpec("canal-json", {"enable-tidb-extension": "true"})))
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
     records = decoded.where(F.col("topic").isNotNull() & ~F.coalesce(F.col("error_stage") == "archive", F.lit(False)))
     offset = F.when((F.col("event_index") == 0) & F.col("offset").isNotNull(), F.col("offset"))
@@ -67,9 +68,10 @@ def after(spark, objects):
     """The phase as spark_apps.replay._run does it now."""
     from pyspark import StorageLevel
 
+    from spark_apps.contract import ProtocolSpec
     from spark_apps.replay import _decode, _first_pass
 
-    decoded = _decode(spark, objects, "canal-json", {"enable-tidb-extension": "true"}, lean=True)
+    decoded = _decode(spark, objects, ProtocolSpec("canal-json", {"enable-tidb-extension": "true"}), lean=True)
     decoded = decoded.persist(StorageLevel.DISK_ONLY)
     _, partition_stats, _ = _first_pass(decoded)
     return decoded, sorted((s["topic"], s["partition"], s["records"], s["offsets"]) for s in partition_stats)

@@ -20,6 +20,7 @@ import fnmatch
 import json
 import os
 import re
+from dataclasses import dataclass, field
 
 # The choices of the options, declared with them in the option table (spark_apps.options)
 from spark_apps.options import (  # noqa: F401  (the registries: re-exported)
@@ -86,6 +87,15 @@ COMMIT_LOG = "_commit.json"  # the commit's own log (spark_apps.manifest.commit)
 # output's produced-partition markers
 AIRFLOW_STAGING = f"{STAGING}/airflow"
 PRODUCED_MARKERS = f"{STAGING}/_produced"
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """A protocol and its options as the request gives them (`--protocol-option` or
+    `--target-option` pairs): what a decode or an encode is always handed together."""
+
+    protocol: str
+    options: dict = field(default_factory=dict)
 
 
 def manifest_path(home: str) -> str:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 
 log = logging.getLogger("cdc_replay")
 
 from .contract import KAFKA as SCHEME  # noqa: E402
 
 # the URI grammar and offset rules are the request contract's (one set of rules for every entry point)
-from .contract import KafkaUriError, check_offsets, is_kafka  # noqa: E402,F401
+from .contract import KafkaUriError, ProtocolSpec, check_offsets, is_kafka  # noqa: E402,F401
 from .contract import parse_kafka_uri as parse_uri  # noqa: E402,F401
 
 
@@ -33,6 +34,15 @@ _SAME_IN_JAVA = ("security.protocol", "sasl.mechanism", "ssl.endpoint.identifica
 _LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                   "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                   "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+@dataclass(frozen=True)
+class Brokers:
+    """A Kafka cluster as a client reaches it: the bootstrap servers (host:port,...) and the
+    client settings (client_config: librdkafka names, without bootstrap.servers)."""
+
+    servers: str
+    config: dict = field(default_factory=dict)
 
 
 class KafkaAccessError(RuntimeError):
@@ -137,10 +147,19 @@ def _first_line(text: str) -> str:
     return masking.mask_text(text.strip().splitlines()[0] if text.strip() else text)
 
 
-def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, options: dict,
-                 config: dict | None = None, lean: bool = False):
-    """The source topics' records between the offsets, decoded: DECODED_STRUCT rows, or with
-    `lean` the lean rows and `aux` rows of spark_apps/lean_decode.py."""
+@dataclass(frozen=True)
+class OffsetRange:
+    """Where a Kafka source is read from and to: Spark's `startingOffsets` / `endingOffsets`
+    (earliest/latest or JSON per topic and partition, contract.check_offsets)."""
+
+    starting: str
+    ending: str
+
+
+def read_decoded(spark, uri: str, offsets: OffsetRange, codec: ProtocolSpec, config: dict | None = None,
+                 lean: bool = False):
+    """The source topics' records between the offsets, decoded by `codec`: DECODED_STRUCT rows,
+    or with `lean` the lean rows and `aux` rows of spark_apps/lean_decode.py."""
     from pyspark.sql import functions as F
 
     from spark_apps.archive_io import decode_records_fn
@@ -150,8 +169,8 @@ def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, opt
     raw = (spark.read.format("kafka")
            .option("kafka.bootstrap.servers", servers)
            .option("subscribe", ",".join(topics))
-           .option("startingOffsets", starting)
-           .option("endingOffsets", ending)
+           .option("startingOffsets", offsets.starting)
+           .option("endingOffsets", offsets.ending)
            .option("includeHeaders", "true")
            .options(**spark_options(config or {}))
            .load())
@@ -164,8 +183,8 @@ def read_decoded(spark, uri: str, starting: str, ending: str, protocol: str, opt
     if lean:
         from spark_apps.lean_decode import LEAN_STRUCT, leaned
 
-        return records.mapInArrow(leaned(decode_records_fn(protocol, options)), LEAN_STRUCT)
-    return records.mapInArrow(decode_records_fn(protocol, options), DECODED_STRUCT)
+        return records.mapInArrow(leaned(decode_records_fn(codec.protocol, codec.options)), LEAN_STRUCT)
+    return records.mapInArrow(decode_records_fn(codec.protocol, codec.options), DECODED_STRUCT)
 
 
 # a partition just created (or whose leader moved) answers these until a leader is elected

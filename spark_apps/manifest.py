@@ -14,6 +14,8 @@ import datetime as dt
 import gzip
 import time
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -94,10 +96,63 @@ def _table_name(database, table) -> str:
     return f"{database or ''}.{table or ''}".strip(".") or "(none)"
 
 
-def build(*, run_id, args, source, output, started, objects, partition_stats, cut, counts, ddl_log,
-          ddl_failures, written, quarantine_objects, source_options, target_protocol, target_options,
-          table_rows=None, schemas=(), window=None, schema_conflicts=(), coverage=None, gaps=((), 0),
-          inferred_schemas=()) -> dict:
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run was asked: its id and request (`args`: ReplayArgs, or what the carry-forward
+    renders), the source and output (normalized), when it started (epoch s), the protocols'
+    options (the codecs' configs; masked in the manifest) and the --since window."""
+
+    run_id: str
+    args: Any
+    source: str
+    output: str
+    started: float
+    source_options: dict
+    target_protocol: str | None
+    target_options: dict
+    window: dict | None = None
+
+
+@dataclass(frozen=True)
+class ReadFacts:
+    """What the run read: the objects (ObjectInfo; none for Kafka), per-partition statistics,
+    the cut (compute_cut), every event's count by status, kind and table, and the holes in the
+    source offsets ((listed gaps, count))."""
+
+    objects: list
+    partition_stats: list[dict]
+    cut: dict
+    counts: list[dict]
+    gaps: tuple = ((), 0)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came of it: the WRITTEN rows of the output and of the quarantine, the DDL applied
+    and failed, the rows per table, the tables' CREATE statements, the schema conflicts,
+    coverage and inferred schemas."""
+
+    written: list[dict]
+    quarantine_objects: list[dict]
+    ddl_log: list[dict]
+    ddl_failures: list[dict]
+    table_rows: list[dict] | None = None
+    schemas: Any = ()
+    schema_conflicts: Any = ()
+    coverage: dict | None = None
+    inferred_schemas: Any = ()
+
+
+def build(run: RunFacts, read: ReadFacts, outcome: Outcome) -> dict:
+    """The manifest document (its keys in the order readers and the tests see them)."""
+    run_id, args, source, output, started = run.run_id, run.args, run.source, run.output, run.started
+    source_options, target_protocol, target_options, window = (run.source_options, run.target_protocol,
+                                                                run.target_options, run.window)
+    objects, partition_stats, cut, counts, gaps = read.objects, read.partition_stats, read.cut, read.counts, read.gaps
+    written, quarantine_objects, ddl_log, ddl_failures = (outcome.written, outcome.quarantine_objects,
+                                                          outcome.ddl_log, outcome.ddl_failures)
+    table_rows, schemas, schema_conflicts, coverage, inferred_schemas = (
+        outcome.table_rows, outcome.schemas, outcome.schema_conflicts, outcome.coverage, outcome.inferred_schemas)
     by_status = defaultdict(int)
     applied_by_kind = defaultdict(int)
     tables = defaultdict(lambda: defaultdict(int))

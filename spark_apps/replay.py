@@ -141,11 +141,10 @@ def _output_stage(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histo
         base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
     except outputs.OutputError as e:
         raise ReplayError(str(e)) from None
-    target = codec_class(ctx.target_protocol)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in decoded.partition_stats),
                                                       default=0) + 1)
-    output_plan = outputs.OutputPlan(spark, args, history, tagged.cut, target, ctx.target_protocol, ctx.target_options,
-                              partitions, ctx.staging)
+    target = outputs.TargetSpec(codec_class(ctx.target_protocol), ctx.target_protocol, ctx.target_options, partitions)
+    output_plan = outputs.OutputPlan(spark, args, history, tagged.cut, target, ctx.staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
     # identical rows of a table without a key are counted (transforms.latest_per_key)
     output_plan.multiset = bool(hist.summary["keyless"]) or any(

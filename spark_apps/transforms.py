@@ -196,7 +196,7 @@ def duplicate_places(decoded: DataFrame, *, tables: list[str] | None = None) -> 
     """The places (`_place`) of the events that are later copies of an earlier one: the
     duplicate check as a narrow shuffle, each checked event reduced to its identity and its
     place, ranked by `FIRST_SEEN` within its identity. Few rows (redeliveries), so the events
-    are told apart from them by a join (`tag_status(duplicates=...)`, broadcast when small)
+    are told apart from them by a join (`tag_status(duplicates=Duplicates(...))`, broadcast when small)
     instead of every event travelling through the shuffle whole."""
     checked, _ = _checked(tables)
     place = _place(decoded)
@@ -207,27 +207,35 @@ def duplicate_places(decoded: DataFrame, *, tables: list[str] | None = None) -> 
     return ranked.where(F.col("_copy") > 1).select(*place)
 
 
+class Duplicates(NamedTuple):
+    """The places `duplicate_places` found, as `tag_status` joins them: `found` False when
+    there are none (no event is a duplicate, no join), `broadcast` when they are few enough
+    to send to every task (else Spark decides by their estimated size: a sort-merge join
+    moves every event through a shuffle)."""
+
+    places: DataFrame
+    found: bool = True
+    broadcast: bool = False
+
+
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
-               duplicates: DataFrame | None = None, dedupe: bool = True,
-               broadcast_duplicates: bool = False) -> DataFrame:
+               duplicates: Duplicates | None = None) -> DataFrame:
     """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
     changes at or below `since` are outside the window (status `filtered`). `duplicates`:
-    the places `duplicate_places` found (None: the duplicate check runs here, as a window
-    over every event's identity), joined as a broadcast when `broadcast_duplicates` (else
-    Spark decides by their estimated size: a sort-merge join moves every event through a
-    shuffle). `dedupe=False`: no event is a duplicate (none was found)."""
+    the later copies found beforehand (None: the duplicate check runs here, as a window over
+    every event's identity)."""
     df = with_timeline(decoded)
     checked, redelivered_bad = _checked(tables)
     in_scope = table_filter(tables) if tables else F.lit(True)
-    if not dedupe:
+    if duplicates is not None and not duplicates.found:
         first = F.lit(True)
     elif duplicates is None:
         df = df.withColumn("_identity", identity_of(decoded))
         first = F.row_number().over(Window.partitionBy("_identity").orderBy(*FIRST_SEEN)) == 1
     else:
         place = _place(df)
-        marks = duplicates.select(*[F.col(c).alias(f"_dup_{c}") for c in place]).withColumn("_dup", F.lit(True))
-        if broadcast_duplicates:
+        marks = duplicates.places.select(*[F.col(c).alias(f"_dup_{c}") for c in place]).withColumn("_dup", F.lit(True))
+        if duplicates.broadcast:
             marks = F.broadcast(marks)
         # a place id is never null: plain equality keeps the join key one long
         same = ([df["place_id"] == marks["_dup_place_id"]] if place == ("place_id",)

@@ -164,3 +164,36 @@ def test_every_package_is_in_the_distribution():
                 parts = init.parent.relative_to(folder).parts
                 on_disk.add(".".join((name, *parts)))
     assert on_disk - listed == set(), f"add to pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"
+
+
+MAX_PARAMETERS = 6
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The names a call fills (positional and keyword-only), without the `self`/`cls` a method
+    is bound to; a `*values` of logging-style arguments and `**kwargs` passed on unread are not counted."""
+    a = node.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return names[1:] if names and names[0] in ("self", "cls") else names
+
+
+def test_no_function_of_the_replay_takes_more_than_six_parameters():
+    """Issue 29: the driver, the stages, the outputs and the manifest's builder pass small named
+    values (RunContext, the stage results, TargetSpec, the manifest's facts), not long lists."""
+    folder = ROOT / "spark_apps"
+    paths = [folder / "replay.py", *sorted((folder / "stages").rglob("*.py")),
+             *sorted((folder / "outputs").rglob("*.py"))]
+    too_long = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if len(_parameters(node)) > MAX_PARAMETERS:
+                    too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}{tuple(_parameters(node))}")
+    # what the stages call outside these folders: the manifest's builder, the Kafka source, the statuses
+    for name, function in (("manifest.py", "build"), ("kafka_io.py", "read_decoded"), ("transforms.py", "tag_status")):
+        tree = ast.parse((folder / name).read_text())
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+        if len(_parameters(node)) > MAX_PARAMETERS:
+            too_long.append(f"spark_apps/{name}:{node.lineno} {function}{tuple(_parameters(node))}")
+    assert not too_long, ("more than six parameters (group what travels together in a dataclass):\n"
+                          + "\n".join(too_long))

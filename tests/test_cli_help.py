@@ -42,16 +42,16 @@ def _args(output_format: str = "kafka"):
                            dispatcher="index-value", table_patterns=lambda: [])
 
 
-_BUILD = dict(run_id="r", args=_args(), source="/a", started=0, objects=[], partition_stats=[],
-              cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
-              counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
-              target_protocol=None, target_options={})
-
-
-def _manifest(tmp_path, output_format: str) -> dict:
+def _manifest(tmp_path, output_format: str = "kafka", counts=()) -> dict:
+    """manifest.build of a run that read nothing (or only `counts`) into `tmp_path`."""
     from spark_apps import manifest as manifest_mod
 
-    return manifest_mod.build(**{**_BUILD, "args": _args(output_format), "output": str(tmp_path)})
+    return manifest_mod.build(
+        manifest_mod.RunFacts(run_id="r", args=_args(output_format), source="/a", output=str(tmp_path), started=0,
+                              source_options={}, target_protocol=None, target_options={}),
+        manifest_mod.ReadFacts(objects=[], partition_stats=[], counts=list(counts), cut={
+            "kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []}),
+        manifest_mod.Outcome(written=[], quarantine_objects=[], ddl_log=[], ddl_failures=[]))
 
 
 def test_a_lakehouse_summary_names_its_tables_paths_and_versions(tmp_path):
@@ -90,8 +90,8 @@ def test_tables_excluded_by_tables_are_not_listed_as_replayed(tmp_path):
         return {"status": status, "kind": "row", "events": events, "database": "shop", "table": table,
                 "min_commit_ts": 10, "max_commit_ts": 20}
 
-    built = manifest_mod.build(**{**_BUILD, "output": str(tmp_path), "counts": [
-        count("orders", "applied", 5), count("orders", "filtered", 0), count("customers", "filtered", 7)]})
+    built = _manifest(tmp_path, counts=[
+        count("orders", "applied", 5), count("orders", "filtered", 0), count("customers", "filtered", 7)])
     text = manifest_mod.summary(built)
     tables = text[text.index("  tables"):].splitlines()
     assert any("shop.orders" in line for line in tables[1:2])

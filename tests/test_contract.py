@@ -245,10 +245,11 @@ def test_manifests_of_older_versions_are_read_and_newer_refused(tmp_path):
     args = SimpleNamespace(protocol="canal-json", emit="snapshot", output_format="kafka", target_topic="{topic}",
                            dispatcher="index-value", table_patterns=lambda: [])
     built = manifest_mod.build(
-        run_id="r", args=args, source="/a", output=str(tmp_path), started=0, objects=[], partition_stats=[],
-        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []},
-        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
-        target_protocol="canal-json", target_options={})
+        manifest_mod.RunFacts(run_id="r", args=args, source="/a", output=str(tmp_path), started=0, source_options={},
+                              target_protocol="canal-json", target_options={}),
+        manifest_mod.ReadFacts(objects=[], partition_stats=[], counts=[], cut={
+            "kind": "archive_end", "commit_ts": None, "point": None, "description": "the end", "warnings": []}),
+        manifest_mod.Outcome(written=[], quarantine_objects=[], ddl_log=[], ddl_failures=[]))
     assert built["version"] == contract.MANIFEST_VERSION
     old = {k: v for k, v in built.items()
            if k not in ("version", "gaps", "timeline", "coverage", "window", "inferred_schemas")}

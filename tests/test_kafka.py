@@ -231,6 +231,7 @@ def test_kafka_source_adds_the_connector_package():
 def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path):
     """A task that failed after producing part of its partition (or a failed run) is followed by
     an attempt of the same replay: it produces only the records the first attempt had not."""
+    from spark_apps.kafka_io import Brokers
     from spark_apps.outputs import kafka as kafka_target  # the Kafka target (spark_apps.outputs.kafka)
 
     broker.create_topic("resumed", 2)
@@ -238,7 +239,7 @@ def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path
     records = [(f"k{i}".encode(), f"v{i}".encode(), (("h", bytes([i])),)) for i in range(6)]
 
     def writer():
-        return kafka_target.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, None)
+        return kafka_target.KafkaPartitionWriter(Brokers(broker.bootstrap), "resumed", 1, 2, markers, None)
 
     first = writer()
     for key, value, headers in records[:4]:
@@ -260,7 +261,7 @@ def test_an_interrupted_partition_is_resumed_not_produced_twice(broker, tmp_path
 
     # a finished partition is not produced at all
     done = kafka_target.finished_partitions(markers)[("resumed", 1)]
-    third = kafka_target.KafkaPartitionWriter(broker.bootstrap, "resumed", 1, 2, markers, done)
+    third = kafka_target.KafkaPartitionWriter(Brokers(broker.bootstrap), "resumed", 1, 2, markers, done)
     for key, value, headers in records:
         third.add(key, value, headers)
     third.flush()

@@ -527,11 +527,13 @@ def test_the_manifest_masks_credentials():
     args = SimpleNamespace(protocol="avro", emit="topics", output_format="kafka", target_topic="{topic}",
                            dispatcher="index-value", table_patterns=lambda: [])
     manifest = manifest_mod.build(
-        run_id="r", args=args, source="s3://a", output="s3://b", started=0, objects=[], partition_stats=[],
-        cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
-        counts=[], ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[],
-        source_options={"schema-registry": "https://alice:s3cr3t@registry:8081"}, target_protocol="avro",
-        target_options={"schema-registry": "https://alice:s3cr3t@registry:8081", "basic-auth-password": "pw9"})
+        manifest_mod.RunFacts(
+            run_id="r", args=args, source="s3://a", output="s3://b", started=0,
+            source_options={"schema-registry": "https://alice:s3cr3t@registry:8081"}, target_protocol="avro",
+            target_options={"schema-registry": "https://alice:s3cr3t@registry:8081", "basic-auth-password": "pw9"}),
+        manifest_mod.ReadFacts(objects=[], partition_stats=[], counts=[], cut={
+            "kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []}),
+        manifest_mod.Outcome(written=[], quarantine_objects=[], ddl_log=[], ddl_failures=[]))
     text = orjson.dumps(manifest).decode() + manifest_mod.summary(manifest)
     assert "s3cr3t" not in text and "pw9" not in text and "alice:***@registry" in text
 
@@ -850,10 +852,11 @@ def test_the_summary_says_read_twice_only_for_records_read_twice():
         counts = [{"status": "quarantined", "kind": "quarantine", "events": archive_lines, "error_stage": "archive",
                    "database": None, "table": None}]
         return manifest_mod.build(
-            run_id="r", args=args, source="/a", output="/b", started=0, objects=[], partition_stats=[partition],
-            cut={"kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []},
-            counts=counts, ddl_log=[], ddl_failures=[], written=[], quarantine_objects=[], source_options={},
-            target_protocol="canal-json", target_options={})
+            manifest_mod.RunFacts(run_id="r", args=args, source="/a", output="/b", started=0, source_options={},
+                                  target_protocol="canal-json", target_options={}),
+            manifest_mod.ReadFacts(objects=[], partition_stats=[partition], counts=counts, cut={
+                "kind": "archive_end", "commit_ts": None, "point": None, "description": "", "warnings": []}),
+            manifest_mod.Outcome(written=[], quarantine_objects=[], ddl_log=[], ddl_failures=[]))
 
     clean = manifest(10, 3)
     assert clean["counts"]["records"] == 13 and "read twice" not in manifest_mod.summary(clean)

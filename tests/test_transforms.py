@@ -243,7 +243,7 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
 
 
 def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_event(spark):
-    """`duplicate_places` + `tag_status(duplicates=...)` (what the replay runs) against the
+    """`duplicate_places` + `tag_status(duplicates=Duplicates(...))` (what the replay runs) against the
     window over every event's identity (`tag_status` alone): the same status for every event,
     with copies in other partitions and objects, a copy at the same offset read from two
     objects, copies out of scope, watermarks, and records that could not be decoded."""
@@ -268,7 +268,7 @@ def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_
     ])
     scope = {"tables": ["d.t"], "cut": [11], "since": None}
     window = T.tag_status(events, **scope)
-    narrow = T.tag_status(events, **scope, duplicates=T.duplicate_places(events, tables=["d.t"]))
+    narrow = T.tag_status(events, **scope, duplicates=T.Duplicates(T.duplicate_places(events, tables=["d.t"])))
     place = ["topic", "partition", "offset", "object", "line", "event_index"]
     expected = sorted((tuple(r[c] for c in place), r.status) for r in window.collect())
     assert sorted((tuple(r[c] for c in place), r.status) for r in narrow.collect()) == expected
@@ -277,7 +277,7 @@ def test_the_narrow_duplicate_check_gives_the_statuses_of_the_window_over_every_
     numbered = events.withColumn("place_id", F.monotonically_increasing_id()).localCheckpoint()
     marks = T.duplicate_places(numbered, tables=["d.t"])
     assert marks.columns == ["place_id"]
-    by_id = T.tag_status(numbered, **scope, duplicates=marks, broadcast_duplicates=True)
+    by_id = T.tag_status(numbered, **scope, duplicates=T.Duplicates(marks, broadcast=True))
     assert "place_id" not in by_id.columns
     assert sorted((tuple(r[c] for c in place), r.status) for r in by_id.collect()) == expected
 

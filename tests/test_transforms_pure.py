@@ -51,7 +51,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     timed = T.with_timeline(T.partition_event_time(T.infer_commit_ts(events, needed=True), needed=True))
     tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
     T.mark_missing_tables(tagged, stretches, [("d", "t")])
-    T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.duplicate_places(timed, tables=["d.*"]))
+    T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.Duplicates(T.duplicate_places(timed, tables=["d.*"])))
     effects = T.row_effects(T.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
     live = T.live_rows(latest)

@@ -499,15 +499,19 @@ def _carried_output(hook, plan: dict, request: ReplayRequest, output: str, stagi
     until = request.until
     # the app's builder, with nothing read: counts of 0 that reconcile, the cut at the window's end
     manifest = manifest_mod.build(
-        run_id=plan["run_id"], args=app_args(request), source=request.source, output=output, started=started,
-        objects=[], partition_stats=[], counts=[], ddl_log=[], ddl_failures=[], quarantine_objects=[],
-        cut={"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
-             "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}", "warnings": [note]},
-        written=staged, source_options=dict(request.protocol_options),
-        target_protocol=request.target_protocol or request.protocol,
-        target_options=dict(request.target_options), table_rows=table_rows, schemas=schemas,
-        window={"since": request.since, "until": until, "base_snapshot": previous if request.emit == "snapshot" else None,
-                "base_cut": prev["cut"]["commit_ts"] if carried else None})
+        manifest_mod.RunFacts(
+            run_id=plan["run_id"], args=app_args(request), source=request.source, output=output, started=started,
+            source_options=dict(request.protocol_options), target_protocol=request.target_protocol or request.protocol,
+            target_options=dict(request.target_options),
+            window={"since": request.since, "until": until,
+                    "base_snapshot": previous if request.emit == "snapshot" else None,
+                    "base_cut": prev["cut"]["commit_ts"] if carried else None}),
+        manifest_mod.ReadFacts(
+            objects=[], partition_stats=[], counts=[],
+            cut={"kind": "commit_ts", "commit_ts": until, "time": ts_time(until), "complete_commit_ts": complete,
+                 "description": f"commit ts {until} ({ts_time(until)}), the window's end; {note}", "warnings": [note]}),
+        manifest_mod.Outcome(written=staged, quarantine_objects=[], ddl_log=[], ddl_failures=[], table_rows=table_rows,
+                             schemas=schemas))
     out = manifest["output"]
     if carried:  # what the previous output's objects hold, as its manifest says
         out.update(topics=prev["output"].get("topics", []), nulled=prev["output"].get("nulled", 0))

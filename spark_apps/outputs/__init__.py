@@ -11,9 +11,9 @@ Nothing here imports the replay driver (spark_apps.replay) or the readers (spark
 docs/architecture.md says how to add a target.
 """
 
-from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, Target, target_for
+from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, Target, TargetSpec, target_for
 from .kafka import fingerprint, kafka_manifest
 from .plan import OutputPlan, base_rows, table_frames
 
-__all__ = ["HISTORY", "SNAPSHOT", "TOPICS", "WINDOW", "OutputError", "OutputPlan", "Target", "base_rows",
+__all__ = ["HISTORY", "SNAPSHOT", "TOPICS", "WINDOW", "OutputError", "OutputPlan", "Target", "TargetSpec", "base_rows",
            "fingerprint", "kafka_manifest", "table_frames", "target_for"]

@@ -15,13 +15,26 @@ import importlib
 import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 # what a frame handed to `Target.write` holds
 SNAPSHOT = "snapshot"  # the rows live at the cut
 HISTORY = "history"  # one version per change of every key, with the SCD2 columns
 TOPICS = "topics"  # every applied change and watermark, placed in output topics
 WINDOW = "window"  # each key's last change in a --since window, `_op` upsert or delete (merged into tables)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What the records are encoded as and spread over: the target protocol's codec class
+    (cdc_codecs.codec_class: its `ddl_placement`), the protocol and its `--target-option`s,
+    and the output partitions per topic (`--target-partitions`, else the source's)."""
+
+    codec: Any
+    protocol: str
+    options: dict = field(default_factory=dict)
+    partitions: int = 1
 
 
 class OutputError(RuntimeError):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from .. import storage
 from ..contract import KAFKA as SCHEME
 from ..contract import PRODUCED_MARKERS, QUARANTINE
-from ..kafka_io import client_config, described, is_kafka, parse_uri, watermark_offsets
+from ..kafka_io import Brokers, client_config, described, is_kafka, parse_uri, watermark_offsets
 from ..paths import segment
 from .kafka_records import KafkaRecordArchive
 
@@ -83,10 +83,10 @@ class KafkaPartitionWriter:
     """Produces one output partition's records in order, like the archive target's ObjectWriter writes
     objects; `flush` waits for every delivery report and records the partition as finished."""
 
-    def __init__(self, servers: str, topic: str, partition: int, partitions: int, markers: str,
-                 done: dict | None, config: dict | None = None):
-        self.servers, self.topic, self.partition, self.markers = servers, topic, partition, markers
-        self.config = dict(config or {})
+    def __init__(self, brokers: Brokers, topic: str, partition: int, partitions: int, markers: str,
+                 done: dict | None):
+        self.servers, self.topic, self.partition, self.markers = brokers.servers, topic, partition, markers
+        self.config = dict(brokers.config or {})
         self.done = done
         self.offset = 0
         self.fed_events = self.fed_rows = 0
@@ -100,8 +100,8 @@ class KafkaPartitionWriter:
         if done is None:
             from confluent_kafka import Producer
 
-            self.producer = Producer({"bootstrap.servers": servers, **self.config, **PRODUCER_CONF})
-            ensure_topic(servers, topic, partitions, partition, self.config)
+            self.producer = Producer({"bootstrap.servers": self.servers, **self.config, **PRODUCER_CONF})
+            ensure_topic(self.servers, topic, partitions, partition, self.config)
             self._start()
 
     def _start(self) -> None:
@@ -176,10 +176,9 @@ class KafkaPartitionWriter:
 
 
 
-def writer_factory(servers: str, partitions: int, markers: str, done: dict, config: dict | None = None) -> Callable:
+def writer_factory(brokers: Brokers, partitions: int, markers: str, done: dict) -> Callable:
     def make(base, topic, partition, max_records):
-        return KafkaPartitionWriter(servers, topic, partition, partitions, markers, done.get((topic, partition)),
-                                    config)
+        return KafkaPartitionWriter(brokers, topic, partition, partitions, markers, done.get((topic, partition)))
 
     return make
 
@@ -227,7 +226,8 @@ class KafkaTopics(KafkaRecordArchive):
 
     def writer(self) -> Callable:
         kafka = self.plan.kafka
-        return writer_factory(kafka["servers"], self.plan.partitions, kafka["markers"], kafka["done"], kafka["config"])
+        return writer_factory(Brokers(kafka["servers"], kafka["config"]), self.plan.partitions, kafka["markers"],
+                              kafka["done"])
 
 
 def prepared(output: str, home: str, fingerprint_: str) -> dict:

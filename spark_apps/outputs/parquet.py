@@ -141,8 +141,11 @@ def _tso_time(ts: int | None):
     return to_datetime(ts)
 
 
+ROWS_PER_FILE = 500_000  # a table's rows in one task beyond this go on in the next part file
+
+
 def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | None] | None,
-                     max_rows: int = 500_000, uri_fn: Callable[[str, str, int, int], str] | None = None,
+                     uri_fn: Callable[[str, str, int, int], str] | None = None,
                      type_fn: Callable[[MySQLType], pa.DataType] = arrow_type, time_unit: str = "ms") -> Callable:
     """mapInArrow function: events sorted by (database, table) -> Parquet files, one
     WRITTEN row each (`events` holds the count of values nulled because the type could not
@@ -165,7 +168,7 @@ def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | 
 
         written = []
         for (database, table), group in itertools.groupby(stream(), key=lambda e: (e["database"], e["table"])):
-            for part, chunk in enumerate(_chunks(group, max_rows)):
+            for part, chunk in enumerate(_chunks(group, ROWS_PER_FILE)):
                 data, rows, nulled = _table_bytes(chunk, history, type_fn, time_unit)
                 uri = (uri_fn(database, table, task, part) if uri_fn is not None else
                        storage.join(base, segment(database), segment(table), f"part-{task:05d}-{part:04d}.parquet"))

@@ -14,8 +14,8 @@ from cdc_codecs.events import EVENT_FIELD_NAMES
 
 from .. import manifest as manifest_mod
 from .. import masking
-from ..contract import Kind, Status
-from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, target_for
+from ..contract import Kind, ProtocolSpec, Status
+from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, TargetSpec, target_for
 from .kafka import prepared
 
 log = logging.getLogger("cdc_replay")
@@ -45,8 +45,8 @@ def table_frames(spark, history):
 
 def base_rows(spark, base: dict, args, columns: list[str], decode):
     """The base snapshot's rows (--base-snapshot, a Kafka-record archive this app wrote) as
-    applied row events placed at the window's start; `decode(spark, objects, protocol,
-    options)` is the replay's decode of archive objects. OutputError when a credential its
+    applied row events placed at the window's start; `decode(spark, objects, ProtocolSpec)` is
+    the replay's decode of archive objects. OutputError when a credential its
     manifest masks is not given again."""
     from pyspark.sql import functions as F
 
@@ -60,7 +60,7 @@ def base_rows(spark, base: dict, args, columns: list[str], decode):
                 raise OutputError(f"--base-snapshot {args.base_snapshot}: its option {name} holds a credential "
                                   f"(masked in its manifest); give it again as --target-option {name}=...")
             options[name] = given[name]
-    decoded = decode(spark, objects, base["output"]["protocol"], options)
+    decoded = decode(spark, objects, ProtocolSpec(base["output"]["protocol"], options))
     rows = (decoded.where(F.col("kind") == Kind.ROW)
             .withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("event_time", F.lit(None).cast("bigint"))
@@ -73,10 +73,11 @@ class OutputPlan:
     """Turns applied events into the requested output; each method returns (objects
     written, rows per table or None)."""
 
-    def __init__(self, spark, args, history, cut, target, target_protocol, target_options, partitions, staging):
+    def __init__(self, spark, args, history, cut, target: TargetSpec, staging: str):
         self.spark, self.args, self.schema_history, self.cut = spark, args, history, cut
-        self.target, self.target_protocol, self.target_options = target, target_protocol, target_options
-        self.partitions, self.staging = partitions, staging
+        # what the targets read (spark_apps.outputs.base.Target)
+        self.target, self.target_protocol, self.target_options = target.codec, target.protocol, target.options
+        self.partitions, self.staging = target.partitions, staging
         self.fill_images = False
         self.multiset = True  # a table without a key may hold identical rows: count them
         self.run: dict = {}

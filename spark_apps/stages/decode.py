@@ -13,6 +13,7 @@ from spark_apps import ddl as ddl_mod
 from spark_apps import gaps as gaps_mod
 from spark_apps import kafka_io, spark_compat
 from spark_apps import manifest as manifest_mod
+from spark_apps.contract import ProtocolSpec
 from spark_apps.stages.context import Decoded, ReplayError, RunContext
 
 
@@ -49,8 +50,8 @@ def decode_tasks(sizes: list[int], parallelism: int) -> int:
     return max(1, min(len(sizes), max(parallelism * 2, by_size)))
 
 
-def decode_objects(spark, objects, protocol: str, options: dict, counter=None, lean: bool = False,
-            files: str | None = None):
+def decode_objects(spark, objects, codec: ProtocolSpec, counter=None, lean: bool = False,
+                   files: str | None = None):
     """Objects (ObjectInfo: Kafka-record objects, or layout plan Items with their params) ->
     decoded rows, each object read and decoded in a Spark task; `counter` (an accumulator)
     counts the records decoded, for the progress lines. `lean`: the lean rows and `aux` rows
@@ -68,7 +69,7 @@ def decode_objects(spark, objects, protocol: str, options: dict, counter=None, l
     rows = [(o.uri, o.size, getattr(o, "params", None)) for o in objects]
     objects_df = local_frame(spark, rows, "uri string, size long, params string",
                              balanced_slices([o.size for o in objects], parallelism))
-    decode = counting(decode_objects_fn(protocol, options), counter)
+    decode = counting(decode_objects_fn(codec.protocol, codec.options), counter)
     if files:
         return objects_df.mapInArrow(written_to(leaned(decode), files), LEAN_STRUCT)
     return (objects_df.mapInArrow(leaned(decode), LEAN_STRUCT) if lean
@@ -145,16 +146,15 @@ def decode_pass(ctx: RunContext) -> Decoded:
     from pyspark import StorageLevel
 
     args, files = ctx.args, ctx.files
+    codec = ProtocolSpec(args.protocol, parse_option_pairs(args.protocol_option))
     ctx.progress.phase(f"reading and decoding {len(ctx.objects)} objects" if ctx.objects else f"reading {ctx.source}")
     # intermediates reused by several actions are kept on local disk: their nested rows are
     # large, and disk keeps the heap free for sorting (measured: memory caching ran out of heap)
     if kafka_io.is_kafka(ctx.source):
-        decoded = kafka_io.read_decoded(ctx.spark, ctx.source, args.starting_offsets, args.ending_offsets,
-                                        args.protocol, parse_option_pairs(args.protocol_option),
-                                        kafka_io.client_config(), lean=True)
+        offsets = kafka_io.OffsetRange(args.starting_offsets, args.ending_offsets)
+        decoded = kafka_io.read_decoded(ctx.spark, ctx.source, offsets, codec, kafka_io.client_config(), lean=True)
     else:
-        decoded = decode_objects(ctx.spark, ctx.objects, args.protocol, parse_option_pairs(args.protocol_option),
-                                 ctx.progress.records, lean=True, files=files)
+        decoded = decode_objects(ctx.spark, ctx.objects, codec, ctx.progress.records, lean=True, files=files)
     # the decode tasks write lean rows (spark_apps/lean_decode.py: each image's column list id,
     # values and labels) and end with one `aux` row each: the column lists they saw (the lean
     # rows' dictionary) and their runs of offsets (the distinct offset count without a shuffle).

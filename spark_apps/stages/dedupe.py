@@ -65,8 +65,8 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
-                          duplicates=duplicates, dedupe=duplicate_count > 0,
-                          broadcast_duplicates=duplicate_count <= T.DUPLICATES_BROADCAST_MAX)
+                          duplicates=T.Duplicates(duplicates, found=duplicate_count > 0,
+                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX))
     dictionary = T.plan_dictionary(decoded.schema_dictionary, T.spark_lower(spark), spark=spark)
     ctx.say("schema dictionary: %d column lists (%s)", len(decoded.schema_dictionary),
             "a literal in the plan" if dictionary.frame is None else "a broadcast relation")

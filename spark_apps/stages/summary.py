@@ -229,18 +229,19 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
     args, base, history = ctx.args, ctx.base, hist.history
     quarantine_objects, reasons = quarantine
     manifest = manifest_mod.build(
-        run_id=ctx.run_id, args=args, source=ctx.source, output=ctx.output, started=ctx.started,
-        objects=ctx.objects, partition_stats=decoded.partition_stats, cut=tagged.cut, counts=hist.counts,
-        ddl_log=hist.ddl_log, ddl_failures=hist.ddl_failures, written=written.objects,
-        quarantine_objects=quarantine_objects, source_options=dict(ctx.source_codec.config),
-        target_protocol=ctx.target_protocol,
-        target_options=dict(get_codec(ctx.target_protocol, ctx.target_options).config),
-        table_rows=written.table_rows, schemas=history.create_statements(),
-        window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
-                "base_cut": base["cut"]["commit_ts"] if base else None},
-        schema_conflicts=hist.conflicts, coverage=coverage(args, history, written.table_rows, base),
-        inferred_schemas=history.inferred,
-        gaps=(tagged.offset_gaps, tagged.gap_count),
+        manifest_mod.RunFacts(
+            run_id=ctx.run_id, args=args, source=ctx.source, output=ctx.output, started=ctx.started,
+            source_options=dict(ctx.source_codec.config), target_protocol=ctx.target_protocol,
+            target_options=dict(get_codec(ctx.target_protocol, ctx.target_options).config),
+            window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
+                    "base_cut": base["cut"]["commit_ts"] if base else None}),
+        manifest_mod.ReadFacts(objects=ctx.objects, partition_stats=decoded.partition_stats, cut=tagged.cut,
+                               counts=hist.counts, gaps=(tagged.offset_gaps, tagged.gap_count)),
+        manifest_mod.Outcome(
+            written=written.objects, quarantine_objects=quarantine_objects, ddl_log=hist.ddl_log,
+            ddl_failures=hist.ddl_failures, table_rows=written.table_rows, schemas=history.create_statements(),
+            schema_conflicts=hist.conflicts, coverage=coverage(args, history, written.table_rows, base),
+            inferred_schemas=history.inferred),
     )
     if ctx.layout_plan is not None:
         manifest["layout"] = ctx.layout_plan.manifest()

@@ -53,13 +53,14 @@ def committed_output(output: str, emit: str, *, until: int, complete: int, rows:
     counts = [{"status": "applied", "kind": "row", "database": "shop", "table": "orders", "error_stage": None,
                "events": 10, "min_commit_ts": until - 1000, "max_commit_ts": until - 10}]
     manifest = manifest_mod.build(
-        run_id="r1", args=args, source="/archive", output=output, started=time.time(),
-        objects=[ObjectInfo("/archive/a.jsonl.gz", 100)], partition_stats=partitions,
-        cut=manifest_mod.compute_cut(partitions, until), counts=counts, ddl_log=[], ddl_failures=[],
-        written=written, quarantine_objects=[], source_options={"enable-tidb-extension": True},
-        target_protocol="canal-json", target_options={"enable-tidb-extension": True},
-        table_rows=[{"database": "shop", "table": "orders", "rows": rows}] if emit == "snapshot" else None,
-        schemas=SCHEMAS, window={"since": None, "until": until})
+        manifest_mod.RunFacts(run_id="r1", args=args, source="/archive", output=output, started=time.time(),
+                              source_options={"enable-tidb-extension": True}, target_protocol="canal-json",
+                              target_options={"enable-tidb-extension": True}, window={"since": None, "until": until}),
+        manifest_mod.ReadFacts(objects=[ObjectInfo("/archive/a.jsonl.gz", 100)], partition_stats=partitions,
+                               cut=manifest_mod.compute_cut(partitions, until), counts=counts),
+        manifest_mod.Outcome(
+            written=written, quarantine_objects=[], ddl_log=[], ddl_failures=[], schemas=SCHEMAS,
+            table_rows=[{"database": "shop", "table": "orders", "rows": rows}] if emit == "snapshot" else None))
     manifest_mod.commit(output, staging, manifest)
     return manifest
 

@@ -49,9 +49,10 @@ def a_manifest(quarantined: int = 0, run_id: str = "dag.run") -> dict:
     written = [{"uri": "s3://lake/out/_staging/x/data/shop/0/a.jsonl.gz", "topic": "shop", "partition": 0,
                 "first_offset": 0, "last_offset": 99, "records": 100, "events": 100, "rows": 100, "bytes": 900}]
     return manifest_mod.build(
-        run_id=run_id, args=args, source="s3://archive/tidb/shop", output="s3://lake/out", started=time.time(),
-        objects=objects, partition_stats=partitions, cut=cut, counts=counts, ddl_log=[], ddl_failures=[],
-        written=written, quarantine_objects=[], source_options={}, target_protocol="canal-json", target_options={})
+        manifest_mod.RunFacts(run_id=run_id, args=args, source="s3://archive/tidb/shop", output="s3://lake/out",
+                              started=time.time(), source_options={}, target_protocol="canal-json", target_options={}),
+        manifest_mod.ReadFacts(objects=objects, partition_stats=partitions, cut=cut, counts=counts),
+        manifest_mod.Outcome(written=written, quarantine_objects=[], ddl_log=[], ddl_failures=[]))
 
 
 STAGED = {"objects": 2, "bytes": 1500, "mode": "listed"}

@@ -2,11 +2,11 @@
 window, scope, missing tables), the last change per key and the summary's counts from ONE
 shuffle of the events, partitioned by (final table, real key).
 
-v1 (spark_apps/replay.py `_replay`, `_OutputPlan.snapshot`) takes three passes over the events
+v1 (spark_apps/stages/ and `outputs.OutputPlan.snapshot`) takes three passes over the events
 after the decode: `duplicate_places` (a shuffle by identity), the summary (`_summarise`, a
 group-by), and the last change per key (`latest_per_key`, a shuffle by key), the DDL history
 being built on the driver between the second and the third. Here the history's key
-information at the cut (`intervals`, `known`: replay._table_frames of a `ddl.SchemaHistory`)
+information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`)
 is an input, built before the shuffle from the DDL events (few; `applied_ddl` picks the ones
 v1 applies), so every row event's final table and real key are known in the map stage:
 
@@ -81,7 +81,7 @@ def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), base_snaps
 
 def applied_ddl(ddl_events: list[dict], *, tables: list[str] | None, cut, since: int | None) -> list[dict]:
     """The DDL events v1 applies (its summary's `ddl`), picked on the driver from the decode's
-    DDL events (replay._first_pass, few) before any shuffle: in `tables`' scope, at or below the
+    DDL events (stages.decode.first_pass, few) before any shuffle: in `tables`' scope, at or below the
     cut, above `since`, the first copy of each identity by `FIRST_SEEN`; in timeline order.
     Archives with commit ts or positions only (`fallback_reason` refuses the others: an
     untimed DDL's point is its partition's running event time, a window over every event)."""
@@ -138,7 +138,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     shuffle: `status`, `timeline`, `error`/`error_stage` (a missing table's quarantine), the
     keyed effect's `final_database`, `final_table`, `row_key`, `effect`, `rank`,
     `copy_change`, and `first_change`, `copies` on the key's last applied change (`_last`).
-    `intervals`/`known`: the DDL history at the cut (replay._table_frames; None: no DDL named a
+    `intervals`/`known`: the DDL history at the cut (outputs.table_frames; None: no DDL named a
     table); `stretches`/`stretch_names`: where each name the DDL named exists
     (`existence_frames`; None: no check). `dictionary`: the schema dictionary for lean rows. `bucket`: the summary's
     commit-time bucket (transforms.commit_bucket). `partitions`: of the shuffle (None: Spark's
@@ -212,7 +212,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
 
 def existence_frames(spark, history) -> tuple:
     """(stretches, names) of `SchemaHistory.existence` as the missing-table check joins them
-    (replay._quarantine_missing_tables builds the same), or (None, None) without any."""
+    (stages.history._quarantine_missing_tables builds the same), or (None, None) without any."""
     from .local_data import local_frame
 
     stretches = history.existence()

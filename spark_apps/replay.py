@@ -27,25 +27,22 @@ if __package__ in (None, ""):  # run as a file by spark-submit
 
     prefer_installed()
 
-from cdc_codecs import codec_class  # noqa: E402
-
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, spark_compat, storage  # noqa: E402
 from spark_apps import contract  # noqa: E402
-from spark_apps.contract import Kind, Status  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
 from spark_apps.stages import decode as decode_stage  # noqa: E402
 from spark_apps.stages import dedupe as dedupe_stage  # noqa: E402
 from spark_apps.stages import history as history_stage  # noqa: E402
+from spark_apps.stages import output as output_stage  # noqa: E402
 from spark_apps.stages import summary as summary_stage  # noqa: E402
-from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged, Written, log  # noqa: E402
+from spark_apps.stages.context import ReplayError, RunContext, log  # noqa: E402,F401  (log: tests read it here)
 from spark_apps.stages.decode import (  # noqa: E402,F401  (the names tests and bench/ import from here)
     DECODE_FILES_ENV, DECODE_TASK_MB, DECODE_TASK_MB_ENV, UNREADABLE_ONLY, decode_tasks)
 from spark_apps.stages.decode import choose_decoder as _decoder  # noqa: E402
 from spark_apps.stages.decode import decode_files as _decode_files  # noqa: E402  (tests patch it here)
-from spark_apps.stages.decode import decode_objects as _decode  # noqa: E402
+from spark_apps.stages.decode import decode_objects as _decode  # noqa: E402,F401  (bench/ imports it here)
 from spark_apps.stages.decode import first_pass as _first_pass  # noqa: E402,F401
-from spark_apps.stages.decode import release as _release  # noqa: E402
 from spark_apps.stages.session import build_session, stop_session  # noqa: E402
 from spark_apps.stages.summary import shape_columns as _shape_columns  # noqa: E402,F401
 from spark_apps.stages.validate import check, list_source, parse_args, validate  # noqa: E402,F401
@@ -114,7 +111,7 @@ def _stages(ctx: RunContext) -> dict:
     tagged = dedupe_stage.dedupe_and_cut(ctx, decoded)  # 3. the cut, and every event's status
     hist = history_stage.schema_history(ctx, decoded, tagged)  # 4. DDL history, quarantine moves
     quarantine = summary_stage.write_quarantine(ctx, hist)  # 5. quarantine objects and reasons
-    written = _output_stage(ctx, decoded, tagged, hist)  # 6. the output, staged
+    written = output_stage.write_output(ctx, decoded, tagged, hist)  # 6. the output, staged
     manifest = summary_stage.build_manifest(ctx, decoded, tagged, hist, written, quarantine)
     if written.kafka is not None:
         from spark_apps import outputs
@@ -125,64 +122,6 @@ def _stages(ctx: RunContext) -> dict:
     manifest_mod.commit(ctx.home, ctx.staging, manifest, replace=written.lake_tables is None)
     ctx.say("committed %s", ctx.home)
     return manifest
-
-
-def _output_stage(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> Written:
-    """The output (`spark_apps.outputs.OutputPlan`): the applied events in the requested form, written below the
-    staging area; what Spark persisted of the earlier stages is released after it."""
-    from pyspark.sql import functions as F
-
-    from spark_apps import outputs
-
-    args, spark, history = ctx.args, ctx.spark, hist.history
-    ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
-    applied = hist.tagged.where(F.col("status") == Status.APPLIED)
-    try:
-        base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
-    except outputs.OutputError as e:
-        raise ReplayError(str(e)) from None
-    partitions = args.target_partitions or max(1, max((s["partition"] for s in decoded.partition_stats),
-                                                      default=0) + 1)
-    target = outputs.TargetSpec(codec_class(ctx.target_protocol), ctx.target_protocol, ctx.target_options, partitions)
-    output_plan = outputs.OutputPlan(spark, args, history, tagged.cut, target, ctx.staging)
-    # old values some protocols leave out (Avro), taken from the key's previous change
-    # identical rows of a table without a key are counted (transforms.latest_per_key)
-    output_plan.multiset = bool(hist.summary["keyless"]) or any(
-        i.key_aliases == () for i in history.intervals())
-    output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"]
-                                  for s in decoded.partition_stats)
-    output_plan.run = {"run_id": ctx.run_id, "source": ctx.source, "output": ctx.output, "protocol": args.protocol}
-    if kafka_io.is_kafka(ctx.output):
-        output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
-    try:
-        if args.emit == "topics":
-            written, table_rows = output_plan.topics(applied), None
-        else:
-            rows = applied.where(F.col("kind") == Kind.ROW)
-            if base_rows is not None:
-                rows = rows.unionByName(base_rows)
-            elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
-                # what only a record that could not be read carries is not carried through the
-                # last change per key (every column there is sorted and aggregated)
-                rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
-                    *UNREADABLE_ONLY)
-                output_plan.dictionary = tagged.dictionary
-            written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
-    except outputs.OutputError as e:
-        raise ReplayError(str(e)) from e
-    except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
-        text = str(e)
-        if "UNENCODABLE " not in text:
-            raise
-        reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
-        raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
-                          "(docs/protocols/README.md)") from None
-    finally:
-        for persisted in (tagged.duplicates, tagged.ready):
-            persisted.unpersist()
-        _release(decoded.decoded, ctx.files)
-    return Written(objects=written, table_rows=table_rows, lake_tables=output_plan.lake_tables,
-                   kafka=output_plan.kafka)
 
 
 def main(argv: list[str] | None = None) -> int:

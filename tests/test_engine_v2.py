@@ -2,7 +2,7 @@
 events: the same last change per key (every column the output reads), the same statuses and
 summary counts, the same applied DDL; and one shuffle exchange in v2's plan.
 
-v1 here is what replay._replay and _OutputPlan.snapshot run: duplicate_places, tag_status,
+v1 here is what the replay stages (stages/dedupe.py, stages/history.py) and outputs.OutputPlan.snapshot run: duplicate_places, tag_status,
 _summarise, the DDL history from the summary's applied DDL (with the stream's column sets),
 _quarantine_missing_tables, then packed / assign_tables / row_effects / latest_per_key /
 unpacked over the applied row events. The events are lean rows (schema ids, values, labels,
@@ -18,8 +18,9 @@ from spark_apps import engine_v2 as V2
 from spark_apps import transforms as T
 from spark_apps.contract import Status
 from spark_apps.ddl import SchemaHistory
-from spark_apps.replay import (_apply_ddl, _quarantine_missing_tables, _stream_shapes, _summarise,
-                               _table_frames)
+from spark_apps.outputs import table_frames as _table_frames
+from spark_apps.stages.history import _apply_ddl, _quarantine_missing_tables, _stream_shapes
+from spark_apps.stages.summary import summarise as _summarise
 
 from .test_transforms import frame
 
@@ -66,10 +67,10 @@ def lean_ready(spark, events):
 
 
 def run_v1(spark, ready, dictionary, tables, cut, since=None):
-    """v1's passes, as replay._replay and _OutputPlan.snapshot chain them."""
+    """v1's passes, as the replay stages (stages/dedupe.py, stages/history.py) and outputs.OutputPlan.snapshot chain them."""
     duplicates = T.duplicate_places(ready, tables=tables)
-    tagged = T.tag_status(ready, tables=tables, cut=cut, since=since, duplicates=duplicates,
-                          dedupe=duplicates.count() > 0)
+    tagged = T.tag_status(ready, tables=tables, cut=cut, since=since,
+                          duplicates=T.Duplicates(duplicates, found=duplicates.count() > 0))
     summary = _summarise(tagged, shapes=True, dictionary=dictionary)
     history = SchemaHistory("")
     history.use_stream_schemas(_stream_shapes(summary["shapes"], dictionary))
@@ -116,7 +117,7 @@ def _plain(value):
 def counts_of(counts, moved=frozenset()):
     """The counts, comparable: for a table some of whose applied rows v1 moved to quarantined
     (missing table), v1's applied group keeps the moved rows' commit ts in its range
-    (replay._moved_counts moves events, not their ts); v2 counts each status's own range."""
+    (stages.history._moved_counts moves events, not their ts); v2 counts each status's own range."""
     return sorted((tuple(None if k.endswith("commit_ts") and (c["database"], c["table"]) in moved else c[k]
                          for k in COUNTED) for c in counts), key=repr)
 

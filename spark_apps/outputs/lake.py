@@ -246,16 +246,17 @@ class TablePlan:
     (empty at the cut: still a version), minus those whose current version is already this
     cut of this source (a rerun adds no version: `skip`)."""
 
-    def __init__(self, target: LakeFormat, run: dict, cut: dict, emit: str, schemas: dict, tables: list[tuple],
+    def __init__(self, target: LakeFormat, run: dict, cut: dict, schemas: dict, tables: list[tuple],
                  dropped: list[tuple] = ()):
-        self.target, self.run, self.cut, self.emit, self.schemas = target, run, cut, emit, schemas
+        # `run`: run_id, source, output, protocol and the emit mode
+        self.target, self.run, self.cut, self.emit, self.schemas = target, run, cut, run["emit"], schemas
         self.dropped = set(dropped)  # tables an earlier snapshot wrote that no longer exist at this cut
         self.tables = list(tables) + sorted(self.dropped - set(tables))
         self.last = {key: target.last_commit(*key) for key in tables}
         cut_ts = cut.get("commit_ts")
         self.skip = {key for key, last in self.last.items()
                      if last is not None and cut_ts is not None and last.get("cut_commit_ts") == str(cut_ts)
-                     and last.get("source") == run["source"] and last.get("emit") == emit}
+                     and last.get("source") == run["source"] and last.get("emit") == self.emit}
 
     def _schema(self, key, files: list[dict], history: bool) -> pa.Schema | None:
         known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
@@ -386,7 +387,7 @@ class TablePlan:
                 props["window_changes"] = changes_table.num_rows
                 if source != key:
                     props["renamed_from"] = ".".join(s or "" for s in source)
-                done = self._rebuild(key, source, source_last, since, want, changes_table, props)
+                done = self._rebuild(key, (source, source_last), since, want, changes_table, props)
             elif action == "merge":
                 props["mode"] = "merge"
                 props["window_changes"] = changes_table.num_rows
@@ -435,8 +436,7 @@ class TablePlan:
             return None
         return old, last
 
-    def _rebuild(self, key, source, source_last: dict, since: int, want: pa.Schema, changes: pa.Table,
-                 props: dict) -> dict:
+    def _rebuild(self, key, origin: tuple, since: int, want: pa.Schema, changes: pa.Table, props: dict) -> dict:
         """A window whose DDL changed the table's columns or renamed it: the rows of the table
         at --since (`source`, at its recorded version) are brought to the cut's columns as a
         full replay has them (renamed columns keep their values, columns added in the window
@@ -445,7 +445,9 @@ class TablePlan:
         replacing version whose schema change is the format's own (Iceberg: rename/delete/add/
         update column in the same transaction; Delta: the new schema in the overwrite commit,
         since delta-rs writes no column-mapped tables). The table's files are rewritten (by
-        the driver, streamed batch by batch): a DEFAULT for old rows needs rewriting anyway."""
+        the driver, streamed batch by batch): a DEFAULT for old rows needs rewriting anyway.
+        `origin`: the table at --since and its last commit (another table when renamed)."""
+        source, source_last = origin
         known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
         after_since = [since, 2**63]  # DDL at the --since commit ts is in the table already
         old_names = self.target.current_schema(*source).names if source == key else \
@@ -534,7 +536,7 @@ def plan_tables(args, run: dict, cut: dict, schemas: dict, table_rows: list[dict
                 continue
             keys[lower] = (entry["source_database"], entry["source_table"])
             dropped.append(keys[lower])
-    return TablePlan(target, run, cut, args.emit, schemas, sorted(keys.values(), key=lambda k: (k[0] or "", k[1] or "")),
+    return TablePlan(target, {**run, "emit": args.emit}, cut, schemas, sorted(keys.values(), key=lambda k: (k[0] or "", k[1] or "")),
                      dropped)
 
 

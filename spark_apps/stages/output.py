@@ -1,0 +1,70 @@
+"""Stage 6, the output: the applied events handed to spark_apps.outputs (the last change per
+key, the SCD2 versions or the topics), written below the staging area by the chosen target."""
+
+from __future__ import annotations
+
+from cdc_codecs import codec_class
+
+from spark_apps import kafka_io
+from spark_apps.contract import Kind, Status
+from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged, Written
+from spark_apps.stages.decode import UNREADABLE_ONLY, release
+from spark_apps.stages.decode import decode_objects as _decode
+
+
+def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> Written:
+    """The output (`spark_apps.outputs.OutputPlan`): the applied events in the requested form, written below the
+    staging area; what Spark persisted of the earlier stages is released after it."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import outputs
+
+    args, spark, history = ctx.args, ctx.spark, hist.history
+    ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
+    applied = hist.tagged.where(F.col("status") == Status.APPLIED)
+    try:
+        base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
+    except outputs.OutputError as e:
+        raise ReplayError(str(e)) from None
+    partitions = args.target_partitions or max(1, max((s["partition"] for s in decoded.partition_stats),
+                                                      default=0) + 1)
+    target = outputs.TargetSpec(codec_class(ctx.target_protocol), ctx.target_protocol, ctx.target_options, partitions)
+    output_plan = outputs.OutputPlan(spark, args, history, tagged.cut, target, ctx.staging)
+    # old values some protocols leave out (Avro), taken from the key's previous change
+    # identical rows of a table without a key are counted (transforms.latest_per_key)
+    output_plan.multiset = bool(hist.summary["keyless"]) or any(
+        i.key_aliases == () for i in history.intervals())
+    output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"]
+                                  for s in decoded.partition_stats)
+    output_plan.run = {"run_id": ctx.run_id, "source": ctx.source, "output": ctx.output, "protocol": args.protocol}
+    if kafka_io.is_kafka(ctx.output):
+        output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
+    try:
+        if args.emit == "topics":
+            written, table_rows = output_plan.topics(applied), None
+        else:
+            rows = applied.where(F.col("kind") == Kind.ROW)
+            if base_rows is not None:
+                rows = rows.unionByName(base_rows)
+            elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
+                # what only a record that could not be read carries is not carried through the
+                # last change per key (every column there is sorted and aggregated)
+                rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
+                    *UNREADABLE_ONLY)
+                output_plan.dictionary = tagged.dictionary
+            written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+    except outputs.OutputError as e:
+        raise ReplayError(str(e)) from e
+    except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
+        text = str(e)
+        if "UNENCODABLE " not in text:
+            raise
+        reason = text[text.index("UNENCODABLE ") + len("UNENCODABLE "):].splitlines()[0]
+        raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
+                          "(docs/protocols/README.md)") from None
+    finally:
+        for persisted in (tagged.duplicates, tagged.ready):
+            persisted.unpersist()
+        release(decoded.decoded, ctx.files)
+    return Written(objects=written, table_rows=table_rows, lake_tables=output_plan.lake_tables,
+                   kafka=output_plan.kafka)

@@ -59,7 +59,8 @@ from .schema import QUARANTINE_KIND
 ROUTE = ("final_database", "final_table", "row_key", "_route")
 # columns only the engine reads; `latest` and `summary_counts` leave them out
 _INTERNAL = ("_identity", "_route", "_counted", "_live", "_last", "_missing", "_own_keys", "_time_bucket", "_effect",
-             "_before", "_after", "_before_key", "_after_key", "_rn", "_n", "_copy_changes")
+             "_before", "_after", "_before_key", "_after_key", "_rn", "_n", "_copy_changes", "_moved", "_was_error",
+             "_was_error_stage")
 
 
 def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), base_snapshot: bool = False,
@@ -181,6 +182,9 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     tagged = shuffled.withColumn("status", _status(F.when(checked, first), checked, redelivered_bad, in_scope, cut,
                                                    since))
     missing = F.col("_missing") & (F.col("status") == Status.APPLIED)
+    # what v1's summary sees of a row it moves after it (stages/engine.py undoes the move for it)
+    tagged = (tagged.withColumn("_moved", missing).withColumn("_was_error", F.col("error"))
+              .withColumn("_was_error_stage", F.col("error_stage")))
     tagged = (tagged.withColumn("error_stage", F.when(missing, F.lit(T.MISSING_TABLE_STAGE))
                                 .otherwise(F.col("error_stage")))
               .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))

@@ -437,6 +437,11 @@ OPTIONS: tuple[Option, ...] = (
                "this without a heartbeat is taken over (empty: the default, "
                "docs/reliability.md); a dead run on this host is taken over at once",
                type=["null", "number"], minimum=1))),
+    Option("engine", RUN, choices=("v1", "v2"),
+           help="the replay engine: v1 (today's passes) or v2 (one shuffle for the duplicate check, cut, "
+                "summary counts and last change per key; a snapshot to Parquet or Kafka records only, other "
+                "runs fall back to v1 and the manifest's `engine` says why). Default: $CDC_REPLAY_ENGINE, "
+                "else v1 (docs/engine.md)"),
     Option("max_columns", LIMITS, type=int, default=4096, metavar="N",
            help="columns per row image (default: %(default)s, MySQL's and TiDB's most)",
            request=Field("max_columns", "int", form=_form(

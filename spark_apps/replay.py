@@ -32,8 +32,7 @@ from spark_apps import kafka_io, masking, spark_compat, storage  # noqa: E402
 from spark_apps import contract  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
 from spark_apps.stages import decode as decode_stage  # noqa: E402
-from spark_apps.stages import dedupe as dedupe_stage  # noqa: E402
-from spark_apps.stages import history as history_stage  # noqa: E402
+from spark_apps.stages import engine as engine_stage  # noqa: E402
 from spark_apps.stages import output as output_stage  # noqa: E402
 from spark_apps.stages import summary as summary_stage  # noqa: E402
 from spark_apps.stages.context import ReplayError, RunContext, log  # noqa: E402,F401  (log: tests read it here)
@@ -108,8 +107,8 @@ def _stages(ctx: RunContext) -> dict:
     """The stages in order, each handing the next its result (docs/architecture.md), then the
     commit, the only step that makes the output visible."""
     decoded = decode_stage.decode_pass(ctx)  # 2. objects -> persisted lean rows, partition stats
-    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded)  # 3. the cut, and every event's status
-    hist = history_stage.schema_history(ctx, decoded, tagged)  # 4. DDL history, quarantine moves
+    # 3. the cut and every event's status, 4. the DDL history, quarantine moves (v1 or v2)
+    tagged, hist = engine_stage.tag_and_history(ctx, decoded)
     quarantine = summary_stage.write_quarantine(ctx, hist)  # 5. quarantine objects and reasons
     written = output_stage.write_output(ctx, decoded, tagged, hist)  # 6. the output, staged
     manifest = summary_stage.build_manifest(ctx, decoded, tagged, hist, written, quarantine)

@@ -81,6 +81,9 @@ class History:
     counts: list[dict]
     lean: Any  # the tagged lean rows
     tagged: Any  # the same with full images
+    latest: Any = None  # engine v2: the last change per key, read from its one cache (`cache`)
+    cache: Any = None  # engine v2: the persisted tagged effects (released after the output)
+    engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
 
 
 @dataclass

@@ -17,7 +17,7 @@ from spark_apps.stages.decode import release
 POSITIONED_PROTOCOLS = ("canal-protobuf", "oceanbase-avro")
 
 
-def _cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
+def cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
     """The cut (manifest.compute_cut) and the holes in the source offsets (`gaps.gaps`); with
     --require-contiguous a hole fails the run."""
     args, partition_stats = ctx.args, decoded.partition_stats
@@ -39,27 +39,39 @@ def _cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
     return cut, offset_gaps, gap_count
 
 
-def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
-    """Statuses: quarantined / filtered / duplicate / pending / applied."""
-    from pyspark import StorageLevel
-
+def ordered_events(args, decoded: Decoded) -> tuple:
+    """(ready, needs_inference, needs_event_time): the decoded events with commit ts inferred
+    where a protocol lacks it, and a running event time per partition where there is neither
+    ts nor position (both engines start from it; not persisted here)."""
     from spark_apps import transforms as T
 
-    cut, offset_gaps, gap_count = _cut_and_gaps(ctx, decoded)
-    args, spark, partition_stats = ctx.args, ctx.spark, decoded.partition_stats
-    ctx.progress.phase("deduplicating and cutting")
+    partition_stats = decoded.partition_stats
     needs_inference = any(s["max_commit_ts"] is not None for s in partition_stats) and any(
         s["rows_without_commit_ts"] for s in partition_stats)
-    # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
-    # later copies, few; every event is then told apart from them by a join, so no event travels
-    # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
-    # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
-    # the output needs them
     # no commit ts and no producer position anywhere (Canal flat JSON, canal-json without the
     # TiDB extension): the partition offset orders, through a running event time
     needs_event_time = (not any(s["max_commit_ts"] is not None for s in partition_stats)
                         and args.protocol not in POSITIONED_PROTOCOLS)
     ready = T.partition_event_time(T.infer_commit_ts(decoded.events, needs_inference), needs_event_time)
+    return ready, needs_inference, needs_event_time
+
+
+def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = None) -> Tagged:
+    """Statuses: quarantined / filtered / duplicate / pending / applied. `cut_gaps`: the cut
+    and gaps (`cut_and_gaps`) when already decided (engine v2 fell back)."""
+    from pyspark import StorageLevel
+
+    from spark_apps import transforms as T
+
+    cut, offset_gaps, gap_count = cut_gaps or cut_and_gaps(ctx, decoded)
+    args, spark = ctx.args, ctx.spark
+    ctx.progress.phase("deduplicating and cutting")
+    # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
+    # later copies, few; every event is then told apart from them by a join, so no event travels
+    # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
+    # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
+    # the output needs them
+    ready, needs_inference, needs_event_time = ordered_events(args, decoded)
     if needs_inference or needs_event_time:  # a window per source partition: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
@@ -67,8 +79,16 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                           duplicates=T.Duplicates(duplicates, found=duplicate_count > 0,
                                                   broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX))
-    dictionary = T.plan_dictionary(decoded.schema_dictionary, T.spark_lower(spark), spark=spark)
-    ctx.say("schema dictionary: %d column lists (%s)", len(decoded.schema_dictionary),
-            "a literal in the plan" if dictionary.frame is None else "a broadcast relation")
+    dictionary = schema_dictionary(ctx, decoded)
     return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=duplicates,
                   tagged=tagged, dictionary=dictionary)
+
+
+def schema_dictionary(ctx: RunContext, decoded: Decoded):
+    """The schema dictionary as the plan holds it (transforms.plan_dictionary), logged."""
+    from spark_apps import transforms as T
+
+    dictionary = T.plan_dictionary(decoded.schema_dictionary, T.spark_lower(ctx.spark), spark=ctx.spark)
+    ctx.say("schema dictionary: %d column lists (%s)", len(decoded.schema_dictionary),
+            "a literal in the plan" if dictionary.frame is None else "a broadcast relation")
+    return dictionary

@@ -164,24 +164,38 @@ def _schema_conflicts(history: SchemaHistory, shapes: list[dict]) -> list[str]:
 
 
 
-def schema_history(ctx: RunContext, decoded: Decoded, tagged: Tagged) -> History:
-    """The DDL history, applied on the driver in timeline order (DDL events are few), from one
-    action over the tagged events (`summary.summarise`: the counts, also per commit-time bucket
-    for the manifest's timeline, the applied DDL events, and the column sets of the applied
-    rows when a schema can be known to compare them with)."""
-    from spark_apps import transforms as T
-    from spark_apps.schema import DECODED_FIELD_NAMES
-
+def initial_history(ctx: RunContext) -> tuple[SchemaHistory, schema_files.StartingSchemas | None]:
+    """The DDL history before the archive's DDL: --schema, a base snapshot's and the lake
+    tables' schemas; and the --schema files read."""
     args, base = ctx.args, ctx.base
-    quarantine_base = storage.join(ctx.staging, QUARANTINE)
     starting = starting_schemas(args.schema) if args.schema else None
     initial = "\n".join([starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
-    history = SchemaHistory(initial)
+    return SchemaHistory(initial), starting
+
+
+def schema_history(ctx: RunContext, decoded: Decoded, tagged: Tagged) -> History:
+    """The DDL history, applied on the driver in timeline order (DDL events are few), from one
+    action over the tagged events (`history_over`)."""
+    return history_over(ctx, decoded, tagged.tagged, tagged.dictionary)
+
+
+def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> History:
+    """The DDL history from one action over `events` (every event once, with its status:
+    `summary.summarise`: the counts, also per commit-time bucket for the manifest's timeline,
+    the applied DDL events, and the column sets of the applied rows when a schema can be known
+    to compare them with); `dictionary`: transforms.plan_dictionary. Engine v2 runs it over its
+    cache (stages/engine.py)."""
+    from spark_apps import transforms as T
+    from spark_apps.schema import DECODED_FIELD_NAMES
+
+    args = ctx.args
+    quarantine_base = storage.join(ctx.staging, QUARANTINE)
+    history, starting = initial_history(ctx)
     frame = manifest_mod.timeline_frame(decoded.partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     bucket = T.commit_bucket(*frame) if frame else None
-    summary = summary_mod.summarise(tagged.tagged, shapes=history.known or bool(decoded.ddl_statements),
+    summary = summary_mod.summarise(events, shapes=history.known or bool(decoded.ddl_statements),
                                     bucket=bucket, dictionary=decoded.schema_dictionary)
     # tables no DDL (nor --schema) describes get the schema their row events carry when a DDL
     # needs their columns (ddl.SchemaHistory.use_stream_schemas)
@@ -198,7 +212,7 @@ def schema_history(ctx: RunContext, decoded: Decoded, tagged: Tagged) -> History
         conflicts += schema_files.version_conflicts(history, starting.versions)
     for conflict in conflicts[:5]:
         ctx.say("schema conflict: %s", conflict, warn=True)
-    counts, events = summary["counts"], tagged.tagged
+    counts = summary["counts"]
     if args.emit != "topics":  # a topic carries every applied event, whatever its table's fate
         events, counts = _quarantine_missing_tables(ctx.spark, events, counts, history, bucket,
                                                     summary["row_ranges"])
@@ -206,4 +220,4 @@ def schema_history(ctx: RunContext, decoded: Decoded, tagged: Tagged) -> History
         events, counts = _quarantine_unknown_tables(events, counts, history)
     return History(history=history, summary=summary, frame=frame, ddl_log=ddl_log, ddl_failures=ddl_failures,
                    conflicts=conflicts, counts=counts, lean=events,
-                   tagged=T.full_images(events, tagged.dictionary, list(DECODED_FIELD_NAMES)))
+                   tagged=T.full_images(events, dictionary, list(DECODED_FIELD_NAMES)))

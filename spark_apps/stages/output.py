@@ -52,7 +52,10 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
                 rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
                     *UNREADABLE_ONLY)
                 output_plan.dictionary = tagged.dictionary
-            written, table_rows = (output_plan.snapshot(rows) if args.emit == "snapshot" else output_plan.history(rows))
+            if args.emit == "snapshot":  # engine v2 gives its last changes (stages/engine.py)
+                written, table_rows = output_plan.snapshot(rows, latest=hist.latest)
+            else:
+                written, table_rows = output_plan.history(rows)
     except outputs.OutputError as e:
         raise ReplayError(str(e)) from e
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it
@@ -63,8 +66,9 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
     finally:
-        for persisted in (tagged.duplicates, tagged.ready):
-            persisted.unpersist()
+        for persisted in (tagged.duplicates, tagged.ready, hist.cache):
+            if persisted is not None:
+                persisted.unpersist()
         release(decoded.decoded, ctx.files)
     return Written(objects=written, table_rows=table_rows, lake_tables=output_plan.lake_tables,
                    kafka=output_plan.kafka)

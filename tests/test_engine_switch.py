@@ -76,13 +76,11 @@ GENERATED = [
      ["--emit", "snapshot", "--target-format", "parquet", "--tables", "shop.orders,shop.ledger", "--until", "MIDDLE"],
      True),
     ("open-protocol-kafka-records", "open-protocol", {"ddl_rate": 0.05}, ["--emit", "snapshot"], True),
-    ("craft-parquet", "craft", {}, ["--emit", "snapshot", "--target-format", "parquet"], True),
     ("canal-protobuf-positions", "canal-protobuf", {"ddl_rate": 0.05},
      ["--emit", "snapshot", "--target-format", "parquet"], True),
     ("avro-parquet", "avro", {}, ["--emit", "snapshot", "--target-format", "parquet"], True),
     ("canal-json-mid-stream-ddl", "canal-json", {"mid_stream": True, "mid_stream_ddl": True, "ddl_rate": 0.1},
      ["--emit", "snapshot", "--target-format", "parquet"], None),
-    ("canal-json-history-falls-back", "canal-json", {}, ["--emit", "history", "--target-format", "parquet"], False),
 ]
 
 
@@ -109,9 +107,7 @@ REAL = {c.id: c for c in CAPTURES}
 
 @pytest.mark.parametrize("capture_id, runs_v2", [
     ("ticdc-consistency-checker-1", True),  # canal-json with TiDB's extension: commit ts
-    ("tibigdata-tidb-canal-json-ignore-case", True),
     ("paimon-table-schemaevolution", False),  # Canal flat JSON: no commit ts nor position, and DDL
-    ("paimon-table-nonpk", None),
 ])
 def test_real_captures_replay_alike_on_both_engines(spark, tmp_path, capture_id, runs_v2):
     capture = REAL[capture_id]
@@ -143,3 +139,22 @@ def test_the_engine_comes_from_the_option_then_the_environment(monkeypatch):
     with pytest.raises(ReplayError, match="CDC_REPLAY_ENGINE='v3'"):
         requested(args)
     assert os.environ[ENGINE_ENV] == "v3"
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (["--emit", "history", "--target-format", "parquet"], "--emit history"),
+    (["--emit", "topics"], "--emit topics"),
+    (["--emit", "snapshot", "--target-format", "delta"], "a delta output"),
+    (["--emit", "snapshot", "--target-format", "parquet"], None),
+    (["--emit", "snapshot"], None),
+])
+def test_what_the_request_alone_keeps_on_v1(extra, reason):
+    from spark_apps.stages.context import RunContext
+    from spark_apps.stages.engine import request_reason
+
+    args = ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", "/a", "--output", "/b", "--protocol", "canal-json", "--engine", "v2", *extra]))
+    ctx = RunContext(args=args, run_id="r", started=0.0, source="/a", output="/b", home="/b", staging="/b/s",
+                     source_codec=None, target_protocol="canal-json", target_options={}, base=None)
+    found = request_reason(ctx)
+    assert (found is None) if reason is None else found.startswith(reason), found

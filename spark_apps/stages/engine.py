@@ -80,6 +80,8 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
     args, spark = ctx.args, ctx.spark
     cut, offset_gaps, gap_count = cut_gaps
     ready, _, untimed = dedupe_stage.ordered_events(args, decoded)
+    if untimed and decoded.ddl_events:  # an untimed DDL's point is a running event time: intervals
+        return V2.fallback_reason(untimed=True, intervals=decoded.ddl_events)
     before, _ = history_stage.initial_history(ctx)
     try:
         applied = V2.applied_ddl(decoded.ddl_events, tables=args.table_patterns(), cut=cut["point"], since=args.since)

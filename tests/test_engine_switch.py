@@ -94,6 +94,7 @@ def test_generated_archives_replay_alike_on_both_engines(spark, tmp_path, case):
     row_ts = sorted(e["commit_ts"] for e in generated.events if e["kind"] == "row" and e.get("commit_ts"))
     extra = [str(row_ts[len(row_ts) // 2]) if a == "MIDDLE" else a for a in extra]
     _, v2 = both(spark, source, tmp_path, _argv(protocol, options, *extra))
+    print(case[0], v2["engine"])
     if runs_v2:
         _ran_v2(v2)
     elif runs_v2 is False:

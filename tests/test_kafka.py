@@ -74,7 +74,8 @@ def consume(bootstrap: str, topics: list[str]) -> dict:
                 continue
             consumer.assign([TopicPartition(topic, p, low)])
             while len(out[(topic, p)]) < high - low:
-                for m in consumer.consume(500, timeout=5):
+                # no more than are left: consume() waits out its timeout until it has that many
+                for m in consumer.consume(min(500, high - low - len(out[(topic, p)])), timeout=5):
                     assert m.error() is None, m.error()
                     out[(topic, p)].append((m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
     consumer.close()

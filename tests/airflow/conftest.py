@@ -74,6 +74,72 @@ def run_airflow(args: list[str], env: dict, timeout: int = 600) -> subprocess.Co
     return al.airflow(args, env, capture_output=True, text=True, timeout=timeout)
 
 
+class AirflowSession:
+    """`airflow` commands run one after the other in one long-lived Airflow process
+    (tests/airflow/cli_session.py: the CLI's own parser and command functions), with one
+    environment: each run after the first skips Airflow's ~11 s of start-up and exit. `run`
+    returns what `run_airflow` does (the output in `stdout`, stderr merged into it)."""
+
+    def __init__(self, env: dict):
+        import queue
+        import threading
+
+        from .cli_session import __file__ as script
+
+        self.process = subprocess.Popen([sys.executable, script], env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.lines: queue.Queue = queue.Queue()  # the output's lines, None at its end
+        threading.Thread(target=lambda: [*map(self.lines.put, self.process.stdout), self.lines.put(None)],
+                         daemon=True).start()
+
+    def run(self, args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+        import json
+        import queue
+        import time
+
+        from .cli_session import MARKER
+
+        self.process.stdin.write(json.dumps(args) + "\n")
+        self.process.stdin.flush()
+        lines, deadline = [], time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.process.kill()
+                raise subprocess.TimeoutExpired(["airflow", *args], timeout, "".join(lines)) from None
+            if line is None:
+                raise RuntimeError(f"the Airflow process exited ({self.process.wait()}) during "
+                                   f"{args}:\n{''.join(lines)[-5000:]}")
+            if line.startswith(MARKER):
+                return subprocess.CompletedProcess(["airflow", *args], int(line.split()[1]), "".join(lines), "")
+            lines.append(line)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()  # the end of its commands: it exits
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def __enter__(self) -> "AirflowSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@pytest.fixture
+def airflow_session():
+    """AirflowSession(env) for the test, closed after it."""
+    sessions = []
+    yield lambda env: sessions.append(AirflowSession(env)) or sessions[-1]
+    for session in sessions:
+        session.close()
+
+
 def task_logs(home: str) -> str:
     """Every task log file under AIRFLOW_HOME/logs, concatenated."""
     text = []

@@ -59,7 +59,8 @@ def test_backfill_refuses_a_bad_field_before_any_work(airflow_env, airflow_home,
 
 
 @pytest.mark.slow
-def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint):
+def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, aws_secrets, s3_endpoint,
+                                                    airflow_session):
     """Hourly intervals over an archive spread across three hours of archive time. Each interval
     reads the objects archived in it and in the next hour (lateness), and emits exactly the changes
     committed in it: across intervals every change appears once. Hour 00 is published (complete:
@@ -83,9 +84,10 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     storage.write_bytes(f"{base}/20260101T010000Z/shop/7/shop+7+00000000000000000000.jsonl.gz", b"stale")
     storage.write_bytes(f"{base}/20260101T010000Z/_staging/airflow/objects/stale.jsonl.gz", b"stale")
     env = airflow_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+    airflow = airflow_session(env)  # one Airflow process for the three runs
 
     # a manual run at 01:00 replays the complete interval before it: [00:00, 01:00)
-    first = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T01:00:00+00:00"], env)
+    first = airflow.run(["dags", "test", "cdc_replay_scheduled", "2026-01-01T01:00:00+00:00"])
     text = first.stdout + first.stderr
     assert first.returncode == 0, text[-5000:]
     n0 = len(archive.objects[0]) + len(archive.objects[1])
@@ -118,7 +120,7 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     assert not any(secret in str(value) for value in pushed + rendered)
     assert any("secret-access-key=***" in str(value) for value in pushed)
 
-    second = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T02:00:00+00:00"], env)
+    second = airflow.run(["dags", "test", "cdc_replay_scheduled", "2026-01-01T02:00:00+00:00"])
     text2 = second.stdout + second.stderr
     assert second.returncode != 0
     assert "1 records quarantined, more than the limit max_bad_records=0" in text2
@@ -142,7 +144,7 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
     # an interval without archive objects whose previous interval has no published output has
     # nothing to carry forward: refused, naming the missing output (tests/airflow/test_carry.py and
     # test_scheduled_snapshots_chain_across_an_empty_interval carry one forward)
-    third = run_airflow(["dags", "test", "cdc_replay_scheduled", "2026-01-01T05:00:00+00:00"], env)
+    third = airflow.run(["dags", "test", "cdc_replay_scheduled", "2026-01-01T05:00:00+00:00"])
     text3 = third.stdout + third.stderr
     assert third.returncode != 0
     assert "the output of the interval ending at 2026-01-01T04:00:00+00:00" in text3
@@ -174,7 +176,7 @@ def own_airflow_home(tmp_path_factory, s3_endpoint, aws_secrets):
 
 
 @pytest.mark.slow
-def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
+def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home, airflow_session):
     """emit snapshot, hourly, lateness 0, over an archive with changes archived in hours 00 and 02
     and nothing in hour 01. [00:00, 01:00) is the first interval (the history from the archive's
     start); [01:00, 02:00) has no object and carries that snapshot forward without Spark, its cut
@@ -197,11 +199,11 @@ def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
               "target_options": {"enable-tidb-extension": "true"}, "max_bad_records": 0,
               # no watermark is read for an empty interval: completeness cannot be shown for it
               "lateness_minutes": 0, "require_complete": False}
-    env = make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+    airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))  # one for the runs
     outputs = {hour: f"{base}/20260101T0{hour}0000Z" for hour in (0, 1, 2)}
     texts = {}
     for hour in (0, 1, 2):  # a manual run at the interval's end replays the interval before it
-        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env)
+        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"])
         texts[hour] = result.stdout + result.stderr
         assert result.returncode == 0, texts[hour][-5000:]
         states = _task_states(home, "cdc_replay_scheduled", _run_id(texts[hour]))
@@ -231,7 +233,7 @@ def test_scheduled_snapshots_chain_across_an_empty_interval(own_airflow_home):
 
 
 @pytest.mark.slow
-def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home):
+def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home, airflow_session):
     """emit snapshot as Delta tables, hourly, hours 00 and 02 archived, nothing in 01: one set of
     tables at the output; hour 00 writes them in full, hour 01 is skipped (the tables keep their
     cut), hour 02 merges its changes (`--since last` = the tables' cut). Every version reads (by
@@ -249,10 +251,10 @@ def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home):
     config = {"source": "s3://delta-archive/tidb/shop", "protocol": "canal-json",
               "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "snapshot",
               "target_format": "delta", "max_bad_records": 0, "lateness_minutes": 0, "require_complete": False}
-    env = make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config))
+    airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))  # one for the runs
     states = {}
     for hour in (0, 1, 2):
-        result = run_airflow(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"], env,
+        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
                              timeout=1800)
         text = result.stdout + result.stderr
         assert result.returncode == 0, text[-5000:]

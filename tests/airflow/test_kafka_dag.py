@@ -15,7 +15,7 @@ from spark_apps import storage
 from spark_apps.generate import generate
 
 from ..test_kafka import consume, produce
-from .conftest import run_airflow, task_logs
+from .conftest import task_logs
 from .test_dags_run import _db, _run_id, _task_states, _xcom, own_airflow_home  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
@@ -55,7 +55,7 @@ def _changes(got: dict) -> collections.Counter:
     return out
 
 
-def test_kafka_in_the_backfill_and_the_scheduled_dags_over_sasl(own_airflow_home, bucket):
+def test_kafka_in_the_backfill_and_the_scheduled_dags_over_sasl(own_airflow_home, bucket, airflow_session):
     """One broker with a SASL_PLAINTEXT (PLAIN) listener; the `kafka_default` connection names it
     with its login/password and security settings in the extra. The backfill DAG replays the
     whole topic (every event: until at the highest TSO) into out-shop; the scheduled DAG replays
@@ -83,7 +83,8 @@ def test_kafka_in_the_backfill_and_the_scheduled_dags_over_sasl(own_airflow_home
         scheduled = {"source": "kafka://shop", **codec_options, "output": "kafka://",
                      "manifest_uri": f"{bucket}/sched", "target_topic": "sched-{topic}"}
         env = make_env(AIRFLOW_CONN_KAFKA_DEFAULT=connection, AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(scheduled))
-        result = run_airflow(["dags", "test", "cdc_replay_manual", "-c", json.dumps(conf)], env)
+        airflow = airflow_session(env)  # one Airflow process for the four runs
+        result = airflow.run(["dags", "test", "cdc_replay_manual", "-c", json.dumps(conf)])
         text = result.stdout + result.stderr
         assert result.returncode == 0, text[-6000:]
         run_id = _run_id(text)
@@ -120,7 +121,7 @@ def test_kafka_in_the_backfill_and_the_scheduled_dags_over_sasl(own_airflow_home
         half = {p: sum(1 for r in generated.records if r.partition == p) for p in (0, 1)}
         texts, windows = [], {}
         for date in ("2026-01-01T01:00:00+00:00", "2026-01-01T02:00:00+00:00", "2026-01-01T01:00:00+00:00"):
-            run = run_airflow(["dags", "test", "cdc_replay_scheduled", date], env)
+            run = airflow.run(["dags", "test", "cdc_replay_scheduled", date])
             texts.append(run.stdout + run.stderr)
             assert run.returncode == 0, texts[-1][-6000:]
             sched_run = _run_id(texts[-1])

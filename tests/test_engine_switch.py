@@ -148,6 +148,7 @@ def test_the_engine_comes_from_the_option_then_the_environment(monkeypatch):
     (["--emit", "snapshot", "--target-format", "delta"], "a delta output"),
     (["--emit", "snapshot", "--target-format", "parquet"], None),
     (["--emit", "snapshot"], None),
+    (["--emit", "snapshot", "--base-export", "/export"], "--base-export"),
 ])
 def test_what_the_request_alone_keeps_on_v1(extra, reason):
     from spark_apps.stages.context import RunContext

@@ -9,6 +9,7 @@ from __future__ import annotations
 from spark_apps import gaps as gaps_mod
 from spark_apps import manifest as manifest_mod
 from spark_apps.paths import display
+from spark_apps.stages.base import bound as base_bound
 from spark_apps.stages.context import Decoded, ReplayError, RunContext, Tagged
 from spark_apps.stages.decode import release
 
@@ -64,7 +65,7 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
     from spark_apps import transforms as T
 
     cut, offset_gaps, gap_count = cut_gaps or cut_and_gaps(ctx, decoded)
-    args, spark = ctx.args, ctx.spark
+    args = ctx.args
     ctx.progress.phase("deduplicating and cutting")
     # the duplicate check is a narrow shuffle (identity and place of each event) that finds the
     # later copies, few; every event is then told apart from them by a join, so no event travels
@@ -76,9 +77,11 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
+    in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                           duplicates=T.Duplicates(duplicates, found=duplicate_count > 0,
-                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX))
+                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX),
+                          in_base=in_base)
     dictionary = schema_dictionary(ctx, decoded)
     return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=duplicates,
                   tagged=tagged, dictionary=dictionary)

@@ -42,6 +42,8 @@ def request_reason(ctx: RunContext) -> str | None:
     if args.output_format not in ("parquet", "kafka") or kafka_io.is_kafka(ctx.output):
         return f"a {args.output_format if not kafka_io.is_kafka(ctx.output) else 'kafka://'} output: v2 writes " \
                "Parquet and Kafka-record archives only"
+    if getattr(args, "base_export", None):
+        return "--base-export: v2 does not tag events the export holds (in_base) yet"
     return None
 
 

@@ -169,7 +169,8 @@ def initial_history(ctx: RunContext) -> tuple[SchemaHistory, schema_files.Starti
     tables' schemas; and the --schema files read."""
     args, base = ctx.args, ctx.base
     starting = starting_schemas(args.schema) if args.schema else None
-    initial = "\n".join([starting.initial_sql() if starting else "",
+    initial = "\n".join([ctx.base_export.initial_schemas() if ctx.base_export is not None else "",
+                         starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
     return SchemaHistory(initial), starting

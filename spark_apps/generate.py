@@ -490,7 +490,7 @@ def generate(
 
     `progress(done, records)` is called every 5% of the transactions (a long history takes
     minutes)."""
-    options = {"enable-tidb-extension": "true"} if options is None else options
+    options = default_options(protocol) if options is None else options
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
@@ -620,6 +620,14 @@ def generate(
                      history_before=history_before if base_export else [], base=base)
 
 
+def default_options(protocol: str) -> dict:
+    """The codec options when none are given: TiCDC's TiDB extension where the protocol has it."""
+    from cdc_codecs import codec_class
+
+    has = any(o.name == "enable-tidb-extension" for o in codec_class(protocol).options)
+    return {"enable-tidb-extension": "true"} if has else {}
+
+
 def export_position_kind(protocol: str, options: dict | None) -> str:
     """How a full export's position joins this protocol's archive: "tso" when its messages
     carry TiDB's commit ts (a Dumpling export of TiDB: `Pos:` is the snapshot TSO), "binlog"
@@ -632,7 +640,7 @@ def export_position_kind(protocol: str, options: dict | None) -> str:
     if style is not None:
         raise ValueError(f"{protocol} orders by its own record ids, which no Dumpling or mysqldump position "
                          "states: no base export can join it")
-    codec = get_codec(protocol, {"enable-tidb-extension": "true"} if options is None else options)
+    codec = get_codec(protocol, default_options(protocol) if options is None else options)
     probe = new_event(Kind.ROW, op=Op.INSERT, commit_ts=tso(EPOCH_MS), execute_ts_ms=EPOCH_MS, database="d",
                       table="t", key_columns=["id"], before=None,
                       after=[{"name": "id", "mysql_type": "int", "flags": PK, "value": b"1", "label": None}])

@@ -62,6 +62,9 @@ class Status:
     QUARANTINED = "quarantined"
     EMPTY = "empty"
     COUNTED = (APPLIED, DUPLICATE, PENDING, FILTERED, QUARANTINED)
+    # an event the --base-export already holds (at or before its position): counted apart, and
+    # only in runs with a base export (read = the COUNTED ones + in_base)
+    IN_BASE = "in_base"
 
 
 class Kind:
@@ -298,9 +301,11 @@ def check(args) -> None:
     if is_kafka(args.base_snapshot):
         raise RequestError("--base-snapshot", "--base-snapshot must be an archive (a snapshot run's output), not "
                                               "Kafka")
+    _check_base_export(args, output_format)
     # the output is replaced as a whole: it must lie outside everything the run reads
     option_out, home = ("--manifest-uri", args.manifest_uri) if is_kafka(args.output) else ("--output", args.output)
-    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema)):
+    for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema),
+                        ("--base-export", getattr(args, "base_export", None))):
         if home and uri and not is_kafka(uri) and overlaps(home, uri) and not in_staging(home, uri):
             raise RequestError(option_out, f"{option_out} {home} overlaps {option} {uri}: the output (with its "
                                            f"{QUARANTINE}/ and {STAGING}/) is replaced when the run commits, so it "
@@ -365,6 +370,37 @@ def check(args) -> None:
     if isinstance(args.since, int) and args.upper is not None and args.upper <= args.since:
         raise RequestError("--since", f"the window is empty: --since {args.since} is not below --until/--as-of "
                                       f"{args.upper}")
+
+
+# what --base-export joins (docs/base-exports.md): a TiDB TSO needs commit ts, a binlog position
+# needs Canal's (file, offset) per event, which only canal-protobuf carries
+BASE_EXPORT_EMITS = ("snapshot",)
+BASE_EXPORT_FORMATS = ("kafka", "parquet")
+BASE_EXPORT_BINLOG_PROTOCOLS = ("canal-protobuf",)
+BASE_EXPORT_TSO_PROTOCOLS = ("canal-json", "open-protocol", "craft", "avro", "csv")
+
+
+def _check_base_export(args, output_format: str) -> None:
+    """--base-export: what it combines with (the export's position kind is checked against the
+    protocol once the export is read, stages/validate.py)."""
+    uri = getattr(args, "base_export", None)
+    if not uri:
+        return
+    if is_kafka(uri):
+        raise RequestError("--base-export", "--base-export is a Dumpling export or mysqldump file(s) on object "
+                                            "storage (a local path or s3://), not Kafka")
+    if args.base_snapshot:
+        raise RequestError("--base-export", "--base-export and --base-snapshot are two starting points: give one")
+    if args.emit not in BASE_EXPORT_EMITS or output_format not in BASE_EXPORT_FORMATS:
+        raise RequestError("--base-export", f"--base-export is built for --emit snapshot written as Parquet or a "
+                                            f"Kafka-record archive; --emit {args.emit} --target-format {output_format} "
+                                            "with it is not built yet")
+    if args.since is not None:
+        raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
+                                            "not used with it")
+    if is_kafka(args.source):
+        raise RequestError("--base-export", "--base-export needs an archive --source (its first offsets prove it "
+                                            "continues the export); a kafka:// source is not built yet")
 
 
 def check_codecs(args) -> None:

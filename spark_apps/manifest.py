@@ -174,7 +174,7 @@ def build(run: RunFacts, read: ReadFacts, outcome: Outcome) -> dict:
     by_status[Status.QUARANTINED] += len(ddl_failures)
     applied_by_kind[Kind.DDL] -= len(ddl_failures)
     read = sum(by_status.values())
-    parts = Status.COUNTED
+    parts = Status.COUNTED + ((Status.IN_BASE,) if (window or {}).get("base_export") else ())
     data_objects = sorted(written, key=lambda w: w["uri"])  # collected in task order: sorted for reruns
     rows_by_table = {(r["database"], r["table"]): r["rows"] for r in (table_rows or [])}
     first_touch = {(r["database"], r["table"]): {k: r[k] for k in ("keys_first_updated", "keys_first_deleted") if k in r}
@@ -522,7 +522,8 @@ def summary(manifest: dict) -> str:
            if read_twice(manifest) else ""),
         f"  events read      {c['read']:,} = applied {c['applied']:,} + deduplicated {c['duplicate']:,} "
         f"+ pending {c['pending']:,} + filtered {c['filtered']:,} + quarantined {c['quarantined']:,}"
-        f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
+        + (f" + in the base export {c['in_base']:,}" if "in_base" in c else "")
+        + f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
         f"  cut              {cut['description']}",
     ]
     by_kind = c.get("applied_by_kind")
@@ -580,6 +581,9 @@ def summary(manifest: dict) -> str:
         base = f" on top of {window['base_snapshot']}" if window.get("base_snapshot") else ""
         lines.append(f"  window           commit ts ({window['since']}, {cut['commit_ts']}]  "
                      f"({tso_time(window['since'])} .. {tso_time(cut['commit_ts'])}){base}")
+    if window.get("base_export"):
+        lines.append(f"  base export      {window['base_export']} ({window.get('base_position')}): its rows start the "
+                     f"snapshot, {c.get('in_base', 0):,} archive events it already holds skipped")
     gaps = manifest.get("gaps") or {}
     if gaps.get("count"):
         listed = gaps["listed"]

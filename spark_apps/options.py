@@ -329,6 +329,17 @@ OPTIONS: tuple[Option, ...] = (
                "output of an earlier snapshot run: the "
                "window's changes are applied on top of it (since defaults to its cut)",
                type=["null", "string"], pattern=URI_PATTERN + "|^$"))),
+    Option("base_export", WHAT, metavar="URI",
+           help="a full export the archive continues, local or s3://: a Dumpling export (SQL or CSV; its "
+                "metadata's TSO) or mysqldump file(s) (--source-data=2; its binlog position). Its CREATE "
+                "statements are the starting schemas and its rows the snapshot's starting rows; archive "
+                "events it already holds are skipped (counted in_base). --emit snapshot, Parquet or a "
+                "Kafka-record archive (docs/base-exports.md)",
+           request=Field("base_export", "uri", form=_form(
+               None, REPLAYED, "Base export",
+               "a Dumpling export or mysqldump file(s) the archive continues: the snapshot starts from its "
+               "tables and rows (snapshot as Parquet or Kafka records)",
+               type=["null", "string"], pattern=URI_PATTERN + "|^$"))),
     Option("tables", WHAT, metavar="db.table,...",
            help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive",
            request=Field("tables", "tables", form=_form(

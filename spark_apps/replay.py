@@ -31,6 +31,7 @@ from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, spark_compat, storage  # noqa: E402
 from spark_apps import contract  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
+from spark_apps.stages import base as base_stage  # noqa: E402
 from spark_apps.stages import decode as decode_stage  # noqa: E402
 from spark_apps.stages import dedupe as dedupe_stage  # noqa: E402
 from spark_apps.stages import history as history_stage  # noqa: E402
@@ -60,7 +61,8 @@ def run(args: ReplayArgs, spark=None) -> dict:
     home = _home(args, output)
     ctx = RunContext(args=args, run_id=run_id, started=started, source=source, output=output, home=home,
                      staging=contract.staging_prefix(home, run_id), source_codec=source_codec,
-                     target_protocol=target_protocol, target_options=target_options, base=base)
+                     target_protocol=target_protocol, target_options=target_options, base=base,
+                     base_export=getattr(args, "_base_export", None))
     from spark_apps import lease as lease_mod
 
     try:  # one run at a time per output (spark_apps.lease): taken before the output is touched
@@ -108,6 +110,8 @@ def _stages(ctx: RunContext) -> dict:
     """The stages in order, each handing the next its result (docs/architecture.md), then the
     commit, the only step that makes the output visible."""
     decoded = decode_stage.decode_pass(ctx)  # 2. objects -> persisted lean rows, partition stats
+    if ctx.base_export is not None:  # the archive continues the export and reaches it
+        base_stage.check_position(ctx, decoded)
     tagged = dedupe_stage.dedupe_and_cut(ctx, decoded)  # 3. the cut, and every event's status
     hist = history_stage.schema_history(ctx, decoded, tagged)  # 4. DDL history, quarantine moves
     quarantine = summary_stage.write_quarantine(ctx, hist)  # 5. quarantine objects and reasons

@@ -33,7 +33,8 @@ from .contract import Kind, Status
 from .schema import QUARANTINE_KIND
 
 ROW_COLUMNS_TYPE = "array<struct<names: array<string>, default: binary>>"
-STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.DUPLICATE, Status.PENDING, Status.APPLIED)
+STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.IN_BASE, Status.DUPLICATE, Status.PENDING,
+            Status.APPLIED)
 
 
 def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
@@ -219,11 +220,13 @@ class Duplicates(NamedTuple):
 
 
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
-               duplicates: Duplicates | None = None) -> DataFrame:
+               duplicates: Duplicates | None = None, in_base: list[int] | None = None) -> DataFrame:
     """Add `status` (see module doc) and `timeline`. `cut` is a point or None (no cut);
     changes at or below `since` are outside the window (status `filtered`). `duplicates`:
     the later copies found beforehand (None: the duplicate check runs here, as a window over
-    every event's identity)."""
+    every event's identity). `in_base`: a base export's bound (stages/base_export.py): changes
+    and DDL whose timeline is below it are in the export already (status `in_base`, whether or
+    not they are also a later copy)."""
     df = with_timeline(decoded)
     checked, redelivered_bad = _checked(tables)
     in_scope = table_filter(tables) if tables else F.lit(True)
@@ -258,6 +261,8 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .when(F.col("kind") == Kind.EMPTY, Status.EMPTY)
         .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, Status.FILTERED)
         .when(before_window, Status.FILTERED)
+        .when(F.lit(False) if in_base is None else (
+            (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") < point_literal(in_base))), Status.IN_BASE)
         .when(~F.col("_first"), Status.DUPLICATE)
         .when(above_cut, Status.PENDING)
         .otherwise(Status.APPLIED)

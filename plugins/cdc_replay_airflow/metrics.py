@@ -19,6 +19,11 @@ METRICS_KEY = "cdc_replay_metrics"
 STATUSES = Status.COUNTED
 
 
+def statuses(counts: dict) -> tuple:
+    """The statuses a manifest's counts hold: `in_base` too in a run with --base-export."""
+    return STATUSES + ((Status.IN_BASE,) if Status.IN_BASE in counts else ())
+
+
 class ValidationError(RuntimeError):
     """The run's output cannot be trusted or breaks a limit; the message says why."""
 
@@ -69,10 +74,10 @@ def check_manifest(manifest: dict, *, run_id: str, staged: dict, max_bad_records
     if manifest.get("run_id") != run_id:
         problems.append(f"the manifest is from run {manifest.get('run_id')!r}, not {run_id!r} (a stale output?)")
     counts = manifest["counts"]
-    parts = sum(counts[s] for s in STATUSES)
+    parts = sum(counts[s] for s in statuses(counts))
     if counts["read"] != parts or not counts.get("reconciled"):
         problems.append(f"counts do not reconcile: read {counts['read']:,} != "
-                        + " + ".join(f"{s} {counts[s]:,}" for s in STATUSES) + f" = {parts:,}")
+                        + " + ".join(f"{s} {counts[s]:,}" for s in statuses(counts)) + f" = {parts:,}")
     source = manifest["source"]
     if source["objects"] != staged["objects"] or source["bytes"] != staged["bytes"]:
         problems.append(f"the replay read {source['objects']:,} objects ({source['bytes']:,} bytes) but "
@@ -85,7 +90,7 @@ def check_manifest(manifest: dict, *, run_id: str, staged: dict, max_bad_records
         problems.append(f"per-table counts exceed the run's: {table_sum}")
     if problems:
         raise ValidationError("the replay's manifest does not check out: " + "; ".join(problems))
-    notes = [f"counts reconcile: read {counts['read']:,} = " + " + ".join(f"{s} {counts[s]:,}" for s in STATUSES),
+    notes = [f"counts reconcile: read {counts['read']:,} = " + " + ".join(f"{s} {counts[s]:,}" for s in statuses(counts)),
              f"all {staged['objects']:,} staged objects ({staged['bytes'] / 1e6:.1f} MB) were read"]
     quarantined = counts["quarantined"]
     if quarantined > max_bad_records:
@@ -131,11 +136,11 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
         })
     tables = []
     for t in manifest["tables"]:
-        read = sum(t[s] for s in STATUSES)
+        read = sum(t[s] for s in statuses(t))
         emitted = t["rows"] if out["emit"] == "snapshot" and t.get("rows") is not None else t["applied"]
         tables.append({
             "table": f"{t['database'] or ''}.{t['table'] or ''}".strip("."),
-            "read": read, "emitted": emitted, **{s: t[s] for s in STATUSES},
+            "read": read, "emitted": emitted, **{s: t[s] for s in statuses(t)},
             "min_commit_ts": t["min_commit_ts"], "max_commit_ts": t["max_commit_ts"],
             "min_time": ts_time(t["min_commit_ts"]), "max_time": ts_time(t["max_commit_ts"]),
         })
@@ -149,7 +154,7 @@ def run_metrics(manifest: dict, *, dag_id: str, run_id: str, request: dict, stag
         "output": out["uri"], "emit": out["emit"], "target_protocol": out["protocol"],
         "objects": staged["objects"], "bytes": staged["bytes"], "staging": staged.get("mode"),
         "counts": {
-            "read": counts["read"], **{s: counts[s] for s in STATUSES},
+            "read": counts["read"], **{s: counts[s] for s in statuses(counts)},
             "emitted": out["records"], "rows": out["rows"], "output_objects": len(out["objects"]),
         },
         "commit_ts_range": [lo, hi], "commit_time_range": [ts_time(lo), ts_time(hi)],

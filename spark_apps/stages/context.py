@@ -35,6 +35,8 @@ class RunContext:
     objects: list = field(default_factory=list)  # what the decode tasks read (none for Kafka)
     layout_plan: Any = None  # spark_apps.layouts plan of an archive source
     files: str | None = None  # the decode tasks' Parquet folder (local mode), or None
+    base_export: Any = None  # --base-export read by stages/base.py (spark_apps.base_export.BaseExport)
+    base_topic: str | None = None  # the source topic its rows are given (the archive's one topic)
 
     def say(self, message: str, *values, warn: bool = False) -> None:
         """One log line of this run."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from spark_apps import gaps as gaps_mod
 from spark_apps import manifest as manifest_mod
 from spark_apps.paths import display
+from spark_apps.stages.base import bound as base_bound
 from spark_apps.stages.context import Decoded, ReplayError, RunContext, Tagged
 from spark_apps.stages.decode import release
 
@@ -64,9 +65,11 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
         ready = ready.persist(StorageLevel.DISK_ONLY)
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
+    in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                           duplicates=T.Duplicates(duplicates, found=duplicate_count > 0,
-                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX))
+                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX),
+                          in_base=in_base)
     dictionary = T.plan_dictionary(decoded.schema_dictionary, T.spark_lower(spark), spark=spark)
     ctx.say("schema dictionary: %d column lists (%s)", len(decoded.schema_dictionary),
             "a literal in the plan" if dictionary.frame is None else "a broadcast relation")

@@ -175,7 +175,8 @@ def schema_history(ctx: RunContext, decoded: Decoded, tagged: Tagged) -> History
     args, base = ctx.args, ctx.base
     quarantine_base = storage.join(ctx.staging, QUARANTINE)
     starting = starting_schemas(args.schema) if args.schema else None
-    initial = "\n".join([starting.initial_sql() if starting else "",
+    initial = "\n".join([ctx.base_export.initial_schemas() if ctx.base_export is not None else "",
+                         starting.initial_sql() if starting else "",
                          ";\n".join(base.get("schemas", [])) if base else "",
                          ";\n".join(getattr(args, "lake_schemas", None) or [])])
     history = SchemaHistory(initial)

@@ -7,6 +7,7 @@ from cdc_codecs import codec_class
 
 from spark_apps import kafka_io
 from spark_apps.contract import Kind, Status
+from spark_apps.stages.base import export_base_rows
 from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged, Written
 from spark_apps.stages.decode import UNREADABLE_ONLY, release
 from spark_apps.stages.decode import decode_objects as _decode
@@ -26,6 +27,8 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
     except outputs.OutputError as e:
         raise ReplayError(str(e)) from None
+    if ctx.base_export is not None:  # the export's rows, read in tasks, as the state at its position
+        base_rows = export_base_rows(ctx, hist.tagged.columns)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in decoded.partition_stats),
                                                       default=0) + 1)
     target = outputs.TargetSpec(codec_class(ctx.target_protocol), ctx.target_protocol, ctx.target_options, partitions)

@@ -39,6 +39,17 @@ def quarantine_reasons(summary_reasons: list[dict], counts: list[dict], ddl_fail
 
 
 
+def _export_tables(export) -> set | None:
+    """The (database, table) a base export holds, lower case; None without one."""
+    return None if export is None else set(export.schema_history().tables)
+
+
+def base_export_window(export, args) -> dict:
+    """What the manifest's window says of a base export: where it is, its producer and position."""
+    return {"base_export": args.base_export, "base_producer": export.producer,
+            "base_position": export.position.describe(), "base_files": len(export.files)}
+
+
 def coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
     """Whether a snapshot holds every row of its tables, or only the rows the archive
     changed: a table whose CREATE (or TRUNCATE) is not in the archive existed before it, and
@@ -46,10 +57,11 @@ def coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict
     if table_rows is None or args.emit != "snapshot":  # history and topics are changes by definition
         return None
     partial = []
-    if base is None:
+    if base is None or isinstance(base, set):  # a base export (`base`: its tables) holds every row of its tables
         for r in table_rows:
-            schema = history.tables.get(((r["database"] or "").lower(), (r["table"] or "").lower()))
-            if schema is None or not schema.start:
+            key = ((r["database"] or "").lower(), (r["table"] or "").lower())
+            schema = history.tables.get(key)
+            if (schema is None or not schema.start) and key not in (base or set()):
                 partial.append(f"{r['database']}.{r['table']}")
     return {"complete": not partial, "changed_rows_only": sorted(partial)}
 
@@ -234,13 +246,15 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
             source_options=dict(ctx.source_codec.config), target_protocol=ctx.target_protocol,
             target_options=dict(get_codec(ctx.target_protocol, ctx.target_options).config),
             window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
-                    "base_cut": base["cut"]["commit_ts"] if base else None}),
+                    "base_cut": base["cut"]["commit_ts"] if base else None,
+                    **(base_export_window(ctx.base_export, args) if ctx.base_export is not None else {})}),
         manifest_mod.ReadFacts(objects=ctx.objects, partition_stats=decoded.partition_stats, cut=tagged.cut,
                                counts=hist.counts, gaps=(tagged.offset_gaps, tagged.gap_count)),
         manifest_mod.Outcome(
             written=written.objects, quarantine_objects=quarantine_objects, ddl_log=hist.ddl_log,
             ddl_failures=hist.ddl_failures, table_rows=written.table_rows, schemas=history.create_statements(),
-            schema_conflicts=hist.conflicts, coverage=coverage(args, history, written.table_rows, base),
+            schema_conflicts=hist.conflicts,
+            coverage=coverage(args, history, written.table_rows, base or _export_tables(ctx.base_export)),
             inferred_schemas=history.inferred),
     )
     if ctx.layout_plan is not None:

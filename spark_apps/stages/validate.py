@@ -14,6 +14,7 @@ from spark_apps import manifest as manifest_mod
 from spark_apps.contract import LAST_CUT
 from spark_apps.ddl import DDLError, SchemaHistory
 from spark_apps.options import ReplayArgs
+from spark_apps.stages import base as base_stage
 from spark_apps.stages.context import ReplayError, RunContext, log
 from spark_apps.stages.history import starting_schemas
 
@@ -84,7 +85,8 @@ def validate(args: ReplayArgs) -> tuple:
         _validate_lakehouse(args)
     # then what needs the network: one quick request per S3 location, before Spark starts
     for option, uri in (("--source", args.source), ("--output", args.output), ("--base-snapshot", args.base_snapshot),
-                        ("--schema", args.schema), ("--manifest-uri", args.manifest_uri)):
+                        ("--schema", args.schema), ("--manifest-uri", args.manifest_uri),
+                        ("--base-export", getattr(args, "base_export", None))):
         if uri and not kafka_io.is_kafka(uri):
             try:
                 storage.check_bucket(storage.normalize(uri), option)
@@ -103,6 +105,8 @@ def validate(args: ReplayArgs) -> tuple:
         args.since = base_cut
         if args.upper is not None and args.upper <= args.since:
             raise ReplayError(f"the window is empty: --since {args.since} is not below --until/--as-of {args.upper}")
+    # the export's position, schemas and files (its small files only; rows are read in tasks)
+    args._base_export = base_stage.read_export(args)
     if args.schema:
         starting = starting_schemas(args.schema)
         try:

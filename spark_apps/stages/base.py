@@ -1,0 +1,203 @@
+"""A base export (--base-export, issue 30) in the replay: read on the driver before Spark
+(`read_export`), its position checked against the decoded archive before the big passes
+(`check_position`), and its rows handed to the snapshot as base rows (`export_base_rows`).
+
+How positions join (docs/base-exports.md):
+
+* Dumpling from TiDB: the export holds every transaction with commit ts at or below its TSO;
+  archive events there are `in_base`. Needs commit ts in the archive (TiCDC protocols).
+* mysqldump / Dumpling from MySQL: the export holds every binlog event before its position
+  (file sequence, offset); archive events there are `in_base`. Needs Canal's per-event binlog
+  position, which canal-protobuf carries ([file sequence, offset, row]); Canal's flat JSON
+  message carries none, so it cannot be joined.
+
+The archive must continue the export: a partition that starts at a later Kafka offset than 0
+with nothing at or before the position may have lost changes in between (a gap), and an
+archive that does not reach the position cannot bring the export to its cut; both are refused.
+"""
+
+from __future__ import annotations
+
+from spark_apps import storage
+from spark_apps.contract import BASE_EXPORT_BINLOG_PROTOCOLS, BASE_EXPORT_TSO_PROTOCOLS, Kind, Status
+from spark_apps.paths import display
+from spark_apps.stages.context import Decoded, ReplayError, RunContext
+from spark_apps.stages.decode import release
+
+
+def read_export(args):
+    """The export (`spark_apps.base_export.BaseExport`) of --base-export, or None; ReplayError
+    (one line) for an export that cannot be read or cannot be joined with this protocol."""
+    uri = getattr(args, "base_export", None)
+    if not uri:
+        return None
+    from spark_apps.base_export import ExportFormatError, ExportRefused, discover
+    from spark_apps.ddl import DDLError
+
+    try:
+        export = discover(uri)
+        if export.position.kind == "binlog":
+            export.position.log_sequence()  # a file name without a sequence is refused here
+        export.schema_history()
+    except (ExportRefused, ExportFormatError, DDLError, UnicodeDecodeError) as e:
+        text = str(e)
+        raise ReplayError(text if text.startswith("--base-export") else f"--base-export {uri}: {text}") from None
+    except (storage.AccessError, OSError) as e:
+        raise ReplayError(f"--base-export {uri}: cannot read it ({type(e).__name__}: {e})") from None
+    position = export.position
+    if position.kind == "tso" and args.protocol not in BASE_EXPORT_TSO_PROTOCOLS:
+        raise ReplayError(f"--base-export {uri} is a TiDB export at {position.describe()}, which joins an archive by "
+                          f"commit ts; --protocol {args.protocol} carries none (use a TiCDC protocol)")
+    if position.kind == "binlog" and args.protocol not in BASE_EXPORT_BINLOG_PROTOCOLS:
+        raise ReplayError(f"--base-export {uri} is a MySQL export at {position.describe()}, which joins an archive by "
+                          f"binlog position; --protocol {args.protocol} carries none per event (Canal writes it "
+                          "with canal.mq.flatMessage=false: --protocol canal-protobuf)")
+    return export
+
+
+def bound(export) -> list[int]:
+    """Archive events whose timeline is below this point are in the export (tag_status's
+    `in_base`): [TSO + 1] (commit ts <= TSO), or [file sequence, offset] (a Canal position
+    [sequence, offset, row] before the export's)."""
+    p = export.position
+    return [p.tso + 1] if p.kind == "tso" else [p.log_sequence(), p.log_pos]
+
+
+def base_point(export) -> list[int]:
+    """The timeline of the export's rows: the TSO, or the binlog position with row -1 (after
+    every event in the export, before every event at or after its position)."""
+    p = export.position
+    return [p.tso] if p.kind == "tso" else [p.log_sequence(), p.log_pos, -1]
+
+
+def describe(export) -> str:
+    return f"{export.producer} at {export.position.describe()}"
+
+
+def check_position(ctx: RunContext, decoded: Decoded) -> None:
+    """Before the big passes: the archive carries what the join needs, continues the export (no
+    gap) and reaches it (the export is not newer than the cut). ReplayError in one line;
+    the decode is released first."""
+    try:
+        _check(ctx, decoded)
+    except ReplayError:
+        release(decoded.decoded, ctx.files)
+        raise
+
+
+def _check(ctx: RunContext, decoded: Decoded) -> None:
+    from spark_apps import manifest as manifest_mod
+
+    export, stats, uri = ctx.base_export, decoded.partition_stats, ctx.args.base_export
+    topics = sorted({s["topic"] for s in stats if s["topic"]})
+    if len(topics) == 1:  # the export's rows go where the archive's rows go
+        ctx.base_topic = topics[0]
+    elif ctx.args.output_format == "kafka" and "{topic}" in ctx.args.target_topic:
+        raise ReplayError(f"--base-export: the export's rows have no source topic and the archive has {len(topics)} "
+                          "topics; give --target-topic without {topic} (e.g. {schema}_{table})")
+    position = export.position
+    if position.kind == "tso":
+        if not any(s["max_commit_ts"] is not None for s in stats):
+            raise ReplayError(f"--base-export {uri} is at {position.describe()}, but the archive's events carry no "
+                              "commit ts (canal-json needs enable-tidb-extension=true): nothing tells which of them "
+                              "the export holds")
+        try:
+            cut = manifest_mod.compute_cut(stats, ctx.args.upper)
+        except manifest_mod.CutError as e:
+            raise ReplayError(str(e)) from None
+        if cut["commit_ts"] is None or cut["commit_ts"] < position.tso:
+            raise ReplayError(f"--base-export {uri} at {position.describe()} is newer than the archive's cut "
+                              f"({cut['description']}): the snapshot cannot be taken at the cut from it")
+    figures = _figures(ctx, decoded, bound(export))
+    if position.kind == "binlog" and not any(f["after"] for f in figures.values()):
+        raise ReplayError(f"--base-export {uri} at {position.describe()} is newer than the archive's end: every "
+                          "event of the archive lies before the export's position")
+    unproven = sorted((s["topic"] or "", s["partition"], s.get("min_offset")) for s in stats
+                      if s.get("min_offset") != 0 and not figures.get((s["topic"], s["partition"]), {}).get("below"))
+    if unproven:
+        shown = ", ".join(f"{display(t)}/{p} from offset {o if o is not None else '(none)'}" for t, p, o in unproven[:3])
+        raise ReplayError(f"--base-export {uri} at {position.describe()}: the archive may start after it (a gap): "
+                          f"{len(unproven)} partition(s) ({shown}{' ...' if len(unproven) > 3 else ''}) begin after "
+                          "their topic's first offset with no event or watermark at or before the export's position, "
+                          "so changes between the two may be missing")
+
+
+def _figures(ctx: RunContext, decoded: Decoded, below_point: list[int]) -> dict:
+    """{(topic, partition): {"below": events/watermarks at or before the export's position,
+    "after": row/DDL events after it}} from one small aggregation over the decoded events;
+    skipped (empty) when every partition starts at offset 0 and the export is a TSO."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.transforms import point_literal
+
+    position = ctx.base_export.position
+    needed = position.kind == "binlog" or any(s.get("min_offset") != 0 for s in decoded.partition_stats)
+    if not needed:
+        return {}
+    events = decoded.events
+    change = F.col("kind").isin(Kind.ROW, Kind.DDL)
+    if position.kind == "tso":
+        below = ((change & (F.col("commit_ts") < below_point[0]))
+                 | ((F.col("kind") == Kind.WATERMARK) & (F.col("watermark_ts") < below_point[0])))
+        after = change & (F.col("commit_ts") >= below_point[0])
+    else:
+        below = change & (F.col("position") < point_literal(below_point))
+        after = change & (F.col("position") >= point_literal(below_point))
+    rows = events.groupBy("topic", "partition").agg(
+        F.count(F.when(below, 1)).alias("below"), F.count(F.when(after, 1)).alias("after")).collect()
+    return {(r["topic"], r["partition"]): {"below": r["below"], "after": r["after"]} for r in rows}
+
+
+def export_base_rows(ctx: RunContext, columns: list[str]):
+    """The export's rows (base_export.spark.export_rows, read in tasks) as applied INSERT row
+    events at the export's position, shaped as the replay's tagged rows (`columns`) so that
+    the snapshot takes them as the state before the archive's first change, as it does a
+    base snapshot's rows."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.base_export.spark import export_rows
+    from spark_apps.schema import DECODED_STRUCT
+
+    export = ctx.base_export
+    tables = {}
+    for key, schema in export.schema_history().tables.items():
+        tables[key] = ([(c.name, c.mysql_type, int(c.flags)) for c in schema.columns],
+                       list(schema.identity_columns()) or None)
+    point = base_point(export)
+    commit_ts = point[0] if export.position.kind == "tso" else None
+    position = point if export.position.kind == "binlog" else None
+    place = (commit_ts, position, ctx.base_topic)  # the task's closure holds values, not the run context
+    events = export_rows(ctx.spark, export).rdd.mapPartitions(lambda rows: _as_events(rows, tables, place))
+    return (ctx.spark.createDataFrame(events, DECODED_STRUCT)
+            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
+            .withColumn("event_time", F.lit(None).cast("bigint"))
+            .withColumn("timeline", F.array(*[F.lit(p).cast("bigint") for p in point]))
+            .withColumn("status", F.lit(Status.APPLIED))
+            .select(*columns))
+
+
+def _as_events(rows, tables: dict, place: tuple):
+    """Export rows (database, table, file, ordinal, values) as INSERT events of DECODED_STRUCT:
+    the after image in the CREATE TABLE's column order (generated columns, which no export
+    holds, left out), ENUM/SET labels from the column type."""
+    from cdc_codecs.mysql_types import enum_set_label, parse_type
+    from spark_apps.schema import DECODED_FIELD_NAMES
+
+    commit_ts, position, topic = place
+    types = {}
+    for row in rows:
+        columns, key = tables[(row["database"].lower(), row["table"].lower())]
+        values = row["values"]
+        image = []
+        for name, mysql_type, flags in columns:
+            if name not in values:
+                continue
+            value = values[name]
+            value = None if value is None else bytes(value)
+            parsed = types.get(mysql_type) or types.setdefault(mysql_type, parse_type(mysql_type))
+            image.append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": value,
+                          "label": enum_set_label(parsed, value) if parsed.labels else None})
+        event = dict.fromkeys(DECODED_FIELD_NAMES)
+        event.update(kind=Kind.ROW, op="insert", commit_ts=commit_ts, position=position, database=row["database"],
+                     table=row["table"], key_columns=key, after=image, topic=topic, object=row["file"], event_index=0)
+        yield tuple(event[n] for n in DECODED_FIELD_NAMES)

@@ -10,7 +10,7 @@ import dataclasses
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from spark_apps.demo import read_snapshot
@@ -29,7 +29,7 @@ KINDS = {"canal-json": ["dumpling-sql", "dumpling-csv"], "open-protocol": ["dump
          "craft": ["dumpling-csv"], "canal-protobuf": ["mysqldump", "dumpling-sql"]}
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=True)
 @given(
     seed=st.integers(0, 10_000),
@@ -40,6 +40,10 @@ KINDS = {"canal-json": ["dumpling-sql", "dumpling-csv"], "open-protocol": ["dump
     compression=st.sampled_from([None, "gzip"]),
     cut_fraction=st.floats(0.0, 1.0),
 )
+@example(seed=3, partitions=2, duplicate_rate=0.2, protocol="canal-protobuf", kind_index=0, compression="gzip",
+         cut_fraction=1.0)  # mysqldump | gzip beside Canal's binlog positions
+@example(seed=5, partitions=3, duplicate_rate=0.0, protocol="canal-json", kind_index=1, compression=None,
+         cut_fraction=0.0)  # a Dumpling CSV export and a cut at the archive's first commit
 def test_export_plus_archive_equals_the_reference(spark, seed, partitions, duplicate_rate, protocol, kind_index,
                                                    compression, cut_fraction):
     kind = KINDS[protocol][kind_index % len(KINDS[protocol])]

@@ -78,6 +78,12 @@ def test_generated_export_holds_the_reference_state_at_its_position(tmp_path_fac
     archived = {id(p.event) for p in generated.placements}
     copies = [e for e in history if id(e) in archived]
     assert len(copies) == generated.base.resent > 0
+    # no gap: a partition starts above offset 0 only when it holds such a copy
+    firsts = {}
+    for record in generated.records:
+        firsts[record.partition] = min(firsts.get(record.partition, record.offset), record.offset)
+    holding = {p.partition for p in generated.placements if any(p.event is e for e in copies)}
+    assert {p for p, first in firsts.items() if first > 0} <= holding
     # a table split over several files when it has more rows than one file takes
     per_table = {}
     for f in export.files:

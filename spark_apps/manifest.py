@@ -522,7 +522,7 @@ def summary(manifest: dict) -> str:
            if read_twice(manifest) else ""),
         f"  events read      {c['read']:,} = applied {c['applied']:,} + deduplicated {c['duplicate']:,} "
         f"+ pending {c['pending']:,} + filtered {c['filtered']:,} + quarantined {c['quarantined']:,}"
-        + (f" + in the base export {c['in_base']:,}" if "in_base" in c else "")
+        + (f" + in the base export {c['in_base']:,}" if Status.IN_BASE in c else "")
         + f"   [{'reconciled' if c['reconciled'] else 'DOES NOT RECONCILE'}]",
         f"  cut              {cut['description']}",
     ]

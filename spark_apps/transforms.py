@@ -261,9 +261,12 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
         .when(F.col("kind") == Kind.EMPTY, Status.EMPTY)
         .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, Status.FILTERED)
         .when(before_window, Status.FILTERED)
-        .when(F.lit(False) if in_base is None else (
-            (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") < point_literal(in_base))), Status.IN_BASE)
-        .when(~F.col("_first"), Status.DUPLICATE)
+    )
+    if in_base is not None:
+        status = status.when((F.col("kind") != Kind.WATERMARK) & (F.col("timeline") < point_literal(in_base)),
+                             Status.IN_BASE)
+    status = (
+        status.when(~F.col("_first"), Status.DUPLICATE)
         .when(above_cut, Status.PENDING)
         .otherwise(Status.APPLIED)
     )

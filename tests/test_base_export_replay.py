@@ -132,6 +132,14 @@ def test_dumpling_csv_snapshot_as_parquet(spark, tmp_path):
     assert manifest["counts"]["in_base"] == 1
 
 
+def test_tables_filter_the_export_too(spark, tmp_path):
+    tso_archive(tmp_path / "archive")
+    manifest = run(args_for(tmp_path / "archive", tmp_path / "out", "canal-json", FIXTURES / "dumpling-sql",
+                            "--target-format", "parquet", "--tables", "shop.odd?name"), spark=spark)
+    assert sorted(read_parquet(str(tmp_path / "out"))) == [("shop", "odd.name")]
+    assert manifest["output"]["rows"] == 3
+
+
 def test_gap_is_refused(spark, tmp_path):
     """The archive's partitions begin at offset 5 and nothing in them is at or below the TSO:
     changes between the export and the archive's first record may be lost."""

@@ -131,7 +131,8 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
       objects are read by two.
     * Output: <output>/<interval start>, replaced as a whole on a rerun.
     * emit snapshot: each interval's snapshot is the previous interval's plus this window's
-      changes (`--base-snapshot`); the first interval (start_date) starts from nothing.
+      changes (`--base-snapshot`); the first interval (start_date) starts from nothing, or from
+      the Variable's `base_export` (a Dumpling export or mysqldump the archive continues).
     * `require_complete` (default true): validate fails, and retries, while the archive's
       watermarks have not reached the interval's end."""
     if not config:
@@ -195,7 +196,9 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     interval_home = base_output if lake else interval_output(base_output, start)
     request = request.replace(output=request.output if request.kafka_output else interval_home, since=since,
                               until=until, manifest_uri=interval_home if request.kafka_output else None,
-                              base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema)
+                              base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema,
+                              # an export starts the first interval's snapshot; later ones start from the previous
+                              base_export=request.base_export if since is None else None)
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
              objects_window[0], objects_window[1], request.output,

@@ -168,8 +168,12 @@ def export_base_rows(ctx: RunContext, columns: list[str]):
     position = point if export.position.kind == "binlog" else None
     place = (commit_ts, position, ctx.base_topic)  # the task's closure holds values, not the run context
     events = export_rows(ctx.spark, export).rdd.mapPartitions(lambda rows: _as_events(rows, tables, place))
-    return (ctx.spark.createDataFrame(events, DECODED_STRUCT)
-            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    frame = ctx.spark.createDataFrame(events, DECODED_STRUCT)
+    if ctx.args.table_patterns():  # --tables: the export's other tables are left out too
+        from spark_apps.transforms import table_filter
+
+        frame = frame.where(table_filter(ctx.args.table_patterns()))
+    return (frame.withColumn("inferred_ts", F.lit(None).cast("bigint"))
             .withColumn("event_time", F.lit(None).cast("bigint"))
             .withColumn("timeline", F.array(*[F.lit(p).cast("bigint") for p in point]))
             .withColumn("status", F.lit(Status.APPLIED))

@@ -52,6 +52,15 @@ def test_later_intervals_start_from_the_previous_output():
     assert first_snapshot["since"] is None and first_snapshot["base_snapshot"] is None
 
 
+def test_a_base_export_starts_the_first_snapshot_interval_only():
+    config = {**CONFIG, "emit": "snapshot", "base_export": "s3://exports/shop-dumpling"}
+    first = plan_interval(config, h(0), h(1), first_start=START)["request"]
+    assert first["base_export"] == "s3://exports/shop-dumpling" and first["since"] is None
+    later = plan_interval(config, h(1), h(2), first_start=START, previous=(h(0), h(1)), exists=lambda uri: True)
+    assert later["request"]["base_export"] is None
+    assert later["request"]["base_snapshot"] == "s3://lake/shop/20260101T000000Z"
+
+
 def test_a_broken_chain_is_reported():
     plan = plan_interval(CONFIG, h(3), h(4), first_start=START, previous=(h(0), h(1)), exists=lambda uri: True)
     assert "the output of the interval ending at 2026-01-01T03:00:00+00:00" in plan["chain_missing"]

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--protocol", default="canal-json",
                      help="protocol of the record values (default: %(default)s; `cdc-replay protocols` lists them)")
     gen.add_argument("--protocol-option", action="append", default=None, metavar="K=V",
-                     help="codec option, repeatable (default: enable-tidb-extension=true)")
+                     help="codec option, repeatable (default: enable-tidb-extension=true where the protocol has it)")
     gen.add_argument("--transactions", type=int, default=1000, metavar="N",
                      help="transactions below the cut, each 1-4 row changes (default: %(default)s; ~3 records "
                           "per transaction; 100,000 take about a minute)")
@@ -145,6 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write the tables as they were before the archive as TiCDC storage-sink table "
                           "schema files ({db}/{table}/meta/schema_<version>_<crc>.json, usable as --schema); "
                           "YEAR and BIT columns are `YEAR UNSIGNED` / `BIT UNSIGNED` there, as TiDB writes them")
+    gen.add_argument("--base-export", choices=["dumpling-sql", "dumpling-csv", "mysqldump"], metavar="KIND",
+                     help="with --mid-stream, also write a full export of every table at the position just before "
+                          "the archive's first event: dumpling-sql | dumpling-csv (Dumpling of TiDB, its metadata "
+                          "Pos the TSO, for protocols with commit ts; of MySQL, a binlog position, for "
+                          "canal-protobuf) or mysqldump (--source-data=2, canal-protobuf only). The archive starts "
+                          "with some copies of changes the export already holds. Protocols carrying neither a "
+                          "commit ts nor a binlog position are refused")
+    gen.add_argument("--base-export-output", metavar="URI",
+                     help="where to write the export (default: the --output URI with `-export` appended, beside "
+                          "the archive)")
+    gen.add_argument("--base-export-compress", choices=["gzip", "zstd", "snappy"], default=None, metavar="C",
+                     help="compress the export's files as Dumpling's --compress does (gzip, zstd, snappy); a "
+                          "mysqldump file only with gzip (`mysqldump ... | gzip`)")
 
     sub.add_parser("protocols", help="list protocols and their options")
 
@@ -328,6 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         from . import storage
 
         options = parse_option_pairs(args.protocol_option) if args.protocol_option else None
+        if args.base_export:
+            from .generate import export_position_kind
+
+            if not args.mid_stream:
+                parser.error("--base-export goes with --mid-stream (an archive that starts after its tables exist)")
+            try:
+                if export_position_kind(args.protocol, options) == "tso" and args.base_export == "mysqldump":
+                    parser.error("--base-export mysqldump goes with canal-protobuf's binlog positions; an archive "
+                                 "of TiCDC starts from a Dumpling export's TSO: use dumpling-sql or dumpling-csv")
+            except ValueError as e:
+                parser.error(f"--base-export: {e}")
+            if args.base_export == "mysqldump" and args.base_export_compress not in (None, "gzip"):
+                parser.error("--base-export mysqldump: only --base-export-compress gzip")
         started = time.monotonic()
 
         def progress(done, records):
@@ -338,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                              protocol=args.protocol, options=options, mid_stream=args.mid_stream,
                              mid_stream_ddl=args.mid_stream_ddl, ddl_rate=args.ddl_rate, keyless=args.keyless,
                              year_bit=args.year_bit, same_second_ddl=args.same_second_ddl,
-                             backward_es_rate=args.backward_es_rate, progress=progress)
+                             backward_es_rate=args.backward_es_rate, base_export=bool(args.base_export),
+                             progress=progress)
         output = storage.normalize(args.output)
         if storage.is_s3(output):
             storage.ensure_bucket(output)
@@ -354,6 +381,19 @@ def main(argv: list[str] | None = None) -> int:
                 storage.ensure_bucket(schema_root)
             files = write_schema_files(generated, schema_root)
             print(f"wrote {len(files)} table schema files to {schema_root}")
+        if args.base_export:
+            from .generate import write_base_export
+
+            export_root = storage.normalize(args.base_export_output or output.rstrip("/") + "-export")
+            if storage.is_s3(export_root):
+                storage.ensure_bucket(export_root)
+            files = write_base_export(generated, args.base_export, export_root,
+                                      compression=args.base_export_compress)
+            position = generated.base.position
+            at = (f"TSO {position['tso']}" if "tso" in position
+                  else f"binlog {position['log_file']}:{position['log_pos']}")
+            print(f"wrote a {args.base_export} export ({len(files)} files, {at}) to {export_root}; the archive "
+                  f"starts with {generated.base.resent} copies of changes it holds")
         return 0
     if args.command == "protocols":
         import cdc_codecs

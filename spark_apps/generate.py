@@ -84,6 +84,19 @@ class Generated:
     tables_before: dict = dataclasses.field(default_factory=dict)  # {table: [(name, type, flags)]}
     keyless_tables: list[str] = dataclasses.field(default_factory=list)
     database: str = "shop"
+    # with base_export: every change before the archive (the rows that predate it as INSERTs,
+    # then the transactions the export holds), for a reference over the full history
+    history_before: list[dict] = dataclasses.field(default_factory=list)
+    base: "BaseState | None" = None
+
+
+@dataclasses.dataclass
+class BaseState:
+    """What a full export taken just before the archive's first event holds."""
+
+    position: dict  # {"tso": n} (TiDB) or {"log_file": "mysql-bin.000001", "log_pos": n} (MySQL)
+    tables: list  # base_export.write.Table, the tables as they were at the position
+    resent: int  # copies of changes at or before the position sent again at the archive's start
 
 
 class Placement(NamedTuple):
@@ -136,11 +149,16 @@ class _Simulator:
         self.touched_tables: set[str] = set()
         self.keyless_sent: set = set()  # (op, before, after, second): never two identical events
         self.keyless_in_transaction: set = set()
+        self.defaults: dict = {}  # {(table, column): default text} of the columns DDL added
 
-    def seed_rows(self, count: int) -> None:
-        """Rows that existed before the archive starts (no event for them): a mid-stream
-        archive's first change of such a key is an UPDATE or a DELETE."""
-        for table in self.tables:
+    def seed_rows(self, count: int) -> list[dict]:
+        """Rows that existed before the archive starts (no event of the archive for them): a
+        mid-stream archive's first change of such a key is an UPDATE or a DELETE. Returned as
+        the INSERTs that made them, one transaction per table before the clock's start (the
+        full history a base export's reference replays)."""
+        events = []
+        for i, table in enumerate(self.tables):
+            ts = tso(EPOCH_MS - 1000 + i)
             for _ in range(count):
                 row_id = self.next_id[table]
                 self.next_id[table] += 1
@@ -149,6 +167,26 @@ class _Simulator:
                     self.bags[table].append(values)
                 else:
                     self.rows[table][(str(row_id).encode(),)] = values
+                events.append(new_event(
+                    Kind.ROW, op=Op.INSERT, commit_ts=ts, execute_ts_ms=physical_ms(ts), database=self.db,
+                    table=table, key_columns=[] if table in self.keyless else ["id"], before=None,
+                    after=self.image(table, values)))
+        return events
+
+    def export_tables(self) -> list:
+        """The tables as a full export taken now holds them (rows in primary-key order, a
+        keyless table's in the order they were written)."""
+        from .base_export.write import Table
+
+        tables = []
+        for table, columns in self.columns.items():
+            if table in self.keyless:
+                rows = [dict(v) for v in self.bags[table]]
+            else:
+                rows = [dict(self.rows[table][k]) for k in sorted(self.rows[table], key=lambda k: int(k[0]))]
+            tables.append(Table(self.db, table, [(n, t, bool(f & ColumnFlag.PRIMARY_KEY)) for n, t, f in columns],
+                                rows, {n: d for (t, n), d in self.defaults.items() if t == table}))
+        return tables
 
     def create_sql(self) -> str:
         return "".join(self.create_query(t, cols) + ";\n" for t, cols in self.tables.items())
@@ -367,6 +405,7 @@ class _Simulator:
             name = f"extra{self.extra_columns}"
             default = r.randint(0, 99)
             self.columns[table].append((name, "int", 0))
+            self.defaults[(table, name)] = str(default)
             for row in self.rows[table].values():
                 row[name] = str(default).encode()
             return self.ddl_event(
@@ -408,6 +447,7 @@ def generate(
     year_bit: bool = False,
     same_second_ddl: bool = False,
     backward_es_rate: float = 0.0,
+    base_export: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> Generated:
     """A history and its archive. `split_key_updates`: send a primary-key-changing UPDATE as
@@ -437,21 +477,41 @@ def generate(
     0.02, and 0 for a mid-stream archive unless `mid_stream_ddl` (a rate given with
     `mid_stream` gives ALTERs of tables the archive never created).
 
+    `base_export` (with `mid_stream`): a full export is taken just before the archive, as
+    TiCDC's and Canal's documented starts on existing data do. The history then starts with
+    the rows that predate the archive as INSERTs and `transactions // 4` (at least 3)
+    transactions the archive does not hold; `Generated.base` has the export's position (for
+    protocols with commit ts a TSO, the last of those transactions' commit ts; for
+    canal-protobuf the binlog position after them) and tables, `history_before` those changes.
+    The archive starts with copies of a run of them sent again (a changefeed or Canal
+    restarted from an older checkpoint), which a replay must not apply over the export; only
+    the partitions holding such a copy start at an arbitrary offset, the others at 0 (nothing
+    of them is missing between the export and the archive).
+    `expected`/`final` are then whole tables. Protocols that carry neither a commit ts nor a
+    binlog position are refused (`export_position_kind`).
+
     `progress(done, records)` is called every 5% of the transactions (a long history takes
     minutes)."""
-    options = {"enable-tidb-extension": "true"} if options is None else options
+    options = default_options(protocol) if options is None else options
     codec = get_codec(protocol, options)
     if split_key_updates is None:
         split_key_updates = protocol == "avro"
     if ddl_rate is None:
         ddl_rate = 0.0 if mid_stream and not mid_stream_ddl else 0.02
+    position_kind = None
+    if base_export:
+        if not mid_stream:
+            raise ValueError("a base export goes with a mid-stream archive (mid_stream=True): a full archive "
+                             "creates its tables itself")
+        position_kind = export_position_kind(protocol, options)
     sim = _Simulator(seed, database, ddl_rate, split_key_updates,
                      keyless=keyless, year_bit=year_bit, same_second_ddl=same_second_ddl,
                      backward_es_rate=backward_es_rate, ddl_after_rows=mid_stream)
     schema_sql = sim.create_sql()
     tables_before = {t: list(cols) for t, cols in sim.columns.items()}
+    history_before = []
     if mid_stream:
-        sim.seed_rows(12)
+        history_before = sim.seed_rows(12)
     # each partition's messages: (key, value, event or None, index of the event in its message)
     streams: dict[int, list[tuple]] = defaultdict(list)
     all_events = []
@@ -460,12 +520,18 @@ def generate(
     watermark_messages: dict[int, list] = defaultdict(list)
     sequence = iter(range(1, 1 << 62))
 
-    def send(events):
+    def place(events):
+        """The source positions of new events, in the order they happened."""
         for event in events:
             if position_style == "binlog" and event["kind"] != Kind.WATERMARK:
                 event["position"] = [1, 4 + 100 * next(sequence), 0]  # binlog file, offset, row
             elif position_style == "id" and event["kind"] != Kind.WATERMARK:
                 event["position"] = [next(sequence)]
+
+    def send(events, new=True):
+        if new:
+            place(events)
+        for event in events:
             if event["kind"] == Kind.ROW:
                 image = event["after"] or event["before"]
                 if event["table"] in sim.keyless:  # TiCDC / Canal dispatch a keyless table's rows by table
@@ -489,6 +555,20 @@ def generate(
     if not mid_stream:
         ddl_before = sim.create_statements(sim.commit_ts())
         send(ddl_before)
+    base, running = None, set()
+    if base_export:
+        place(history_before)
+        for _ in range(max(3, transactions // 4)):
+            events = sim.transaction()
+            place(events)
+            history_before.extend(events)
+        base = BaseState(_export_position(position_kind, history_before), sim.export_tables(), 0)
+        rows_before = [e for e in history_before if e["kind"] == Kind.ROW]
+        start = sim.rng.randrange(len(rows_before))
+        resent = rows_before[start:start + sim.rng.randint(1, 10)]
+        send(resent, new=False)  # a restart from an older checkpoint sends these again first
+        base.resent = len(resent)
+        running = {p for p, messages in streams.items() if messages}
     cut_ts = 0
     report_every = max(1, transactions // 20)
     for i in range(transactions):
@@ -523,12 +603,14 @@ def generate(
     placements = []
     for p in range(partitions):
         first = sim.rng.randrange(1, 10**9) if mid_stream else 0
+        if base_export and p not in running:
+            first = 0  # a partition the changefeed began at the export: its topic's first offset
         for i, (key, value, event, index) in enumerate(streams[p]):
             records.append(KafkaRecord(topic, p, first + i, EPOCH_MS + i, key, value))
             if event is not None:
                 placements.append(Placement(p, first + i, index, event))
     final = sim.state()
-    if mid_stream:
+    if mid_stream and not base_export:
         expected = _changed_only(expected, all_events[:applied_events])
         final = _changed_only(final, all_events)
     stats = {
@@ -539,7 +621,89 @@ def generate(
     }
     return Generated(records, expected, final, cut_ts, all_events, stats, schema_sql,
                      ddl_before=ddl_before, placements=placements, final_rows=sim.bag_state(),
-                     tables_before=tables_before, keyless_tables=sorted(sim.keyless), database=database)
+                     tables_before=tables_before, keyless_tables=sorted(sim.keyless), database=database,
+                     history_before=history_before if base_export else [], base=base)
+
+
+def default_options(protocol: str) -> dict:
+    """The codec options when none are given: TiCDC's TiDB extension where the protocol has it."""
+    from cdc_codecs import codec_class
+
+    has = any(o.name == "enable-tidb-extension" for o in codec_class(protocol).options)
+    return {"enable-tidb-extension": "true"} if has else {}
+
+
+def export_position_kind(protocol: str, options: dict | None) -> str:
+    """How a full export's position joins this protocol's archive: "tso" when its messages
+    carry TiDB's commit ts (a Dumpling export of TiDB: `Pos:` is the snapshot TSO), "binlog"
+    when they carry a MySQL binlog position (canal-protobuf: mysqldump or Dumpling of MySQL).
+    Refused (ValueError) when they carry neither: Canal's flat JSON and TiCDC canal-json
+    without its TiDB extension (an event time only), OceanBase (a record id no export states)."""
+    style = POSITION_STYLES.get(protocol)
+    if style == "binlog":
+        return "binlog"
+    if style is not None:
+        raise ValueError(f"{protocol} orders by its own record ids, which no Dumpling or mysqldump position "
+                         "states: no base export can join it")
+    codec = get_codec(protocol, default_options(protocol) if options is None else options)
+    probe = new_event(Kind.ROW, op=Op.INSERT, commit_ts=tso(EPOCH_MS), execute_ts_ms=EPOCH_MS, database="d",
+                      table="t", key_columns=["id"], before=None,
+                      after=[{"name": "id", "mysql_type": "int", "flags": PK, "value": b"1", "label": None}])
+    messages = list(codec.encode([probe], topic="t", partition=0))
+    decoded = [e for m in messages for e in codec.decode(KafkaRecord("t", 0, 0, 0, m.key, m.value))]
+    if not any(e["commit_ts"] is not None for e in decoded):
+        raise ValueError(f"{protocol} with these options carries neither a commit ts nor a binlog position "
+                         "(an event time only), so nothing joins an export's position to it")
+    return "tso"
+
+
+def _export_position(kind: str, history: list[dict]) -> dict:
+    """The position of an export that holds `history`: the commit ts of its last change (a
+    TSO at or below which the archive holds only copies), or the binlog offset just past its
+    last event (a MySQL position is where the next transaction starts; Canal's row entries
+    carry their own, later, offsets)."""
+    if kind == "tso":
+        return {"tso": max(e["commit_ts"] for e in history)}
+    last = max(e["position"] for e in history)
+    return {"log_file": f"mysql-bin.{last[0]:06d}", "log_pos": last[1] + 50}
+
+
+BASE_EXPORT_KINDS = ("dumpling-sql", "dumpling-csv", "mysqldump")
+
+
+def write_base_export(generated: Generated, kind: str, prefix: str, *, compression: str | None = None,
+                      rows_per_file: int = 10, statement_size: int = 600) -> list[str]:
+    """Write `generated.base` under `prefix` as `kind` writes it (dumpling-sql, dumpling-csv:
+    Dumpling's `--filetype sql|csv --rows N --statement-size S [--compress C]`, of TiDB for a
+    TSO position, of MySQL for a binlog one; mysqldump: `--single-transaction --source-data=2
+    --databases` of MySQL 8.0, one `{db}.sql[.gz]` file). mysqldump of TiDB is refused: TiDB
+    directs full exports to Dumpling, and a mysqldump of it states no TSO."""
+    from .base_export import write
+
+    base = generated.base
+    if base is None:
+        raise ValueError("this history has no base export: generate it with base_export=True")
+    if kind not in BASE_EXPORT_KINDS:
+        raise ValueError(f"base export {kind!r} is not one of {', '.join(BASE_EXPORT_KINDS)}")
+    if kind == "mysqldump":
+        if "tso" in base.position:
+            raise ValueError("mysqldump goes with a MySQL binlog position (canal-protobuf); an archive of TiCDC "
+                             "starts from a Dumpling export's TSO: use dumpling-sql or dumpling-csv")
+        if compression not in (None, "gzip"):
+            raise ValueError("a mysqldump file is compressed by piping it to gzip here (--compress gzip), not "
+                             f"{compression}")
+        data = write.mysqldump_file(base.tables, base.position)
+        files = {f"{generated.database}.sql" + write.SUFFIXES[compression]: write.compress(data, compression)}
+    else:
+        files = write.dumpling_files(base.tables, base.position, kind.split("-")[1], rows_per_file=rows_per_file,
+                                     statement_size=statement_size, compression=compression,
+                                     server="tidb" if "tso" in base.position else "mysql")
+    written = []
+    for name, data in sorted(files.items()):
+        uri = storage.join(prefix, name)
+        storage.write_bytes(uri, data)
+        written.append(uri)
+    return written
 
 
 def _changed_only(state: dict, events: list[dict]) -> dict:

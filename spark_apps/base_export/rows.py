@@ -466,12 +466,17 @@ def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = 
 def read_sql_rows_at(pieces: Iterable[bytes], tables: dict, database: str | None = None,
                      escape_backslash: bool = True, start: int = 0) -> Iterator[tuple]:
     """`read_sql_rows` with each row's byte offset first (`start`: where the pieces begin)."""
+    named, last = None, None  # the rows of one INSERT share its names: decoded once
     for at, db, table, columns, values in sql_statements_at(pieces, database, escape_backslash, start):
-        db, table = _utf8(db), _utf8(table)
-        converter = tables.get(((db or "").lower(), table.lower()))
-        if converter is None:
-            raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
-        yield at, db, table, converter.row(values, [_utf8(c) for c in columns] if columns else None)
+        if (db, table, columns) != last:
+            last = (db, table, columns)
+            db, table = _utf8(db), _utf8(table)
+            converter = tables.get(((db or "").lower(), table.lower()))
+            if converter is None:
+                raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
+            named = (db, table, converter, [_utf8(c) for c in columns] if columns else None)
+        db, table, converter, names = named
+        yield at, db, table, converter.row(values, names)
 
 
 def _utf8(text: str | None) -> str | None:

@@ -26,8 +26,9 @@ header, with `--source-data=2` (`--master-data=2` before 8.0.26) the comment
 without `-- ` with `=1`), then per database `CREATE DATABASE`, `USE`, and per table
 `CREATE TABLE` followed by its INSERTs. Every INSERT is one line (newlines in values are
 escaped), so the schema statements are found by reading every line that is not an INSERT.
-That read is a streaming pass over the whole file on the driver; splitting it into tasks is
-a later step.
+That read is a streaming pass over the whole file on the driver (an INSERT line is passed
+over from its first bytes); it also notes each `USE`'s byte offset, for the tasks that read
+the file in byte ranges (split.py).
 """
 
 from __future__ import annotations

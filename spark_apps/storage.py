@@ -273,10 +273,10 @@ class _RangedReader(io.RawIOBase):
     up to `max_attempts` consecutive failures; later ranges carry If-Match with the first
     response's ETag, so an object replaced mid-read fails instead of mixing two versions."""
 
-    def __init__(self, bucket: str, key: str):
+    def __init__(self, bucket: str, key: str, start: int = 0):
         self._bucket, self._key = bucket, key
         self._settings = _SETTINGS
-        self._position = 0
+        self._position = start  # the first Range GET starts here
         self._size: int | None = None  # known after the first response
         self._etag: str | None = None
         self._body = None
@@ -420,13 +420,21 @@ CHUNK = 1 << 20
 
 
 def _chunks(uri: str) -> Iterator[bytes]:
+    return iter_range(uri, 0)
+
+
+def iter_range(uri: str, start: int) -> Iterator[bytes]:
+    """The object's stored bytes (not decompressed) from byte `start` to its end, in pieces:
+    on S3 Range GETs that begin at `start`, so a task reading one part of a large object
+    fetches about that part (closing the iterator early stops the reads)."""
     if is_s3(uri):
         bucket, key = _split_s3(uri)
-        with _RangedReader(bucket, key) as reader:
+        with _RangedReader(bucket, key, start) as reader:
             while chunk := reader.read(CHUNK):
                 yield chunk
         return
     with open(uri, "rb") as f:
+        f.seek(start)
         while chunk := f.read(CHUNK):
             yield chunk
 

@@ -26,14 +26,16 @@ header, with `--source-data=2` (`--master-data=2` before 8.0.26) the comment
 without `-- ` with `=1`), then per database `CREATE DATABASE`, `USE`, and per table
 `CREATE TABLE` followed by its INSERTs. Every INSERT is one line (newlines in values are
 escaped), so the schema statements are found by reading every line that is not an INSERT.
-That read is a streaming pass over the whole file on the driver; splitting it into tasks is
-a later step.
+That read is a streaming pass over the whole file on the driver (an INSERT line is passed
+over from its first bytes); it also notes each `USE`'s byte offset, for the tasks that read
+the file in byte ranges (split.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 
 from spark_apps import storage
 
@@ -75,6 +77,9 @@ class DataFile:
     format: str  # "sql" | "csv" | "mysqldump"
     index: str  # Dumpling's file index text ("" for mysqldump)
     size: int
+    # mysqldump: (byte offset, database) of each USE, in file order: a task reading part of
+    # the file starts in the database of the last USE before its first statement
+    uses: tuple = ()
 
 
 @dataclasses.dataclass
@@ -223,10 +228,11 @@ _SOURCE = re.compile(
 _GTID_PURGED = re.compile(r"SET\s+@@GLOBAL\.GTID_PURGED\s*=\s*(?:/\*!80000\s*'\+'\s*\*/\s*)?'([^']*)'", re.I)
 
 
-def scan_mysqldump(lines) -> tuple[ExportPosition | None, list, str]:
+def scan_mysqldump(lines, uses: list | None = None) -> tuple[ExportPosition | None, list, str]:
     """(position or None, [(database, statement)], the header's database or "") from a
     mysqldump's lines (bytes, without terminators): the CHANGE ... TO comment and the CREATE
-    DATABASE / USE / CREATE TABLE statements; INSERT lines are passed over."""
+    DATABASE / USE / CREATE TABLE statements; INSERT lines are passed over. Lines from
+    `lines_at` carry their offsets: each USE's (offset, database) is appended to `uses`."""
     position, gtid = None, None
     statements, current, database = [], [], None
     header, header_db = True, ""
@@ -245,6 +251,8 @@ def scan_mysqldump(lines) -> tuple[ExportPosition | None, list, str]:
             gtid = m.group(1)
         if not current and (not line.strip() or line.startswith("--")):
             continue
+        if not current:
+            first = getattr(raw, "offset", None)
         current.append(line)
         if line.rstrip().endswith(";"):
             statement = "\n".join(current).strip()
@@ -252,6 +260,8 @@ def scan_mysqldump(lines) -> tuple[ExportPosition | None, list, str]:
             kind = _kind(statement)
             if kind == "use":
                 database = re.match(r"USE\s+`((?:[^`]|``)*)`", statement, re.I).group(1).replace("``", "`")
+                if uses is not None and first is not None:
+                    uses.append((first, database))
             elif kind == "create database":
                 m = re.search(r"`((?:[^`]|``)*)`", statement)
                 database = m.group(1).replace("``", "`") if m else database
@@ -260,6 +270,44 @@ def scan_mysqldump(lines) -> tuple[ExportPosition | None, list, str]:
                 statements.append((database, statement))
     pos = None if position is None else ExportPosition("binlog", log_file=position[0], log_pos=position[1], gtid=gtid)
     return pos, statements, header_db
+
+
+class _Line(bytes):
+    offset = 0  # the line's first byte in the file
+
+
+_INSERT_HEADS = (b"INSERT INTO ", b"REPLACE INTO ", b"INSERT IGNORE INTO ")
+
+
+def lines_at(pieces) -> Iterator[_Line]:
+    """The lines of a stream (without LF, a trailing CR dropped, as storage.iter_lines gives
+    them), each with its byte offset. An INSERT line comes as its head only (its rows are
+    read in tasks), so a huge extended INSERT is never held; another line is held up to
+    --max-line-bytes, then cut."""
+    limit = storage.settings().max_line_bytes
+    base, offset, pending, skipping = 0, 0, b"", False  # base: the piece's first byte in the file
+
+    def line():
+        out = _Line(pending.rstrip(b"\r"))
+        out.offset = offset
+        return out
+
+    for piece in pieces:
+        at = 0
+        while True:
+            end = piece.find(b"\n", at)
+            if not skipping:
+                pending += piece[at:] if end < 0 else piece[at:end]
+                if len(pending) > limit or (len(pending) >= 32 and pending.startswith(_INSERT_HEADS)):
+                    pending, skipping = pending[:256], True
+            if end < 0:
+                break
+            yield line()
+            at = end + 1
+            offset, pending, skipping = base + at, b"", False
+        base += len(piece)
+    if pending:
+        yield line()
 
 
 def _kind(statement: str) -> str:
@@ -280,13 +328,14 @@ def _mysqldump(root: str, objects: list) -> BaseExport:
         if not head.startswith((b"-- MySQL dump", b"-- MariaDB dump")):
             skipped.append((obj.uri, "neither Dumpling's metadata nor a mysqldump header"))
             continue
-        position, found, header_db = scan_mysqldump(storage.iter_lines(obj.uri))
+        uses = []
+        position, found, header_db = scan_mysqldump(lines_at(storage.iter_pieces(obj.uri)), uses)
         if position is None:
             raise ExportRefused(f"{obj.uri}: no CHANGE REPLICATION SOURCE TO / CHANGE MASTER TO line: dump it with "
                                 "--source-data=2 (--master-data=2 before MySQL 8.0.26) so the export has a position")
         positions.add(position)
         statements.extend(found)
-        files.append(DataFile(obj.uri, header_db, "", "mysqldump", "", obj.size))
+        files.append(DataFile(obj.uri, header_db, "", "mysqldump", "", obj.size, tuple(uses)))
     if not files:
         raise ExportRefused(f"--base-export {root}: no Dumpling metadata file and no mysqldump file")
     if len({(p.log_file, p.log_pos) for p in positions}) > 1:
@@ -296,4 +345,4 @@ def _mysqldump(root: str, objects: list) -> BaseExport:
 
 
 __all__ = ["BaseExport", "DataFile", "ExportFormatError", "ExportPosition", "ExportRefused", "discover",
-           "parse_dumpling_metadata", "scan_mysqldump", "unescape_name"]
+           "lines_at", "parse_dumpling_metadata", "scan_mysqldump", "unescape_name"]

@@ -69,12 +69,12 @@ def pieces_of(name: str, data: bytes) -> Iterator[bytes]:
 class _Text:
     """The unparsed tail of a stream of pieces, as Latin-1 text."""
 
-    def __init__(self, pieces: Iterable[bytes]):
+    def __init__(self, pieces: Iterable[bytes], start: int = 0):
         self._pieces = iter(pieces)
         self.buf = ""
         self.pos = 0
         self.eof = False
-        self.consumed = 0  # bytes dropped before buf
+        self.consumed = start  # the file's bytes before buf (`start`: where the pieces begin)
 
     def more(self) -> bool:
         """Append the next piece (dropping what was parsed); False at the end."""
@@ -158,7 +158,15 @@ def sql_statements(pieces: Iterable[bytes], database: str | None = None,
     """(database, table, column names or None, [(kind, text), ...]) for each row of each
     INSERT in SQL text; text is Latin-1 (the bytes) with escapes resolved. Without
     `escape_backslash` (Dumpling's --escape-backslash=false) a string only doubles its quote."""
-    t = _Text(pieces)
+    for _, *row in sql_statements_at(pieces, database, escape_backslash):
+        yield tuple(row)
+
+
+def sql_statements_at(pieces: Iterable[bytes], database: str | None = None, escape_backslash: bool = True,
+                      start: int = 0) -> Iterator[tuple]:
+    """`sql_statements` with each row's byte offset in the file first (the offset of its `(`;
+    `start`: the file offset where the pieces begin)."""
+    t = _Text(pieces, start)
     t.more()
     while True:
         m = _SPACE.match(t.buf, t.pos)
@@ -228,6 +236,7 @@ def _tuples(t: _Text, db, table, columns, escape_backslash: bool) -> Iterator[tu
             m = _SPACE.match(t.buf, t.pos)
             pos = m.end()
             if pos < len(t.buf) and t.buf[pos] == "(":
+                row_at = pos
                 pos += 1
                 row = []
                 while True:
@@ -257,7 +266,7 @@ def _tuples(t: _Text, db, table, columns, escape_backslash: bool) -> Iterator[tu
                     m = _ROW_END.match(t.buf, pos)
                     if m is not None:
                         t.pos = m.end()
-                        yield db, table, columns, row
+                        yield t.consumed + row_at, db, table, columns, row
                         if m.group(1) == ";":
                             return
                         break
@@ -304,7 +313,13 @@ _CSV_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "b": "\
 
 def csv_records(pieces: Iterable[bytes], dialect: CsvDialect) -> Iterator[list[tuple]]:
     """The records of Dumpling CSV text: lists of (kind, text); the header is a record too."""
-    t = _Text(pieces)
+    for _, record in csv_records_at(pieces, dialect):
+        yield record
+
+
+def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0) -> Iterator[tuple]:
+    """(byte offset in the file, record) of Dumpling CSV text whose pieces begin at `start`."""
+    t = _Text(pieces, start)
     t.more()
     field = dialect.field.match
     d = dialect.delimiter
@@ -313,9 +328,9 @@ def csv_records(pieces: Iterable[bytes], dialect: CsvDialect) -> Iterator[list[t
             return
         if t.eof and not t.buf.endswith("\n"):
             t.buf += "\n"  # the last line without its terminator
-        start = t.pos
+        begin = t.pos
         record = []
-        pos = start
+        pos = begin
         while True:
             m = field(t.buf, pos)
             if m is None:
@@ -341,13 +356,13 @@ def csv_records(pieces: Iterable[bytes], dialect: CsvDialect) -> Iterator[list[t
         if record is not None:
             t.pos = pos
             if record != [(BARE, "")]:  # an empty line
-                yield record
+                yield t.consumed + begin, record
             continue
         if not t.more():
             if t.eof and not t.buf.endswith("\n"):
                 t.buf += "\n"
                 continue
-            raise ExportFormatError(f"a CSV record that does not end at {t.where(start)}")
+            raise ExportFormatError(f"a CSV record that does not end at {t.where(begin)}")
         # t.more() moved the buffer: the record starts again at the new t.pos
 
 
@@ -444,12 +459,24 @@ def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = 
     """(database, table, {column: canonical bytes}) for each row of SQL text. `tables` maps
     (database, table) lower-cased to a Converter; a row of a table without one is an error
     (nothing is dropped silently)."""
-    for db, table, columns, values in sql_statements(pieces, database, escape_backslash):
-        db, table = _utf8(db), _utf8(table)
-        converter = tables.get(((db or "").lower(), table.lower()))
-        if converter is None:
-            raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
-        yield db, table, converter.row(values, [_utf8(c) for c in columns] if columns else None)
+    for _, *row in read_sql_rows_at(pieces, tables, database, escape_backslash):
+        yield tuple(row)
+
+
+def read_sql_rows_at(pieces: Iterable[bytes], tables: dict, database: str | None = None,
+                     escape_backslash: bool = True, start: int = 0) -> Iterator[tuple]:
+    """`read_sql_rows` with each row's byte offset first (`start`: where the pieces begin)."""
+    named, last = None, None  # the rows of one INSERT share its names: decoded once
+    for at, db, table, columns, values in sql_statements_at(pieces, database, escape_backslash, start):
+        if (db, table, columns) != last:
+            last = (db, table, columns)
+            db, table = _utf8(db), _utf8(table)
+            converter = tables.get(((db or "").lower(), table.lower()))
+            if converter is None:
+                raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
+            named = (db, table, converter, [_utf8(c) for c in columns] if columns else None)
+        db, table, converter, names = named
+        yield at, db, table, converter.row(values, names)
 
 
 def _utf8(text: str | None) -> str | None:
@@ -459,15 +486,24 @@ def _utf8(text: str | None) -> str | None:
 
 def read_csv_rows(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None) -> Iterator[dict]:
     """{column: canonical bytes} for each data line of one Dumpling CSV file."""
+    for _, values in read_csv_rows_at(pieces, converter, dialect):
+        yield values
+
+
+def read_csv_rows_at(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None,
+                     start: int = 0, header: Iterable[bytes] | None = None) -> Iterator[tuple]:
+    """(byte offset, {column: canonical bytes}) of each data line. From `start` > 0 (a range
+    of the file) the header is not in `pieces`: `header` gives the file's pieces from byte 0,
+    of which only the first line is read."""
     dialect = dialect or CsvDialect()
-    records = csv_records(pieces, dialect)
+    records = csv_records_at(pieces, dialect, start)
     columns = None
     if dialect.header:
-        header = next(records, None)
-        if header is None:
+        first = next(csv_records(header, dialect), None) if start else next(records, (0, None))[1]
+        if first is None:
             return
-        columns = [_utf8(text) for _, text in header]
+        columns = [_utf8(text) for _, text in first]
         if [c.lower() for c in columns] == [c.lower() for c in converter.names]:
             columns = None
-    for record in records:
-        yield converter.row(record, columns)
+    for at, record in records:
+        yield at, converter.row(record, columns)

@@ -63,8 +63,7 @@ _INTERNAL = ("_identity", "_route", "_counted", "_live", "_last", "_missing", "_
              "_was_error_stage")
 
 
-def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), base_snapshot: bool = False,
-                    require_schema: bool = False) -> str | None:
+def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), require_schema: bool = False) -> str | None:
     """Why this run cannot take the one-shuffle path (None: it can). Checked on the driver
     before the shuffle; the caller runs v1's passes instead. `untimed`: the archive has
     neither commit ts nor producer positions (replay's `needs_event_time`)."""
@@ -73,8 +72,6 @@ def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), base_snaps
                 "intervals of a table (their timelines hold their own offsets)")
     if inferred_schemas:
         return "a table's schema is taken from its row events (known only after the summary)"
-    if base_snapshot:
-        return "--base-snapshot: its rows are not lean events of this decode"
     if require_schema:
         return "--require-schema: tables without a known schema are quarantined after the summary"
     return None
@@ -133,7 +130,8 @@ def _matches(pattern: tuple, database, table) -> bool:
 def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
                 intervals: DataFrame | None = None, known=None, stretches: DataFrame | None = None,
                 stretch_names=None, dictionary: T.SchemaDictionary | None = None,
-                multiset: bool = True, bucket: Column | None = None, partitions: int | None = None) -> DataFrame:
+                multiset: bool = True, bucket: Column | None = None, partitions: int | None = None,
+                base: DataFrame | None = None, in_base: list[int] | None = None) -> DataFrame:
     """Every event of `ready` (replay's frame fed to duplicate_places/tag_status: lean or full
     rows, after `infer_commit_ts`/`partition_event_time`), one row per effect, after the one
     shuffle: `status`, `timeline`, `error`/`error_stage` (a missing table's quarantine), the
@@ -143,8 +141,15 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     table); `stretches`/`stretch_names`: where each name the DDL named exists
     (`existence_frames`; None: no check). `dictionary`: the schema dictionary for lean rows. `bucket`: the summary's
     commit-time bucket (transforms.commit_bucket). `partitions`: of the shuffle (None: Spark's
-    `spark.sql.shuffle.partitions`)."""
+    `spark.sql.shuffle.partitions`). `base`: the rows of a base snapshot or export (full
+    images, their `timeline` set), applied events that enter only the last change per key
+    (never counted, never duplicate-checked, never quarantined: v1 unions them with the
+    applied rows after its summary); `in_base`: a base export's bound (tag_status's)."""
     df = T.with_timeline(ready)
+    if base is not None:  # `_base` tells them apart; each side's missing columns are null
+        df = df.withColumn("_base", F.lit(False)).unionByName(
+            base.drop("status").withColumn("_base", F.lit(True)), allowMissingColumns=True)
+    not_base = ~F.col("_base") if base is not None else F.lit(True)
     checked, redelivered_bad = T._checked(tables)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
     df = df.withColumn("_identity", T.identity_of(ready))
@@ -156,7 +161,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     else:
         df = T._match_tables(df, stretches, stretch_names)
         missing = (F.col("kind") == Kind.ROW) & F.col("_final_tb").isNull() & F.col("_known").isNotNull()
-        df = (df.withColumn("_missing", F.coalesce(missing, F.lit(False)))
+        df = (df.withColumn("_missing", F.coalesce(missing, F.lit(False)) & not_base)
               .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns"))
     if intervals is None:
         df = (df.withColumn("_final_db", F.col("database")).withColumn("_final_tb", F.col("table"))
@@ -169,7 +174,9 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
               .withColumn("_final_db", F.coalesce(F.col("_final_db"), F.col("database")))
               .withColumn("_final_tb", F.coalesce(F.col("_final_tb"), F.col("table")))
               .drop("_db", "_tb", "_known"))
-    df = _effects(df, (F.col("kind") == Kind.ROW) & in_scope & ~F.col("_missing") & F.col("_live_table"), dictionary)
+    effectful = (F.col("kind") == Kind.ROW) & ((in_scope & ~F.col("_missing")) | ~not_base) & F.col("_live_table")
+    df = _effects(df, effectful, dictionary, base is not None)
+    df = df.withColumn("_counted", F.col("_counted") & not_base)
     keyed = F.col("effect").isNotNull()
     df = (df.withColumn("final_database", F.when(keyed, F.col("_final_db")))
           .withColumn("final_table", F.when(keyed, F.col("_final_tb")))
@@ -178,9 +185,10 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     shuffled = df.repartition(partitions, *ROUTE) if partitions else df.repartition(*ROUTE)
 
     # the first copy of each identity: every copy is in this partition (module doc)
-    first = F.row_number().over(Window.partitionBy(*ROUTE, "_identity").orderBy(*T.FIRST_SEEN)) == 1
-    tagged = shuffled.withColumn("status", _status(F.when(checked, first), checked, redelivered_bad, in_scope, cut,
-                                                   since))
+    copies = (*ROUTE, "_identity") + (("_base",) if base is not None else ())
+    first = F.row_number().over(Window.partitionBy(*copies).orderBy(*T.FIRST_SEEN)) == 1
+    status = _status(F.when(checked, first), checked, redelivered_bad, in_scope, cut, since, in_base)
+    tagged = shuffled.withColumn("status", F.when(~not_base, F.lit(Status.APPLIED)).otherwise(status))
     missing = F.col("_missing") & (F.col("status") == Status.APPLIED)
     # what v1's summary sees of a row it moves after it (stages/engine.py undoes the move for it)
     tagged = (tagged.withColumn("_moved", missing).withColumn("_was_error", F.col("error"))
@@ -211,7 +219,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     own_keys = F.when(keyed & F.col("key_aliases").isNull(),
                       F.to_json(F.coalesce(F.col("key_columns"), F.array().cast("array<string>"))))
     # the decode task's identity and place served the duplicate check (as in tag_status)
-    return tagged.withColumn("_own_keys", own_keys).drop("_rn", "_n", "_copy_changes", "_effect", "identity", "place_id")
+    return tagged.withColumn("_own_keys", own_keys).drop("_rn", "_n", "_copy_changes", "_effect", "identity", "place_id",
+                                                         "_base")
 
 
 def existence_frames(spark, history) -> tuple:
@@ -241,10 +250,11 @@ def _fold(count, change):
             .otherwise(F.greatest(count, F.lit(1))))
 
 
-def _effects(df: DataFrame, effectful: Column, dictionary) -> DataFrame:
+def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = False) -> DataFrame:
     """`transforms.row_effects`, exploded before the shuffle, for every event: a row event of a
     live table in scope gets its effects (`_counted` on the one the summary counts), every
-    other event one row without a key (`effect` null)."""
+    other event one row without a key (`effect` null). `full_too`: lean rows and rows with
+    full images (a base's) side by side, each keyed by its own images."""
     lean = "after_values" in df.columns
     if lean:
         for image in T.IMAGES:
@@ -253,6 +263,9 @@ def _effects(df: DataFrame, effectful: Column, dictionary) -> DataFrame:
             df = T.codegen_boundary(df).withColumn(f"_{image}_key", T.row_key_lean(image, F.col(f"_{image}")))
         df = T.codegen_boundary(df)
         before_key, after_key = F.col("_before_key"), F.col("_after_key")
+        if full_too:
+            before_key, after_key = [F.when(F.col("_base"), T.row_key(image, schema_keys=True)).otherwise(key)
+                                     for image, key in zip(T.IMAGES, (before_key, after_key))]
     else:
         before_key, after_key = [T.row_key(image, schema_keys=True) for image in T.IMAGES]
 
@@ -283,7 +296,8 @@ def _effects(df: DataFrame, effectful: Column, dictionary) -> DataFrame:
             .drop("_effect", "_before", "_after", "_before_key", "_after_key"))
 
 
-def _status(first: Column, checked: Column, redelivered_bad: Column, in_scope: Column, cut, since) -> Column:
+def _status(first: Column, checked: Column, redelivered_bad: Column, in_scope: Column, cut, since,
+            in_base: list[int] | None = None) -> Column:
     """transforms.tag_status's status, `first` being the duplicate check's verdict."""
     if cut is None:
         above_cut = F.lit(False)
@@ -293,14 +307,15 @@ def _status(first: Column, checked: Column, redelivered_bad: Column, in_scope: C
             F.col("timeline") > cut_point)
     before_window = F.lit(False) if since is None else (
         (F.col("kind") != Kind.WATERMARK) & (F.col("timeline") <= T.point_literal([since])))
-    return (F.when(redelivered_bad & ~first, Status.DUPLICATE)
-            .when(F.col("kind") == QUARANTINE_KIND, Status.QUARANTINED)
-            .when(F.col("kind") == Kind.EMPTY, Status.EMPTY)
-            .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, Status.FILTERED)
-            .when(before_window, Status.FILTERED)
-            .when(~first, Status.DUPLICATE)
-            .when(above_cut, Status.PENDING)
-            .otherwise(Status.APPLIED))
+    status = (F.when(redelivered_bad & ~first, Status.DUPLICATE)
+              .when(F.col("kind") == QUARANTINE_KIND, Status.QUARANTINED)
+              .when(F.col("kind") == Kind.EMPTY, Status.EMPTY)
+              .when((F.col("kind") != Kind.WATERMARK) & ~in_scope, Status.FILTERED)
+              .when(before_window, Status.FILTERED))
+    if in_base is not None:  # in the export, whether or not also a later copy (as in tag_status)
+        status = status.when((F.col("kind") != Kind.WATERMARK) & (F.col("timeline") < T.point_literal(in_base)),
+                             Status.IN_BASE)
+    return status.when(~first, Status.DUPLICATE).when(above_cut, Status.PENDING).otherwise(Status.APPLIED)
 
 
 def latest(tagged: DataFrame) -> DataFrame:

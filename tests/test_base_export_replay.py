@@ -171,16 +171,21 @@ def canal_archive(path, events):
     write(encode_records(codec, events, topic="canal", partitions=1), path)
 
 
-def test_mysqldump_with_canal_protobuf(spark, tmp_path):
-    """mysqldump at binlog.000003:4711; Canal's binlog positions [file sequence, offset, row]:
-    an event at 3:4000 is in the dump, 3:4711 and 4:120 are after it."""
-    canal_archive(tmp_path / "archive", [
+def around_the_dump() -> list[dict]:
+    """Canal's binlog positions [file sequence, offset, row] around mysqldump-8.0's
+    binlog.000003:4711: an event at 3:4000 is in the dump, 3:4711 and 4:120 are after it."""
+    return [
         row_event(Op.UPDATE, "items", before=ITEMS_MYSQL[0], after=dict(ITEMS_MYSQL[0], name=b"stale"),
                   position=[3, 4000, 0], execute_ts_ms=1),
         row_event(Op.UPDATE, "items", before=ITEMS_MYSQL[3], after=dict(ITEMS_MYSQL[3], note=b"later"),
                   position=[3, 4711, 0], execute_ts_ms=2),
         row_event(Op.DELETE, "items", before=ITEMS_MYSQL[4], position=[4, 120, 0], execute_ts_ms=3),
-    ])
+    ]
+
+
+def test_mysqldump_with_canal_protobuf(spark, tmp_path):
+    """mysqldump at binlog.000003:4711 and a Canal archive around it (`around_the_dump`)."""
+    canal_archive(tmp_path / "archive", around_the_dump())
     manifest = run(args_for(tmp_path / "archive", tmp_path / "out", "canal-protobuf", FIXTURES / "mysqldump-8.0",
                             "--target-format", "parquet", options={}), spark=spark)
     table = read_parquet(str(tmp_path / "out"))[("shop", "items")]

@@ -124,6 +124,51 @@ def test_real_captures_replay_alike_on_both_engines(spark, tmp_path, capture_id,
         assert v2["engine"]["ran"] == "v1" and "no commit ts nor position" in v2["engine"]["fallback"]
 
 
+def test_base_exports_replay_alike_on_both_engines(spark, tmp_path):
+    """--base-export (tests/test_base_export_replay.py's archives): the export's rows enter v2's
+    one shuffle as applied events that later archive changes replace, archive events the
+    export holds are `in_base`: a Dumpling TSO with a TiCDC changefeed (its re-sent older
+    event), to Kafka records and to Parquet, and a mysqldump with Canal protobuf positions."""
+    from .test_base_export_replay import FIXTURES, TIDB, around_the_dump, canal_archive, tso_archive
+
+    tso_archive(tmp_path / "tso")
+    for i, (export, extra) in enumerate([("dumpling-sql", []), ("dumpling-csv-gzip", ["--target-format", "parquet"])]):
+        (tmp_path / f"tso-{i}").mkdir()
+        _, v2 = both(spark, str(tmp_path / "tso"), tmp_path / f"tso-{i}",
+                     _argv("canal-json", TIDB, "--emit", "snapshot", "--base-export", str(FIXTURES / export), *extra))
+        _ran_v2(v2)
+        assert v2["counts"]["in_base"] == 1
+    canal_archive(tmp_path / "canal", around_the_dump())
+    (tmp_path / "canal-out").mkdir()
+    _, v2 = both(spark, str(tmp_path / "canal"), tmp_path / "canal-out",
+                 _argv("canal-protobuf", {}, "--emit", "snapshot", "--target-format", "parquet",
+                       "--base-export", str(FIXTURES / "mysqldump-8.0")))
+    _ran_v2(v2)
+    assert v2["counts"]["in_base"] == 1 and v2["counts"]["applied"] == 2
+
+
+@pytest.mark.parametrize("target", [[], ["--target-format", "parquet"]], ids=["kafka-records", "parquet"])
+def test_a_window_on_a_base_snapshot_replays_alike_on_both_engines(spark, tmp_path, target):
+    """--base-snapshot: the base (a v1 snapshot as Kafka records at the middle of a generated
+    archive with DDL, key moves and a keyless table) enters v2's shuffle as applied rows at
+    the window's start."""
+    options = options_for("canal-json", tmp_path)
+    generated = generate(transactions=60, partitions=2, seed=43, protocol="canal-json", options=options,
+                         ddl_rate=0.05, keyless=True, split_key_updates=False)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source, records_per_object=50)
+    row_ts = sorted(e["commit_ts"] for e in generated.events if e["kind"] == "row" and e.get("commit_ts"))
+    base = tmp_path / "base"
+    run(ReplayArgs.from_namespace(parser().parse_args(
+        ["--source", source, "--output", str(base), "--engine", "v1",
+         *_argv("canal-json", options, "--emit", "snapshot", "--as-of", str(row_ts[len(row_ts) // 2]))])), spark=spark)
+    (tmp_path / "window").mkdir()
+    _, v2 = both(spark, source, tmp_path / "window",
+                 _argv("canal-json", options, "--emit", "snapshot", "--base-snapshot", str(base), *target))
+    _ran_v2(v2)
+    assert v2["counts"]["filtered"] > 0
+
+
 def test_the_engine_comes_from_the_option_then_the_environment(monkeypatch):
     from spark_apps.stages.context import ReplayError
     from spark_apps.stages.engine import ENGINE_ENV, requested
@@ -148,7 +193,7 @@ def test_the_engine_comes_from_the_option_then_the_environment(monkeypatch):
     (["--emit", "snapshot", "--target-format", "delta"], "a delta output"),
     (["--emit", "snapshot", "--target-format", "parquet"], None),
     (["--emit", "snapshot"], None),
-    (["--emit", "snapshot", "--base-export", "/export"], "--base-export"),
+    (["--emit", "snapshot", "--base-export", "/export"], None),
 ])
 def test_what_the_request_alone_keeps_on_v1(extra, reason):
     from spark_apps.stages.context import RunContext

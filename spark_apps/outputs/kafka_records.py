@@ -44,7 +44,8 @@ class KafkaRecordArchive(Target):
         plan = self.plan
         tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
         ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
-            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index", "topic")
+            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index", "topic",
+            "object")
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
                              plan.args.max_records_per_object, prepare, self.writer())
         return written_rows(ordered, fn)

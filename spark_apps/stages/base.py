@@ -202,6 +202,9 @@ def _as_events(rows, tables: dict, place: tuple):
             image.append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": value,
                           "label": enum_set_label(parsed, value) if parsed.labels else None})
         event = dict.fromkeys(DECODED_FIELD_NAMES)
+        # its place in the export (file, byte offset) orders rows that share the export's point alike
+        # on both engines (the writers' last ties: offset, then object)
         event.update(kind=Kind.ROW, op="insert", commit_ts=commit_ts, position=position, database=row["database"],
-                     table=row["table"], key_columns=key, after=image, topic=topic, object=row["file"], event_index=0)
+                     table=row["table"], key_columns=key, after=image, topic=topic, object=row["file"],
+                     offset=row["ordinal"], event_index=0)
         yield tuple(event[n] for n in DECODED_FIELD_NAMES)

@@ -19,6 +19,8 @@ from spark_apps import kafka_io
 from spark_apps.contract import Status
 from spark_apps.stages import dedupe as dedupe_stage
 from spark_apps.stages import history as history_stage
+from spark_apps.stages.base import bound as base_bound
+from spark_apps.stages.base import export_base_rows
 from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged
 
 ENGINE_ENV = "CDC_REPLAY_ENGINE"
@@ -42,8 +44,6 @@ def request_reason(ctx: RunContext) -> str | None:
     if args.output_format not in ("parquet", "kafka") or kafka_io.is_kafka(ctx.output):
         return f"a {args.output_format if not kafka_io.is_kafka(ctx.output) else 'kafka://'} output: v2 writes " \
                "Parquet and Kafka-record archives only"
-    if getattr(args, "base_export", None):
-        return "--base-export: v2 does not tag events the export holds (in_base) yet"
     return None
 
 
@@ -92,16 +92,18 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
     history_stage._apply_ddl(before, applied, args.protocol)
     intervals, known = outputs.table_frames(spark, before)
     reason = V2.fallback_reason(untimed=untimed, intervals=intervals, inferred_schemas=before.inferred,
-                                base_snapshot=ctx.base is not None, require_schema=args.require_schema)
+                                require_schema=args.require_schema)
     if reason:
         return reason
     ctx.progress.phase("tagging every event in one shuffle (engine v2)")
     dictionary = dedupe_stage.schema_dictionary(ctx, decoded)
     stretches, names = V2.existence_frames(spark, before)
     frame = manifest_mod.timeline_frame(decoded.partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
+    base = _base_rows(ctx)
     cache = V2.tag_effects(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                            intervals=intervals, known=known, stretches=stretches, stretch_names=names,
-                           dictionary=dictionary, bucket=T.commit_bucket(*frame) if frame else None
+                           dictionary=dictionary, bucket=T.commit_bucket(*frame) if frame else None,
+                           base=base, in_base=None if ctx.base_export is None else base_bound(ctx.base_export)
                            ).persist(StorageLevel.DISK_ONLY)
     counts = V2.summary_counts(cache)
     if counts["own_key_conflicts"]:
@@ -117,7 +119,41 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
         cache.unpersist()
         return differs
     hist.latest, hist.cache = V2.latest(cache), cache
+    if base is not None and "after_values" in cache.columns:  # the base rows' images are full: rebuild the lean
+        hist.latest = _full_beside(hist.latest, dictionary)
     return tagged, hist
+
+
+def _base_rows(ctx: RunContext):
+    """The rows of --base-snapshot or --base-export as applied events with full images (what
+    v1's stages/output.py unions with the applied rows), or None."""
+    from spark_apps import outputs
+    from spark_apps.schema import DECODED_FIELD_NAMES
+    from spark_apps.stages.decode import decode_objects
+
+    columns = [*DECODED_FIELD_NAMES, "inferred_ts", "event_time", "timeline", "status"]
+    if ctx.base_export is not None:
+        return export_base_rows(ctx, columns)
+    if ctx.base is not None:
+        try:
+            return outputs.base_rows(ctx.spark, ctx.base, ctx.args, columns, decode_objects)
+        except outputs.OutputError as e:
+            raise ReplayError(str(e)) from None
+    return None
+
+
+def _full_beside(latest, dictionary):
+    """`latest` with the lean rows' images rebuilt (transforms.full_images) and the base rows'
+    full images kept."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+
+    kept = latest.withColumnRenamed("before", "_base_before").withColumnRenamed("after", "_base_after")
+    full = T.full_images(kept, dictionary, latest.columns)
+    for image in T.IMAGES:
+        full = full.withColumn(image, F.coalesce(F.col(image), F.col(f"_base_{image}")))
+    return full.drop("_base_before", "_base_after")
 
 
 def _as_v1_saw(cache, columns: list[str]):

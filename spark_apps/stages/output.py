@@ -23,12 +23,14 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     args, spark, history = ctx.args, ctx.spark, hist.history
     ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
     applied = hist.tagged.where(F.col("status") == Status.APPLIED)
-    try:
-        base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
-    except outputs.OutputError as e:
-        raise ReplayError(str(e)) from None
-    if ctx.base_export is not None:  # the export's rows, read in tasks, as the state at its position
-        base_rows = export_base_rows(ctx, hist.tagged.columns)
+    base_rows = None
+    if hist.latest is None:  # engine v2 took the base rows into its last changes (stages/engine.py)
+        try:
+            base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
+        except outputs.OutputError as e:
+            raise ReplayError(str(e)) from None
+        if ctx.base_export is not None:  # the export's rows, read in tasks, as the state at its position
+            base_rows = export_base_rows(ctx, hist.tagged.columns)
     partitions = args.target_partitions or max(1, max((s["partition"] for s in decoded.partition_stats),
                                                       default=0) + 1)
     target = outputs.TargetSpec(codec_class(ctx.target_protocol), ctx.target_protocol, ctx.target_options, partitions)

@@ -374,7 +374,7 @@ def check(args) -> None:
 
 # what --base-export joins (docs/base-exports.md): a TiDB TSO needs commit ts, a binlog position
 # needs Canal's (file, offset) per event, which only canal-protobuf carries
-BASE_EXPORT_EMITS = ("snapshot",)
+BASE_EXPORT_EMITS = ("snapshot", "history", "topics")
 BASE_EXPORT_FORMATS = ("kafka", "parquet")
 BASE_EXPORT_BINLOG_PROTOCOLS = ("canal-protobuf",)
 BASE_EXPORT_TSO_PROTOCOLS = ("canal-json", "open-protocol", "craft", "avro", "csv")
@@ -392,9 +392,9 @@ def _check_base_export(args, output_format: str) -> None:
     if args.base_snapshot:
         raise RequestError("--base-export", "--base-export and --base-snapshot are two starting points: give one")
     if args.emit not in BASE_EXPORT_EMITS or output_format not in BASE_EXPORT_FORMATS:
-        raise RequestError("--base-export", f"--base-export is built for --emit snapshot written as Parquet or a "
-                                            f"Kafka-record archive; --emit {args.emit} --target-format {output_format} "
-                                            "with it is not built yet")
+        raise RequestError("--base-export", f"--base-export is built for --emit snapshot|history|topics written as "
+                                            f"Parquet or a Kafka-record archive; --emit {args.emit} --target-format "
+                                            f"{output_format} with it is not built yet")
     if args.since is not None:
         raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
                                             "not used with it")

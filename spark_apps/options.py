@@ -333,12 +333,12 @@ OPTIONS: tuple[Option, ...] = (
            help="a full export the archive continues, local or s3://: a Dumpling export (SQL or CSV; its "
                 "metadata's TSO) or mysqldump file(s) (--source-data=2; its binlog position). Its CREATE "
                 "statements are the starting schemas and its rows the snapshot's starting rows; archive "
-                "events it already holds are skipped (counted in_base). --emit snapshot, Parquet or a "
-                "Kafka-record archive (docs/base-exports.md)",
+                "events it already holds are skipped (counted in_base). --emit snapshot or history as Parquet, "
+                "snapshot or topics (an INSERT per exported row first) as Kafka records (docs/base-exports.md)",
            request=Field("base_export", "uri", form=_form(
                None, REPLAYED, "Base export",
                "a Dumpling export or mysqldump file(s) the archive continues: the snapshot starts from its "
-               "tables and rows (snapshot as Parquet or Kafka records)",
+               "tables and rows (snapshot, history or topics; not Delta/Iceberg)",
                type=["null", "string"], pattern=URI_PATTERN + "|^$"))),
     Option("tables", WHAT, metavar="db.table,...",
            help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive",

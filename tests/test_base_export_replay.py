@@ -2,8 +2,11 @@
 tests/fixtures/base_exports/ plus a small archive that continues them (a TiCDC changefeed
 started at the Dumpling TSO, re-sending an older event; a Canal binlog subscription around a
 mysqldump's position). The snapshot must equal the export's rows (hand-written in
-tests/test_base_export.py) with the archive's later changes applied by hand here; archive
-events the export holds are counted `in_base`; gaps and newer exports are refused."""
+tests/test_base_export.py) with the archive's later changes applied by hand here; the history
+starts each exported row with an INSERT version at the export's position, and the topics
+re-send each as an INSERT message before the archive's changes; archive events the export
+holds are counted `in_base` (never a version or a message); gaps and newer exports are
+refused."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ import pathlib
 import pytest
 
 from cdc_codecs import encode_records, get_codec
+from cdc_codecs.archive import is_archive_object, parse_line
 from cdc_codecs.events import ColumnFlag, Kind, Op, new_event
 from cdc_codecs.mysql_types import parse_type
+from spark_apps import storage
 from spark_apps.demo import read_snapshot
 from spark_apps.generate import write_archive
 from spark_apps.options import ReplayArgs, parser
@@ -62,8 +67,8 @@ def write(records, path, first_offset=0):
     write_archive(renumbered, str(path), records_per_object=3)
 
 
-def args_for(source, output, protocol, export, *extra, options=TIDB):
-    argv = ["--source", str(source), "--protocol", protocol, "--output", str(output), "--emit", "snapshot",
+def args_for(source, output, protocol, export, *extra, options=TIDB, emit="snapshot"):
+    argv = ["--source", str(source), "--protocol", protocol, "--output", str(output), "--emit", emit,
             "--base-export", str(export), *extra]
     for key, value in options.items():
         argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
@@ -164,6 +169,78 @@ def test_export_newer_than_the_cut_is_refused(spark, tmp_path):
                      "--as-of", str(ts(-1))), spark=spark)
 
 
+def read_topics(output, protocol, options) -> dict:
+    """{(topic, partition): [row event]} of a topics output, decoded in offset order."""
+    codec = get_codec(protocol, options)
+    records = []
+    for info in storage.list_objects(str(output)):
+        if is_archive_object(storage.relative(info.uri, str(output))):
+            records.extend(parse_line(line) for line in storage.iter_lines(info.uri))
+    out: dict = {}
+    for record in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        for event in codec.decode(record):
+            if event["kind"] == Kind.ROW:
+                out.setdefault((record.topic, record.partition), []).append(event)
+    return out
+
+
+def values(img) -> dict:
+    return {c["name"]: c["value"] for c in img}
+
+
+def test_dumpling_tso_history(spark, tmp_path):
+    """SCD2: each exported row is an INSERT version from the TSO; the re-sent older update
+    (in the export) is no version; the archive's later changes follow with their commit ts."""
+    tso_archive(tmp_path / "archive")
+    manifest = run(args_for(tmp_path / "archive", tmp_path / "out", "canal-json", FIXTURES / "dumpling-sql",
+                            "--target-format", "parquet", emit="history"), spark=spark)
+    tables = read_parquet(str(tmp_path / "out"))
+    got: dict = {}
+    for row in tables[("shop", "items")].to_pylist():
+        got.setdefault(row["id"], []).append(row)
+    expected = {1: [(TSO, "insert")], 2: [(TSO, "insert"), (ts(1), "update")], 3: [(TSO, "insert"), (ts(2), "delete")],
+                4: [(TSO, "insert")], 5: [(TSO, "insert")], 6: [(ts(3), "insert")]}
+    assert sorted(got) == sorted(expected)
+    for key, rows in got.items():
+        rows.sort(key=lambda r: r["_valid_from_ts"])
+        assert [(r["_valid_from_ts"], r["_op"]) for r in rows] == expected[key]
+        assert [r["_valid_to_ts"] for r in rows] == [r["_valid_from_ts"] for r in rows[1:]] + [None]
+        assert [r["_current"] for r in rows] == [False] * (len(rows) - 1) + [rows[-1]["_op"] != "delete"]
+    assert got[1][0]["name"] == "plain" and got[2][0]["name"] is None and got[2][1]["name"] == "two"
+    assert str(got[2][1]["price"]) == "2.50" and got[3][0]["name"] == "café ☕"
+    # the keyless table: two identical exported rows are two versions; (NULL, 'n') is deleted later
+    odd = sorted((r["_op"], r["_valid_from_ts"], r["a"], r["b"]) for r in tables[("shop", "odd.name")].to_pylist())
+    assert odd == sorted([("insert", TSO, 1, "one"), ("insert", TSO, 1, "one"), ("insert", TSO, None, "n"),
+                          ("insert", ts(4), 2, "two"), ("delete", ts(5), None, "n")])
+    assert manifest["counts"]["in_base"] == 1 and manifest["counts"]["reconciled"]
+
+
+def test_dumpling_tso_topics_in_canal_json(spark, tmp_path):
+    """TiCDC's initial snapshot: an INSERT per exported row at the TSO, then the archive's later
+    changes; the re-sent older update is not re-emitted."""
+    tso_archive(tmp_path / "archive")
+    manifest = run(args_for(tmp_path / "archive", tmp_path / "out", "canal-json", FIXTURES / "dumpling-sql",
+                            emit="topics"), spark=spark)
+    partitions = read_topics(tmp_path / "out", "canal-json", TIDB)
+    events = [e for p in partitions.values() for e in p]
+    for stream in partitions.values():  # in each partition the export's INSERTs come first
+        stamps = [e["commit_ts"] for e in stream]
+        assert stamps == sorted(stamps)
+    row2 = dict(ITEMS[1])
+    want = sorted([("items", "insert", TSO, r) for r in ITEMS]
+                  + [("odd.name", "insert", TSO, r) for r in ({"a": b"1", "b": b"one"}, {"a": b"1", "b": b"one"},
+                                                              {"a": None, "b": b"n"})]
+                  + [("items", "update", ts(1), dict(row2, name=b"two", price=b"2.50")),
+                     ("items", "delete", ts(2), ITEMS[2]),
+                     ("items", "insert", ts(3), dict.fromkeys(ITEMS[0]) | {"id": b"6", "name": b"six", "kind": b"2"}),
+                     ("odd.name", "insert", ts(4), {"a": b"2", "b": b"two"}),
+                     ("odd.name", "delete", ts(5), {"a": None, "b": b"n"})], key=repr)
+    got = sorted(((e["table"], e["op"], e["commit_ts"], values(e["before"] if e["op"] == "delete" else e["after"]))
+                  for e in events), key=repr)
+    assert got == want
+    assert manifest["output"]["rows"] == len(want) and manifest["counts"]["in_base"] == 1
+
+
 # ----------------------------------------------------------------------------- mysqldump + Canal
 
 def canal_archive(path, events):
@@ -198,6 +275,43 @@ def test_mysqldump_with_canal_protobuf(spark, tmp_path):
     assert manifest["window"]["base_position"].startswith("binlog binlog.000003:4711")
 
 
+def test_mysqldump_topics_and_history_with_canal_protobuf(spark, tmp_path):
+    """The dump's rows as INSERTs at binlog.000003:4711 (Canal's header: that file and offset, no
+    execute time), before the archive's changes there and later; the event before it is not
+    re-sent. The history's dump versions have no time (a dump carries none) and end at the
+    archive's change (its execute time)."""
+    canal_archive(tmp_path / "archive", [
+        row_event(Op.UPDATE, "items", before=ITEMS_MYSQL[0], after=dict(ITEMS_MYSQL[0], name=b"stale"),
+                  position=[3, 4000, 0], execute_ts_ms=1),
+        row_event(Op.UPDATE, "items", before=ITEMS_MYSQL[3], after=dict(ITEMS_MYSQL[3], note=b"later"),
+                  position=[3, 4711, 0], execute_ts_ms=2),
+        row_event(Op.DELETE, "items", before=ITEMS_MYSQL[4], position=[4, 120, 0], execute_ts_ms=3),
+    ])
+    manifest = run(args_for(tmp_path / "archive", tmp_path / "topics", "canal-protobuf", FIXTURES / "mysqldump-8.0",
+                            options={}, emit="topics"), spark=spark)
+    (stream,) = read_topics(tmp_path / "topics", "canal-protobuf", {}).values()
+    got = [(e["op"], e["position"], e["execute_ts_ms"], values(e["before"] if e["op"] == "delete" else e["after"]))
+           for e in stream]
+    assert got == ([("insert", [3, 4711, 0], None, r) for r in ITEMS_MYSQL]
+                   + [("update", [3, 4711, 0], 2, dict(ITEMS_MYSQL[3], note=b"later")),
+                      ("delete", [4, 120, 0], 3, ITEMS_MYSQL[4])])
+    assert manifest["counts"]["in_base"] == 1
+    run(args_for(tmp_path / "archive", tmp_path / "history", "canal-protobuf", FIXTURES / "mysqldump-8.0",
+                 "--target-format", "parquet", options={}, emit="history"), spark=spark)
+    versions: dict = {}
+    for row in read_parquet(str(tmp_path / "history"))[("shop", "items")].to_pylist():
+        versions.setdefault(row["id"], []).append(row)
+    for rows in versions.values():
+        rows.sort(key=lambda r: r["_valid_from_ms"] or 0)
+    shape = {k: [(r["_op"], r["_valid_from_ms"], r["_valid_to_ms"], r["_current"]) for r in rows]
+             for k, rows in versions.items()}
+    assert shape == {1: [("insert", None, None, True)], 2: [("insert", None, None, True)],
+                     3: [("insert", None, None, True)], 4: [("insert", None, 2, False), ("update", 2, None, True)],
+                     5: [("insert", None, 3, False), ("delete", 3, None, False)]}
+    assert versions[1][0]["name"] == "plain" and versions[4][1]["note"] == "later"
+    assert versions[3][0]["weight"] == pytest.approx(-0.5)
+
+
 def test_mysqldump_newer_than_the_canal_archive_is_refused(spark, tmp_path):
     canal_archive(tmp_path / "archive", [
         row_event(Op.UPDATE, "items", before=ITEMS_MYSQL[0], after=dict(ITEMS_MYSQL[0], name=b"x"),
@@ -220,3 +334,17 @@ def test_positions_that_cannot_join_are_refused_before_spark(tmp_path):
         (FIXTURES / "dumpling-sql" / "shop.items.000000001.sql").read_bytes())
     with pytest.raises(ReplayError, match="mixes .sql and .csv"):
         validate(args_for(tmp_path / "a", tmp_path / "out", "canal-json", tmp_path / "mixed"))
+
+
+def test_what_the_request_takes_with_an_export(tmp_path):
+    """Snapshot, history (Parquet) and topics (Kafka records) are built; Delta/Iceberg are not."""
+    from spark_apps.contract import RequestError, check
+
+    def request(emit, *extra):
+        check(args_for(tmp_path / "a", tmp_path / "out", "canal-json", FIXTURES / "dumpling-sql", *extra, emit=emit))
+
+    request("history", "--target-format", "parquet")
+    request("topics")
+    for lake in ("delta", "iceberg"):
+        with pytest.raises(RequestError, match="not built yet"):
+            request("history", "--target-format", lake)

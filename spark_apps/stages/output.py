@@ -45,8 +45,9 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     if kafka_io.is_kafka(ctx.output):
         output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
     try:
-        if args.emit == "topics":
-            written, table_rows = output_plan.topics(applied), None
+        if args.emit == "topics":  # the export's rows: an INSERT each at its position, before the archive's
+            written, table_rows = output_plan.topics(
+                applied if base_rows is None else applied.unionByName(base_rows)), None
         else:
             rows = applied.where(F.col("kind") == Kind.ROW)
             if base_rows is not None:

@@ -209,9 +209,10 @@ def test_dumpling_tso_history(spark, tmp_path):
     assert got[1][0]["name"] == "plain" and got[2][0]["name"] is None and got[2][1]["name"] == "two"
     assert str(got[2][1]["price"]) == "2.50" and got[3][0]["name"] == "café ☕"
     # the keyless table: two identical exported rows are two versions; (NULL, 'n') is deleted later
-    odd = sorted((r["_op"], r["_valid_from_ts"], r["a"], r["b"]) for r in tables[("shop", "odd.name")].to_pylist())
+    odd = sorted(((r["_op"], r["_valid_from_ts"], r["a"], r["b"]) for r in tables[("shop", "odd.name")].to_pylist()),
+                 key=repr)
     assert odd == sorted([("insert", TSO, 1, "one"), ("insert", TSO, 1, "one"), ("insert", TSO, None, "n"),
-                          ("insert", ts(4), 2, "two"), ("delete", ts(5), None, "n")])
+                          ("insert", ts(4), 2, "two"), ("delete", ts(5), None, "n")], key=repr)
     assert manifest["counts"]["in_base"] == 1 and manifest["counts"]["reconciled"]
 
 
@@ -301,9 +302,12 @@ def test_mysqldump_topics_and_history_with_canal_protobuf(spark, tmp_path):
     versions: dict = {}
     for row in read_parquet(str(tmp_path / "history"))[("shop", "items")].to_pylist():
         versions.setdefault(row["id"], []).append(row)
+    def ms(t):  # the history's validity times are timestamps (ms, UTC); Canal's execute times are ms
+        return None if t is None else round(t.timestamp() * 1000)
+
     for rows in versions.values():
-        rows.sort(key=lambda r: r["_valid_from_ms"] or 0)
-    shape = {k: [(r["_op"], r["_valid_from_ms"], r["_valid_to_ms"], r["_current"]) for r in rows]
+        rows.sort(key=lambda r: ms(r["_valid_from"]) or 0)
+    shape = {k: [(r["_op"], ms(r["_valid_from"]), ms(r["_valid_to"]), r["_current"]) for r in rows]
              for k, rows in versions.items()}
     assert shape == {1: [("insert", None, None, True)], 2: [("insert", None, None, True)],
                      3: [("insert", None, None, True)], 4: [("insert", None, 2, False), ("update", 2, None, True)],

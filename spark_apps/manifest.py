@@ -674,4 +674,4 @@ def decoder_fell_back(decoder: dict) -> str | None:
     return (f"{tasks} of {sum(g['tasks'] for g in decoder['executors'])} decode tasks ran the Python codec instead of "
             f"the compiled decoder ({records:,} records, several times slower per record): "
             + "; ".join(dict.fromkeys(g["reason"] for g in slow))
-            + f" (docs/cluster.md; CDC_REPLAY_DECODER=native makes this an error)")
+            + " (docs/cluster.md; CDC_REPLAY_DECODER=native makes this an error)")

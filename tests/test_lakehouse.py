@@ -119,7 +119,7 @@ def test_a_decimal_whose_type_states_no_precision_keeps_its_values():
     DECIMAL(p,s) so; Canal a column declared without one; Apache Paimon's test capture holds
     1.2 in one): DECIMAL(38,18), not MySQL's DECIMAL(10,0) that would null 1.2. A Parquet file
     whose values do not fit it keeps them as text; a stated precision is kept as stated."""
-    from spark_apps import parquet_out
+    from spark_apps.outputs import parquet as parquet_out
 
     bare = parse_type("decimal")
     assert lake.arrow_type(bare) == parquet_out.arrow_type(bare) == pa.decimal128(38, 18)

@@ -63,6 +63,17 @@ def tokens(escape: bool) -> dict:
     return {name: st.one_of(null, strategy, strategy, strategy) for name, strategy in kinds.items()}
 
 
+FITS = {"id": ["integer"], "b": ["hex", "string"], "f": ["number"], "d": ["number", "integer"], "n": ["number"],
+        "bits": ["integer", "hex"], "e": ["integer"], "set": ["integer"], "dt": ["string"], "j": ["string"],
+        "bl": ["hex", "string", "integer"]}
+
+
+def uniform(escape: bool) -> dict:
+    """Per column, values of one kind only (the fast reader converts such a column at once)."""
+    hexes = st.binary(max_size=6).map(lambda b: f"x'{b.hex()}'")
+    return {"number": number, "string": string(escape), "hex": hexes, "integer": st.integers(-99, 10 ** 12).map(str)}
+
+
 BAD = st.sampled_from(["NUL", "'open", "x'0g'", "0x", "b'2'", "(", "abc", "'a'b'", "--", "1 2", "x'abc'"])
 
 
@@ -79,15 +90,20 @@ space = st.sampled_from(["", "", "", " ", "\n", " \t "])
 @st.composite
 def sql_text(draw, escape: bool) -> str:
     out = [draw(st.sampled_from(["", "/*!40101 SET NAMES binary*/;\n", "USE `db`;\n"]))]
-    kinds = tokens(escape)
     for _ in range(draw(st.integers(1, 3))):
         table = draw(st.sampled_from(["t"] * 7 + ["ghost"]))
         names = None
         if draw(st.integers(0, 4)) == 3:
             names = draw(st.lists(st.sampled_from([n for n, _ in COLUMNS] * 3 + ["S", "nope"]), min_size=1, max_size=5))
         columns = names or [n for n, _ in COLUMNS]
+        if draw(st.booleans()):  # a column of one kind of value over many rows
+            same = uniform(escape)
+            kinds = dict(tokens(escape), **{n: same[draw(st.sampled_from(FITS.get(n.lower(), sorted(same))))]
+                                            for n in columns})
+        else:
+            kinds = tokens(escape)
         rows = []
-        for _ in range(draw(st.integers(1, 4))):
+        for _ in range(draw(st.integers(1, 12))):
             count = len(columns) if draw(st.integers(0, 9)) != 7 else draw(st.integers(0, len(columns) + 1))
             bad = draw(st.integers(0, len(columns) + 1)) if draw(st.integers(0, 9)) == 7 else -1
             values = []

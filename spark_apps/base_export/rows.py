@@ -449,12 +449,25 @@ class Converter:
         self.types = [type_text for _, type_text in columns]
         self.binary = binary
         self._token_fns: dict[bool, list[Callable]] = {}
+        self.bulk = [self._bulk(t, binary) for t in self._parsed]
 
     def index(self, name: str) -> int:
         try:
             return self._by_name[name.lower()]
         except KeyError:
             raise ExportFormatError(f"column {name!r} is not in the table's schema ({', '.join(self.names)})") from None
+
+    @staticmethod
+    def _bulk(mysql_type, binary: str) -> tuple[bool, bool, bool, bool]:
+        """What `_column` may do at once for a column of the type, as `_for` converts them: (a
+        quoted string's value is its unescaped text's bytes, a bare number's is its text's,
+        x'..' is its bytes, a bare number is a DOUBLE)."""
+        base = mysql_type.base
+        if mysql_type.is_binary:
+            return binary == "raw", True, True, False
+        if base in ("float", "double"):
+            return False, False, False, base == "double"
+        return not (base == "bit" or base in ("enum", "set") and mysql_type.labels is not None), True, False, False
 
     @staticmethod
     def _for(mysql_type, binary: str) -> Callable:
@@ -675,25 +688,49 @@ def _plan(tables: dict, db, table, columns, escape_backslash: bool):
         return None
     fns = converter.token_converters(escape_backslash)
     return (db_name, table_name, [converter.names[i] for i in indexes], [fns[i] for i in indexes],
-            converter, names)
+            converter, names, list(indexes))
 
 
 def _fast_rows(t: _Text, table: str, plan: tuple, escape_backslash: bool) -> Iterator[tuple]:
-    db, table_name, out_names, fns, converter, names = plan
+    """The rows of one INSERT: the rows in the text at hand are matched first (a batch), then
+    converted a column at a time (`_column`), then yielded; a row the batch cannot take
+    (cut, malformed, another length) is read alone, as `_tuples` would."""
+    db, table_name, out_names, fns, converter, names, indexes = plan
     count = len(fns)
     whole = _row_of(count, escape_backslash).match
     row = (_ROW if escape_backslash else _ROW_NO_BACKSLASH).match
     tokens = (_TOKEN if escape_backslash else _TOKEN_NO_BACKSLASH).findall
     unescape = _unescape_sql if escape_backslash else _unescape_doubled
+    bulk = [converter.bulk[i] for i in indexes]
+    bulk_unescape = _unescape_fast if escape_backslash else _unescape_doubled
     while True:
-        buf = t.buf
-        m = whole(buf, t.pos) if count else None
-        if m is not None:  # the usual row: as many values as columns
+        buf, pos = t.buf, t.pos
+        batch, ats = [], []
+        m = whole(buf, pos) if count else None
+        while m is not None:  # the usual rows: as many values as columns
             values = m.groups()
-            t.pos = m.end()
-            yield t.consumed + m.start(1), db, table_name, {name: fn(v) for name, fn, v in
-                                                            zip(out_names, fns, values[1:])}
+            batch.append(values)
+            ats.append(m.start(1))
+            pos = m.end()
             if values[-1] == ";":
+                break
+            m = whole(buf, pos)
+        if batch:
+            t.pos = pos
+            base = t.consumed
+            try:
+                columns = list(zip(*batch))[1:count + 1]
+                converted = [_column(col, fn, kinds, bulk_unescape) for col, fn, kinds in zip(columns, fns, bulk)]
+            except Exception:  # noqa: BLE001 - the rows before the failing one first: row by row
+                converted = None
+            if converted is None:
+                for at, values in zip(ats, batch):
+                    yield base + at, db, table_name, {name: fn(v) for name, fn, v in
+                                                      zip(out_names, fns, values[1:])}
+            else:
+                for at, values in zip(ats, zip(*converted)):
+                    yield base + at, db, table_name, dict(zip(out_names, values))
+            if batch[-1][-1] == ";":
                 return
             continue
         m = row(buf, t.pos)
@@ -712,6 +749,36 @@ def _fast_rows(t: _Text, table: str, plan: tuple, escape_backslash: bool) -> Ite
         yield t.consumed + at, db, table_name, {name: fn(v) for name, fn, v in zip(out_names, fns, values)}
         if m.group(2) == ";":
             return
+
+
+_SEP, _SEP_BYTES, _QUOTED_SEP = "\x01", b"\x01", "'\x01'"
+_BARE_ONLY = re.compile(r"[-+0-9.eE\x01]*")
+_HEX_ONLY = re.compile(r"(?:[xX]'[0-9a-fA-F]*'\x01)*[xX]'[0-9a-fA-F]*'")
+
+
+def _column(col: tuple, fn: Callable, kinds: tuple, unescape: Callable) -> list:
+    """One column's values of a batch of rows: `[fn(v) for v in col]`, in a few str calls when
+    every value is of one kind the column's type takes as it is (`Converter.bulk`): bare
+    numbers (their text), quoted strings (their unescaped text), x'..' (its bytes), DOUBLE
+    numbers (`_double_text`). The values are joined by a character none holds (\\x01, which
+    no escape yields), unescaped at once and split."""
+    text_ok, bare_ok, hex_ok, double = kinds
+    joined = _SEP.join(col)
+    if joined.count(_SEP) == len(col) - 1:
+        if (bare_ok or double) and _BARE_ONLY.fullmatch(joined):
+            if bare_ok:
+                return joined.encode("latin-1").split(_SEP_BYTES)
+            texts = _SEP.join(map(repr, map(float, col))) + _SEP
+            if "e" not in texts and "n" not in texts:  # positional and finite: as _double_text
+                return texts.replace(".0" + _SEP, _SEP)[:-1].encode().split(_SEP_BYTES)
+        elif text_ok and joined[0] == "'" and joined[-1] == "'" and joined.count(_QUOTED_SEP) == len(col) - 1:
+            body = joined[1:-1].replace(_QUOTED_SEP, _SEP)
+            if "\\" in body or "''" in body:
+                body = unescape(body)
+            return body.encode("latin-1").split(_SEP_BYTES)
+        elif hex_ok and _HEX_ONLY.fullmatch(joined):
+            return [bytes.fromhex(v[2:-1]) for v in col]
+    return [fn(v) for v in col]
 
 
 def read_sql_rows_at_reference(pieces: Iterable[bytes], tables: dict, database: str | None = None,

@@ -12,7 +12,8 @@ converted and handed to the JVM).
 CPU seconds are the whole machine's (/proc/stat, all processes: the JVM, the Python workers,
 anything else running), so run it on a quiet machine; the load averages before and after say
 how quiet it was. `--profile-mb N` also profiles the task-side reader (no Spark) on the first
-N MB of the largest file, to show where a task's time goes.
+N MB of the largest file, to show where a task's time goes; `--reader-mb N` times the reader
+alone, fast and value-by-value reference, on N MB of each table.
 
     python bench/base_export_read.py --size 10G               # the measurement
     python bench/base_export_read.py --size 400M --split 16M  # a quick check
@@ -147,6 +148,31 @@ def profile_reader(folder: pathlib.Path, mb: int) -> str:
             f"= {count / seconds:,.0f} rows/s:\n" + "\n".join(lines))
 
 
+def reader_rates(folder: pathlib.Path, mb: int) -> str:
+    """Rows/s of the task-side SQL reader alone (no Spark, no profiler): the fast one
+    (`read_sql_rows_at`) and the value-by-value reference, on the first `mb` MB of each table's
+    largest file (cut at a statement start), in 1 MB pieces, CPU seconds of this process."""
+    from spark_apps.base_export import discover
+    from spark_apps.base_export.rows import pieces_of, read_sql_rows_at, read_sql_rows_at_reference
+
+    export = discover(str(folder))
+    converters = export.converters()
+    lines = []
+    for table in TABLES:
+        f = max((f for f in export.files if f.table == table), key=lambda f: f.size)
+        data = pathlib.Path(f.uri.removeprefix("file://")).read_bytes()
+        if len(data) > mb << 20:
+            data = data[:data.rfind(b"\nINSERT INTO ", 0, mb << 20) + 1]
+        rates = []
+        for reader in (read_sql_rows_at, read_sql_rows_at_reference):
+            started = time.process_time()
+            count = sum(1 for _ in reader(pieces_of(f.uri, data), converters, f.database))
+            seconds = time.process_time() - started
+            rates.append(f"{count / seconds:,.0f} rows/s, {len(data) / 1e6 / seconds:.1f} MB/s")
+        lines.append(f"{table}: {count} rows, {len(data) / 1e6:.1f} MB: fast {rates[0]}; reference {rates[1]}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=size_arg, default=10 << 30, help="export data bytes (10G, 500M, ...)")
@@ -158,6 +184,8 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="read the export already at --dir")
     ap.add_argument("--keep", action="store_true", help="keep the export afterwards")
     ap.add_argument("--profile-mb", type=int, default=0)
+    ap.add_argument("--reader-mb", type=int, default=0,
+                    help="also time the task-side reader alone, fast and reference, on N MB per table")
     args = ap.parse_args()
     folder = pathlib.Path(args.dir)
     if not args.reuse:
@@ -174,6 +202,8 @@ def main() -> None:
               f"load {result['load_before'][0]} -> {result['load_after'][0]} |")
         if args.profile_mb:
             print(profile_reader(folder, args.profile_mb))
+        if args.reader_mb:
+            print(reader_rates(folder, args.reader_mb))
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

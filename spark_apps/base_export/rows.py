@@ -26,6 +26,7 @@ Values become the canonical bytes of cdc_codecs.events (see `Converter`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 
@@ -99,26 +100,56 @@ class _Text:
 
 # ----------------------------------------------------------------------------- SQL
 
-_STRING = r"'([^'\\]*(?:(?:\\.|'')[^'\\]*)*)'"
-_STRING_NO_BACKSLASH = r"'([^']*(?:''[^']*)*)'"  # Dumpling --escape-backslash=false
+_STRING = r"[^'\\]*(?:(?:\\.|'')[^'\\]*)*"  # a quoted string's body
+_STRING_NO_BACKSLASH = r"[^']*(?:''[^']*)*"  # Dumpling --escape-backslash=false
+
+
+def _alternatives(string: str, group: str) -> str:
+    """The kinds of a value; `group` "(" captures each kind's text, "(?:" does not."""
+    g = group
+    return (g + "NULL)|'" + g + string + ")'|_binary\\s*'" + g + string + ")'|[xX]'" + g + "[0-9a-fA-F]*)'"
+            "|0x" + g + "[0-9a-fA-F]+)|[bB]'" + g + "[01]*)'|" + g + "[-+]?[0-9.][0-9.eE+-]*)")
 
 
 def _value_pattern(string: str) -> re.Pattern:
-    return re.compile(
-        r"\s*(?:(NULL)"  # 1
-        r"|" + string +  # 2
-        r"|_binary\s*" + string +  # 3
-        r"|[xX]'([0-9a-fA-F]*)'"  # 4
-        r"|0x([0-9a-fA-F]+)"  # 5
-        r"|[bB]'([01]*)'"  # 6
-        r"|([-+]?[0-9.][0-9.eE+-]*))"  # 7
-        r"\s*([,)])",  # 8
-        re.S | re.I,
-    )
+    """One value and what ends it: NULL (1), string (2), _binary string (3), x'..' (4), 0x.. (5),
+    b'..' (6), bare (7), `,` or `)` (8)."""
+    return re.compile(r"\s*(?:" + _alternatives(string, "(") + r")\s*([,)])", re.S | re.I)
+
+
+def _row_pattern(string: str) -> re.Pattern:
+    """A whole row, `(` (group 1) to what ends it (2), in one match exactly where `_tuples`
+    reads one value by value: each value is atomic (no other reading of it is tried, as
+    `_tuples` takes the first) and the row goes on only after a `,`."""
+    value = r"(?>\s*(?:" + _alternatives(string, "(?:") + r")\s*[,)])"
+    return re.compile(r"\s*(\((?:" + value + r"(?<=,))*+" + value + r"(?<=\)))\s*([,;])", re.S | re.I)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_of(count: int, escape_backslash: bool) -> re.Pattern:
+    """`_row_pattern` for a row of exactly `count` values: `(` (group 1), each value's written
+    text (2..count+1) and what ends the row (count+2), in one pass. Strings and numbers are
+    tried first: no two kinds match the same text, so the order changes nothing but speed."""
+    s = _STRING if escape_backslash else _STRING_NO_BACKSLASH
+    kinds = (r"'" + s + r"'|[-+]?[0-9.][0-9.eE+-]*|NULL|[xX]'[0-9a-fA-F]*'|0x[0-9a-fA-F]+|[bB]'[01]*'"
+             r"|_binary\s*'" + s + "'")
+
+    def value(end: str) -> str:
+        return r"(?>\s*(" + kinds + r")\s*[,)])(?<=" + end + ")"
+    return re.compile(r"\s*(\()" + value(",") * (count - 1) + value(r"\)") + r"\s*([,;])", re.S | re.I)
+
+
+def _token_pattern(string: str) -> re.Pattern:
+    """Each value's written text (group 1) in a row `_row_pattern` matched."""
+    return re.compile(r"\s*(" + _alternatives(string, "(?:") + r")\s*[,)]", re.S | re.I)
 
 
 _VALUE = _value_pattern(_STRING)
 _VALUE_NO_BACKSLASH = _value_pattern(_STRING_NO_BACKSLASH)
+_ROW = _row_pattern(_STRING)
+_ROW_NO_BACKSLASH = _row_pattern(_STRING_NO_BACKSLASH)
+_TOKEN = _token_pattern(_STRING)
+_TOKEN_NO_BACKSLASH = _token_pattern(_STRING_NO_BACKSLASH)
 _IDENT = r"(?:`((?:[^`]|``)*)`|([A-Za-z0-9_$]+))"
 _INSERT = re.compile(
     r"(?:INSERT(?:\s+IGNORE)?|REPLACE)\s+INTO\s+" + _IDENT + r"(?:\s*\.\s*" + _IDENT + r")?"
@@ -141,6 +172,35 @@ def _unescape_sql(s: str) -> str:
     if "\\" not in s and "''" not in s:
         return s
     return _ESCAPE.sub(lambda m: "'" if m.group(1) is None else _ESCAPES.get(m.group(1), m.group(1)), s)
+
+
+_PAIRS = (("\\'", "'"), ('\\"', '"'), ("\\n", "\n"), ("\\r", "\r"), ("\\t", "\t"), ("\\0", "\0"),
+          ("\\b", "\b"), ("\\Z", "\x1a"))
+_PAIR = re.compile(r"\\(.)", re.S)
+
+
+def _unescape_fast(s: str) -> str:
+    """`_unescape_sql` with str methods instead of a Python call per escape. Without `''`,
+    the escapes are pairs read from the left, so splitting at each `\\\\` leaves pieces in
+    which every backslash starts a pair with the character after it."""
+    if "\\" not in s:
+        return s.replace("''", "'") if "''" in s else s
+    if "''" in s:
+        return _unescape_sql(s)
+    if "\\\\" in s:
+        return "\\".join(map(_unescape_pairs, s.split("\\\\")))
+    return _unescape_pairs(s)
+
+
+def _unescape_pairs(s: str) -> str:
+    if "\\" not in s:
+        return s
+    for pair, char in _PAIRS:
+        if pair in s:
+            s = s.replace(pair, char)
+    if "\\" in s:  # `\\%`, `\\_` (kept) or a letter that stands for itself
+        s = _PAIR.sub(lambda e: _ESCAPES.get(e.group(1), e.group(1)), s)
+    return s
 
 
 def _ident(quoted: str | None, bare: str | None) -> str:
@@ -168,6 +228,13 @@ def sql_statements_at(pieces: Iterable[bytes], database: str | None = None, esca
     `start`: the file offset where the pieces begin)."""
     t = _Text(pieces, start)
     t.more()
+    for db, table, columns in _inserts(t, database):
+        yield from _tuples(t, db, table, columns, escape_backslash)
+
+
+def _inserts(t: _Text, database: str | None) -> Iterator[tuple]:
+    """(database, table, column names or None) of each INSERT, with `t` at its first row; the
+    caller reads the rows (up to the statement's `;`) before asking for the next."""
     while True:
         m = _SPACE.match(t.buf, t.pos)
         t.pos = m.end()
@@ -204,8 +271,7 @@ def sql_statements_at(pieces: Iterable[bytes], database: str | None = None, esca
             t.pos = m.end()
             first, second = _ident(m.group(1), m.group(2)), _ident(m.group(3), m.group(4))
             db, table = (first, second) if second is not None else (database, first)
-            columns = _columns_list(m.group(5))
-            yield from _tuples(t, db, table, columns, escape_backslash)
+            yield db, table, _columns_list(m.group(5))
             continue
         m = _USE.match(t.buf, t.pos)
         if m:
@@ -378,14 +444,30 @@ class Converter:
         """`columns`: [(name, mysql type text)] in table order."""
         self.names = [name for name, _ in columns]
         self._by_name = {name.lower(): i for i, (name, _) in enumerate(columns)}
-        self._convert: list[Callable] = [self._for(parse_type(type_text), binary) for _, type_text in columns]
+        self._parsed = [parse_type(type_text) for _, type_text in columns]
+        self._convert: list[Callable] = [self._for(mysql_type, binary) for mysql_type in self._parsed]
         self.types = [type_text for _, type_text in columns]
+        self.binary = binary
+        self._token_fns: dict[bool, list[Callable]] = {}
+        self.bulk = [self._bulk(t, binary) for t in self._parsed]
 
     def index(self, name: str) -> int:
         try:
             return self._by_name[name.lower()]
         except KeyError:
             raise ExportFormatError(f"column {name!r} is not in the table's schema ({', '.join(self.names)})") from None
+
+    @staticmethod
+    def _bulk(mysql_type, binary: str) -> tuple[bool, bool, bool, bool]:
+        """What `_column` may do at once for a column of the type, as `_for` converts them: (a
+        quoted string's value is its unescaped text's bytes, a bare number's is its text's,
+        x'..' is its bytes, a bare number is a DOUBLE)."""
+        base = mysql_type.base
+        if mysql_type.is_binary:
+            return binary == "raw", True, True, False
+        if base in ("float", "double"):
+            return False, False, False, base == "double"
+        return not (base == "bit" or base in ("enum", "set") and mysql_type.labels is not None), True, False, False
 
     @staticmethod
     def _for(mysql_type, binary: str) -> Callable:
@@ -441,17 +523,125 @@ class Converter:
             indexes = [self.index(c) for c in columns]
         out = {}
         for i, (kind, text) in zip(indexes, values):
-            name = self.names[i]
-            if kind == NULL:
-                out[name] = None
-                continue
-            try:
-                out[name] = self._convert[i](kind, text)
-            except ExportFormatError:
-                raise
-            except (ValueError, TypeError) as e:
-                raise ExportFormatError(f"column {name} ({self.types[i]}): {text[:40]!r} is not a value of it ({e})") from None
+            out[self.names[i]] = None if kind == NULL else self._value(i, kind, text)
         return out
+
+    def _value(self, i: int, kind: str, text: str) -> bytes:
+        try:
+            return self._convert[i](kind, text)
+        except ExportFormatError:
+            raise
+        except (ValueError, TypeError) as e:
+            raise ExportFormatError(f"column {self.names[i]} ({self.types[i]}): {text[:40]!r} is not a value of "
+                                    f"it ({e})") from None
+
+    def token_converters(self, escape_backslash: bool = True) -> list[Callable]:
+        """Per column, a function from a value as an INSERT writes it (`_TOKEN`'s text: `NULL`,
+        `'it\\'s'`, `x'00'`, `12.5`, ...) to what `row` gives for it. The common shapes of a
+        column's type are handled inline; anything else goes the way `row` goes (same value,
+        same error)."""
+        fns = self._token_fns.get(escape_backslash)
+        if fns is None:
+            fns = self._token_fns[escape_backslash] = [self._token_fn(i, escape_backslash)
+                                                       for i in range(len(self.names))]
+        return fns
+
+    def _token_fn(self, i: int, escape_backslash: bool) -> Callable:
+        unescape = _unescape_fast if escape_backslash else _unescape_doubled
+        value = self._value
+
+        def generic(tok):
+            kind, text = _token_value(tok, unescape)
+            return None if kind == NULL else value(i, kind, text)
+
+        mysql_type = self._parsed[i]
+        base = mysql_type.base
+        if mysql_type.is_binary:
+            if self.binary != "raw":
+                return generic
+
+            def binary(tok):
+                c = tok[0]
+                if c == "'":
+                    s = tok[1:-1]
+                    if "\\" in s or "''" in s:
+                        s = unescape(s)
+                    return s.encode("latin-1")
+                if c == "x" or c == "X":
+                    try:
+                        return bytes.fromhex(tok[2:-1])
+                    except ValueError:
+                        return generic(tok)
+                return None if c == "N" or c == "n" else generic(tok)
+            return binary
+        if base in ("float", "double"):
+            text_of = functools.partial(canonical_float, single=True) if base == "float" else _double_text
+
+            def number(tok):
+                c = tok[0]
+                if c == "'":
+                    text = tok[1:-1]
+                    if "\\" in text or "''" in text:
+                        text = unescape(text)
+                elif c in _BARE_FIRST or (c == "0" and tok[1:2] not in ("x", "X")):
+                    text = tok
+                elif c == "N" or c == "n":
+                    return None
+                else:
+                    return generic(tok)
+                try:
+                    return text_of(text).encode()
+                except (ValueError, TypeError):
+                    return generic(tok)
+            return number
+        if base == "bit" or (base in ("enum", "set") and mysql_type.labels is not None):
+            return generic
+
+        def plain(tok):
+            c = tok[0]
+            if c == "'":
+                s = tok[1:-1]
+                if "\\" in s or "''" in s:
+                    s = unescape(s)
+                return s.encode("latin-1")
+            if c in _BARE_FIRST or (c == "0" and tok[1:2] not in ("x", "X")):
+                return tok.encode("latin-1")
+            return None if c == "N" or c == "n" else generic(tok)
+        return plain
+
+
+_BARE_FIRST = frozenset("123456789+-.")
+
+
+def _unescape_doubled(s: str) -> str:
+    return s.replace("''", "'")
+
+
+def _token_value(tok: str, unescape: Callable) -> tuple:
+    """(kind, text) of a value as written, as `_tuples` reads it."""
+    c = tok[0]
+    if c == "'":
+        return TEXT, unescape(tok[1:-1])
+    if c == "N" or c == "n":
+        return NULL, None
+    if c == "_":
+        return TEXT, unescape(tok[tok.index("'") + 1:-1])
+    if c == "x" or c == "X":
+        return HEX, tok[2:-1]
+    if c == "b" or c == "B":
+        return BITS, tok[2:-1]
+    if c == "0" and tok[1:2] in ("x", "X"):
+        return HEX, tok[2:]
+    return BARE, tok
+
+
+def _double_text(text: str) -> str:
+    """canonical_float(text, single=False), without numpy for a number Python's repr already
+    writes positionally (its shortest round-trip digits are the same)."""
+    r = repr(float(text))
+    if "e" in r or "n" in r:  # an exponent, inf, nan
+        return canonical_float(text, False)
+    return r[:-2] if r.endswith(".0") else r
 
 
 def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = None,
@@ -465,18 +655,153 @@ def read_sql_rows(pieces: Iterable[bytes], tables: dict, database: str | None = 
 
 def read_sql_rows_at(pieces: Iterable[bytes], tables: dict, database: str | None = None,
                      escape_backslash: bool = True, start: int = 0) -> Iterator[tuple]:
-    """`read_sql_rows` with each row's byte offset first (`start`: where the pieces begin)."""
-    named, last = None, None  # the rows of one INSERT share its names: decoded once
-    for at, db, table, columns, values in sql_statements_at(pieces, database, escape_backslash, start):
-        if (db, table, columns) != last:
-            last = (db, table, columns)
-            db, table = _utf8(db), _utf8(table)
-            converter = tables.get(((db or "").lower(), table.lower()))
+    """`read_sql_rows` with each row's byte offset first (`start`: where the pieces begin).
+    Each row is matched whole by one regex (`_ROW`), its values listed by another (`_TOKEN`)
+    and converted by per-column functions (`Converter.token_converters`); a row that does not
+    match (cut by a piece, or malformed) goes as in `_tuples`. `read_sql_rows_at_reference`
+    reads value by value: the same rows and errors (tests/test_base_export_fast.py), slower."""
+    t = _Text(pieces, start)
+    t.more()
+    plans: dict = {}  # the rows of an INSERT share its names: resolved once
+    for db, table, columns in _inserts(t, database):
+        key = (db, table, None if columns is None else tuple(columns))
+        if key not in plans:
+            plans[key] = _plan(tables, db, table, columns, escape_backslash)
+        plan = plans[key]
+        if plan is None:  # no schema, an unknown column, a name not UTF-8: the reference's error
+            yield from _reference_rows(t, tables, db, table, columns, escape_backslash)
+        else:
+            yield from _fast_rows(t, table, plan, escape_backslash)
+
+
+def _plan(tables: dict, db, table, columns, escape_backslash: bool):
+    """(database, table, the values' column names, their converters, converter, file names) of
+    an INSERT's rows, or None when `read_sql_rows_at_reference` would fail at its first row."""
+    try:
+        db_name, table_name = _utf8(db), _utf8(table)
+        converter = tables.get(((db_name or "").lower(), table_name.lower()))
+        if converter is None:
+            return None
+        names = [_utf8(c) for c in columns] if columns else None
+        indexes = range(len(converter.names)) if names is None else [converter.index(c) for c in names]
+    except (ExportFormatError, UnicodeDecodeError):
+        return None
+    fns = converter.token_converters(escape_backslash)
+    return (db_name, table_name, [converter.names[i] for i in indexes], [fns[i] for i in indexes],
+            converter, names, list(indexes))
+
+
+def _fast_rows(t: _Text, table: str, plan: tuple, escape_backslash: bool) -> Iterator[tuple]:
+    """The rows of one INSERT: the rows in the text at hand are matched first (a batch), then
+    converted a column at a time (`_column`), then yielded; a row the batch cannot take
+    (cut, malformed, another length) is read alone, as `_tuples` would."""
+    db, table_name, out_names, fns, converter, names, indexes = plan
+    count = len(fns)
+    whole = _row_of(count, escape_backslash).match
+    row = (_ROW if escape_backslash else _ROW_NO_BACKSLASH).match
+    tokens = (_TOKEN if escape_backslash else _TOKEN_NO_BACKSLASH).findall
+    unescape = _unescape_sql if escape_backslash else _unescape_doubled
+    bulk = [converter.bulk[i] for i in indexes]
+    bulk_unescape = _unescape_fast if escape_backslash else _unescape_doubled
+    while True:
+        buf, pos = t.buf, t.pos
+        batch, ats = [], []
+        m = whole(buf, pos) if count else None
+        while m is not None:  # the usual rows: as many values as columns
+            values = m.groups()
+            batch.append(values)
+            ats.append(m.start(1))
+            pos = m.end()
+            if values[-1] == ";":
+                break
+            m = whole(buf, pos)
+        if batch:
+            t.pos = pos
+            base = t.consumed
+            try:
+                columns = list(zip(*batch))[1:count + 1]
+                converted = [_column(col, fn, kinds, bulk_unescape) for col, fn, kinds in zip(columns, fns, bulk)]
+            except Exception:  # noqa: BLE001 - the rows before the failing one first: row by row
+                converted = None
+            if converted is None:
+                for at, values in zip(ats, batch):
+                    yield base + at, db, table_name, {name: fn(v) for name, fn, v in
+                                                      zip(out_names, fns, values[1:])}
+            else:
+                for at, values in zip(ats, zip(*converted)):
+                    yield base + at, db, table_name, dict(zip(out_names, values))
+            if batch[-1][-1] == ";":
+                return
+            continue
+        m = row(buf, t.pos)
+        if m is None:  # as `_tuples`: a row cut by the piece's end (read more), or not a row
+            pos = _SPACE.match(buf, t.pos).end()
+            if pos < len(buf) and buf[pos] != "(":
+                raise ExportFormatError(f"expected a `(` row in INSERT INTO {table} at {t.where(pos)}")
+            if not t.more():
+                raise ExportFormatError(f"INSERT INTO {table} ends inside a row at {t.where()}")
+            continue
+        at = m.start(1)
+        values = tokens(buf, at + 1, m.end(1))
+        if len(values) != count:  # the reference's error
+            converter.row([_token_value(v, unescape) for v in values], names)
+        t.pos = m.end()
+        yield t.consumed + at, db, table_name, {name: fn(v) for name, fn, v in zip(out_names, fns, values)}
+        if m.group(2) == ";":
+            return
+
+
+_SEP, _SEP_BYTES, _QUOTED_SEP = "\x01", b"\x01", "'\x01'"
+_BARE_ONLY = re.compile(r"[-+0-9.eE\x01]*")
+_HEX_ONLY = re.compile(r"(?:[xX]'[0-9a-fA-F]*'\x01)*[xX]'[0-9a-fA-F]*'")
+
+
+def _column(col: tuple, fn: Callable, kinds: tuple, unescape: Callable) -> list:
+    """One column's values of a batch of rows: `[fn(v) for v in col]`, in a few str calls when
+    every value is of one kind the column's type takes as it is (`Converter.bulk`): bare
+    numbers (their text), quoted strings (their unescaped text), x'..' (its bytes), DOUBLE
+    numbers (`_double_text`). The values are joined by a character none holds (\\x01, which
+    no escape yields), unescaped at once and split."""
+    text_ok, bare_ok, hex_ok, double = kinds
+    joined = _SEP.join(col)
+    if joined.count(_SEP) == len(col) - 1:
+        if (bare_ok or double) and _BARE_ONLY.fullmatch(joined):
+            if bare_ok:
+                return joined.encode("latin-1").split(_SEP_BYTES)
+            texts = _SEP.join(map(repr, map(float, col))) + _SEP
+            if "e" not in texts and "n" not in texts:  # positional and finite: as _double_text
+                return texts.replace(".0" + _SEP, _SEP)[:-1].encode().split(_SEP_BYTES)
+        elif text_ok and joined[0] == "'" and joined[-1] == "'" and joined.count(_QUOTED_SEP) == len(col) - 1:
+            body = joined[1:-1].replace(_QUOTED_SEP, _SEP)
+            if "\\" in body or "''" in body:
+                body = unescape(body)
+            return body.encode("latin-1").split(_SEP_BYTES)
+        elif hex_ok and _HEX_ONLY.fullmatch(joined):
+            return [bytes.fromhex(v[2:-1]) for v in col]
+    return [fn(v) for v in col]
+
+
+def read_sql_rows_at_reference(pieces: Iterable[bytes], tables: dict, database: str | None = None,
+                               escape_backslash: bool = True, start: int = 0) -> Iterator[tuple]:
+    """`read_sql_rows_at`, value by value (`_tuples`, `Converter.row`): the reference the fast
+    path is tested against."""
+    t = _Text(pieces, start)
+    t.more()
+    for db, table, columns in _inserts(t, database):
+        yield from _reference_rows(t, tables, db, table, columns, escape_backslash)
+
+
+def _reference_rows(t: _Text, tables: dict, db, table, columns, escape_backslash: bool) -> Iterator[tuple]:
+    named = None
+    for at, _, _, _, values in _tuples(t, db, table, columns, escape_backslash):
+        if named is None:
+            db_name, table_name = _utf8(db), _utf8(table)
+            converter = tables.get(((db_name or "").lower(), table_name.lower()))
             if converter is None:
-                raise ExportFormatError(f"rows for {db}.{table}, which no schema in the export describes")
-            named = (db, table, converter, [_utf8(c) for c in columns] if columns else None)
-        db, table, converter, names = named
-        yield at, db, table, converter.row(values, names)
+                raise ExportFormatError(f"rows for {db_name}.{table_name}, which no schema in the export describes")
+            named = (db_name, table_name, converter, [_utf8(c) for c in columns] if columns else None)
+        db_name, table_name, converter, names = named
+        yield at, db_name, table_name, converter.row(values, names)
 
 
 def _utf8(text: str | None) -> str | None:

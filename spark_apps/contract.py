@@ -301,7 +301,7 @@ def check(args) -> None:
     if is_kafka(args.base_snapshot):
         raise RequestError("--base-snapshot", "--base-snapshot must be an archive (a snapshot run's output), not "
                                               "Kafka")
-    _check_base_export(args, output_format)
+    _check_base_export(args)
     # the output is replaced as a whole: it must lie outside everything the run reads
     option_out, home = ("--manifest-uri", args.manifest_uri) if is_kafka(args.output) else ("--output", args.output)
     for option, uri in (("--source", args.source), ("--base-snapshot", args.base_snapshot), ("--schema", args.schema),
@@ -373,14 +373,13 @@ def check(args) -> None:
 
 
 # what --base-export joins (docs/base-exports.md): a TiDB TSO needs commit ts, a binlog position
-# needs Canal's (file, offset) per event, which only canal-protobuf carries
-BASE_EXPORT_EMITS = ("snapshot", "history", "topics")
-BASE_EXPORT_FORMATS = ("kafka", "parquet")
+# needs Canal's (file, offset) per event, which only canal-protobuf carries. Every emit mode and
+# target format takes an export (snapshot, history, topics; Parquet, Kafka records, Delta, Iceberg)
 BASE_EXPORT_BINLOG_PROTOCOLS = ("canal-protobuf",)
 BASE_EXPORT_TSO_PROTOCOLS = ("canal-json", "open-protocol", "craft", "avro", "csv")
 
 
-def _check_base_export(args, output_format: str) -> None:
+def _check_base_export(args) -> None:
     """--base-export: what it combines with (the export's position kind is checked against the
     protocol once the export is read, stages/validate.py)."""
     uri = getattr(args, "base_export", None)
@@ -391,13 +390,10 @@ def _check_base_export(args, output_format: str) -> None:
                                             "storage (a local path or s3://), not Kafka")
     if args.base_snapshot:
         raise RequestError("--base-export", "--base-export and --base-snapshot are two starting points: give one")
-    if args.emit not in BASE_EXPORT_EMITS or output_format not in BASE_EXPORT_FORMATS:
-        raise RequestError("--base-export", f"--base-export is built for --emit snapshot|history|topics written as "
-                                            f"Parquet or a Kafka-record archive; --emit {args.emit} --target-format "
-                                            f"{output_format} with it is not built yet")
     if args.since is not None:
         raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
-                                            "not used with it")
+                                            "not used with it (later windows of Delta/Iceberg tables it started "
+                                            "are merged with --since and no --base-export)")
     if is_kafka(args.source):
         raise RequestError("--base-export", "--base-export needs an archive --source (its first offsets prove it "
                                             "continues the export); a kafka:// source is not built yet")

@@ -334,11 +334,13 @@ OPTIONS: tuple[Option, ...] = (
                 "metadata's TSO) or mysqldump file(s) (--source-data=2; its binlog position). Its CREATE "
                 "statements are the starting schemas and its rows the snapshot's starting rows; archive "
                 "events it already holds are skipped (counted in_base). --emit snapshot or history as Parquet, "
-                "snapshot or topics (an INSERT per exported row first) as Kafka records (docs/base-exports.md)",
+                "Delta or Iceberg, snapshot or topics (an INSERT per exported row first) as Kafka records; not "
+                "with --since or --base-snapshot (docs/base-exports.md)",
            request=Field("base_export", "uri", form=_form(
                None, REPLAYED, "Base export",
                "a Dumpling export or mysqldump file(s) the archive continues: the snapshot starts from its "
-               "tables and rows (snapshot, history or topics; not Delta/Iceberg)",
+               "tables and rows (snapshot, history or topics; Parquet, Kafka records, Delta or Iceberg; the "
+               "scheduled DAG: Parquet/Kafka-record snapshots only)",
                type=["null", "string"], pattern=URI_PATTERN + "|^$"))),
     Option("tables", WHAT, metavar="db.table,...",
            help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive",

@@ -341,7 +341,8 @@ def test_positions_that_cannot_join_are_refused_before_spark(tmp_path):
 
 
 def test_what_the_request_takes_with_an_export(tmp_path):
-    """Snapshot, history (Parquet) and topics (Kafka records) are built; Delta/Iceberg are not."""
+    """Every emit mode and target format takes an export (Delta/Iceberg: tests/test_base_export_lake.py);
+    a kafka:// source, --since and --base-snapshot are refused in one line."""
     from spark_apps.contract import RequestError, check
 
     def request(emit, *extra):
@@ -350,5 +351,13 @@ def test_what_the_request_takes_with_an_export(tmp_path):
     request("history", "--target-format", "parquet")
     request("topics")
     for lake in ("delta", "iceberg"):
-        with pytest.raises(RequestError, match="not built yet"):
-            request("history", "--target-format", lake)
+        request("history", "--target-format", lake)
+        request("snapshot", "--target-format", lake)
+    with pytest.raises(RequestError, match="--since is not used with it"):
+        request("snapshot", "--target-format", "delta", "--since", "last")
+    with pytest.raises(RequestError, match="two starting points"):
+        request("snapshot", "--base-snapshot", str(tmp_path / "b"))
+    with pytest.raises(RequestError, match="a kafka:// source is not built yet"):
+        check(ReplayArgs.from_namespace(parser().parse_args(
+            ["--source", "kafka://broker:9092/cdc", "--protocol", "canal-json", "--output", str(tmp_path / "out"),
+             "--emit", "snapshot", "--base-export", str(FIXTURES / "dumpling-sql")])))

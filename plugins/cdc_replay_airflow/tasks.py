@@ -156,6 +156,12 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     if request.kafka_source and request.ending_offsets != "latest":
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: ending_offsets: is set "
                       "from the data interval; remove it (starting_offsets applies to the first interval)")
+    if request.base_export and (request.emit != "snapshot" or request.target_format in LAKE_FORMATS):
+        # intervals after the first take no export: their --since would drop it without a word
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: base_export: the scheduled "
+                      "DAG starts a Parquet or Kafka-record snapshot chain from it; for history, topics or Delta/"
+                      "Iceberg replay the export once (cdc-replay replay or the backfill DAG), then schedule "
+                      "without base_export")
     lateness = settings.get("lateness_minutes")
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "

@@ -41,6 +41,9 @@ from .parquet import history_columns, per_table, typed_column, write_parquet_fn
 
 FORMATS = ("delta", "iceberg")  # each the name of its module in this package
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
+# a run from a --base-export records the export in each commit: a rerun at the same cut is the
+# same version only from the same export (a run without one holds only the rows the archive touched)
+BASE_KEYS = ("base_export", "base_position")
 
 HISTORY_COLUMNS = history_columns("us")
 
@@ -254,9 +257,11 @@ class TablePlan:
         self.tables = list(tables) + sorted(self.dropped - set(tables))
         self.last = {key: target.last_commit(*key) for key in tables}
         cut_ts = cut.get("commit_ts")
+        base = {k: run.get(k) for k in BASE_KEYS}
         self.skip = {key for key, last in self.last.items()
                      if last is not None and cut_ts is not None and last.get("cut_commit_ts") == str(cut_ts)
-                     and last.get("source") == run["source"] and last.get("emit") == self.emit}
+                     and last.get("source") == run["source"] and last.get("emit") == self.emit
+                     and {k: last.get(k) for k in BASE_KEYS} == base}
 
     def _schema(self, key, files: list[dict], history: bool) -> pa.Schema | None:
         known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
@@ -301,7 +306,8 @@ class TablePlan:
             rows = sum(f["rows"] for f in files)
             props = {"cut_commit_ts": self.cut.get("commit_ts"), "cut": self.cut.get("description", ""),
                      "run_id": self.run["run_id"], "source": self.run["source"], "protocol": self.run.get("protocol"),
-                     "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1]}
+                     "emit": self.emit, "rows": rows, "source_database": key[0], "source_table": key[1],
+                     **{k: self.run[k] for k in BASE_KEYS if self.run.get(k) is not None}}
             if key in self.dropped:
                 props["dropped"] = "true"  # dropped or renamed away by the cut: an empty version
             done = self.target.commit(key[0], key[1], schema, files, props, self._renames_since(key, self.last.get(key)))

@@ -42,6 +42,8 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"]
                                   for s in decoded.partition_stats)
     output_plan.run = {"run_id": ctx.run_id, "source": ctx.source, "output": ctx.output, "protocol": args.protocol}
+    if ctx.base_export is not None:  # Delta/Iceberg commits name the export their rows started from
+        output_plan.run.update(base_export=args.base_export, base_position=ctx.base_export.position.describe())
     if kafka_io.is_kafka(ctx.output):
         output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
     try:

@@ -61,6 +61,17 @@ def test_a_base_export_starts_the_first_snapshot_interval_only():
     assert later["request"]["base_snapshot"] == "s3://lake/shop/20260101T000000Z"
 
 
+@pytest.mark.parametrize("change", [{"emit": "history"}, {"emit": "topics"},
+                                    {"emit": "snapshot", "target_format": "delta"},
+                                    {"emit": "snapshot", "target_format": "iceberg"}])
+def test_a_base_export_the_schedule_would_drop_is_refused(change):
+    """Only a Parquet/Kafka-record snapshot chain carries an export's rows into later intervals;
+    elsewhere every interval after the first would run without it, so the DAG refuses it."""
+    config = {**CONFIG, **change, "base_export": "s3://exports/shop-dumpling"}
+    with pytest.raises(Refused, match="base_export: the scheduled DAG starts a Parquet or Kafka-record snapshot"):
+        plan_interval(config, h(0), h(1), first_start=START)
+
+
 def test_a_broken_chain_is_reported():
     plan = plan_interval(CONFIG, h(3), h(4), first_start=START, previous=(h(0), h(1)), exists=lambda uri: True)
     assert "the output of the interval ending at 2026-01-01T03:00:00+00:00" in plan["chain_missing"]

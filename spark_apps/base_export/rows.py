@@ -368,7 +368,7 @@ class CsvDialect:
             quoted = r"(?!)()"
         # a bare field (a number, the null text) never starts with the enclosure: a quoted
         # field the buffer cuts must not read as a bare one
-        bare = (rf"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter
+        bare = (r"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter
                 else rf"((?!{d})[^\r\n]*?)" if delimiter else r"([^\r\n]*?)")
         self.field = re.compile(rf"(?:{quoted}|{bare})({sep}|\r?\n)", re.S)
 

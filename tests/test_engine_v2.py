@@ -222,14 +222,12 @@ def test_no_event_crosses_a_shuffle_whole(spark):
     ready, dictionary = lean_ready(spark, events)
     two = run_v2(spark, ready, dictionary, None, [20])
     assert rows_of(two["latest"]) and two["duplicates"].found
-    # the same plan with the marks not yet computed (a computed plan prints its stages twice)
-    marks = T.Duplicates(T.duplicate_places(ready), found=True, broadcast=True)
-    assert V2.shuffle_exchanges(marks.places) == 1, marks.places._jdf.queryExecution().executedPlan().toString()
-    tagged = V2.tag_effects(ready, cut=[20], dictionary=T.plan_dictionary(dictionary, T.spark_lower(spark),
-                                                                          spark=spark), duplicates=marks)
-    assert V2.shuffle_exchanges(tagged) == 1, tagged._jdf.queryExecution().executedPlan().toString()
-    latest = V2.latest(tagged)
-    assert V2.shuffle_exchanges(latest) == 2, latest._jdf.queryExecution().executedPlan().toString()
+    # the marks' plan (a computed, cached plan prints its final and initial stages: counted alike)
+    marks = V2.shuffle_exchanges(two["duplicates"].places)
+    assert marks >= 1
+    assert V2.shuffle_exchanges(two["tagged"]) == marks, two["tagged"]._jdf.queryExecution().executedPlan().toString()
+    latest = V2.latest(two["tagged"])
+    assert V2.shuffle_exchanges(latest) == marks + 1, latest._jdf.queryExecution().executedPlan().toString()
     plan = latest._jdf.queryExecution().executedPlan().toString()
     assert "partial_max_by" in plan, plan
 

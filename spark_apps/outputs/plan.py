@@ -161,18 +161,18 @@ class OutputPlan:
 
     # ----------------------------------------------------------------- outputs
     def snapshot(self, rows, latest=None):
-        """The last change per key of `rows`, written; `latest`: those last changes already
-        computed (engine v2's, read from its cache: `rows` is then not read)."""
+        """The last change per key of `rows`, written; `latest`: those last changes as a frame
+        still to compute (engine v2's: `rows` is then not read). Persisted either way: the
+        per-table counts and the write both read it."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from .. import transforms as T
         from ..snapshot import projector
 
-        own = latest is None
-        if own:
-            latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset)).persist(
-                StorageLevel.DISK_ONLY)
+        if latest is None:
+            latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset))
+        latest = latest.persist(StorageLevel.DISK_ONLY)
         # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
         table_rows = [r.asDict() for r in latest.groupBy(
             F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
@@ -195,8 +195,7 @@ class OutputPlan:
                                                            int(self.cut["point"][0])).withColumn(
                     "timeline", F.col("sort_point")))
             written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()))
-        if own:
-            latest.unpersist()
+        latest.unpersist()
         return written, table_rows
 
     def history(self, rows):

@@ -67,6 +67,7 @@ class Tagged:
     duplicates: Any  # the duplicate places (persisted)
     tagged: Any  # lean rows with `status`
     dictionary: Any  # transforms.plan_dictionary
+    marks: Any = None  # `duplicates` as tag_status joined them (transforms.Duplicates; engine v2 joins them again)
 
 
 @dataclass
@@ -83,8 +84,7 @@ class History:
     counts: list[dict]
     lean: Any  # the tagged lean rows
     tagged: Any  # the same with full images
-    latest: Any = None  # engine v2: the last change per key, read from its one cache (`cache`)
-    cache: Any = None  # engine v2: the persisted tagged effects (released after the output)
+    latest: Any = None  # engine v2: the last change per key (a frame the snapshot persists)
     engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
 
 

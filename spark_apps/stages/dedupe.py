@@ -78,13 +78,12 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
     duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
     duplicate_count = duplicates.count()
     in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
+    marks = T.Duplicates(duplicates, found=duplicate_count > 0, broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX)
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
-                          duplicates=T.Duplicates(duplicates, found=duplicate_count > 0,
-                                                  broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX),
-                          in_base=in_base)
+                          duplicates=marks, in_base=in_base)
     dictionary = schema_dictionary(ctx, decoded)
     return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=duplicates,
-                  tagged=tagged, dictionary=dictionary)
+                  tagged=tagged, dictionary=dictionary, marks=marks)
 
 
 def schema_dictionary(ctx: RunContext, decoded: Decoded):

@@ -1,14 +1,14 @@
 """Stages 3 and 4 on the chosen engine (`--engine`, else $CDC_REPLAY_ENGINE, else v1):
-v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py), or engine v2
-(spark_apps/engine_v2.py): the DDL history at the cut built first from the decode's DDL
-events, then ONE shuffle tagging every event and giving the last change per key, persisted as
-the run's one cache, which the summary, the quarantine and the snapshot then read.
+v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py), and on v2
+(spark_apps/engine_v2.py) the last change per key from the DDL history at the cut, built on
+the driver from the decode's DDL events before any event moves (v1 builds it after its summary
+and assigns tables and keys only then, stages/output.py).
 
 v2 runs only where it gives v1's output byte for byte: a snapshot to Parquet or Kafka-record
-archives, no `fallback_reason`, no table whose copies name different key columns, and v1's
-summary over the cache confirming what v2 assumed before the shuffle (the same applied DDL,
-the same history, no schema taken from the stream, the same counts). Anything else runs v1,
-said in one log line and in the manifest's `engine`. docs/engine.md, "Engine v2 wired".
+archives, no `fallback_reason`, and v1's summary confirming what v2 assumed before it (the
+same applied DDL, the same history, no schema taken from the stream). Anything else runs v1,
+said in one log line and in the manifest's `engine`. docs/engine.md, "Engine v2 wired" and
+"Engine v2 reduced before its shuffle".
 In: the run context, `context.Decoded`. Out: `context.Tagged`, `context.History`."""
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ from __future__ import annotations
 import os
 
 from spark_apps import kafka_io
-from spark_apps.contract import Status
 from spark_apps.stages import dedupe as dedupe_stage
 from spark_apps.stages import history as history_stage
 from spark_apps.stages.base import bound as base_bound
 from spark_apps.stages.base import export_base_rows
 from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged
+from spark_apps.stages.decode import UNREADABLE_ONLY
 
 ENGINE_ENV = "CDC_REPLAY_ENGINE"
 ENGINES = ("v1", "v2")
-COUNTED = ("status", "kind", "database", "table", "error_stage", "bucket", "events", "min_commit_ts", "max_commit_ts")
 
 
 def requested(args) -> str:
@@ -52,36 +51,39 @@ def tag_and_history(ctx: RunContext, decoded: Decoded) -> tuple[Tagged, History]
     run asks for where it can run; the manifest's `engine` says which ran and why."""
     engine = {"requested": requested(ctx.args), "ran": "v1", "fallback": None}
     cut_gaps = dedupe_stage.cut_and_gaps(ctx, decoded)
+    done = None  # v1's statuses and history when v2 computed them before falling back
     if engine["requested"] == "v2":
         reason = request_reason(ctx)
         if reason is None:
             outcome = _v2(ctx, decoded, cut_gaps)
-            if not isinstance(outcome, str):
-                tagged, hist = outcome
-                hist.engine = {**engine, "ran": "v2"}
-                ctx.say("engine v2: one shuffle, one cache")
-                return tagged, hist
-            reason = outcome
+            if isinstance(outcome, str):
+                reason = outcome
+            else:
+                tagged, hist, reason = outcome
+                if reason is None:
+                    hist.engine = {**engine, "ran": "v2"}
+                    ctx.say("engine v2: the last change per key from the history at the cut")
+                    return tagged, hist
+                done = tagged, hist
         engine["fallback"] = reason
         ctx.say("engine v2 asked for, v1 runs: %s", reason)
-    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded, cut_gaps)
-    hist = history_stage.schema_history(ctx, decoded, tagged)
-    hist.engine = engine
-    return tagged, hist
+    if done is None:
+        tagged = dedupe_stage.dedupe_and_cut(ctx, decoded, cut_gaps)
+        done = tagged, history_stage.schema_history(ctx, decoded, tagged)
+    done[1].engine = engine
+    return done
 
 
 def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
-    """(Tagged, History) from v2's one shuffle, or why v1 must run instead (a str)."""
-    from pyspark import StorageLevel
-
+    """(Tagged, History, None) with v2's last changes; (Tagged, History, why) when v1's summary
+    contradicts what v2 assumed (both are v1's own: v1 goes on from them); or why v1 must run
+    (a str, before any Spark job)."""
     from spark_apps import engine_v2 as V2
-    from spark_apps import manifest as manifest_mod
     from spark_apps import outputs
-    from spark_apps import transforms as T
 
     args, spark = ctx.args, ctx.spark
-    cut, offset_gaps, gap_count = cut_gaps
-    ready, _, untimed = dedupe_stage.ordered_events(args, decoded)
+    cut = cut_gaps[0]
+    _, _, untimed = dedupe_stage.ordered_events(args, decoded)
     if untimed and decoded.ddl_events:  # an untimed DDL's point is a running event time: intervals
         return V2.fallback_reason(untimed=True, intervals=decoded.ddl_events)
     before, _ = history_stage.initial_history(ctx)
@@ -95,33 +97,26 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
                                 require_schema=args.require_schema)
     if reason:
         return reason
-    ctx.progress.phase("tagging every event in one shuffle (engine v2)")
-    dictionary = dedupe_stage.schema_dictionary(ctx, decoded)
+    # v1's statuses and summary (one narrow shuffle of identities, one action over the events)
+    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded, cut_gaps)
+    hist = history_stage.schema_history(ctx, decoded, tagged)
+    differs = _differs(before, applied, hist)
+    if differs:  # what ran so far is v1's own dedupe and history: v1 goes on from there
+        return tagged, hist, differs
+    ctx.progress.phase("the last change per key, reduced in each task before its shuffle (engine v2)")
     stretches, names = V2.existence_frames(spark, before)
-    frame = manifest_mod.timeline_frame(decoded.partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     base = _base_rows(ctx)
-    cache = V2.tag_effects(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
-                           intervals=intervals, known=known, stretches=stretches, stretch_names=names,
-                           dictionary=dictionary, bucket=T.commit_bucket(*frame) if frame else None,
-                           base=base, in_base=None if ctx.base_export is None else base_bound(ctx.base_export)
-                           ).persist(StorageLevel.DISK_ONLY)
-    counts = V2.summary_counts(cache)
-    if counts["own_key_conflicts"]:
-        cache.unpersist()
-        return ("row events of " + ", ".join(f"{d}.{t}" for d, t in counts["own_key_conflicts"][:3])
-                + " name different key columns and no DDL keys the table: copies may have been routed apart")
-    events = _as_v1_saw(cache, T.with_timeline(ready).columns)
-    tagged = Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=None, duplicates=None,
-                    tagged=events, dictionary=dictionary)
-    hist = history_stage.history_over(ctx, decoded, events, dictionary)
-    differs = _differs(before, applied, hist, counts["counts"])
-    if differs:
-        cache.unpersist()
-        return differs
-    hist.latest, hist.cache = V2.latest(cache), cache
-    if base is not None and "after_values" in cache.columns:  # the base rows' images are full: rebuild the lean
-        hist.latest = _full_beside(hist.latest, dictionary)
-    return tagged, hist
+    effects = V2.tag_effects(tagged.ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
+                             intervals=intervals, known=known, stretches=stretches, stretch_names=names,
+                             dictionary=tagged.dictionary, duplicates=tagged.marks,
+                             base=base,
+                             in_base=None if ctx.base_export is None else base_bound(ctx.base_export),
+                             live_only=True)
+    # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated
+    hist.latest = V2.latest(effects.drop(*UNREADABLE_ONLY), multiset=history_stage.has_keyless(hist))
+    if base is not None and "after_values" in effects.columns:  # the base rows' images are full: rebuild the lean
+        hist.latest = _full_beside(hist.latest, tagged.dictionary)
+    return tagged, hist, None
 
 
 def _base_rows(ctx: RunContext):
@@ -156,25 +151,9 @@ def _full_beside(latest, dictionary):
     return full.drop("_base_before", "_base_after")
 
 
-def _as_v1_saw(cache, columns: list[str]):
-    """The cache's events, one row each (the counted effect), with the columns and statuses
-    v1's tagging gives before its summary: a row v2 quarantined as of a missing table is
-    applied there (v1's history stage moves it after the summary, as it does here)."""
-    from pyspark.sql import functions as F
-
-    moved = F.col("_moved")
-    events = (cache.where(F.col("_counted"))
-              .withColumn("status", F.when(moved, F.lit(Status.APPLIED)).otherwise(F.col("status")))
-              .withColumn("error", F.when(moved, F.col("_was_error")).otherwise(F.col("error")))
-              .withColumn("error_stage", F.when(moved, F.col("_was_error_stage")).otherwise(F.col("error_stage"))))
-    return events.select(*[c for c in columns if c not in ("identity", "place_id")], "status")
-
-
-def _differs(before, applied: list[dict], hist: History, counts: list[dict]) -> str | None:
-    """What v1's summary over the cache contradicts of v2's assumptions (None: nothing): the
-    applied DDL, the history at the cut, schemas from the stream, the statuses' counts (their
-    commit-ts ranges aside where v1 moved rows of missing tables, `_moved_counts` keeping them
-    in the applied group's range)."""
+def _differs(before, applied: list[dict], hist: History) -> str | None:
+    """What v1's summary contradicts of v2's assumptions (None: nothing): the applied DDL, the
+    history at the cut, schemas from the stream."""
     def ddl_of(rows):
         return [(d["ddl_query"], list(d["timeline"]), d.get("database"), d.get("table")) for d in rows]
 
@@ -188,13 +167,4 @@ def _differs(before, applied: list[dict], hist: History, counts: list[dict]) -> 
         return "a table's schema is taken from its row events (known only after the summary)"
     if shape(before) != shape(hist.history):
         return "the DDL history at the cut differs from the one v1 builds after its summary"
-    moved = {(c["database"], c["table"]) for c in hist.counts if c["error_stage"] == "table"}
-    if _comparable(counts, moved) != _comparable(hist.counts, moved):
-        return "the statuses' counts differ from v1's summary"
     return None
-
-
-def _comparable(counts: list[dict], moved: set) -> list:
-    return sorted((tuple(None if k.endswith("commit_ts") and (c["database"], c["table"]) in moved else c.get(k)
-                         for k in COUNTED) for c in counts if c["events"]), key=repr)
-

@@ -164,6 +164,13 @@ def _schema_conflicts(history: SchemaHistory, shapes: list[dict]) -> list[str]:
 
 
 
+def has_keyless(hist: History) -> bool:
+    """Whether a table without a key takes part in the run (its applied rows name no key
+    columns, or the history leaves a table keyless): the last change per key then folds the
+    copies of identical rows (transforms.latest_per_key's `multiset`)."""
+    return bool(hist.summary["keyless"]) or any(i.key_aliases == () for i in hist.history.intervals())
+
+
 def initial_history(ctx: RunContext) -> tuple[SchemaHistory, schema_files.StartingSchemas | None]:
     """The DDL history before the archive's DDL: --schema, a base snapshot's and the lake
     tables' schemas; and the --schema files read."""
@@ -186,8 +193,7 @@ def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> Histo
     """The DDL history from one action over `events` (every event once, with its status:
     `summary.summarise`: the counts, also per commit-time bucket for the manifest's timeline,
     the applied DDL events, and the column sets of the applied rows when a schema can be known
-    to compare them with); `dictionary`: transforms.plan_dictionary. Engine v2 runs it over its
-    cache (stages/engine.py)."""
+    to compare them with); `dictionary`: transforms.plan_dictionary."""
     from spark_apps import transforms as T
     from spark_apps.schema import DECODED_FIELD_NAMES
 

@@ -11,6 +11,7 @@ from spark_apps.stages.base import export_base_rows
 from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged, Written
 from spark_apps.stages.decode import UNREADABLE_ONLY, release
 from spark_apps.stages.decode import decode_objects as _decode
+from spark_apps.stages.history import has_keyless
 
 
 def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> Written:
@@ -37,8 +38,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     output_plan = outputs.OutputPlan(spark, args, history, tagged.cut, target, ctx.staging)
     # old values some protocols leave out (Avro), taken from the key's previous change
     # identical rows of a table without a key are counted (transforms.latest_per_key)
-    output_plan.multiset = bool(hist.summary["keyless"]) or any(
-        i.key_aliases == () for i in history.intervals())
+    output_plan.multiset = has_keyless(hist)
     output_plan.fill_images = any(s["updates_without_before"] or s["rows_without_commit_ts"]
                                   for s in decoded.partition_stats)
     output_plan.run = {"run_id": ctx.run_id, "source": ctx.source, "output": ctx.output, "protocol": args.protocol}
@@ -74,7 +74,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
     finally:
-        for persisted in (tagged.duplicates, tagged.ready, hist.cache):
+        for persisted in (tagged.duplicates, tagged.ready):
             if persisted is not None:
                 persisted.unpersist()
         release(decoded.decoded, ctx.files)

@@ -103,9 +103,9 @@ def _matches(pattern: tuple, database, table) -> bool:
 
 
 def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Duplicates:
-    """v1's duplicate check (`transforms.duplicate_places`: a narrow shuffle of each checked
-    event's identity and place), persisted and counted as stages/dedupe.py does, so that
-    `tag_effects` tells the later copies apart by a join (broadcast when few)."""
+    """The duplicate check of both engines (`transforms.duplicate_places`: a narrow shuffle of
+    each checked event's identity and place), persisted and counted, so that `tag_status` and
+    `tag_effects` tell the later copies apart by a join (broadcast when few)."""
     from pyspark import StorageLevel
 
     places = T.duplicate_places(ready, tables=tables).persist(StorageLevel.DISK_ONLY)

@@ -63,6 +63,7 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
     from pyspark import StorageLevel
 
     from spark_apps import transforms as T
+    from spark_apps.engine_v2 import find_duplicates
 
     cut, offset_gaps, gap_count = cut_gaps or cut_and_gaps(ctx, decoded)
     args = ctx.args
@@ -75,14 +76,12 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
     ready, needs_inference, needs_event_time = ordered_events(args, decoded)
     if needs_inference or needs_event_time:  # a window per source partition: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
-    duplicates = T.duplicate_places(ready, tables=args.table_patterns()).persist(StorageLevel.DISK_ONLY)
-    duplicate_count = duplicates.count()
+    marks = find_duplicates(ready, tables=args.table_patterns())
     in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
-    marks = T.Duplicates(duplicates, found=duplicate_count > 0, broadcast=duplicate_count <= T.DUPLICATES_BROADCAST_MAX)
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                           duplicates=marks, in_base=in_base)
     dictionary = schema_dictionary(ctx, decoded)
-    return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=duplicates,
+    return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=marks.places,
                   tagged=tagged, dictionary=dictionary, marks=marks)
 
 

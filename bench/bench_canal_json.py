@@ -245,17 +245,23 @@ def write_history(events: int, source: str, chunk: int = 100_000, *, first_event
         return sum(pool.map(_write_chunk, jobs))
 
 
-def bench_replay(spark, source, workdir) -> tuple[float, dict]:
+def bench_replay(spark, source, workdir, protocol: str = "canal-json", emit: str = "snapshot",
+                 options: dict | None = None) -> tuple[float, dict]:
+    """`replay.run` of the archive in `protocol` (its codec options, also the target's) to
+    `--emit emit`; canal-json with TiDB's extension by default."""
     from spark_apps.options import ReplayArgs, parser
     from spark_apps.replay import run
 
-    output = os.path.join(workdir, "snapshot")
+    output = os.path.join(workdir, emit)
     import gc
 
     gc.collect()
-    args = ReplayArgs.from_namespace(parser().parse_args([
-        "--source", source, "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
-        "--output", output, "--emit", "snapshot", "--target-option", "enable-tidb-extension=true"]))
+    if options is None:
+        options = {"enable-tidb-extension": "true"} if protocol == "canal-json" else {}
+    argv = ["--source", source, "--protocol", protocol, "--output", output, "--emit", emit]
+    for key, value in options.items():
+        argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
+    args = ReplayArgs.from_namespace(parser().parse_args(argv))
     started = time.perf_counter()
     manifest = run(args, spark=spark)
     seconds = time.perf_counter() - started
@@ -309,21 +315,75 @@ def bench_naive_replay(spark, source, workdir, parser_kind: str) -> float:
     return seconds
 
 
-def session(master: str, driver_memory: str = "6g"):
+def bench_floor(spark, source, workdir) -> float:
+    """The floor of any Spark run over the archive: read its lines, unbase64 and `from_json`
+    the values, write them as Parquet — no order, no key, no cut (issue 33 point 3's 10k
+    comparison)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    message = T.StructType([
+        T.StructField("database", T.StringType()), T.StructField("table", T.StringType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("data", T.ArrayType(T.MapType(T.StringType(), T.StringType()))),
+        T.StructField("_tidb", T.StructType([T.StructField("commitTs", T.LongType())])),
+    ])
+    lines = (spark.read.schema("topic string, partition int, offset long, value string")
+             .option("recursiveFileLookup", "true").option("pathGlobFilter", "*.jsonl.gz").json(source))
+    decoded = lines.select("topic", "partition", "offset",
+                           F.from_json(F.unbase64("value").cast("string"), message).alias("m")).select(
+        "topic", "partition", "offset", "m.*")
+    output = os.path.join(workdir, "floor")
+    started = time.perf_counter()
+    decoded.write.mode("overwrite").parquet(output)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(output, ignore_errors=True)
+    return seconds
+
+
+def session(master: str, driver_memory: str = "6g", event_log: str | None = None):
+    """The bench's Spark session; with `event_log` (a folder) Spark's event log goes there,
+    for the shuffle bytes each job wrote (`shuffle_bytes_written`)."""
     from spark_apps.replay import build_session
 
-    return build_session(master, "cdc-replay-bench",
-                         [f"spark.driver.memory={driver_memory}", "spark.sql.shuffle.partitions=16"])
+    conf = [f"spark.driver.memory={driver_memory}", "spark.sql.shuffle.partitions=16"]
+    if event_log:
+        os.makedirs(event_log, exist_ok=True)
+        conf += ["spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{os.path.abspath(event_log)}",
+                 "spark.eventLog.compress=false"]
+    return build_session(master, "cdc-replay-bench", conf)
 
 
-def _job(spark, kind: str, source: str, workdir: str) -> dict:
+def shuffle_bytes_written(event_log: str) -> int:
+    """Shuffle bytes written by every task of the applications logged in `event_log` (Spark's
+    event log: the task end events' shuffle write metrics)."""
+    import json
+
+    total = 0
+    paths = [os.path.join(d, n) for d, _, names in os.walk(event_log) for n in names]  # rolling logs: folders
+    for path in paths:
+        if os.path.basename(path).startswith("appstatus"):
+            continue
+        with open(path) as f:
+            for line in f:
+                if '"SparkListenerTaskEnd"' not in line:
+                    continue
+                metrics = json.loads(line).get("Task Metrics") or {}
+                total += (metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
+    return total
+
+
+def _job(spark, kind: str, source: str, workdir: str, protocol: str = "canal-json", emit: str = "snapshot",
+         options: dict | None = None) -> dict:
     """One full-replay job on the archive: seconds from its start to its end (the session is
     up already), peak memory, and for the replay the manifest's counts."""
     from peak_memory import PeakMemory
 
     with PeakMemory() as peak:
         if kind == "replay":
-            seconds, manifest = bench_replay(spark, source, workdir)
+            seconds, manifest = bench_replay(spark, source, workdir, protocol, emit, options)
+        elif kind == "floor":
+            seconds, manifest = bench_floor(spark, source, workdir), None
         else:
             seconds, manifest = bench_naive_replay(spark, source, workdir, kind), None
     result = {"seconds": seconds, "jvm_mb": peak.jvm_mb, "workers_mb": peak.workers_mb}
@@ -365,15 +425,25 @@ def main() -> int:
                          "(process, the default: no job runs on a JVM another job warmed), or all in this one session")
     ap.add_argument("--archive", help="full replays: keep the generated archive in this folder and reuse it in later "
                     "runs (a larger size extends it; the events written so far are recorded in its `.events`)")
-    ap.add_argument("--job", choices=("replay", "native", "udf"), help=argparse.SUPPRESS)  # one job, in this process
+    ap.add_argument("--job", choices=("replay", "native", "udf", "floor"), help=argparse.SUPPRESS)  # one job, here
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    ap.add_argument("--protocol", default="canal-json", help=argparse.SUPPRESS)  # --job replay: the archive's
+    ap.add_argument("--emit", default="snapshot", help=argparse.SUPPRESS)  # --job replay
+    ap.add_argument("--options", default=None, help=argparse.SUPPRESS)  # --job replay: codec options, JSON
+    ap.add_argument("--event-log", default=None, help=argparse.SUPPRESS)  # --job: count the shuffle bytes
     args = ap.parse_args()
 
     if args.job:
         import json
 
-        print("RESULT " + json.dumps(_job(session(args.master, args.driver_memory), args.job, args.source, args.workdir)), flush=True)
+        spark = session(args.master, args.driver_memory, args.event_log)
+        result = _job(spark, args.job, args.source, args.workdir, args.protocol, args.emit,
+                      json.loads(args.options) if args.options else None)
+        spark.stop()  # the event log is complete once the application ends
+        if args.event_log:
+            result["shuffle_bytes"] = shuffle_bytes_written(args.event_log)
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
     import pyspark
 

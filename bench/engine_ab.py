@@ -1,19 +1,33 @@
-"""Benchmark (not a test): engine v1 against engine v2 against the hand-written Spark SQL job
-(issue 33 point 3), A/B alternating on ONE canal-json archive written by `cdc-replay generate`.
+"""Benchmark (not a test): the replay engines against the Spark job a user would hand-write
+(issue 33 point 3), A/B alternating on archives written by `cdc-replay generate` with one
+seed, so every protocol's archive holds the same events.
 
-Each round runs the three jobs in turn, each in a fresh process and Spark session (the job of
-bench/bench_canal_json.py: `--job replay` with $CDC_REPLAY_ENGINE set, `--job native` for the
-hand-written read / unbase64 / from_json / window "last row per key" / write job), and
-reports per job: wall seconds of the job (session up, as bench_canal_json measures it) and of
-the whole process, CPU seconds of every process of the job (the Python driver, its JVM, the
-Python workers: sampled from the process tree, the last reading of each process kept), the
-1-minute load average before and after, and the ratio of each median wall to the
-hand-written job's (above 1: slower than it). Run it on a quiet machine (nothing else
-running; the load average says whether it was).
+Each round runs every job in turn (the order reversed every other round, so no job always
+runs first), each in a fresh process and Spark session (bench/bench_canal_json.py `--job`):
+
+* `v1`/`v2` (`--engines`) × `--emits` (snapshot, topics, history) × `--protocols`: the full
+  replay (`replay.run`) of the protocol's archive, $CDC_REPLAY_ENGINE set;
+* `hand-written` (canal-json archive): read, unbase64, from_json, window "last row per key",
+  write — the job the product competes with;
+* `floor` (`--floor`, canal-json archive): read, unbase64, from_json, write — the least any
+  Spark run over the archive costs (the 10k-event comparison).
+
+Per job: wall seconds of the job (session up, as bench_canal_json measures it) and of the
+whole process, CPU seconds of every process of the job (Python driver, its JVM, the Python
+workers; sampled from the process tree, the last reading of each process kept), peak RSS of
+the JVM (driver and executors: one process in local mode) and of the Python workers, shuffle
+bytes written per event read (Spark's event log), the 1-minute load average before and after.
+Then the ratios the issue asks for: each job against the hand-written job (above 1: faster),
+each protocol against canal-json on the same engine and emit, topics and history against the
+snapshot. Run it on a quiet machine (nothing else running; the load average says whether it was).
 
     .venv/bin/python bench/engine_ab.py --transactions 100000 --rounds 3
+    .venv/bin/python bench/engine_ab.py --transactions 400000 --rounds 2 --engines v2 --emits snapshot,topics,history
+    .venv/bin/python bench/engine_ab.py --transactions 4000 --rounds 3 --engines v2 --floor   # ~10k events
+    .venv/bin/python bench/engine_ab.py --transactions 20000 --rounds 2 --engines v2 \\
+        --protocols canal-json,open-protocol,craft,avro,canal-protobuf
 
-Prints a Markdown table; bench/RESULTS.md records figures, load and command.
+Prints Markdown tables; bench/RESULTS.md records figures, load and command.
 """
 
 from __future__ import annotations
@@ -29,28 +43,43 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-JOBS = (("v1", "replay", {"CDC_REPLAY_ENGINE": "v1"}), ("v2", "replay", {"CDC_REPLAY_ENGINE": "v2"}),
-        ("hand-written", "native", {}))
+HAND_WRITTEN = "hand-written"
 
 
-def generate_archive(path: str, transactions: int, partitions: int) -> None:
-    """The archive, by the product's own command (canal-json with TiDB's extension)."""
+def protocol_options(protocol: str, archive: str) -> dict:
+    """Codec options for the generator and the replay (decode and re-encode) of `protocol`."""
+    if protocol == "canal-json":
+        return {"enable-tidb-extension": "true"}
+    if protocol == "avro":
+        return {"schema-registry": f"file://{archive}-registry", "enable-tidb-extension": "true",
+                "avro-enable-watermark": "true"}
+    return {}
+
+
+def generate_archive(path: str, protocol: str, transactions: int, partitions: int) -> None:
+    """The archive, by the product's own command (the same seed for every protocol)."""
     cli = os.path.join(os.path.dirname(sys.executable), "cdc-replay")
-    subprocess.run([cli, "generate", "--output", path, "--transactions", str(transactions),
-                    "--partitions", str(partitions)], check=True, env={**os.environ, "PYTHONPATH": ROOT})
+    argv = [cli, "generate", "--output", path, "--protocol", protocol, "--transactions", str(transactions),
+            "--partitions", str(partitions), "--seed", "7"]
+    for key, value in protocol_options(protocol, path).items():
+        argv += ["--protocol-option", f"{key}={value}"]
+    subprocess.run(argv, check=True, env={**os.environ, "PYTHONPATH": ROOT})
 
 
-def run_job(kind: str, env: dict, source: str, workdir: str, master: str, driver_memory: str) -> dict:
+def run_job(job: dict, source: str, workdir: str, master: str, driver_memory: str) -> dict:
     """One job in its own process, its process tree's CPU sampled while it runs."""
     import psutil
 
+    event_log = tempfile.mkdtemp(prefix="events-", dir=workdir)
+    argv = [sys.executable, os.path.join(HERE, "bench_canal_json.py"), "--job", job["kind"], "--source", source,
+            "--workdir", workdir, "--master", master, "--driver-memory", driver_memory, "--event-log", event_log]
+    if job["kind"] == "replay":
+        argv += ["--protocol", job["protocol"], "--emit", job["emit"],
+                 "--options", json.dumps(protocol_options(job["protocol"], source))]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "bench_canal_json.py"), "--job", kind,
-                             "--source", source, "--workdir", workdir, "--master", master,
-                             "--driver-memory", driver_memory],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env, "PYTHONPATH": ROOT})
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **job["env"], "PYTHONPATH": ROOT})
     cpu: dict[int, float] = {}
     root = psutil.Process(proc.pid)
     while proc.poll() is None:
@@ -68,48 +97,104 @@ def run_job(kind: str, env: dict, source: str, workdir: str, master: str, driver
     wall = time.perf_counter() - started
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the {kind} job failed: {err[-3000:]}")
+        raise RuntimeError(f"the job {job['name']} failed: {err[-3000:]}")
     result = json.loads(lines[-1][len("RESULT "):])
     return {**result, "process_s": wall, "cpu_s": sum(cpu.values()), "load_before": load_before,
             "load_after": os.getloadavg()[0]}
+
+
+def plan(args) -> list[dict]:
+    """The jobs of one round: each a name, the archive it reads and how it runs."""
+    jobs = []
+    for protocol in args.protocols:
+        for emit in args.emits:
+            for engine in args.engines:
+                jobs.append({"name": f"{engine} {emit} {protocol}", "kind": "replay", "protocol": protocol,
+                             "emit": emit, "engine": engine, "env": {"CDC_REPLAY_ENGINE": engine}})
+    jobs.append({"name": HAND_WRITTEN, "kind": "native", "protocol": "canal-json", "env": {}})
+    if args.floor:
+        jobs.append({"name": "floor", "kind": "floor", "protocol": "canal-json", "env": {}})
+    return jobs
+
+
+def median(rs: list[dict], field: str) -> float:
+    return statistics.median(r[field] for r in rs)
+
+
+def report(jobs: list[dict], results: dict, sources: dict, args) -> None:
+    base = median(results[HAND_WRITTEN], "seconds")
+    first = results[jobs[0]["name"]][0]
+    events = next((r["read"] for rs in results.values() for r in rs if "read" in r), None)
+    print(f"\n{args.rounds} rounds, {args.master}, --transactions {args.transactions}, events read "
+          f"{events if events is not None else '?'} (canal-json: {sources['canal-json']}); load before the first job "
+          f"{first['load_before']:.2f}\n")
+    print("| job | wall s (median) | walls | process s | CPU s | load avg (min-max) | JVM peak MB | "
+          "workers peak MB | shuffle B/event | vs hand-written |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for job in jobs:
+        rs = results[job["name"]]
+        wall = median(rs, "seconds")
+        loads = [r["load_before"] for r in rs] + [r["load_after"] for r in rs]
+        read = rs[0].get("read") or events
+        per_event = f"{median(rs, 'shuffle_bytes') / read:.0f}" if read and "shuffle_bytes" in rs[0] else "-"
+        each = ", ".join(f"{r['seconds']:.1f}" for r in rs)
+        print(f"| {job['name']} | {wall:.1f} | {each} | "
+              f"{median(rs, 'process_s'):.1f} | {median(rs, 'cpu_s'):.1f} | {min(loads):.2f}-{max(loads):.2f} | "
+              f"{max(r['jvm_mb'] for r in rs):,.0f} | {max(r['workers_mb'] for r in rs):,.0f} | {per_event} | "
+              f"{base / wall:.2f}x |")
+    replays = [j for j in jobs if j["kind"] == "replay"]
+    walls = {(j["engine"], j["emit"], j["protocol"]): median(results[j["name"]], "seconds") for j in replays}
+    lines = []
+    for (engine, emit, protocol), wall in walls.items():
+        if protocol != "canal-json" and (engine, emit, "canal-json") in walls:
+            lines.append(f"* {engine} {emit}: {protocol} at {walls[(engine, emit, 'canal-json')] / wall:.2f}x "
+                         "canal-json's speed (goal ≥ 0.8x)")
+        if emit != "snapshot" and (engine, "snapshot", protocol) in walls:
+            lines.append(f"* {engine} {protocol}: {emit} takes {wall / walls[(engine, 'snapshot', protocol)]:.2f}x the "
+                         "snapshot's time (goal ≤ 1.3x)")
+    if "floor" in results:
+        floor = median(results["floor"], "seconds")
+        for (engine, emit, protocol), wall in walls.items():
+            if protocol == "canal-json":
+                lines.append(f"* {engine} {emit}: {wall / floor:.2f}x the floor's wall time (goal ≤ 1.2x at 10k events)")
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--transactions", type=int, default=100_000, help="`cdc-replay generate --transactions`")
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--archive", help="an archive written earlier (default: generated in a temporary folder)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of v1, v2, hand-written (alternating)")
+    ap.add_argument("--archive", help="a canal-json archive written earlier (default: generated in a temporary "
+                    "folder; other protocols are always generated)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every job (alternating order)")
+    ap.add_argument("--engines", default="v1,v2", help="engines to run (comma-separated)")
+    ap.add_argument("--emits", default="snapshot", help="outputs to replay to: snapshot,topics,history")
+    ap.add_argument("--protocols", default="canal-json", help="archives' protocols (the same events in each)")
+    ap.add_argument("--floor", action="store_true", help="also the floor job (read, from_json, write)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     args = ap.parse_args()
+    args.engines, args.emits = args.engines.split(","), args.emits.split(",")
+    args.protocols = ["canal-json", *[p for p in args.protocols.split(",") if p != "canal-json"]]
 
     workdir = tempfile.mkdtemp(prefix="cdc-engine-ab-")
-    source = os.path.abspath(args.archive) if args.archive else os.path.join(workdir, "archive")
-    if not args.archive:
-        generate_archive(source, args.transactions, args.partitions)
-    results: dict[str, list[dict]] = {name: [] for name, _, _ in JOBS}
+    sources = {}
+    for protocol in args.protocols:
+        if protocol == "canal-json" and args.archive:
+            sources[protocol] = os.path.abspath(args.archive)
+            continue
+        sources[protocol] = os.path.join(workdir, f"archive-{protocol}")
+        generate_archive(sources[protocol], protocol, args.transactions, args.partitions)
+    jobs = plan(args)
+    results: dict[str, list[dict]] = {job["name"]: [] for job in jobs}
     for round_ in range(args.rounds):
-        order = JOBS if round_ % 2 == 0 else tuple(reversed(JOBS))  # no job always runs first
-        for name, kind, env in order:
-            results[name].append(run_job(kind, env, source, workdir, args.master, args.driver_memory))
-            r = results[name][-1]
-            print(f"round {round_ + 1} {name}: {r['seconds']:.1f} s job, {r['process_s']:.1f} s process, "
+        for job in (jobs if round_ % 2 == 0 else tuple(reversed(jobs))):
+            r = run_job(job, sources[job["protocol"]], workdir, args.master, args.driver_memory)
+            results[job["name"]].append(r)
+            print(f"round {round_ + 1} {job['name']}: {r['seconds']:.1f} s job, {r['process_s']:.1f} s process, "
                   f"{r['cpu_s']:.1f} CPU s, load {r['load_before']:.2f} -> {r['load_after']:.2f}", file=sys.stderr)
-    base = statistics.median(r["seconds"] for r in results["hand-written"])
-    print(f"\nArchive {source} ({results['v1'][0].get('read', '?')} events read), {args.rounds} rounds, "
-          f"{args.master}, load before the first job {results['v1'][0]['load_before']:.2f}\n")
-    print("| job | wall s (median) | walls | process s (median) | CPU s (median) | load avg (min-max) | "
-          "hand-written / job |")
-    print("|---|---|---|---|---|---|---|")
-    for name, _, _ in JOBS:
-        rs = results[name]
-        wall = statistics.median(r["seconds"] for r in rs)
-        loads = [r["load_before"] for r in rs] + [r["load_after"] for r in rs]
-        walls = ", ".join(f"{r['seconds']:.1f}" for r in rs)
-        print(f"| {name} | {wall:.1f} | {walls} | "
-              f"{statistics.median(r['process_s'] for r in rs):.1f} | {statistics.median(r['cpu_s'] for r in rs):.1f} | "
-              f"{min(loads):.2f}-{max(loads):.2f} | {base / wall:.2f}x |")
+    report(jobs, results, sources, args)
     return 0
 
 

@@ -374,7 +374,8 @@ def check(args) -> None:
 
 # what --base-export joins (docs/base-exports.md): a TiDB TSO needs commit ts, a binlog position
 # needs Canal's (file, offset) per event, which only canal-protobuf carries. Every emit mode and
-# target format takes an export (snapshot, history, topics; Parquet, Kafka records, Delta, Iceberg)
+# target format takes an export (snapshot, history, topics; Parquet, Kafka records, Delta, Iceberg),
+# and so does a kafka:// source (its records' offsets prove it continues the export, as an archive's)
 BASE_EXPORT_BINLOG_PROTOCOLS = ("canal-protobuf",)
 BASE_EXPORT_TSO_PROTOCOLS = ("canal-json", "open-protocol", "craft", "avro", "csv")
 
@@ -394,9 +395,6 @@ def _check_base_export(args) -> None:
         raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
                                             "not used with it (later windows of Delta/Iceberg tables it started "
                                             "are merged with --since and no --base-export)")
-    if is_kafka(args.source):
-        raise RequestError("--base-export", "--base-export needs an archive --source (its first offsets prove it "
-                                            "continues the export); a kafka:// source is not built yet")
 
 
 def check_codecs(args) -> None:

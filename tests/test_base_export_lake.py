@@ -167,3 +167,32 @@ def test_an_export_rewrites_tables_at_the_same_cut_and_windows_merge_after_it(sp
     window = replay(spark, archive, output, fmt, "canal-json", "--since", "last")
     assert window["window"]["since"] == middle
     assert lake_state(fmt, output) == expected(generated, window["cut"]["commit_ts"])
+
+
+def test_an_export_rewrites_an_iceberg_table_whose_decimal_it_narrows(spark, tmp_path):
+    """canal-json without --schema states DECIMAL without its precision, so an export-less run
+    creates `amount` as decimal(38,18); the export's DECIMAL(12,2) is no widening of it, which
+    Iceberg cannot apply in place. A full rewrite replaces every data file, so the column is
+    dropped and added again with the export's type: the rewrite commits and reads as the
+    reference; a later window merges into the narrowed column."""
+    from decimal import Decimal
+
+    from pyiceberg.types import DecimalType
+
+    generated, archive, export = history_and_export(tmp_path, "canal-json", "dumpling-sql", 16)
+    middle = cut_in_the_middle(generated)
+    output = str(tmp_path / "out")
+    replay(spark, archive, output, "iceberg", "canal-json", "--as-of", str(middle))
+
+    def amount_type():
+        return load_catalog(output, {}).load_table(("shop", "orders")).schema().find_field("amount").field_type
+
+    assert amount_type() == DecimalType(38, 18)
+    first = replay(spark, archive, output, "iceberg", "canal-json", "--as-of", str(middle), export=export)
+    assert amount_type() == DecimalType(12, 2) and not first["output"]["lakehouse"]["shop.orders"]["unchanged"]
+    assert lake_state("iceberg", output) == expected(generated, middle)
+    amounts = [r["amount"] for r in lake_rows("iceberg", output)[("shop", "orders")] if r["amount"] is not None]
+    assert amounts and all(a == a.quantize(Decimal("0.01")) for a in amounts)
+    window = replay(spark, archive, output, "iceberg", "canal-json", "--since", "last")
+    assert amount_type() == DecimalType(12, 2)
+    assert lake_state("iceberg", output) == expected(generated, window["cut"]["commit_ts"])

@@ -144,6 +144,38 @@ def test_replay_from_kafka_into_kafka_equals_the_archive_replay(broker, bucket, 
     assert consume(broker.bootstrap, ["out-shop"]) == got
 
 
+@pytest.mark.parametrize("protocol, kind", [("open-protocol", "dumpling-sql"), ("canal-protobuf", "mysqldump")])
+def test_a_kafka_source_continues_a_base_export(broker, tmp_path, protocol, kind):
+    """--base-export with a kafka:// source: a mid-stream archive's records produced into a topic
+    (its first records re-send changes the export holds), the export beside it. The export's
+    position joins the records read from Kafka as it joins archived ones (a TSO by commit ts,
+    a binlog position by Canal's per-event position): the snapshot equals tests/reference.py
+    over the full history, and the re-sent copies are `in_base`, not applied."""
+    from spark_apps.demo import read_snapshot
+    from spark_apps.generate import write_base_export
+
+    from .reference import reference_state
+
+    topic = f"exported-{protocol}"
+    generated = generate(transactions=60, partitions=2, seed=17, duplicate_rate=0.2, protocol=protocol, options={},
+                         topic=topic, mid_stream=True, base_export=True)
+    broker.create_topic(topic, 2)
+    produce(broker.bootstrap, generated.records)
+    export = tmp_path / "export"
+    write_base_export(generated, kind, str(export), rows_per_file=7)
+    args = ["--source", f"kafka://{broker.bootstrap}/{topic}", "--protocol", protocol, "--output",
+            str(tmp_path / "out"), "--emit", "snapshot", "--base-export", str(export)]
+    as_of = generated.cut_ts if "tso" in generated.base.position else None
+    replay(*args, *(["--as-of", str(as_of)] if as_of is not None else []))
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    counts = manifest["counts"]
+    copies = sum(1 for p in generated.placements if any(p.event is e for e in generated.history_before))
+    assert counts["reconciled"] and 1 <= counts["in_base"] <= copies and counts["quarantined"] == 0
+    assert manifest["window"]["base_export"] == str(export)
+    want = reference_state(generated.history_before + generated.events, as_of, generated.schema_sql)
+    assert read_snapshot(str(tmp_path / "out"), protocol, {}) == want
+
+
 def test_ending_offsets_per_partition_bound_what_is_read(broker, tmp_path):
     """Spark's Kafka source semantics: JSON per partition, ending offsets exclusive, -1 latest."""
     generated = generate(transactions=40, partitions=2, seed=5, topic="bounded", protocol="open-protocol", options={})

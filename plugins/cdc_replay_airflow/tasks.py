@@ -131,8 +131,12 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
       objects are read by two.
     * Output: <output>/<interval start>, replaced as a whole on a rerun.
     * emit snapshot: each interval's snapshot is the previous interval's plus this window's
-      changes (`--base-snapshot`); the first interval (start_date) starts from nothing, or from
-      the Variable's `base_export` (a Dumpling export or mysqldump the archive continues).
+      changes (`--base-snapshot`; Delta/Iceberg: merged into the tables, `--since last`); the
+      first interval (start_date) starts from nothing, or from the Variable's `base_export` (a
+      Dumpling export or mysqldump the archive continues).
+    * `base_export` with history or topics: the first interval holds the export's rows and every
+      archived change after its position (no --since); later ones need the chain (the export's
+      schemas); a later lake interval is refused while the tables the export started are missing.
     * `require_complete` (default true): validate fails, and retries, while the archive's
       watermarks have not reached the interval's end."""
     if not config:
@@ -156,12 +160,11 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     if request.kafka_source and request.ending_offsets != "latest":
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: ending_offsets: is set "
                       "from the data interval; remove it (starting_offsets applies to the first interval)")
-    if request.base_export and (request.emit != "snapshot" or request.target_format in LAKE_FORMATS):
-        # intervals after the first take no export: their --since would drop it without a word
-        raise Refused("refused before any work started: Variable cdc_replay_scheduled: base_export: the scheduled "
-                      "DAG starts a Parquet or Kafka-record snapshot chain from it; for history, topics or Delta/"
-                      "Iceberg replay the export once (cdc-replay replay or the backfill DAG), then schedule "
-                      "without base_export")
+    if request.base_export and request.kafka_source:
+        # a Kafka interval is an offset window whose first one is set by starting_offsets, not by a cut
+        raise Refused("refused before any work started: Variable cdc_replay_scheduled: base_export: a kafka:// "
+                      "source's intervals are offset windows; replay the export with the backfill DAG, then "
+                      "schedule without base_export")
     lateness = settings.get("lateness_minutes")
     if lateness is not None and (isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0):
         raise Refused("refused before any work started: Variable cdc_replay_scheduled: lateness_minutes: "
@@ -173,25 +176,34 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     since = from_datetime(start) - 1
     until = from_datetime(end) - 1
     base_snapshot = schema_from = chain_missing = None
+    first = first_start is not None and start <= first_start
     # Delta/Iceberg snapshots: one set of tables at the output, each interval merged into them
     # (`--since last`: from the cut their metadata holds, so an interval without objects, which
     # is skipped, loses nothing); the other outputs are one prefix per interval
     lake = request.emit == "snapshot" and request.target_format in LAKE_FORMATS
-    if lake:
+    if lake and request.base_export and first:
+        since = None  # the tables are written in full from the export and the archive up to the cut
+    elif lake:
         since = LAST_CUT
+        if request.base_export and exists is not None and not exists(manifest_path(base_output)):
+            # `--since last` over no tables would replay in full without the export's rows
+            chain_missing = (f"refused before any work started: the tables at {base_output} start from base_export "
+                             "in the DAG's first interval and are not there yet: replay the intervals in order "
+                             "from the DAG's start")
     else:
         # the previous interval's output carries what this one starts from: its snapshot (emit
         # snapshot) or the table schemas at its end (DDL in this window needs them)
         previous_output = interval_output(base_output, previous[0]) if previous and previous[1] == start else None
         chained = bool(previous_output and exists and exists(manifest_path(previous_output)))
-        first = first_start is not None and start <= first_start
         if chained and request.emit == "snapshot":
             base_snapshot = previous_output
         elif chained:
             schema_from = previous_output
-        elif request.emit == "snapshot" and first:
-            since = None  # the first interval: its objects hold the history from the archive's start
-        elif not first and not (request.schema and request.emit != "snapshot"):
+        elif first and (request.emit == "snapshot" or request.base_export):
+            # the first interval: its objects hold the history from the archive's start, or from
+            # the export's position (history and topics: its rows as INSERTs, then the archive's)
+            since = None
+        elif not first and not (request.schema and request.emit != "snapshot" and not request.base_export):
             chain_missing = (  # refused by stage, once it knows the interval has objects at all
                 "refused before any work started: intervals are chained (each starts from the previous one's "
                 f"{'snapshot' if request.emit == 'snapshot' else 'table schemas'}), and the output of the interval "
@@ -203,8 +215,9 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
     request = request.replace(output=request.output if request.kafka_output else interval_home, since=since,
                               until=until, manifest_uri=interval_home if request.kafka_output else None,
                               base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema,
-                              # an export starts the first interval's snapshot; later ones start from the previous
-                              base_export=request.base_export if since is None else None)
+                              # an export starts the first interval; later ones start from the previous
+                              # interval's snapshot, schemas or tables (which hold what the export gave)
+                              base_export=request.base_export if first and since is None else None)
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
              objects_window[0], objects_window[1], request.output,
@@ -353,6 +366,11 @@ def stage(hook, request: dict, *, dag_id: str, run_id: str,
                  _mb(sum(o.size for o in chosen)), how["path"], how["last-modified"], how["outside"])
         if chain_missing:
             raise Refused(chain_missing)
+        if not chosen and req.base_export:  # neither carried nor skipped: the export's rows would be lost
+            raise Refused(f"refused before any work started: no archive object was archived in [{window[0]}, "
+                          f"{window[1]}), the interval that starts from base_export {req.base_export}: the export "
+                          "joins the archive that continues it; start the DAG at an interval the archive has "
+                          "objects in")
         if not chosen and req.kafka_output:  # nothing to produce, and no output to carry forward
             raise LookupError(f"no archive objects archived in [{window[0]}, {window[1]}) under {req.source}")
         if not chosen and lake_window:  # the tables stay at their cut; the next interval merges from there

@@ -209,7 +209,9 @@ def _key_filter(changes: pa.Table, column: str):
 def _evolve_schema(tx, schema: pa.Schema, renames: dict[str, str] | None = None) -> None:
     """The table's columns become the cut's: renamed ones keep their field id (`renames`
     {old: new}), new ones added, gone ones dropped, widened types taken (pyiceberg's
-    union_by_name). Each step is a schema update of the same transaction: one commit."""
+    union_by_name), and a type no widening reaches dropped and added again (called for a full
+    rewrite only: no old data file stays). Each step is a schema update of the same
+    transaction: one commit."""
     current = {f.name for f in tx.table_metadata.schema().fields}
     renames = {old: new for old, new in (renames or {}).items()
                if old in current and old != new and (new not in current or new in renames)}
@@ -224,10 +226,38 @@ def _evolve_schema(tx, schema: pa.Schema, renames: dict[str, str] | None = None)
     wanted = set(schema.names)
     if current == wanted and _same_types(tx, schema):
         return
+    narrowed = _not_promotable(tx, schema)
+    if narrowed:  # every data file is replaced: the column is dropped and added again with the cut's type
+        with tx.update_schema(allow_incompatible_changes=True) as update:
+            for name in narrowed:
+                update.delete_column(name)
+        current -= set(narrowed)
     with tx.update_schema(allow_incompatible_changes=True) as update:
         for name in sorted(current - wanted):
             update.delete_column(name)
         update.union_by_name(schema)
+
+
+def _not_promotable(tx, schema: pa.Schema) -> list[str]:
+    """The table's columns whose type the cut's is no promotion of (Iceberg only widens: a
+    decimal(38,18) an export-less canal-json run inferred cannot become an export's
+    decimal(12,2) in place; union_by_name would fail on it)."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.exceptions import ResolveError
+    from pyiceberg.schema import promote
+
+    have = {f.name: f.field_type for f in tx.table_metadata.schema().fields}
+    new = Catalog._convert_schema_if_needed(schema, format_version=tx.table_metadata.format_version)
+    out = []
+    for field in new.fields:
+        old = have.get(field.name)
+        if old is None or old == field.field_type:
+            continue
+        try:
+            promote(old, field.field_type)
+        except ResolveError:
+            out.append(field.name)
+    return sorted(out)
 
 
 def _same_types(tx, schema: pa.Schema) -> bool:

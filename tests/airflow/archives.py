@@ -55,6 +55,10 @@ class HourlyArchive:
         return [{**e, "commit_ts": e["commit_ts"] + ((self.shift_of(e["commit_ts"]) * HOUR_MS) << 18)}
                 for e in self.generated.events if e["kind"] in ("row", "ddl")]
 
+    def full_history(self) -> list[dict]:
+        """shifted() after the changes a base export holds (none without one): the whole history."""
+        return self.generated.history_before + self.shifted()
+
     def changes(self, hour: int) -> list[tuple]:
         """(commit ts, table, op, key values) of the row changes committed in that hour, as archived."""
         out = []
@@ -89,9 +93,14 @@ def _shift(event: dict, hours: int) -> dict:
 
 def write_hourly_archive(prefix: str, *, hours: tuple = (0, 1), tail_hour: int | None = 2, transactions: int = 160,
                          partitions: int = 2, seed: int = 11, corrupt_in_tail: int = 0,
-                         records_per_object: int = 60, ddl_rate: float = 0.02) -> HourlyArchive:
+                         records_per_object: int = 60, ddl_rate: float = 0.02,
+                         base_export: bool = False) -> HourlyArchive:
+    """`base_export`: a mid-stream archive with a full export taken just before it
+    (`generate(mid_stream=True, base_export=True)`; its TSO falls in hour 00, which is not moved;
+    write it with spark_apps.generate.write_base_export)."""
     assert list(hours) == sorted(set(hours)) and hours[0] == 0
-    generated = generate(transactions=transactions, partitions=partitions, seed=seed, ddl_rate=ddl_rate)
+    generated = generate(transactions=transactions, partitions=partitions, seed=seed, ddl_rate=ddl_rate,
+                         mid_stream=base_export, base_export=base_export)
     codec = get_codec("canal-json", OPTIONS)
     decoded = [(record, codec.decode(record)) for record in generated.records]
     watermarks = sorted({e["watermark_ts"] for _, events in decoded for e in events if e.get("watermark_ts")})

@@ -205,6 +205,19 @@ def test_an_empty_first_interval_writes_an_empty_output_with_the_starting_schema
     assert len(manifest["schemas"]) == 1 and "`t`" in manifest["schemas"][0]
 
 
+@pytest.mark.parametrize("emit, extra", [("snapshot", {}), ("history", {}),
+                                         ("snapshot", {"target_format": "delta"})])
+def test_an_empty_first_interval_with_a_base_export_is_refused(tmp_path, emit, extra):
+    """The interval that starts from the export has no archive object: carrying an empty output
+    (or skipping the tables) would drop the export's rows for every later interval."""
+    hook = ArchiveHook(aws_conn_id=None)
+    planned = plan_interval(config(tmp_path, emit, base_export=str(tmp_path / "export"), **extra), h(1), h(2),
+                            first_start=h(1), exists=hook.exists)
+    with pytest.raises(Refused, match="the interval that starts from base_export"):
+        stage(hook, planned["request"], dag_id="d", run_id="r1", interval=(h(1), h(2)),
+              chain_missing=planned["chain_missing"], lake_window=planned["lake_window"])
+
+
 def test_an_empty_interval_with_a_broken_chain_is_refused(tmp_path):
     """Nothing to carry forward: refused naming the missing output (it used to be skipped, and the
     interval after it then failed)."""

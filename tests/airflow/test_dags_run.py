@@ -276,3 +276,56 @@ def test_scheduled_delta_tables_grow_interval_by_interval(own_airflow_home, airf
     assets = {t["table"]: t for t in published["lakehouse"]}
     assert assets["shop.orders"]["location"] == f"{base}/shop/orders" and assets["shop.orders"]["version"] == 1
     assert not assets["shop.orders"]["unchanged"]
+
+
+@pytest.mark.slow
+def test_scheduled_delta_tables_start_from_a_base_export(own_airflow_home, airflow_session):
+    """A mid-stream archive (hours 00 and 01) and the Dumpling export taken just before it, as the
+    Variable's base_export: hour 00 writes the Delta tables in full from the export and the archive
+    (no --since; re-sent copies of what the export holds are in_base); hour 01 merges its changes
+    (`--since last`, no export). Each version reads as tests/reference.py's state over the full
+    history (the changes before the archive, then the archive's) at its cut."""
+    from spark_apps.generate import write_base_export
+
+    from ..reference import reference_state
+    from ..support import lake_readers
+    from ..test_lakehouse import as_state
+    from .archives import hour_tso, write_hourly_archive
+
+    home, make_env = own_airflow_home
+    storage.ensure_bucket("s3://export-archive")
+    storage.ensure_bucket("s3://export-lake")
+    archive = write_hourly_archive("s3://export-archive/tidb/shop", hours=(0, 1), tail_hour=None, ddl_rate=0,
+                                   transactions=80, base_export=True)
+    export = "s3://export-archive/dumpling/shop"
+    write_base_export(archive.generated, "dumpling-sql", export, rows_per_file=7)
+    base = "s3://export-lake/tables"
+    config = {"source": "s3://export-archive/tidb/shop", "protocol": "canal-json",
+              "protocol_options": {"enable-tidb-extension": "true"}, "output": base, "emit": "snapshot",
+              "target_format": "delta", "base_export": export, "max_bad_records": 0, "lateness_minutes": 0,
+              "require_complete": False}
+    airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))
+    manifests = {}
+    for hour in (0, 1):
+        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
+                             timeout=1800)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text[-5000:]
+        assert set(_task_states(home, "cdc_replay_scheduled", _run_id(text)).values()) == {"success"}
+        manifests[hour] = json.loads(storage.read_bytes(f"{base}/_manifest.json"))
+    first, second = manifests[0], manifests[1]
+    assert first["window"]["since"] is None and first["window"]["base_export"] == export
+    assert first["counts"]["in_base"] >= 1 and first["counts"]["reconciled"]
+    assert second["window"]["since"] == hour_tso(1) - 1 and not second["window"].get("base_export")
+    assert second["counts"]["reconciled"] and not second["counts"].get("in_base")
+
+    history = archive.full_history()
+    for table in ("orders", "customers"):
+        location = f"{base}/shop/{table}"
+        commits = lake_readers.delta_commits(location)
+        assert [c["commitInfo"]["cdc-replay.cut_commit_ts"] for c in commits] == [str(hour_tso(1) - 1),
+                                                                                   str(hour_tso(2) - 1)]
+        for version, hour in ((0, 1), (1, 2)):
+            expected = reference_state(history, hour_tso(hour) - 1, archive.generated.schema_sql).get(
+                ("shop", table)) or {}
+            assert expected and as_state(lake_readers.delta_read(location, version)[1]) == expected

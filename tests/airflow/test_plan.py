@@ -61,14 +61,52 @@ def test_a_base_export_starts_the_first_snapshot_interval_only():
     assert later["request"]["base_snapshot"] == "s3://lake/shop/20260101T000000Z"
 
 
+EXPORT = "s3://exports/shop-dumpling"
+
+
 @pytest.mark.parametrize("change", [{"emit": "history"}, {"emit": "topics"},
-                                    {"emit": "snapshot", "target_format": "delta"},
-                                    {"emit": "snapshot", "target_format": "iceberg"}])
-def test_a_base_export_the_schedule_would_drop_is_refused(change):
-    """Only a Parquet/Kafka-record snapshot chain carries an export's rows into later intervals;
-    elsewhere every interval after the first would run without it, so the DAG refuses it."""
-    config = {**CONFIG, **change, "base_export": "s3://exports/shop-dumpling"}
-    with pytest.raises(Refused, match="base_export: the scheduled DAG starts a Parquet or Kafka-record snapshot"):
+                                    {"emit": "history", "target_format": "delta"},
+                                    {"emit": "history", "target_format": "iceberg"}])
+def test_a_base_export_starts_the_first_history_or_topics_interval(change):
+    """The first interval holds the export's rows (an INSERT version or message each) and every
+    archived change after its position (no --since: the export is the start); later intervals
+    hold their window's changes on the table schemas the previous output records (which include
+    the export's), and without that chain they are refused, even with a `schema` in the Variable
+    (it lacks the export's tables)."""
+    config = {**CONFIG, **change, "base_export": EXPORT}
+    first = plan_interval(config, h(0), h(1), first_start=START)["request"]
+    assert first["base_export"] == EXPORT and first["since"] is None and first["until"] == tso(h(1)) - 1
+    later = plan_interval(config, h(1), h(2), first_start=START, previous=(h(0), h(1)), exists=lambda uri: True)
+    assert later["request"]["base_export"] is None and later["request"]["since"] == tso(h(1)) - 1
+    assert later["schema_from"] == "s3://lake/shop/20260101T000000Z"
+    broken = plan_interval({**config, "schema": "s3://lake/schema.sql"}, h(1), h(2), first_start=START)
+    assert "is missing: replay the intervals in order" in broken["chain_missing"]
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_base_export_writes_the_lake_tables_in_the_first_interval_then_merges(fmt):
+    """Delta/Iceberg snapshot tables: the first interval writes them in full from the export
+    (no --since); later ones merge into them (--since last), and are refused while the tables
+    are not there (a --since last over no tables would replay in full without the export)."""
+    config = {**CONFIG, "emit": "snapshot", "target_format": fmt, "base_export": EXPORT}
+    first = plan_interval(config, h(0), h(1), first_start=START)
+    assert first["request"]["base_export"] == EXPORT and first["request"]["since"] is None
+    assert first["request"]["output"] == "s3://lake/shop" and first["lake_window"]
+    seen = []
+    later = plan_interval(config, h(1), h(2), first_start=START, previous=(h(0), h(1)),
+                          exists=lambda uri: seen.append(uri) or True)
+    assert later["request"]["base_export"] is None and later["request"]["since"] == "last"
+    assert later["chain_missing"] is None and seen == ["s3://lake/shop/_manifest.json"]
+    missing = plan_interval(config, h(1), h(2), first_start=START, previous=(h(0), h(1)), exists=lambda uri: False)
+    assert "the tables at s3://lake/shop start from base_export" in missing["chain_missing"]
+    # without an export an interval over no tables replays its window in full, as before
+    assert plan_interval({**config, "base_export": None}, h(1), h(2), first_start=START,
+                         exists=lambda uri: False)["chain_missing"] is None
+
+
+def test_a_base_export_with_a_kafka_source_is_refused():
+    config = {**CONFIG, "source": "kafka://shop", "emit": "topics", "base_export": EXPORT}
+    with pytest.raises(Refused, match="base_export: .*kafka://"):
         plan_interval(config, h(0), h(1), first_start=START)
 
 

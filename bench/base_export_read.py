@@ -77,7 +77,8 @@ def csv_row(table: str, i: int) -> bytes:
         status = ("paid", "open", "shipped")[i % 3]
         return (f'{i},{i % 100_003},{i % 99_991}.{i % 100:02d},"{status}",'
                 f'"order {i}: it\'s a \\"note\\"\\nsecond line; INSERT INTO x",'
-                f'"2026-11-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}:{(i * 7) % 60:02d}",').encode() + b'"' + payload + b'"'
+                f'"2026-11-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}:{(i * 7) % 60:02d}",').encode() \
+            + b'"' + payload + b'"'
     if table == "customers":
         return (f'{i},"customer {i}","c{i}@example.com",{i % 1_000_003}.{i % 10_000:04d},'
                 f'"2020-{1 + i % 12:02d}-{1 + i % 28:02d}"').encode()

@@ -1,8 +1,10 @@
-"""Reading a large Dumpling SQL export in Spark (issue 30 point 6): rows/s, MB/s, tasks, wall
+"""Reading a large Dumpling export in Spark (issue 30 point 6): rows/s, MB/s, tasks, wall
 and CPU seconds, load average.
 
-Writes a Dumpling-shaped SQL export (`metadata`, schema files, `{db}.{table}.{n:09d}.sql` data
-files of multi-row INSERTs of about Dumpling's default --statement-size, 1 MB) of --size
+Writes a Dumpling-shaped export (`metadata`, schema files, `{db}.{table}.{n:09d}.sql` data
+files of multi-row INSERTs of about Dumpling's default --statement-size, 1 MB; with `--format
+csv` `.csv` files in Dumpling's default dialect: a quoted header, numbers bare, strings and
+binary (raw) in `"` with backslash escapes, `\\r\\n`) of --size
 bytes (default 10G) in four tables: `orders` in files of size/8 and `customers` in files of
 size/20 (much larger than the split size at 10 GB: read as byte ranges), `items` in 64 MB
 files and `notes` in one small file (one task each). Then reads it with
@@ -17,6 +19,7 @@ alone, fast and value-by-value reference, on N MB of each table.
 
     python bench/base_export_read.py --size 10G               # the measurement
     python bench/base_export_read.py --size 400M --split 16M  # a quick check
+    python bench/base_export_read.py --size 200M --split 16M --format csv
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import os
 import pathlib
 import pstats
+import re
 import shutil
 import sys
 import time
@@ -64,7 +68,26 @@ def row(table: str, i: int) -> str:
     return f"({i},'note {i} with text\\tand a tab, and ; and \\'quotes\\'')"
 
 
-def write_export(folder: pathlib.Path, size: int) -> int:
+def csv_row(table: str, i: int) -> bytes:
+    """`row` as Dumpling's CSV writes it (pkg/dumpformat/csvfile: numbers bare, the rest in `"`
+    with NUL, CR, LF, `\\` and `"` backslash-escaped, binary raw), without the `\\r\\n`."""
+    if table == "orders":
+        payload = (i.to_bytes(8, "big") + bytes([i % 251])).replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+        payload = payload.replace(b"\0", b"\\0").replace(b"\r", b"\\r").replace(b"\n", b"\\n")
+        status = ("paid", "open", "shipped")[i % 3]
+        return (f'{i},{i % 100_003},{i % 99_991}.{i % 100:02d},"{status}",'
+                f'"order {i}: it\'s a \\"note\\"\\nsecond line; INSERT INTO x",'
+                f'"2026-11-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}:{(i * 7) % 60:02d}",').encode() \
+            + b'"' + payload + b'"'
+    if table == "customers":
+        return (f'{i},"customer {i}","c{i}@example.com",{i % 1_000_003}.{i % 10_000:04d},'
+                f'"2020-{1 + i % 12:02d}-{1 + i % 28:02d}"').encode()
+    if table == "items":
+        return f'{i},"SKU-{i:08d}",{i % 9_973}.{i % 100:02d},{i % 1000}.{i % 7}25'.encode()
+    return f'{i},"note {i} with text\tand a tab, and ; and \'quotes\'"'.encode()
+
+
+def write_export(folder: pathlib.Path, size: int, file_format: str = "sql") -> int:
     """The export at `folder`; returns the data bytes written."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -78,7 +101,21 @@ def write_export(folder: pathlib.Path, size: int) -> int:
         want = int(size * share)
         file_size = int(size * per_file) if isinstance(per_file, float) else per_file
         i, index, written = 0, 0, 0
-        while written < want:
+        if file_format == "csv":
+            names = re.findall(r"^`([^`]+)` ", body) + re.findall(r", `([^`]+)` [a-z]", body)
+            header = ",".join(f'"{n}"' for n in names).encode() + b"\r\n"
+        while file_format == "csv" and written < want:
+            with open(folder / f"bench.{table}.{index:09d}.csv", "wb") as out:
+                in_file = out.write(header)
+                while in_file < file_size and written + in_file < want:
+                    lines = []
+                    for _ in range(2000):
+                        lines.append(csv_row(table, i))
+                        i += 1
+                    in_file += out.write(b"\r\n".join(lines) + b"\r\n")
+            written += in_file
+            index += 1
+        while file_format == "sql" and written < want:
             with open(folder / f"bench.{table}.{index:09d}.sql", "wb") as out:
                 in_file = out.write(b"/*!40101 SET NAMES binary*/;\n")
                 while in_file < file_size and written + in_file < want:
@@ -149,11 +186,13 @@ def profile_reader(folder: pathlib.Path, mb: int) -> str:
 
 
 def reader_rates(folder: pathlib.Path, mb: int) -> str:
-    """Rows/s of the task-side SQL reader alone (no Spark, no profiler): the fast one
-    (`read_sql_rows_at`) and the value-by-value reference, on the first `mb` MB of each table's
-    largest file (cut at a statement start), in 1 MB pieces, CPU seconds of this process."""
+    """Rows/s of the task-side reader alone (no Spark, no profiler): the fast one
+    (`read_sql_rows_at`, `read_csv_rows_at`) and the reference (`..._reference`), on the first
+    `mb` MB of each table's largest file (cut at a statement start, or a line start for CSV), in
+    1 MB pieces, CPU seconds of this process."""
     from spark_apps.base_export import discover
-    from spark_apps.base_export.rows import pieces_of, read_sql_rows_at, read_sql_rows_at_reference
+    from spark_apps.base_export.rows import (read_csv_rows_at, read_csv_rows_at_reference, pieces_of,
+                                             read_sql_rows_at, read_sql_rows_at_reference)
 
     export = discover(str(folder))
     converters = export.converters()
@@ -162,11 +201,18 @@ def reader_rates(folder: pathlib.Path, mb: int) -> str:
         f = max((f for f in export.files if f.table == table), key=lambda f: f.size)
         data = pathlib.Path(f.uri.removeprefix("file://")).read_bytes()
         if len(data) > mb << 20:
-            data = data[:data.rfind(b"\nINSERT INTO ", 0, mb << 20) + 1]
+            data = data[:data.rfind(b"\n" if f.format == "csv" else b"\nINSERT INTO ", 0, mb << 20) + 1]
         rates = []
-        for reader in (read_sql_rows_at, read_sql_rows_at_reference):
+        if f.format == "csv":
+            converter = converters[(f.database.lower(), f.table.lower())]
+            readers = [lambda pieces, reader=reader: reader(pieces, converter)
+                       for reader in (read_csv_rows_at, read_csv_rows_at_reference)]
+        else:
+            readers = [lambda pieces, reader=reader: reader(pieces, converters, f.database)
+                       for reader in (read_sql_rows_at, read_sql_rows_at_reference)]
+        for reader in readers:
             started = time.process_time()
-            count = sum(1 for _ in reader(pieces_of(f.uri, data), converters, f.database))
+            count = sum(1 for _ in reader(pieces_of(f.uri, data)))
             seconds = time.process_time() - started
             rates.append(f"{count / seconds:,.0f} rows/s, {len(data) / 1e6 / seconds:.1f} MB/s")
         lines.append(f"{table}: {count} rows, {len(data) / 1e6:.1f} MB: fast {rates[0]}; reference {rates[1]}")
@@ -179,6 +225,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/cdc-replay-bench-export")
     ap.add_argument("--split", type=size_arg, default=None,
                     help="range size (default: $CDC_REPLAY_EXPORT_SPLIT_BYTES or 128M; 0: one task per file)")
+    ap.add_argument("--format", choices=("sql", "csv"), default="sql", help="Dumpling's --filetype")
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--reuse", action="store_true", help="read the export already at --dir")
@@ -190,7 +237,7 @@ def main() -> None:
     folder = pathlib.Path(args.dir)
     if not args.reuse:
         started = time.perf_counter()
-        written = write_export(folder, args.size)
+        written = write_export(folder, args.size, args.format)
         print(f"wrote {written / 1e6:,.0f} MB to {folder} in {time.perf_counter() - started:.0f} s", flush=True)
     try:
         result = read_in_spark(folder, args.master, args.split, args.driver_memory)

@@ -13,8 +13,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs.canal_common import canonical_float
-from spark_apps.base_export import Converter, ExportFormatError
-from spark_apps.base_export.rows import (_double_text, _unescape_fast, _unescape_sql, read_sql_rows_at,
+from spark_apps.base_export import Converter, CsvDialect, ExportFormatError
+from spark_apps.base_export.rows import (_double_text, _unescape_csv, _unescape_csv_reference, _unescape_fast,
+                                         _unescape_sql, read_csv_rows_at, read_csv_rows_at_reference, read_sql_rows_at,
                                          read_sql_rows_at_reference)
 
 COLUMNS = [("id", "bigint"), ("s", "varchar(64)"), ("b", "varbinary(64)"), ("f", "float"), ("d", "double"),
@@ -167,3 +168,126 @@ def test_double_text_equals_canonical_float(text):
             _double_text(text)
         return
     assert _double_text(text) == want
+
+
+# ----------------------------------------------------------------------------- CSV
+
+CSV_COLUMNS = [("id", "bigint"), ("s", "varchar(64)"), ("b", "varbinary(64)"), ("d", "double"), ("f", "float"),
+               ("e", "enum('a','b')"), ("bits", "bit(8)")]
+DIALECTS = [{}, {}, {}, {"escape_backslash": False}, {"separator": "|"}, {"separator": "||", "delimiter": "'"},
+            {"delimiter": ""}, {"delimiter": "", "escape_backslash": False}, {"null": "NULL", "header": False},
+            {"null": ""}, {"delimiter": "1"}, {"binary": "hex"}, {"separator": "\t", "null": "1"}]
+CSV_HOSTILE = ["\\", "\\\\", '\\"', '""', '"', "'", "\\'", "\\0", "\\n", "\\r", "\\t", "\\Z", "\\b", "\\N", "\\,",
+               ",", "|", "\t", "\n", "\r\n", "\r", "\x01", "\x00", "\xff", "é", "中", "a", "1", " ", "N"]
+csv_body = st.lists(st.sampled_from(CSV_HOSTILE), max_size=6).map("".join)
+csv_number = number | st.sampled_from(["", "1e5", "-0", "abc", "a\"b", "\\N", "N", "NULL"])
+
+
+def csv_field(dialect: dict, kind: str):
+    """A field's text as written (any kind may be met in any column; `kind` picks the usual one)."""
+    d = dialect.get("delimiter", '"')
+    null = st.just(dialect.get("null", "\\N"))
+    quoted = csv_body.map(lambda b: d + b + d)
+    usual = {"number": csv_number, "string": quoted, "hex": st.binary(max_size=4).map(lambda b: d + b.hex() + d),
+             "label": st.sampled_from(["a", "b", "c", "1"]).map(lambda b: d + b + d)}[kind]
+    return st.one_of(usual, usual, usual, usual, null, quoted, csv_number)
+
+
+CSV_KINDS = {"id": "number", "s": "string", "b": "string", "d": "number", "f": "number", "e": "label", "bits": "number"}
+
+
+def written(value: str, dialect: dict) -> str:
+    """A string field as Dumpling writes it (pkg/dumpformat/csvfile appendField: enclosed;
+    with --escape-backslash NUL, CR, LF, the backslash and the enclosure's first byte (without
+    an enclosure the separator's) backslash-escaped, else the enclosure doubled)."""
+    d, sep = dialect.get("delimiter", '"'), dialect.get("separator", ",")
+    if dialect.get("escape_backslash", True):
+        special = (d or sep)[0]
+        value = "".join("\\" + {"\0": "0", "\r": "r", "\n": "n"}.get(c, c) if c in "\0\r\n\\" + special else c
+                        for c in value)
+    elif d:
+        value = value.replace(d, d + d)
+    return d + value + d
+
+
+@st.composite
+def csv_text(draw, dialect: dict) -> str:
+    sep = dialect.get("separator", ",")
+    d = dialect.get("delimiter", '"')
+    names = [n for n, _ in CSV_COLUMNS]
+    lines = []
+    if dialect.get("header", True):
+        header = draw(st.sampled_from([names, names, names[::-1], names[:3], ["ID", "S"], ["id", "nope"], []]))
+        names = header or names
+        lines.append(sep.join(d + n + d for n in header))
+    uniform = draw(st.booleans())  # one kind of value per column over many rows (the batch's bulk paths)
+    fixed = {n: draw(csv_field(dialect, CSV_KINDS.get(n.lower(), "string"))) for n in names}
+    for _ in range(draw(st.integers(0, 14))):
+        if draw(st.integers(0, 30 if uniform else 10)) == 0:
+            lines.append("")  # an empty line
+            continue
+        count = len(names) if draw(st.integers(0, 30 if uniform else 9)) else draw(st.integers(1, len(names) + 1))
+        fields = []
+        for i in range(count):
+            name = names[min(i, len(names) - 1)]
+            kind = CSV_KINDS.get(name.lower(), "string")
+            if uniform and draw(st.integers(0, 15)):
+                fields.append(fixed[name] if draw(st.integers(0, 3)) == 0 else draw(
+                    {"number": number, "string": st.text(max_size=6).map(lambda v: written(v, dialect)),
+                     "label": st.sampled_from(["a", "b"]).map(lambda v: written(v, dialect))}[kind]))
+            else:
+                fields.append(draw(csv_field(dialect, kind)))
+        lines.append(sep.join(fields))
+    ends = [draw(st.sampled_from(["\r\n"] * 6 + ["\n"])) for _ in lines]
+    text = "".join(line + end for line, end in zip(lines, ends))
+    if text and draw(st.integers(0, 4)) == 0:
+        text = text[:-len(ends[-1])]  # the last line without its terminator
+    return text
+
+
+def csv_outcome(reader, raw: bytes, dialect: dict, start: int, points: list[int]):
+    """(rows read, the error or None) of the part of `raw` from `start`, as split.part_rows
+    hands it: the pieces from `start`, and the whole file for the header."""
+    converter = Converter(CSV_COLUMNS, dialect.get("binary", "raw"))
+    rows = []
+    try:
+        for row in reader(iter(cut(raw[start:], points)), converter, CsvDialect(**dialect), start,
+                          iter(cut(raw, points)) if start else None):
+            rows.append(row)
+    except Exception as e:  # noqa: BLE001 - any error must be the same error
+        return rows, f"{type(e).__name__}: {e}"
+    return rows, None
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), which=st.integers(0, len(DIALECTS) - 1), points=st.lists(st.integers(0, 10 ** 6), max_size=6),
+       start=st.integers(0, 10 ** 6))
+@example(data=None, which=0, points=[], start=0)  # the bench's orders row
+def test_fast_csv_reader_equals_the_reference(data, which, points, start):
+    dialect = DIALECTS[which]
+    if data is None:
+        text = ('"id","s","b","d","f","e","bits"\r\n'
+                '1,"it\'s a \\"note\\"\\nsecond, line","\\0\x01\\\\",1.5,2.25,"b",5\r\n'
+                '2,\\N,\\N,\\N,\\N,\\N,\\N\r\n3,"\\N","",1e300,0.1,"a",0\r\n')
+    else:
+        text = data.draw(csv_text(dialect))
+    raw = text.encode("latin-1", "replace") if which % 2 else text.encode("utf-8")
+    if start:  # a line start, as split.owned finds them (after an LF)
+        starts = [i + 1 for i, c in enumerate(raw) if c == 10 and i + 1 < len(raw)]
+        start = starts[start % len(starts)] if starts else 0
+    fast = csv_outcome(read_csv_rows_at, raw, dialect, start, points)
+    assert fast == csv_outcome(read_csv_rows_at_reference, raw, dialect, start, points)
+    if data is None:
+        line_starts = [i + 2 for i in range(len(raw)) if raw[i:i + 2] == b"\r\n"][:3]
+        assert fast[1] is None and [at for at, _ in fast[0]] == line_starts == [33, 91, 112]
+        assert fast[0][0][1]["s"] == b"it's a \"note\"\nsecond, line" and fast[0][0][1]["b"] == b"\0\x01\\"
+        assert fast[0][1][1] == dict.fromkeys(("id", "s", "b", "d", "f", "e", "bits")) | {"id": b"2"}
+        assert fast[0][2][1]["s"] == b"N" and fast[0][2][1]["b"] == b""
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(CSV_HOSTILE), max_size=12).map("".join))
+def test_csv_unescape_equals_the_reference(text):
+    if len(text) - len(text.rstrip("\\")) % 2:
+        text += "a"  # a field's backslashes pair up (the reader's regex)
+    assert _unescape_csv(text) == _unescape_csv_reference(text)

@@ -27,6 +27,7 @@ Values become the canonical bytes of cdc_codecs.events (see `Converter`).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 
@@ -365,16 +366,81 @@ class CsvDialect:
                     else rf"[^{d}]*(?:{d}{d}[^{d}]*)*")
             quoted = rf"{d}({body}){d}"
         else:
-            quoted = r"(?!)()"
+            body, quoted = "", r"(?!)()"
         # a bare field (a number, the null text) never starts with the enclosure: a quoted
         # field the buffer cuts must not read as a bare one
-        bare = (r"((?:[^\r\n\\]|\\.)*?)" if escape_backslash and not delimiter
-                else rf"((?!{d})[^\r\n]*?)" if delimiter else r"([^\r\n]*?)")
-        self.field = re.compile(rf"(?:{quoted}|{bare})({sep}|\r?\n)", re.S)
+        bare = (r"(?:[^\r\n\\]|\\.)*?" if escape_backslash and not delimiter
+                else rf"(?!{d})[^\r\n]*?" if delimiter else r"[^\r\n]*?")
+        self.field = re.compile(rf"(?:{quoted}|({bare}))({sep}|\r?\n)", re.S)
+        # the same without groups, for `_record_of`; a separator or delimiter holding a
+        # newline would make a field's end ambiguous to its lookbehind: no record regex then
+        if len(separator) == 1:  # the same fields, in fewer steps: the bare field's end is its first separator
+            bare = (rf"(?:[^\r\n\\{sep}]|\\.)*+" if escape_backslash and not delimiter
+                    else rf"(?!{d})[^\r\n{sep}]*+" if delimiter else rf"[^\r\n{sep}]*+")
+        self._parts = (rf"{d}{body}{d}" if delimiter else r"(?!)", bare, sep)
+        self.batch = not any(c in "\r\n" for c in separator + delimiter)
+
+    def token_value(self, token: str) -> tuple:
+        """(kind, text) of a field as written (`_record_of`'s group: quotes included), as
+        `csv_records_at` reads it."""
+        d = self.delimiter
+        if d and token.startswith(d):
+            text = token[len(d):-len(d)]
+            if self.escape_backslash:
+                return TEXT, _unescape_csv(text)
+            return TEXT, text.replace(d + d, d) if d + d in text else text
+        if token == self.null:
+            return NULL, None
+        if self.escape_backslash and not d and "\\" in token:
+            return BARE, _unescape_csv(token)
+        return BARE, token
 
 
 _CSV_ESCAPE = re.compile(r"\\(.)", re.S)
 _CSV_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a", "b": "\b"}
+_CSV_PAIRS = tuple(("\\" + k, v) for k, v in _CSV_ESCAPES.items())
+
+
+def _unescape_csv_reference(s: str) -> str:
+    """A CSV field's backslash escapes (`\\0 \\n \\r \\t \\Z \\b`, any other `\\x` is x)."""
+    return _CSV_ESCAPE.sub(lambda e: _CSV_ESCAPES.get(e.group(1), e.group(1)), s)
+
+
+def _unescape_csv(s: str) -> str:
+    """`_unescape_csv_reference` of a field the reader matched (its backslashes pair up) with
+    str methods: split at each `\\\\`, every backslash left starts a pair; the named pairs are
+    replaced and the backslash of any other pair is dropped."""
+    if "\\" not in s:
+        return s
+    if "\\\\" in s:
+        return "\\".join(map(_csv_pairs, s.split("\\\\")))
+    return _csv_pairs(s)
+
+
+def _csv_pairs(s: str) -> str:
+    if "\\" not in s:
+        return s
+    for pair, char in _CSV_PAIRS:
+        if pair in s:
+            s = s.replace(pair, char)
+    return s.replace("\\", "")
+
+
+@functools.lru_cache(maxsize=64)
+def _record_of(count: int, quoted: str, bare: str, sep: str) -> re.Pattern:
+    """A CSV record of exactly `count` fields, each field's text (quotes included) a group, in
+    one match exactly where `csv_records_at` reads field by field: each field and its end is
+    an atomic group (no other reading of it is tried, as `field.match` takes the first) and
+    the record goes on only after a separator."""
+    def field(end: str) -> str:
+        return rf"(?>({quoted}|{bare})(?:{sep}|\r?\n))(?<={end})"
+    return re.compile(field(sep) * (count - 1) + field(r"\n"), re.S)
+
+
+@functools.lru_cache(maxsize=64)
+def _records_of(count: int, quoted: str, bare: str, sep: str) -> re.Pattern:
+    """`_record_of` with the whole record as group 1 (for `findall`)."""
+    return re.compile("(" + _record_of(count, quoted, bare, sep).pattern + ")", re.S)
 
 
 def csv_records(pieces: Iterable[bytes], dialect: CsvDialect) -> Iterator[list[tuple]]:
@@ -387,11 +453,21 @@ def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0)
     """(byte offset in the file, record) of Dumpling CSV text whose pieces begin at `start`."""
     t = _Text(pieces, start)
     t.more()
+    while True:
+        record = _csv_record(t, dialect)
+        if record is None:
+            return
+        yield record
+
+
+def _csv_record(t: _Text, dialect: CsvDialect) -> tuple | None:
+    """(byte offset, record) of the next record that is not an empty line, field by field,
+    with `t` after it; None at the end."""
     field = dialect.field.match
     d = dialect.delimiter
     while True:
         if t.pos >= len(t.buf) and not t.more():
-            return
+            return None
         if t.eof and not t.buf.endswith("\n"):
             t.buf += "\n"  # the last line without its terminator
         begin = t.pos
@@ -406,7 +482,7 @@ def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0)
             if quoted is not None:
                 if dialect.escape_backslash:
                     if "\\" in quoted:
-                        quoted = _CSV_ESCAPE.sub(lambda e: _CSV_ESCAPES.get(e.group(1), e.group(1)), quoted)
+                        quoted = _unescape_csv_reference(quoted)
                 elif d and d + d in quoted:
                     quoted = quoted.replace(d + d, d)
                 record.append((TEXT, quoted))
@@ -414,7 +490,7 @@ def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0)
                 record.append((NULL, None))
             else:
                 if dialect.escape_backslash and not d and "\\" in bare:
-                    bare = _CSV_ESCAPE.sub(lambda e: _CSV_ESCAPES.get(e.group(1), e.group(1)), bare)
+                    bare = _unescape_csv_reference(bare)
                 record.append((BARE, bare))
             pos = m.end()
             if end != dialect.separator:
@@ -422,7 +498,7 @@ def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0)
         if record is not None:
             t.pos = pos
             if record != [(BARE, "")]:  # an empty line
-                yield t.consumed + begin, record
+                return t.consumed + begin, record
             continue
         if not t.more():
             if t.eof and not t.buf.endswith("\n"):
@@ -534,6 +610,18 @@ class Converter:
         except (ValueError, TypeError) as e:
             raise ExportFormatError(f"column {self.names[i]} ({self.types[i]}): {text[:40]!r} is not a value of "
                                     f"it ({e})") from None
+
+    def csv_converters(self, dialect: CsvDialect) -> list[Callable]:
+        """Per column, a function from a CSV field as written (`_record_of`'s group) to what
+        `row` gives for it."""
+        value, token_value = self._value, dialect.token_value
+
+        def converter(i):
+            def convert(token):
+                kind, text = token_value(token)
+                return None if kind == NULL else value(i, kind, text)
+            return convert
+        return [converter(i) for i in range(len(self.names))]
 
     def token_converters(self, escape_backslash: bool = True) -> list[Callable]:
         """Per column, a function from a value as an INSERT writes it (`_TOKEN`'s text: `NULL`,
@@ -751,17 +839,18 @@ def _fast_rows(t: _Text, table: str, plan: tuple, escape_backslash: bool) -> Ite
             return
 
 
-_SEP, _SEP_BYTES, _QUOTED_SEP = "\x01", b"\x01", "'\x01'"
+_SEP, _SEP_BYTES = "\x01", b"\x01"
 _BARE_ONLY = re.compile(r"[-+0-9.eE\x01]*")
 _HEX_ONLY = re.compile(r"(?:[xX]'[0-9a-fA-F]*'\x01)*[xX]'[0-9a-fA-F]*'")
 
 
-def _column(col: tuple, fn: Callable, kinds: tuple, unescape: Callable) -> list:
+def _column(col: tuple, fn: Callable, kinds: tuple, unescape: Callable, quote: str = "'") -> list:
     """One column's values of a batch of rows: `[fn(v) for v in col]`, in a few str calls when
     every value is of one kind the column's type takes as it is (`Converter.bulk`): bare
-    numbers (their text), quoted strings (their unescaped text), x'..' (its bytes), DOUBLE
-    numbers (`_double_text`). The values are joined by a character none holds (\\x01, which
-    no escape yields), unescaped at once and split."""
+    numbers (their text), quoted strings (their unescaped text; `quote`: `'` in SQL, the
+    enclosure in CSV), x'..' (its bytes), DOUBLE numbers (`_double_text`). The values are
+    joined by a character none holds (\\x01, which no escape yields), unescaped at once and
+    split."""
     text_ok, bare_ok, hex_ok, double = kinds
     joined = _SEP.join(col)
     if joined.count(_SEP) == len(col) - 1:
@@ -771,13 +860,15 @@ def _column(col: tuple, fn: Callable, kinds: tuple, unescape: Callable) -> list:
             texts = _SEP.join(map(repr, map(float, col))) + _SEP
             if "e" not in texts and "n" not in texts:  # positional and finite: as _double_text
                 return texts.replace(".0" + _SEP, _SEP)[:-1].encode().split(_SEP_BYTES)
-        elif text_ok and joined[0] == "'" and joined[-1] == "'" and joined.count(_QUOTED_SEP) == len(col) - 1:
-            body = joined[1:-1].replace(_QUOTED_SEP, _SEP)
-            if "\\" in body or "''" in body:
-                body = unescape(body)
+        elif (text_ok and quote and joined.startswith(quote) and joined.endswith(quote)
+              and joined.count(quote + _SEP + quote) == len(col) - 1):
+            body = unescape(joined[len(quote):-len(quote)].replace(quote + _SEP + quote, _SEP))
             return body.encode("latin-1").split(_SEP_BYTES)
         elif hex_ok and _HEX_ONLY.fullmatch(joined):
             return [bytes.fromhex(v[2:-1]) for v in col]
+    if text_ok and quote and all(map(str.startswith, col, itertools.repeat(quote))):
+        n = len(quote)  # quoted strings holding \x01 (binary): each unescaped alone
+        return [unescape(v[n:-n]).encode("latin-1") for v in col]
     return [fn(v) for v in col]
 
 
@@ -819,7 +910,102 @@ def read_csv_rows_at(pieces: Iterable[bytes], converter: Converter, dialect: Csv
                      start: int = 0, header: Iterable[bytes] | None = None) -> Iterator[tuple]:
     """(byte offset, {column: canonical bytes}) of each data line. From `start` > 0 (a range
     of the file) the header is not in `pieces`: `header` gives the file's pieces from byte 0,
-    of which only the first line is read."""
+    of which only the first line is read. The records in the text at hand are matched as a
+    batch, one regex match each (`_record_of`), and converted a column at a time (`_column`);
+    a record the batch cannot take (cut by a piece, an empty line, another number of fields,
+    a newline inside a value) is read field by field. `read_csv_rows_at_reference` reads
+    every record field by field: the same rows, offsets and errors
+    (tests/test_base_export_fast.py), slower."""
+    dialect = dialect or CsvDialect()
+    t = _Text(pieces, start)
+    t.more()
+    found, columns = _csv_header(t, dialect, converter, start, header)
+    if not found:
+        return
+    try:
+        indexes = range(len(converter.names)) if columns is None else [converter.index(c) for c in columns]
+    except ExportFormatError:
+        indexes = None  # the reference's error at the first row
+    if indexes is None or len(indexes) < 2 or not dialect.batch:
+        while (record := _csv_record(t, dialect)) is not None:
+            yield record[0], converter.row(record[1], columns)
+        return
+    yield from _fast_csv_rows(t, converter, columns, list(indexes), dialect)
+
+
+def _csv_header(t: _Text, dialect: CsvDialect, converter: Converter, start: int, header) -> tuple:
+    """(whether to read on, the header's column names or None when they are the table's)."""
+    if not dialect.header:
+        return True, None
+    first = next(csv_records(header, dialect), None) if start else (_csv_record(t, dialect) or (0, None))[1]
+    if first is None:
+        return False, None
+    columns = [_utf8(text) for _, text in first]
+    if [c.lower() for c in columns] == [c.lower() for c in converter.names]:
+        columns = None
+    return True, columns
+
+
+def _fast_csv_rows(t: _Text, converter: Converter, columns, indexes: list, dialect: CsvDialect) -> Iterator[tuple]:
+    count = len(indexes)
+    whole = _record_of(count, *dialect._parts).match
+    every = _records_of(count, *dialect._parts).findall
+    out_names = [converter.names[i] for i in indexes]
+    fns = converter.csv_converters(dialect)
+    fns = [fns[i] for i in indexes]
+    d = dialect.delimiter
+    # what `_column` may do at once: no x'..' in CSV, and no bare numbers when the null text or
+    # a quoted field could look like one
+    bare_null = _BARE_ONLY.fullmatch(dialect.null) is not None or (d and _BARE_ONLY.fullmatch(d[0]))
+    bulk = [(text_ok, bare_ok and not bare_null, False, double and not bare_null)
+            for text_ok, bare_ok, _, double in (converter.bulk[i] for i in indexes)]
+    unescape = (_unescape_csv if dialect.escape_backslash
+                else (lambda s: s.replace(d + d, d)) if d else (lambda s: s))
+    while True:
+        if t.pos >= len(t.buf) and not t.more():
+            return
+        if t.eof and not t.buf.endswith("\n"):
+            t.buf += "\n"  # as `_csv_record`
+        buf, pos = t.buf, t.pos
+        end = buf.rfind("\n") + 1
+        found = list(zip(*every(buf, pos, end))) if end > pos else None
+        if found and sum(map(len, found[0])) == end - pos:
+            # the usual text: records one after another up to the last line end at hand,
+            # all found by one call (a gap would be a record the batch cannot take)
+            ats = list(itertools.accumulate(map(len, found[0]), initial=pos))
+            cols = found[1:]
+            pos = end
+        else:
+            batch, ats = [], []
+            m = whole(buf, pos)
+            while m is not None:
+                batch.append(m.groups())
+                ats.append(pos)
+                pos = m.end()
+                m = whole(buf, pos)
+            cols = list(zip(*batch))
+        if cols:
+            t.pos = pos
+            base = t.consumed
+            try:
+                converted = [_column(col, fn, kinds, unescape, d) for col, fn, kinds in zip(cols, fns, bulk)]
+            except Exception:  # noqa: BLE001 - the rows before the failing one first: row by row
+                for at, values in zip(ats, zip(*cols)):
+                    yield base + at, {name: fn(v) for name, fn, v in zip(out_names, fns, values)}
+                continue
+            for at, values in zip(ats, zip(*converted)):
+                yield base + at, dict(zip(out_names, values))
+            continue
+        record = _csv_record(t, dialect)  # one the batch cannot take, field by field
+        if record is None:
+            return
+        yield record[0], converter.row(record[1], columns)
+
+
+def read_csv_rows_at_reference(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None,
+                               start: int = 0, header: Iterable[bytes] | None = None) -> Iterator[tuple]:
+    """`read_csv_rows_at`, field by field (`csv_records_at`, `Converter.row`): the reference
+    the batch reader is tested against."""
     dialect = dialect or CsvDialect()
     records = csv_records_at(pieces, dialect, start)
     columns = None

@@ -766,17 +766,31 @@ def scd2_versions(effects: DataFrame) -> DataFrame:
     key an UPDATE moved away from); `_current` marks a key's last version when it leaves the
     row in place. The image of a version is the new row, or for a deletion the row that was
     deleted; `database` and `table` become the table's final names."""
+    return scd2_images(scd2_validity(effects))
+
+
+def scd2_validity(effects: DataFrame) -> DataFrame:
+    """`scd2_versions`' columns that need the key's next change (one window per key): `_op`,
+    the validity times and `_current`; the images are left as they are (lean rows stay lean
+    through the window's shuffle: engine v2 rebuilds them after it, stages/engine.py)."""
     per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(order_struct())
     valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
-    upsert = F.col("effect") == "upsert"
     return (
         effects.withColumn("_op", F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")))
         .withColumn("_valid_from_ts", valid_from)
         .withColumn("_valid_from_ms", F.col("execute_ts_ms"))
         .withColumn("_valid_to_ts", F.lead(valid_from).over(per_key))
         .withColumn("_valid_to_ms", F.lead("execute_ts_ms").over(per_key))
-        .withColumn("_current", F.lead("effect").over(per_key).isNull() & upsert)
-        .withColumn("after", F.when(upsert, F.col("after")))
+        .withColumn("_current", F.lead("effect").over(per_key).isNull() & (F.col("effect") == "upsert"))
+    )
+
+
+def scd2_images(versions: DataFrame) -> DataFrame:
+    """`scd2_validity`'s rows (full images) as `scd2_versions` gives them: the new row, or for
+    a deletion the deleted row, under the table's final names."""
+    upsert = F.col("effect") == "upsert"
+    return (
+        versions.withColumn("after", F.when(upsert, F.col("after")))
         .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
         .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
     )

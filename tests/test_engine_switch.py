@@ -1,8 +1,9 @@
 """The engine switch at run level (issue 33, step 2): the same archive replayed with `--engine
 v1` and `--engine v2` in one Spark session must give byte-identical data and quarantine
 objects and equal manifests, but for the times and the manifest's `engine`; and v2 must really
-have run where it is meant to (a snapshot to Parquet or Kafka records whose archive has commit
-ts or positions), or have fallen back with its reason where it cannot replay exactly as v1.
+have run where it is meant to (a snapshot or history to Parquet, a snapshot or topics to Kafka
+records, whose archive has commit ts or positions — topics need neither), or have fallen back
+with its reason where it cannot replay exactly as v1.
 
 The archives: generated ones (several protocols; DDL of every kind the generator writes,
 primary-key-changing UPDATEs, duplicates, a keyless table with repeated rows, mid-stream
@@ -81,6 +82,25 @@ GENERATED = [
     ("avro-parquet", "avro", {}, ["--emit", "snapshot", "--target-format", "parquet"], True),
     ("canal-json-mid-stream-ddl", "canal-json", {"mid_stream": True, "mid_stream_ddl": True, "ddl_rate": 0.1},
      ["--emit", "snapshot", "--target-format", "parquet"], None),
+    # histories (Parquet) and topics (Kafka records): sixteenth session
+    ("canal-json-ddl-keyless-history", "canal-json", {"keyless": True, "ddl_rate": 0.08}, ["--emit", "history"], True),
+    ("canal-json-ddl-keyless-topics", "canal-json", {"keyless": True, "ddl_rate": 0.08}, ["--emit", "topics"], True),
+    ("canal-json-key-moves-as-of-history", "canal-json", {"split_key_updates": False, "keyless": True},
+     ["--emit", "history", "--as-of", "MIDDLE"], True),
+    ("canal-json-window-history", "canal-json", {"ddl_rate": 0.08, "keyless": True},
+     ["--emit", "history", "--since", "MIDDLE"], True),
+    ("canal-json-tables-until-topics", "canal-json", {"ddl_rate": 0.05},
+     ["--emit", "topics", "--tables", "shop.orders,shop.ledger", "--until", "MIDDLE"], True),
+    ("open-protocol-history", "open-protocol", {"ddl_rate": 0.05}, ["--emit", "history"], True),
+    ("canal-protobuf-positions-history", "canal-protobuf", {"ddl_rate": 0.05, "keyless": True},
+     ["--emit", "history"], True),
+    ("canal-protobuf-positions-topics", "canal-protobuf", {"ddl_rate": 0.05}, ["--emit", "topics"], True),
+    ("avro-history", "avro", {}, ["--emit", "history"], True),
+    ("avro-topics", "avro", {}, ["--emit", "topics"], True),  # old images filled from the key's previous change
+    ("canal-json-mid-stream-ddl-history", "canal-json",
+     {"mid_stream": True, "mid_stream_ddl": True, "ddl_rate": 0.1}, ["--emit", "history"], None),
+    ("canal-json-mid-stream-ddl-topics", "canal-json",
+     {"mid_stream": True, "mid_stream_ddl": True, "ddl_rate": 0.1}, ["--emit", "topics"], True),
 ]
 
 
@@ -106,14 +126,19 @@ def test_generated_archives_replay_alike_on_both_engines(spark, tmp_path, case):
 REAL = {c.id: c for c in CAPTURES}
 
 
-@pytest.mark.parametrize("capture_id, runs_v2", [
-    ("ticdc-consistency-checker-1", True),  # canal-json with TiDB's extension: commit ts
-    ("paimon-table-schemaevolution", False),  # Canal flat JSON: no commit ts nor position, and DDL
-])
-def test_real_captures_replay_alike_on_both_engines(spark, tmp_path, capture_id, runs_v2):
+@pytest.mark.parametrize("capture_id, emit, runs_v2", [
+    ("ticdc-consistency-checker-1", ["--emit", "snapshot", "--target-format", "parquet"], True),  # commit ts
+    ("paimon-table-schemaevolution", ["--emit", "snapshot", "--target-format", "parquet"], False),  # no ts, DDL
+    ("ticdc-consistency-checker-1", ["--emit", "history"], True),
+    ("ticdc-consistency-checker-1", ["--emit", "topics"], True),
+    ("paimon-table-schemaevolution", ["--emit", "history"], False),
+    ("paimon-table-schemaevolution", ["--emit", "topics"], True),  # a topic reads no history at the cut
+], ids=["checker-snapshot", "paimon-snapshot", "checker-history", "checker-topics", "paimon-history",
+        "paimon-topics"])
+def test_real_captures_replay_alike_on_both_engines(spark, tmp_path, capture_id, emit, runs_v2):
     capture = REAL[capture_id]
     write_capture(capture, tmp_path / "archive")
-    extra = ["--emit", "snapshot", "--target-format", "parquet"] + (["--tables", capture.tables] if capture.tables else [])
+    extra = emit + (["--tables", capture.tables] if capture.tables else [])
     argv = ["--protocol", "canal-json", *extra]
     for key, value in capture.options.items():
         argv += ["--protocol-option", f"{key}={value}"]
@@ -147,7 +172,32 @@ def test_base_exports_replay_alike_on_both_engines(spark, tmp_path):
     assert v2["counts"]["in_base"] == 1 and v2["counts"]["applied"] == 2
 
 
-@pytest.mark.parametrize("target", [[], ["--target-format", "parquet"]], ids=["kafka-records", "parquet"])
+def test_base_exports_give_alike_histories_and_topics_on_both_engines(spark, tmp_path):
+    """--base-export with --emit history and topics (as tests/test_base_export_replay.py
+    replays them): the export's rows start each key's history with an INSERT version at the
+    export's position, in v2 from its effects (full images beside the archive's lean ones),
+    and are the topics' first messages."""
+    from .test_base_export_replay import FIXTURES, TIDB, around_the_dump, canal_archive, tso_archive
+
+    tso_archive(tmp_path / "tso")
+    for i, (export, extra) in enumerate([("dumpling-sql", ["--emit", "history"]),
+                                         ("dumpling-csv-gzip", ["--emit", "topics"])]):
+        (tmp_path / f"tso-{i}").mkdir()
+        _, v2 = both(spark, str(tmp_path / "tso"), tmp_path / f"tso-{i}",
+                     _argv("canal-json", TIDB, "--base-export", str(FIXTURES / export), *extra))
+        _ran_v2(v2)
+        assert v2["counts"]["in_base"] == 1
+    canal_archive(tmp_path / "canal", around_the_dump())
+    for emit in ("history", "topics"):
+        (tmp_path / f"canal-{emit}").mkdir()
+        _, v2 = both(spark, str(tmp_path / "canal"), tmp_path / f"canal-{emit}",
+                     _argv("canal-protobuf", {}, "--emit", emit, "--base-export", str(FIXTURES / "mysqldump-8.0")))
+        _ran_v2(v2)
+        assert v2["counts"]["in_base"] == 1 and v2["counts"]["applied"] == 2
+
+
+@pytest.mark.parametrize("target", [["--emit", "snapshot"], ["--emit", "snapshot", "--target-format", "parquet"],
+                                    ["--emit", "history"]], ids=["kafka-records", "parquet", "history"])
 def test_a_window_on_a_base_snapshot_replays_alike_on_both_engines(spark, tmp_path, target):
     """--base-snapshot: the base (a v1 snapshot as Kafka records at the middle of a generated
     archive with DDL, key moves and a keyless table) enters v2's shuffle as applied rows at
@@ -164,7 +214,7 @@ def test_a_window_on_a_base_snapshot_replays_alike_on_both_engines(spark, tmp_pa
          *_argv("canal-json", options, "--emit", "snapshot", "--as-of", str(row_ts[len(row_ts) // 2]))])), spark=spark)
     (tmp_path / "window").mkdir()
     _, v2 = both(spark, source, tmp_path / "window",
-                 _argv("canal-json", options, "--emit", "snapshot", "--base-snapshot", str(base), *target))
+                 _argv("canal-json", options, "--base-snapshot", str(base), *target))
     _ran_v2(v2)
     assert v2["counts"]["filtered"] > 0
 
@@ -188,9 +238,11 @@ def test_the_engine_comes_from_the_option_then_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("extra, reason", [
-    (["--emit", "history", "--target-format", "parquet"], "--emit history"),
-    (["--emit", "topics"], "--emit topics"),
+    (["--emit", "history", "--target-format", "parquet"], None),
+    (["--emit", "history"], None),
+    (["--emit", "topics"], None),
     (["--emit", "snapshot", "--target-format", "delta"], "a delta output"),
+    (["--emit", "history", "--target-format", "iceberg"], "a iceberg output"),
     (["--emit", "snapshot", "--target-format", "parquet"], None),
     (["--emit", "snapshot"], None),
     (["--emit", "snapshot", "--base-export", "/export"], None),

@@ -200,3 +200,26 @@ def test_a_snapshot_run_on_engine_v2_stays_within_its_jobs_and_stages(spark, tmp
     print(f"v2 {case}: {jobs} jobs, {stages} stages")
     assert jobs <= MAX_JOBS_V2[case], f"{jobs} Spark jobs (at most {MAX_JOBS_V2[case]})"
     assert stages <= MAX_STAGES_V2[case], f"{stages} Spark stages (at most {MAX_STAGES_V2[case]})"
+
+
+# engine v2's histories and topics (sixteenth session) on the same archives, measured with the
+# session of tests/conftest.py: a history is v1's statuses and summary, then one window per key
+# over v2's map-stage effects (17 jobs / 31 stages); topics are the statuses, summary and writer
+# both engines share (18 / 33)
+MAX_JOBS_V2_CHANGES = {"history": 17, "topics": 18}
+MAX_STAGES_V2_CHANGES = {"history": 31, "topics": 33}
+
+
+@pytest.mark.parametrize("emit", ["history", "topics"])
+def test_history_and_topics_runs_on_engine_v2_stay_within_their_jobs_and_stages(spark, tmp_path, emit):
+    generated = generate(transactions=12, partitions=2, seed=3, duplicate_rate=0.1)
+    source = str(tmp_path / "archive")
+    write_archive(generated.records, source, records_per_object=20)
+    argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / "out"),
+            "--emit", emit, "--engine", "v2", *TIDB]
+    jobs, stages, manifest = _counted(spark, f"passes-v2-{emit}", argv)
+    assert manifest["engine"]["ran"] == "v2", manifest["engine"]
+    assert manifest["counts"]["duplicate"] > 0 and manifest["ddl"]
+    print(f"v2 {emit}: {jobs} jobs, {stages} stages")
+    assert jobs <= MAX_JOBS_V2_CHANGES[emit], f"{jobs} Spark jobs (at most {MAX_JOBS_V2_CHANGES[emit]})"
+    assert stages <= MAX_STAGES_V2_CHANGES[emit], f"{stages} Spark stages (at most {MAX_STAGES_V2_CHANGES[emit]})"

@@ -198,14 +198,18 @@ class OutputPlan:
         latest.unpersist()
         return written, table_rows
 
-    def history(self, rows):
-        """SCD type 2: one version per change of every key, valid until the key's next change."""
+    def history(self, rows, versions=None):
+        """SCD type 2: one version per change of every key, valid until the key's next change;
+        `versions`: those versions as a frame still to compute (engine v2's: `rows` is then
+        not read). Persisted either way: the per-table counts and the write both read it."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from .. import transforms as T
 
-        versions = T.scd2_versions(self._effects(rows)).persist(StorageLevel.DISK_ONLY)
+        if versions is None:
+            versions = T.scd2_versions(self._effects(rows))
+        versions = versions.persist(StorageLevel.DISK_ONLY)
         table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
             F.count(F.lit(1)).alias("rows")).collect()]
         columns = versions.select(*EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS)

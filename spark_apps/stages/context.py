@@ -85,6 +85,7 @@ class History:
     lean: Any  # the tagged lean rows
     tagged: Any  # the same with full images
     latest: Any = None  # engine v2: the last change per key (a frame the snapshot persists)
+    versions: Any = None  # engine v2: the SCD2 versions of every key (a frame the history persists)
     engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
 
 

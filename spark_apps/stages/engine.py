@@ -4,11 +4,12 @@ v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py), a
 the driver from the decode's DDL events before any event moves (v1 builds it after its summary
 and assigns tables and keys only then, stages/output.py).
 
-v2 runs only where it gives v1's output byte for byte: a snapshot to Parquet or Kafka-record
-archives, no `fallback_reason`, and v1's summary confirming what v2 assumed before it (the
-same applied DDL, the same history, no schema taken from the stream). Anything else runs v1,
-said in one log line and in the manifest's `engine`. docs/engine.md, "Engine v2 wired" and
-"Engine v2 reduced before its shuffle".
+v2 runs only where it gives v1's output byte for byte: a snapshot or history to Parquet, a
+snapshot or topics to Kafka-record archives, no `fallback_reason`, and v1's summary confirming
+what v2 assumed before it (the same applied DDL, the same history, no schema taken from the
+stream; topics read neither, `_topics`). Anything else runs v1, said in one log line and in
+the manifest's `engine`. docs/engine.md, "Engine v2 wired", "Engine v2 reduced before its
+shuffle" and "Engine v2 writes topics and histories".
 In: the run context, `context.Decoded`. Out: `context.Tagged`, `context.History`."""
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ def requested(args) -> str:
 def request_reason(ctx: RunContext) -> str | None:
     """Why the request alone keeps v1 (None: v2 may run)."""
     args = ctx.args
-    if args.emit != "snapshot":
-        return f"--emit {args.emit}: v2 replays snapshots only (topics and histories are not wired yet)"
     if args.output_format not in ("parquet", "kafka") or kafka_io.is_kafka(ctx.output):
         return f"a {args.output_format if not kafka_io.is_kafka(ctx.output) else 'kafka://'} output: v2 writes " \
                "Parquet and Kafka-record archives only"
@@ -82,6 +81,8 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
     from spark_apps import outputs
 
     args, spark = ctx.args, ctx.spark
+    if args.emit == "topics":
+        return _topics(ctx, decoded, cut_gaps)
     cut = cut_gaps[0]
     _, _, untimed = dedupe_stage.ordered_events(args, decoded)
     if untimed and decoded.ddl_events:  # an untimed DDL's point is a running event time: intervals
@@ -103,7 +104,8 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
     differs = _differs(before, applied, hist)
     if differs:  # what ran so far is v1's own dedupe and history: v1 goes on from there
         return tagged, hist, differs
-    ctx.progress.phase("the last change per key, reduced in each task before its shuffle (engine v2)")
+    ctx.progress.phase("the SCD2 versions of every key, one window per key (engine v2)" if args.emit == "history"
+                       else "the last change per key, reduced in each task before its shuffle (engine v2)")
     stretches, names = V2.existence_frames(spark, before)
     base = _base_rows(ctx)
     effects = V2.tag_effects(tagged.ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
@@ -112,11 +114,43 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
                              base=base,
                              in_base=None if ctx.base_export is None else base_bound(ctx.base_export),
                              live_only=True)
+    if args.emit == "history":
+        hist.versions = _versions(effects, tagged.dictionary, with_base=base is not None)
+        return tagged, hist, None
     # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated
     hist.latest = V2.latest(effects.drop(*UNREADABLE_ONLY), multiset=history_stage.has_keyless(hist))
     if base is not None and "after_values" in effects.columns:  # the base rows' images are full: rebuild the lean
         hist.latest = _full_beside(hist.latest, tagged.dictionary)
     return tagged, hist, None
+
+
+def _topics(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
+    """--emit topics on v2: (Tagged, History, None) from the statuses and summary both engines
+    share. A topic message reads nothing v2 computes before its shuffle: it keeps the event's
+    own table and key (its partition comes from the dispatcher, Avro's missing old images from
+    the event's own key's previous change, `transforms.fill_previous_images`), never the table
+    and key at the cut; so no check of the history at the cut is needed either."""
+    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded, cut_gaps)
+    return tagged, history_stage.schema_history(ctx, decoded, tagged), None
+
+
+def _versions(effects, dictionary, with_base: bool):
+    """The SCD2 versions (what `OutputPlan.history` writes) of `tag_effects`' applied keyed
+    effects, whose final table and key the map stage gave: one window per key
+    (`transforms.scd2_validity`) over the lean rows, their full images rebuilt after it (v1
+    shuffles the full ones); `with_base`: base rows with full images beside the lean
+    (`_full_beside`)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps import transforms as T
+    from spark_apps.engine_v2 import _INTERNAL
+
+    keyed = effects.where(F.col("_live"))
+    versions = T.scd2_validity(keyed.drop(*[c for c in _INTERNAL if c in keyed.columns]))
+    if "after_values" in versions.columns:
+        versions = (_full_beside(versions, dictionary) if with_base
+                    else T.full_images(versions, dictionary, versions.columns))
+    return T.scd2_images(versions)
 
 
 def _base_rows(ctx: RunContext):

@@ -25,7 +25,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
     applied = hist.tagged.where(F.col("status") == Status.APPLIED)
     base_rows = None
-    if hist.latest is None:  # engine v2 took the base rows into its last changes (stages/engine.py)
+    if hist.latest is None and hist.versions is None:  # engine v2 took the base rows in (stages/engine.py)
         try:
             base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
         except outputs.OutputError as e:
@@ -63,7 +63,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
             if args.emit == "snapshot":  # engine v2 gives its last changes (stages/engine.py)
                 written, table_rows = output_plan.snapshot(rows, latest=hist.latest)
             else:
-                written, table_rows = output_plan.history(rows)
+                written, table_rows = output_plan.history(rows, versions=hist.versions)
     except outputs.OutputError as e:
         raise ReplayError(str(e)) from e
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it

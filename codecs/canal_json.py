@@ -176,6 +176,10 @@ class CanalJsonCodec(Codec):
         if msg.get("ts") is not None:
             extras["canal.ts"] = str(msg["ts"])
         if msg.get("id"):
+            if not isinstance(msg["id"], (int, str)) or isinstance(msg["id"], bool):
+                # a batch id is a long; anything else cannot be written back (the compiled decoder
+                # hands such messages to this one)
+                raise self.error(f"id is {msg['id']!r}, not an integer", field="id")
             extras["canal.id"] = str(msg["id"])
         es = _int_or_none(msg.get("es"), self, "es")
         commit_ts = _int_or_none(tidb.get("commitTs"), self, "_tidb.commitTs")

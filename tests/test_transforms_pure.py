@@ -56,6 +56,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     latest = T.latest_per_key(effects)
     live = T.live_rows(latest)
     T.scd2_versions(effects)
+    T.scd2_images(T.scd2_validity(effects))
     T.fill_previous_images(tagged)
     T.with_partition(live.withColumn("out_topic", T.topic_name("{schema}_{table}")), "index-value", 3)
     T.with_partition(live, "table", 3)
@@ -74,7 +75,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
-                 "scd2_versions"}
+                 "scd2_versions", "scd2_validity", "scd2_images"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

@@ -322,6 +322,8 @@ def test_compressed_values_need_the_option():
         (b'{"isDdl": true, "type": "QUERY"}', "DDL message has no sql"),
         (b'{"isDdl": false, "type": "INSERT", "data": [{"a": "1"}], "_tidb": {"commitTs": -1}}', "outside 0..2^63-1"),
         (b'{"isDdl": false, "type": "INSERT", "data": [{"a": "1"}], "_tidb": {"onlyHandleKey": true}}', "only the handle-key"),
+        # a batch id that is no integer could not be written back (found by the mutation test)
+        (b'{"id": -4.514154119301842e+16, "isDdl": false, "type": "INSERT", "data": [{"a": "1"}]}', "id is -4.5"),
     ],
 )
 def test_bad_values_raise_a_decode_error_naming_protocol_and_location(value, reason):

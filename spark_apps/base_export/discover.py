@@ -107,6 +107,31 @@ class BaseExport:
 
         return SchemaHistory(self.initial_schemas())
 
+    def generated_columns(self) -> dict:
+        """{(database, table) lower-cased: [(column, "stored" | "virtual")]} of the tables with
+        generated columns. No export holds their values: Dumpling selects only the other
+        columns and names them (dumpling/export/sql.go `buildSelectField`), so the base rows
+        lack them, while TiCDC's row events carry the STORED ones (tiflow cdc/model
+        `IsColCDCVisible`: only virtual generated columns are left out)."""
+        import sqlglot
+        from sqlglot import exp
+
+        found = {}
+        for database, statement in self.statements:
+            try:
+                tree = sqlglot.parse_one(statement, read="mysql")
+            except sqlglot.errors.ParseError:
+                continue  # schema_history() refuses what does not parse
+            if not isinstance(tree, exp.Create) or (tree.args.get("kind") or "").upper() != "TABLE":
+                continue
+            table = tree.find(exp.Table)
+            columns = [(c.name, "stored" if k.kind.args.get("persisted") else "virtual")
+                       for c in tree.find_all(exp.ColumnDef) for k in c.constraints
+                       if isinstance(k.kind, exp.ComputedColumnConstraint)]
+            if columns and table is not None:
+                found[((table.db or database or "").lower(), table.name.lower())] = columns
+        return found
+
     def converters(self, binary: str = "raw") -> dict:
         """{(database, table) lower-cased: rows.Converter} for every table of the export."""
         history = self.schema_history()

@@ -47,9 +47,9 @@ def read_export(args):
     only_generated = _only_generated(export)
     if only_generated:
         raise ReplayError(f"--base-export {uri}: {only_generated}")
-    warning = generated_warning(export)
-    if warning:
-        log.warning("%s", warning)
+    for warning in (generated_warning(export), timestamp_warning(export)):
+        if warning:
+            log.warning("%s", warning)
     position = export.position
     if position.kind == "tso" and args.protocol not in BASE_EXPORT_TSO_PROTOCOLS:
         raise ReplayError(f"--base-export {uri} is a TiDB export at {position.describe()}, which joins an archive by "
@@ -86,6 +86,32 @@ def generated_warning(export) -> str | None:
                        for (db, table), columns in sorted(found.items()))
     return (f"base export: generated columns are in no export's rows and are not computed, so rows the archive "
             f"never changed have none (NULL): {tables}; the archive's rows carry the stored ones (TiCDC)")
+
+
+def timestamp_warning(export) -> str | None:
+    """The manifest/log line naming the export's TIMESTAMP columns when their zone cannot be
+    shown to be the archive's, or None. The canonical TIMESTAMP of the Canal codecs is UTC
+    (`source-timezone` converts), which mysqldump writes under its default --tz-utc: they
+    agree. Dumpling writes them in its session's time_zone and records none; TiCDC's
+    messages carry them in the TiCDC server's --tz, kept as written: base rows and archive
+    rows agree only when the two zones are the same (Dumpling --params time_zone=...)."""
+    from cdc_codecs.mysql_types import parse_type
+
+    if export.producer == "mysqldump" and (export.time_zone or "").strip() in ("+00:00", "UTC"):
+        return None
+    columns = {key: [c.name for c in schema.columns if parse_type(c.mysql_type).base == "timestamp"]
+               for key, schema in export.schema_history().tables.items()}
+    tables = "; ".join(f"{db}.{table} ({', '.join(names)})" for (db, table), names in sorted(columns.items()) if names)
+    if not tables:
+        return None
+    if export.producer == "mysqldump":
+        how = (f"in the zone {export.time_zone}" if export.time_zone else
+               "in the server's session zone (--skip-tz-utc: no SET TIME_ZONE in the dump), which it does not record")
+        return (f"base export: TIMESTAMP values are taken as mysqldump wrote them, {how}, while the Canal codecs "
+                f"decode TIMESTAMP to UTC: they differ unless that zone is UTC: {tables}")
+    return ("base export: TIMESTAMP values are taken as Dumpling wrote them, in its session time_zone (the server's "
+            "default unless --params time_zone=...), which the export does not record; TiCDC's messages carry them "
+            f"in the TiCDC server's --tz: they agree only when the two zones are the same: {tables}")
 
 
 def bound(export) -> list[int]:

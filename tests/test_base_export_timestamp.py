@@ -47,7 +47,8 @@ def test_mysqldump_tz_utc_agrees_with_canal_protobuf(tmp_path):
     assert timestamp_warning(export) is None
     [(_, _, row)] = read_sql_rows([mysqldump(True)], {("shop", "ev"): export.converters()[("shop", "ev")]}, "shop")
     # canal-protobuf from a Canal JVM in +08:00 (source-timezone=+08:00) decodes the same instant alike
-    assert canonical_bytes("2026-11-20 18:00:00", "timestamp", time_zone("+08:00")) == row["at"] == b"2026-11-20 10:00:00"
+    decoded = canonical_bytes("2026-11-20 18:00:00", "timestamp", time_zone("+08:00"))
+    assert decoded == row["at"] == b"2026-11-20 10:00:00"
 
 
 def test_mysqldump_skip_tz_utc_is_named(tmp_path):

@@ -91,6 +91,10 @@ class BaseExport:
     statements: list
     files: list  # DataFile, sorted by URI
     skipped: list  # (uri, why) of files that hold no rows of a base table
+    # the session zone TIMESTAMP values are written in, when the export states it: mysqldump's
+    # `/*!40103 SET TIME_ZONE='+00:00' */` (--tz-utc, its default); Dumpling writes none (its
+    # session's time_zone: the server's default unless --params time_zone=...)
+    time_zone: str | None = None
 
     def initial_schemas(self) -> str:
         """The schemas as SQL text for spark_apps.ddl.SchemaHistory (the replay's `--schema`)."""
@@ -106,6 +110,31 @@ class BaseExport:
         from spark_apps.ddl import SchemaHistory
 
         return SchemaHistory(self.initial_schemas())
+
+    def generated_columns(self) -> dict:
+        """{(database, table) lower-cased: [(column, "stored" | "virtual")]} of the tables with
+        generated columns. No export holds their values: Dumpling selects only the other
+        columns and names them (dumpling/export/sql.go `buildSelectField`), so the base rows
+        lack them, while TiCDC's row events carry the STORED ones (tiflow cdc/model
+        `IsColCDCVisible`: only virtual generated columns are left out)."""
+        import sqlglot
+        from sqlglot import exp
+
+        found = {}
+        for database, statement in self.statements:
+            try:
+                tree = sqlglot.parse_one(statement, read="mysql")
+            except sqlglot.errors.ParseError:
+                continue  # schema_history() refuses what does not parse
+            if not isinstance(tree, exp.Create) or (tree.args.get("kind") or "").upper() != "TABLE":
+                continue
+            table = tree.find(exp.Table)
+            columns = [(c.name, "stored" if k.kind.args.get("persisted") else "virtual")
+                       for c in tree.find_all(exp.ColumnDef) for k in c.constraints
+                       if isinstance(k.kind, exp.ComputedColumnConstraint)]
+            if columns and table is not None:
+                found[((table.db or database or "").lower(), table.name.lower())] = columns
+        return found
 
     def converters(self, binary: str = "raw") -> dict:
         """{(database, table) lower-cased: rows.Converter} for every table of the export."""
@@ -322,9 +351,10 @@ def _kind(statement: str) -> str:
 
 
 def _mysqldump(root: str, objects: list) -> BaseExport:
-    files, positions, statements, skipped = [], set(), [], []
+    files, positions, statements, skipped, zones = [], set(), [], [], set()
     for obj in objects:
-        head = next(storage.iter_pieces(obj.uri), b"")[:200]
+        first = next(storage.iter_pieces(obj.uri), b"")
+        head = first[:200]
         if not head.startswith((b"-- MySQL dump", b"-- MariaDB dump")):
             skipped.append((obj.uri, "neither Dumpling's metadata nor a mysqldump header"))
             continue
@@ -334,6 +364,8 @@ def _mysqldump(root: str, objects: list) -> BaseExport:
             raise ExportRefused(f"{obj.uri}: no CHANGE REPLICATION SOURCE TO / CHANGE MASTER TO line: dump it with "
                                 "--source-data=2 (--master-data=2 before MySQL 8.0.26) so the export has a position")
         positions.add(position)
+        zone = _MYSQLDUMP_ZONE.search(first[:_HEADER_BYTES])
+        zones.add(zone.group(1).decode("ascii", "replace") if zone else None)
         statements.extend(found)
         files.append(DataFile(obj.uri, header_db, "", "mysqldump", "", obj.size, tuple(uses)))
     if not files:
@@ -341,7 +373,14 @@ def _mysqldump(root: str, objects: list) -> BaseExport:
     if len({(p.log_file, p.log_pos) for p in positions}) > 1:
         raise ExportRefused("the mysqldump files state different binlog positions: "
                             + ", ".join(sorted(p.describe() for p in positions)))
-    return BaseExport("mysqldump", root, next(iter(positions)), statements, files, skipped)
+    zone = next(iter(zones)) if len(zones) == 1 else None
+    return BaseExport("mysqldump", root, next(iter(positions)), statements, files, skipped, zone)
+
+
+# mysqldump's header (client/mysqldump.cc write_header): with --tz-utc (the default)
+# `/*!40103 SET TIME_ZONE='+00:00' */;`, before any table; --skip-tz-utc leaves it out
+_MYSQLDUMP_ZONE = re.compile(rb"^/\*!40103 SET TIME_ZONE='([^']*)' \*/;", re.M)
+_HEADER_BYTES = 4096
 
 
 __all__ = ["BaseExport", "DataFile", "ExportFormatError", "ExportPosition", "ExportRefused", "discover",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from spark_apps import storage
 from spark_apps.contract import BASE_EXPORT_BINLOG_PROTOCOLS, BASE_EXPORT_TSO_PROTOCOLS, Kind, Status
 from spark_apps.paths import display
-from spark_apps.stages.context import Decoded, ReplayError, RunContext
+from spark_apps.stages.context import Decoded, ReplayError, RunContext, log
 from spark_apps.stages.decode import release
 
 
@@ -44,6 +44,12 @@ def read_export(args):
         raise ReplayError(text if text.startswith("--base-export") else f"--base-export {uri}: {text}") from None
     except (storage.AccessError, OSError) as e:
         raise ReplayError(f"--base-export {uri}: cannot read it ({type(e).__name__}: {e})") from None
+    only_generated = _only_generated(export)
+    if only_generated:
+        raise ReplayError(f"--base-export {uri}: {only_generated}")
+    for warning in (generated_warning(export), timestamp_warning(export)):
+        if warning:
+            log.warning("%s", warning)
     position = export.position
     if position.kind == "tso" and args.protocol not in BASE_EXPORT_TSO_PROTOCOLS:
         raise ReplayError(f"--base-export {uri} is a TiDB export at {position.describe()}, which joins an archive by "
@@ -53,6 +59,59 @@ def read_export(args):
                           f"binlog position; --protocol {args.protocol} carries none per event (Canal writes it "
                           "with canal.mq.flatMessage=false: --protocol canal-protobuf)")
     return export
+
+
+def _only_generated(export) -> str | None:
+    """Why a table whose columns are all generated cannot be read, or None: Dumpling selects
+    no column of it and writes each row as an empty line (CSV) or `()` (SQL), which no
+    reader can tell from nothing; rows would be lost or made up, so the export is refused."""
+    tables = export.schema_history().tables
+    for key, columns in sorted(export.generated_columns().items()):
+        if key in tables and len(columns) == len(tables[key].columns):
+            return (f"{key[0]}.{key[1]} has only generated columns ({', '.join(c for c, _ in columns)}): its rows "
+                    "hold no value in an export; leave it out of the export (Dumpling --filter)")
+    return None
+
+
+def generated_warning(export) -> str | None:
+    """The manifest/log line naming the export's generated columns, or None. No export holds
+    them (Dumpling and mysqldump select only the other columns), and the replay does not
+    evaluate their expressions, so a row the archive never rewrites has none (NULL in a
+    table output); TiCDC's row events do carry STORED generated columns (not VIRTUAL ones),
+    so rows the archive rewrote hold them."""
+    found = export.generated_columns()
+    if not found:
+        return None
+    tables = "; ".join(f"{db}.{table} ({', '.join(f'{c} {kind}' for c, kind in columns)})"
+                       for (db, table), columns in sorted(found.items()))
+    return (f"base export: generated columns are in no export's rows and are not computed, so rows the archive "
+            f"never changed have none (NULL): {tables}; the archive's rows carry the stored ones (TiCDC)")
+
+
+def timestamp_warning(export) -> str | None:
+    """The manifest/log line naming the export's TIMESTAMP columns when their zone cannot be
+    shown to be the archive's, or None. The canonical TIMESTAMP of the Canal codecs is UTC
+    (`source-timezone` converts), which mysqldump writes under its default --tz-utc: they
+    agree. Dumpling writes them in its session's time_zone and records none; TiCDC's
+    messages carry them in the TiCDC server's --tz, kept as written: base rows and archive
+    rows agree only when the two zones are the same (Dumpling --params time_zone=...)."""
+    from cdc_codecs.mysql_types import parse_type
+
+    if export.producer == "mysqldump" and (export.time_zone or "").strip() in ("+00:00", "UTC"):
+        return None
+    columns = {key: [c.name for c in schema.columns if parse_type(c.mysql_type).base == "timestamp"]
+               for key, schema in export.schema_history().tables.items()}
+    tables = "; ".join(f"{db}.{table} ({', '.join(names)})" for (db, table), names in sorted(columns.items()) if names)
+    if not tables:
+        return None
+    if export.producer == "mysqldump":
+        how = (f"in the zone {export.time_zone}" if export.time_zone else
+               "in the server's session zone (--skip-tz-utc: no SET TIME_ZONE in the dump), which it does not record")
+        return (f"base export: TIMESTAMP values are taken as mysqldump wrote them, {how}, while the Canal codecs "
+                f"decode TIMESTAMP to UTC: they differ unless that zone is UTC: {tables}")
+    return ("base export: TIMESTAMP values are taken as Dumpling wrote them, in its session time_zone (the server's "
+            "default unless --params time_zone=...), which the export does not record; TiCDC's messages carry them "
+            f"in the TiCDC server's --tz: they agree only when the two zones are the same: {tables}")
 
 
 def bound(export) -> list[int]:

@@ -12,6 +12,7 @@ from spark_apps import manifest as manifest_mod
 from spark_apps.contract import QUARANTINE, Kind, Status
 from spark_apps.ddl import SchemaHistory
 from spark_apps.options import ReplayArgs
+from spark_apps.stages import base as base_stage
 from spark_apps.stages.context import Decoded, History, RunContext, Tagged, Written
 from spark_apps.stages.decode import collected
 
@@ -260,6 +261,9 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
     if ctx.layout_plan is not None:
         manifest["layout"] = ctx.layout_plan.manifest()
     manifest["decoder"] = decoded.decoder
+    if ctx.base_export is not None:
+        manifest["warnings"].extend(w for w in (base_stage.generated_warning(ctx.base_export),
+                                                base_stage.timestamp_warning(ctx.base_export)) if w)
     if manifest_mod.decoder_fell_back(decoded.decoder):
         manifest["warnings"].append(manifest_mod.decoder_fell_back(decoded.decoder))
     if written.lake_tables is not None:

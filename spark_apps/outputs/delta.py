@@ -37,6 +37,21 @@ def _commit_properties(props: dict[str, str]):
     return CommitProperties(custom_metadata={**props, "userMetadata": json.dumps(props, sort_keys=True)})
 
 
+def _quote(name: str) -> str:
+    """A column name as a SQL identifier (any name: keywords, dots, quotes)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def key_predicate(keys: list[str]) -> str:
+    """The MERGE condition: every key column equal, null-safely. Each comparison is in its own
+    parentheses: delta-rs parses the text with sqlparser-rs, which (in deltalake 1.6.6) reads the
+    right side of `IS [NOT] DISTINCT FROM` at the lowest precedence, so `a IS NOT DISTINCT FROM
+    b AND c ...` would mean `a IS NOT DISTINCT FROM (b AND c ...)` — a planning error ("Utf8 AND
+    Boolean") for most two-column keys, and a wrong match for boolean ones
+    (apache/datafusion-sqlparser-rs#2436)."""
+    return " AND ".join(f"(target.{_quote(k)} IS NOT DISTINCT FROM source.{_quote(k)})" for k in keys)
+
+
 class DeltaFormat(LakeFormat):
     """Delta tables at `<output>/<name parts>/`, no catalog."""
 
@@ -89,11 +104,9 @@ class DeltaFormat(LakeFormat):
         return {"table": self.name(database, table), "location": location, "version": version}
 
     def _merge(self, database, table, changes, keys, props) -> dict:
-        quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
-        predicate = " AND ".join(f"target.{quote(k)} IS NOT DISTINCT FROM source.{quote(k)}" for k in keys)
-        columns = {c: f"source.{quote(c)}" for c in changes.column_names if c != "_op"}
+        columns = {c: f"source.{_quote(c)}" for c in changes.column_names if c != "_op"}
         metrics = (self._table(database, table)
-                   .merge(changes, predicate, source_alias="source", target_alias="target",
+                   .merge(changes, key_predicate(keys), source_alias="source", target_alias="target",
                           commit_properties=_commit_properties(props))
                    .when_matched_delete("source._op = 'delete'")
                    .when_matched_update(columns, "source._op <> 'delete'")

@@ -452,8 +452,9 @@ OPTIONS: tuple[Option, ...] = (
                type=["null", "number"], minimum=1))),
     Option("engine", RUN, choices=("v1", "v2"),
            help="the replay engine: v1 (today's passes) or v2 (one shuffle for the duplicate check, cut, "
-                "summary counts and last change per key; a snapshot or history to Parquet, a snapshot or topics to "
-                "Kafka records; other runs fall back to v1 and the manifest's `engine` says why). Default: "
+                "summary counts and last change per key; a snapshot or history to Parquet, Delta or Iceberg, a "
+                "snapshot or topics to Kafka records; other runs fall back to v1 and the manifest's `engine` says "
+                "why). Default: "
                 "$CDC_REPLAY_ENGINE, "
                 "else v1 (docs/engine.md)"),
     Option("max_columns", LIMITS, type=int, default=4096, metavar="N",

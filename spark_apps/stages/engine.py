@@ -4,10 +4,11 @@ v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py), a
 the driver from the decode's DDL events before any event moves (v1 builds it after its summary
 and assigns tables and keys only then, stages/output.py).
 
-v2 runs only where it gives v1's output byte for byte: a snapshot or history to Parquet, a
-snapshot or topics to Kafka-record archives, no `fallback_reason`, and v1's summary confirming
-what v2 assumed before it (the same applied DDL, the same history, no schema taken from the
-stream; topics read neither, `_topics`). Anything else runs v1, said in one log line and in
+v2 runs only where it gives v1's output byte for byte (Delta/Iceberg: the same tables): a
+snapshot or history to Parquet, Delta or Iceberg (a `--since` window merged into the tables
+too), a snapshot or topics to Kafka-record archives, no `fallback_reason`, and v1's summary
+confirming what v2 assumed before it (the same applied DDL, the same history, no schema taken
+from the stream; topics read neither, `_topics`). Anything else runs v1, said in one log line and in
 the manifest's `engine`. docs/engine.md, "Engine v2 wired", "Engine v2 reduced before its
 shuffle" and "Engine v2 writes topics and histories".
 In: the run context, `context.Decoded`. Out: `context.Tagged`, `context.History`."""
@@ -38,10 +39,8 @@ def requested(args) -> str:
 
 def request_reason(ctx: RunContext) -> str | None:
     """Why the request alone keeps v1 (None: v2 may run)."""
-    args = ctx.args
-    if args.output_format not in ("parquet", "kafka") or kafka_io.is_kafka(ctx.output):
-        return f"a {args.output_format if not kafka_io.is_kafka(ctx.output) else 'kafka://'} output: v2 writes " \
-               "Parquet and Kafka-record archives only"
+    if kafka_io.is_kafka(ctx.output):
+        return "a kafka:// output: v2 writes Parquet, Kafka-record archives and Delta/Iceberg tables only"
     return None
 
 

@@ -10,7 +10,8 @@ flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Pyth
 
 `CDC_REPLAY_NATIVE_ENCODE=0` forces the Python encoder, `1` uses the compiled one when the
 extension loads (spark_apps/native_decode.py loads it; `CDC_REPLAY_DECODER` is the decoders'
-switch). Default: 1 (docs/engine.md, "The compiled canal-json encoder", says why). The driver's
+switch). Default: 0 until a replay measures it faster (docs/engine.md, "The compiled canal-json
+encoder": the writer's CPU halves, the replay's wall time is within the noise so far). The driver's
 setting is captured when the writer function is built, so executors follow it.
 """
 
@@ -29,7 +30,7 @@ from cdc_codecs.events import EVENT_SCHEMA
 from . import native_decode
 
 ENV = "CDC_REPLAY_NATIVE_ENCODE"
-DEFAULT = "1"
+DEFAULT = "0"
 CHUNK = 4096  # events per call: an Arrow batch of a few MB
 
 # the event fields the encoder reads
@@ -38,7 +39,7 @@ _SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
 
 
 def requested() -> bool:
-    """$CDC_REPLAY_NATIVE_ENCODE: "0" the Python encoder, "1" (default) the compiled one."""
+    """$CDC_REPLAY_NATIVE_ENCODE: "0" (default) the Python encoder, "1" the compiled one."""
     value = (os.environ.get(ENV) or DEFAULT).strip()
     if value not in ("0", "1"):
         raise ValueError(f"${ENV}={value!r}: expected 0 or 1")

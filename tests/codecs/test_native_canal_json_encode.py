@@ -139,6 +139,8 @@ def test_other_flavours_and_protocols_stay_with_python():
 
 
 def test_the_switch(monkeypatch):
+    monkeypatch.delenv(native_encode.ENV, raising=False)
+    assert native_encode.compiled_encoder(get_codec("canal-json", {})) is None  # off until measured faster
     monkeypatch.setenv(native_encode.ENV, "0")
     assert native_encode.compiled_encoder(get_codec("canal-json", {})) is None
     monkeypatch.setenv(native_encode.ENV, "1")

@@ -17,6 +17,7 @@ setting is captured when the writer function is built, so executors follow it.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator
 
@@ -28,6 +29,8 @@ from cdc_codecs.base import Codec, EncodedMessage
 from cdc_codecs.events import EVENT_SCHEMA
 
 from . import native_decode
+
+log = logging.getLogger("cdc_replay")
 
 ENV = "CDC_REPLAY_NATIVE_ENCODE"
 DEFAULT = "0"
@@ -51,7 +54,11 @@ def compiled_encoder(codec: Codec, wanted: bool | None = None):
     if not (requested() if wanted is None else wanted):
         return None
     module = native_decode.cdc_replay_native
-    if module is None or not isinstance(codec, canal_json.CanalJsonCodec) or not hasattr(module, "CanalJsonEncoder"):
+    if not isinstance(codec, canal_json.CanalJsonCodec):
+        return None
+    if module is None or not hasattr(module, "CanalJsonEncoder"):  # said, not silent: Python encodes
+        log.warning("$%s=1 but the compiled encoder is not available (%s): the Python codec encodes", ENV,
+                    native_decode.UNAVAILABLE or "cdc_replay_native predates CanalJsonEncoder; run scripts/bootstrap")
         return None
     config = codec.config
     if config["flat-message-flavor"] != "ticdc":

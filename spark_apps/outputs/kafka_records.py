@@ -16,7 +16,7 @@ from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord
 from cdc_codecs.errors import EncodeError
 
-from .. import storage
+from .. import native_encode, storage
 from ..contract import Kind
 from ..paths import display, segment
 from ..schema import WRITTEN_ARROW_SCHEMA, events_from_batch
@@ -103,9 +103,12 @@ def write_topics_fn(
     max_records)` replaces the object writer (spark_apps.outputs.kafka produces to a broker)."""
 
     make_writer = writer
+    compiled = native_encode.requested()  # the driver's switch, captured for the executors
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options)
+        encoder = native_encode.compiled_encoder(codec, compiled)
+        counts = native_encode.Counts()
 
         def stream():
             for batch in batches:
@@ -130,10 +133,20 @@ def write_topics_fn(
                     yield event
 
             try:
-                for message in codec.encode(fed(), topic=topic, partition=partition):
-                    writer.add(message.key, message.value, message.headers)
+                if encoder is None:
+                    for message in codec.encode(fed(), topic=topic, partition=partition):
+                        writer.add(message.key, message.value, message.headers)
+                else:  # one event per message: counted as its message is written, as above
+                    events = (event for _, event in group)
+                    for event, messages in native_encode.encode_each(codec, events, topic=topic, partition=partition,
+                                                                     encoder=encoder, counts=counts):
+                        writer.fed_events += 1
+                        writer.fed_rows += event["kind"] == Kind.ROW
+                        last["event"] = event
+                        for message in messages:
+                            writer.add(message.key, message.value, message.headers)
             except EncodeError as e:
-                event = last.get("event") or {}
+                event = getattr(e, "event", None) or last.get("event") or {}
                 raise EncodeError(
                     f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
                     f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
@@ -142,6 +155,8 @@ def write_topics_fn(
             writer.flush()
             written.extend(writer.written)
             log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
+        if encoder is not None:
+            log.info("canal-json encoded: %d events compiled, %d by the Python codec", counts.native, counts.python)
         if written:
             yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
 

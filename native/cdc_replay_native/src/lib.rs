@@ -19,6 +19,7 @@ mod alloc;
 mod archive;
 mod avro;
 mod canal_json;
+mod canal_json_encode;
 mod canal_protobuf;
 mod canal_rules;
 mod canal_typed;
@@ -534,6 +535,7 @@ where
 #[pymodule]
 fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<canal_json::CanalJsonDecoder>()?;
+    m.add_class::<canal_json_encode::CanalJsonEncoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<avro::AvroDecoder>()?;

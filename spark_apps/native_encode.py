@@ -1,0 +1,155 @@
+"""The compiled canal-json encoder (native/cdc_replay_native, canal_json_encode.rs) behind the
+Python codec, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
+
+The writer's events (dicts, after the snapshot's projection) go to the extension in chunks as
+one Arrow batch each; it writes each row event's message value with no Python object per value.
+Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
+unencoded and the Python codec, which stays the reference, encodes it: the messages are the
+same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
+flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Python).
+
+`CDC_REPLAY_NATIVE_ENCODE=0` forces the Python encoder, `1` uses the compiled one when the
+extension loads (spark_apps/native_decode.py loads it; `CDC_REPLAY_DECODER` is the decoders'
+switch). Default: 0 until a replay measures it faster (docs/engine.md, "The compiled canal-json
+encoder": the writer's CPU halves, the replay's wall time is within the noise so far). The driver's
+setting is captured when the writer function is built, so executors follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from cdc_codecs import canal_json, compression
+from cdc_codecs.base import Codec, EncodedMessage
+from cdc_codecs.events import EVENT_SCHEMA
+
+from . import native_decode
+
+log = logging.getLogger("cdc_replay")
+
+ENV = "CDC_REPLAY_NATIVE_ENCODE"
+DEFAULT = "0"
+CHUNK = 4096  # events per call: an Arrow batch of a few MB
+
+# the event fields the encoder reads
+_SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
+    "kind", "op", "commit_ts", "execute_ts_ms", "database", "table", "key_columns", "before", "after", "extras")])
+
+
+def requested() -> bool:
+    """$CDC_REPLAY_NATIVE_ENCODE: "0" (default) the Python encoder, "1" the compiled one."""
+    value = (os.environ.get(ENV) or DEFAULT).strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"${ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def compiled_encoder(codec: Codec, wanted: bool | None = None):
+    """The extension's encoder for this codec and its options, or None (Python encodes)."""
+    if not (requested() if wanted is None else wanted):
+        return None
+    module = native_decode.cdc_replay_native
+    if not isinstance(codec, canal_json.CanalJsonCodec):
+        return None
+    if module is None or not hasattr(module, "CanalJsonEncoder"):  # said, not silent: Python encodes
+        log.warning("$%s=1 but the compiled encoder is not available (%s): the Python codec encodes", ENV,
+                    native_decode.UNAVAILABLE or "cdc_replay_native predates CanalJsonEncoder; run scripts/bootstrap")
+        return None
+    config = codec.config
+    if config["flat-message-flavor"] != "ticdc":
+        return None
+    compatible = bool(config["content-compatible"])
+    rule = lambda type_text, flags: canal_json._encode_rule(type_text, flags, compatible)  # noqa: E731
+    return module.CanalJsonEncoder(rule, bool(config["enable-tidb-extension"]),
+                                   compatible or bool(config["only-output-updated-columns"]))
+
+
+def _valid(array: pa.Array) -> memoryview:
+    return memoryview(np.ascontiguousarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8))
+
+
+def _ints(array: pa.Array, dtype) -> memoryview:
+    return memoryview(np.ascontiguousarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype)).cast("B")
+
+
+def _strs(array: pa.Array) -> tuple:
+    return native_decode._binary_args(array)
+
+
+def _arrays(batch: pa.RecordBatch) -> dict:
+    """The batch as the extension reads it (`CanalJsonEncoder.encode` in canal_json_encode.rs)."""
+    col = batch.column
+    cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table")}
+    for name in ("commit_ts", "execute_ts_ms"):
+        cols[name] = _ints(col(name), np.int64)
+        cols[name + "_valid"] = _valid(col(name))
+    keys = col("key_columns")
+    cols.update(key_valid=_valid(keys), key_offsets=_ints(keys.offsets, np.int32), key_names=_strs(keys.values))
+    extras = col("extras")
+    cols.update(extras_valid=_valid(extras), extras_offsets=_ints(extras.offsets, np.int32),
+                extras_keys=_strs(extras.keys), extras_values=_strs(extras.items))
+    for side in ("before", "after"):
+        image = col(side)
+        items = image.values
+        cols.update({f"{side}_valid": _valid(image), f"{side}_offsets": _ints(image.offsets, np.int32),
+                     f"{side}_name": _strs(items.field("name")), f"{side}_type": _strs(items.field("mysql_type")),
+                     f"{side}_flags": _ints(items.field("flags"), np.int32), f"{side}_value": _strs(items.field("value"))})
+    return cols
+
+
+class Counts:
+    """How many events each encoder wrote (nothing is dropped: the rest went to Python)."""
+
+    def __init__(self):
+        self.native = 0
+        self.python = 0
+
+
+def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: int, encoder=None,
+                counts: Counts | None = None, chunk: int = CHUNK) -> Iterator[tuple[dict, list[EncodedMessage]]]:
+    """(event, its messages) in order. With `encoder` (compiled_encoder's) the row events are
+    encoded by the extension in chunks and the rest by the codec one at a time; without, by the
+    codec. Only for an encoding whose messages each hold one event (TiCDC's canal-json); an
+    EncodeError carries the event (`e.event`)."""
+    counts = counts if counts is not None else Counts()
+    if encoder is None:
+        for event in events:
+            counts.python += 1
+            yield event, _python(codec, event, topic, partition)
+        return
+    compress = codec.config["large-message-handle-compression"]
+    pending: list[dict] = []
+    for event in events:
+        pending.append(event)
+        if len(pending) >= chunk:
+            yield from _chunk(codec, encoder, pending, topic, partition, compress, counts)
+            pending = []
+    if pending:
+        yield from _chunk(codec, encoder, pending, topic, partition, compress, counts)
+
+
+def _chunk(codec, encoder, events, topic, partition, compress, counts):
+    batch = pa.RecordBatch.from_pylist(events, _SCHEMA)
+    values = encoder.encode(len(events), _arrays(batch))
+    for event, value in zip(events, values, strict=True):
+        if value is None:
+            counts.python += 1
+            yield event, _python(codec, event, topic, partition)
+        else:
+            counts.native += 1
+            yield event, [EncodedMessage(None, compression.compress(compress, value))]
+
+
+def _python(codec, event, topic, partition) -> list[EncodedMessage]:
+    from cdc_codecs.errors import EncodeError
+
+    try:
+        return list(codec.encode([event], topic=topic, partition=partition))
+    except EncodeError as e:
+        e.event = event
+        raise

@@ -641,11 +641,9 @@ def test_a_window_merges_after_ddl_and_a_keyless_table(keyless_window):
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason="known defect (docs/status.md, seventeenth session): a window merge "
-                   "writes one row per key of a keyless table, so a copy the window adds to one already "
-                   "in the table is lost; the window does not carry how many copies its changes leave")
 def test_a_window_keeps_the_copies_of_a_keyless_table(keyless_window):
     """The keyless table (a multiset, docs/semantics.md) after the window: as many identical
-    rows as the full replay and the generator hold ((a, 1) twice)."""
+    rows as the full replay and the generator hold ((a, 1) twice). The window once wrote one
+    row per identical row, losing the copy it added to one already in the table."""
     fmt, generated, tables, window = keyless_window
     assert tables["whole"]["shop.ledger"] == tables["window"]["shop.ledger"]

@@ -648,7 +648,7 @@ class LakeTables(Target):
         """Tasks write each key's last change in the window to staging files; the driver merges
         them into each table, one version per table. Nothing is left written: the tables hold the rows."""
         base = storage.join(self.plan.staging, "_window")
-        fn = write_parquet_fn(base, True, project, type_fn=arrow_type, time_unit="us", window=True)
+        fn = write_parquet_fn(base, True, project, type_fn=arrow_type, time_unit="us")
         written = written_rows(per_table(changes), fn)
         try:
             self.committed = tables.commit_window(written, int(self.plan.args.since))

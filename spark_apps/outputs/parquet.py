@@ -159,13 +159,12 @@ ROWS_PER_FILE = 500_000  # a table's rows in one task beyond this go on in the n
 
 def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | None] | None,
                      uri_fn: Callable[[str, str, int, int], str] | None = None,
-                     type_fn: Callable[[MySQLType], pa.DataType] = arrow_type, time_unit: str = "ms",
-                     window: bool = False) -> Callable:
+                     type_fn: Callable[[MySQLType], pa.DataType] = arrow_type, time_unit: str = "ms") -> Callable:
     """mapInArrow function: events sorted by (database, table) -> Parquet files, one
     WRITTEN row each (`events` holds the count of values nulled because the type could not
     hold them). `uri_fn(database, table, task, part)` places files elsewhere than
-    <base>/<db>/<table>/ (lakehouse tables); `type_fn` and `time_unit` choose the column types;
-    `window`: a --since window's changes, with `WINDOW_COPY_COLUMNS` after the SCD2 ones."""
+    <base>/<db>/<table>/ (lakehouse tables); `type_fn` and `time_unit` choose the column types.
+    A --since window's changes (events carrying `WINDOW_COPY_COLUMNS`) have those after the SCD2 ones."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -184,7 +183,7 @@ def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | 
         written = []
         for (database, table), group in itertools.groupby(stream(), key=lambda e: (e["database"], e["table"])):
             for part, chunk in enumerate(_chunks(group, ROWS_PER_FILE)):
-                data, rows, nulled = _table_bytes(chunk, history, type_fn, time_unit, window)
+                data, rows, nulled = _table_bytes(chunk, history, type_fn, time_unit)
                 uri = (uri_fn(database, table, task, part) if uri_fn is not None else
                        storage.join(base, segment(database), segment(table), f"part-{task:05d}-{part:04d}.parquet"))
                 storage.write_bytes(uri, data)
@@ -203,8 +202,7 @@ def _chunks(iterable, size):
         yield chunk
 
 
-def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_unit: str = "ms",
-                 window: bool = False) -> tuple[bytes, int, int]:
+def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_unit: str = "ms") -> tuple[bytes, int, int]:
     columns: dict[str, list] = {}
     labels: dict[str, list] = defaultdict(list)
     types: dict[str, str] = {}
@@ -238,7 +236,7 @@ def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_uni
             pa.array([e["_current"] for e in events], pa.bool_()),
         ]
         names += [n for n, _ in HISTORY_COLUMNS]
-    if window:
+    if history and events and WINDOW_COPY_COLUMNS[0] in events[0]:
         arrays += [pa.array([e[name] for e in events], pa.int32()) for name in WINDOW_COPY_COLUMNS]
         names += list(WINDOW_COPY_COLUMNS)
     for name in order:

@@ -196,7 +196,8 @@ class LakeFormat(ABC):
     # ----------------------------------------------------- an incremental window
     def merge(self, database, table, changes: pa.Table, keys: list[str], properties: dict[str, str]) -> dict:
         """Apply a window's last change per key in one commit: rows whose `_op` is `delete`
-        remove the key, the others upsert it. `keys`: the row identity (docs/semantics.md);
+        remove the key, `insert` adds one more row (a keyless table's copies, `with_copies`),
+        the others upsert it. `keys`: the row identity (docs/semantics.md);
         compared null-safely, since a keyless table is identified by all its (nullable) values."""
         return self._merge(database, table, changes, keys, {META + k: str(v) for k, v in properties.items()})
 

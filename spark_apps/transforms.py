@@ -726,7 +726,25 @@ def latest_per_key(effects: DataFrame, multiset: bool = True) -> DataFrame:
     last = effects.groupBy("final_database", "final_table", "row_key").agg(*aggregates)
     copies = (F.when(F.size("_copy_changes") > 0, F.aggregate("_copy_changes", F.lit(0), fold)) if multiset
               else F.lit(None).cast("int"))
-    return last.select("final_database", "final_table", "row_key", "last.*", "first_change", copies.alias("copies"))
+    steps = [copy_steps(F.col("_copy_changes")).alias("copy_steps")] if multiset else []
+    return last.select("final_database", "final_table", "row_key", "last.*", "first_change", copies.alias("copies"),
+                       *steps)
+
+
+def copy_steps(changes: Column) -> Column:
+    """How a key's copy changes (`latest_per_key`'s sorted list) move a count of identical rows
+    not known here — a --since window over a table that already holds some: each change is
+    x -> max(x + a, b) for x >= 0 (+1: (1, 0); -1 floored at 0: (-1, 0); at least one: (0, 1)),
+    and two compose to (a1 + a2, max(b1 + a2, b2)), so the whole list is one (`add`, `floor`)
+    struct and the count after it is max(count + add, floor) (`copies` is that from 0). Null
+    for a key without copy changes (a keyed table)."""
+    def step(acc, change):
+        a = F.when(change["c"] == COPY_ADDED, 1).when(change["c"] == COPY_REMOVED, -1).otherwise(0)
+        b = F.when((change["c"] != COPY_ADDED) & (change["c"] != COPY_REMOVED), 1).otherwise(0)
+        return F.struct((acc["add"] + a).alias("add"), F.greatest(acc["floor"] + a, b).alias("floor"))
+
+    start = F.struct(F.lit(0).alias("add"), F.lit(0).alias("floor"))
+    return F.when(F.size(changes) > 0, F.aggregate(changes, start, step))
 
 
 def live_copies() -> Column:

@@ -641,11 +641,82 @@ def test_a_window_merges_after_ddl_and_a_keyless_table(keyless_window):
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason="known defect (docs/status.md, seventeenth session): a window merge "
-                   "writes one row per key of a keyless table, so a copy the window adds to one already "
-                   "in the table is lost; the window does not carry how many copies its changes leave")
 def test_a_window_keeps_the_copies_of_a_keyless_table(keyless_window):
     """The keyless table (a multiset, docs/semantics.md) after the window: as many identical
-    rows as the full replay and the generator hold ((a, 1) twice)."""
+    rows as the full replay and the generator hold ((a, 1) twice). The window once wrote one
+    row per identical row, losing the copy it added to one already in the table."""
     fmt, generated, tables, window = keyless_window
     assert tables["whole"]["shop.ledger"] == tables["window"]["shop.ledger"]
+
+
+def _keyless_events() -> tuple[list[dict], int]:
+    """A keyless table `shop.k` (item, qty) with identical rows, as TiCDC writes its changes
+    (one row per transaction, distinct commit ts): before the cut (a,1) x3, (b,2) x2, (c,3);
+    after it a DELETE of one (a,1), an INSERT of one more (b,2) and an UPDATE of one (b,2) to
+    (b,5), and an INSERT then a DELETE of (c,3). Returns (events, the cut's commit ts)."""
+    from cdc_codecs.ddl_types import classify
+    from cdc_codecs.events import Kind, Op, new_event
+    from cdc_codecs.tso import compose, physical_ms
+
+    ms = 1_700_000_000_000
+    clock = iter(range(1, 1000))
+
+    def ts():
+        return compose(ms + 10 * next(clock), 0)
+
+    def image(item, qty):
+        return [{"name": "item", "mysql_type": "varchar(8)", "flags": 0, "value": item.encode(), "label": None},
+                {"name": "qty", "mysql_type": "int(11)", "flags": 0, "value": str(qty).encode(), "label": None}]
+
+    def row(op, before=None, after=None):
+        t = ts()
+        return new_event(Kind.ROW, op=op, commit_ts=t, execute_ts_ms=physical_ms(t), database="shop", table="k",
+                         key_columns=[], before=image(*before) if before else None,
+                         after=image(*after) if after else None)
+
+    created = ts()
+    create = "CREATE TABLE `shop`.`k` (`item` VARCHAR(8), `qty` INT(11))"
+    events = [new_event(Kind.DDL, commit_ts=created, execute_ts_ms=physical_ms(created), database="shop", table="k",
+                        ddl_query=create, ddl_type=classify(create))]
+    events += [row(Op.INSERT, after=r) for r in [("a", 1), ("a", 1), ("b", 2), ("a", 1), ("b", 2), ("c", 3)]]
+    cut = events[-1]["commit_ts"]
+    events += [row(Op.DELETE, before=("a", 1)), row(Op.INSERT, after=("b", 2)),
+               row(Op.UPDATE, before=("b", 2), after=("b", 5)), row(Op.INSERT, after=("c", 3)),
+               row(Op.DELETE, before=("c", 3))]
+    last = ts()
+    events.append(new_event(Kind.WATERMARK, watermark_ts=last, execute_ts_ms=physical_ms(last)))
+    return events, cut
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_window_deletes_and_adds_copies_of_identical_rows(spark, tmp_path, fmt):
+    """A window over a keyless table that already holds identical rows: a DELETE removes one
+    of three copies (not all), an INSERT adds a third copy and an UPDATE changes one of them,
+    an INSERT and DELETE of the same row leave its one copy. The merged table equals a full
+    replay to the same cut and the independent reference (tests/reference.py)."""
+    from cdc_codecs import KafkaRecord, get_codec
+
+    from .reference import reference_rows
+
+    events, middle = _keyless_events()
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    records = [KafkaRecord("cdc", 0, offset, 0, m.key, m.value)
+               for offset, m in enumerate(m for e in events for m in codec.encode([e], topic="cdc", partition=0))]
+    source = str(tmp_path / "archive")
+    write_archive(records, source, records_per_object=4)
+    argv = lambda out, *extra: ["--source", source, "--output", out, "--target-format", fmt,  # noqa: E731
+                                "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
+                                "--emit", "snapshot", *extra]
+    at = lambda argv: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)  # noqa: E731
+    incremental, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    at(argv(incremental, "--as-of", str(middle)))
+    window = at(argv(incremental, "--since", "last"))
+    whole = at(argv(full))
+    assert window["output"]["lakehouse"]["shop.k"]["mode"] == "merge"
+    merged, replayed = _all_tables(fmt, incremental, window)["shop.k"], _all_tables(fmt, full, whole)["shop.k"]
+    assert merged == replayed
+    expected = [tuple(row) for row in reference_rows([e for e in events if e["kind"] != "watermark"])[("shop", "k")]]
+    assert sorted(tuple((k, canonical(v)) for k, v in row) for row in merged[1]) == sorted(expected)
+    assert sorted((dict(r)["item"], dict(r)["qty"]) for r in merged[1]) == [
+        ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 5), ("c", 3)]

@@ -327,3 +327,26 @@ def test_scd2_versions_are_valid_from_their_change_until_the_keys_next_one(spark
         ((b"3",), "insert", 9, 13, 4007, 5007, False, b"1", None, "d", "t"),
         ((b"4",), "update", 13, None, 5007, None, True, b"1", None, "d", "t"),
     ])
+
+
+def test_copy_steps_give_the_count_from_any_start(spark):
+    """A window over a keyless table: `copy_steps` folds a key's copy changes to (add, floor)
+    without the count they start from, and max(count + add, floor) is the count MySQL's
+    changes leave from every start (INSERT +1, DELETE of one copy floored at 0, a change that
+    leaves the row at least once); from 0 it is `copies`, a full replay's count."""
+    import itertools
+
+    def mysql(count, changes):
+        for c in changes:
+            count = count + 1 if c == T.COPY_ADDED else max(count - 1, 0) if c == T.COPY_REMOVED else max(count, 1)
+        return count
+
+    kinds = (T.COPY_ADDED, T.COPY_REMOVED, T.COPY_KEPT)
+    lists = [list(p) for n in range(1, 5) for p in itertools.product(kinds, repeat=n)]
+    df = spark.createDataFrame([(i, cs) for i, cs in enumerate(lists)], "i int, cs array<int>")
+    steps = T.copy_steps(T.F.transform("cs", lambda c: T.F.struct(c.alias("c"))))
+    got = {r.i: (r.s.add, r.s.floor) for r in df.select("i", steps.alias("s")).collect()}
+    for i, changes in enumerate(lists):
+        add, floor = got[i]
+        assert [max(c + add, floor) for c in range(4)] == [mysql(c, changes) for c in range(4)], changes
+    assert df.select(T.copy_steps(T.F.array().cast("array<struct<c:int>>")).alias("s")).first().s is None

@@ -103,10 +103,16 @@ class DeltaFormat(LakeFormat):
         version = DeltaTable(location, storage_options=options).version()
         return {"table": self.name(database, table), "location": location, "version": version}
 
+    def _touched_batches(self, database, table, changes, keys):
+        yield from self._table(database, table).to_pyarrow_dataset().to_batches(filter=_key_filter(changes, keys[0]))
+
     def _merge(self, database, table, changes, keys, props) -> dict:
+        """`insert` changes (a keyless table's copies, lake.with_copies) match nothing: each is
+        one more row, next to the `delete` that removes the row's earlier copies."""
         columns = {c: f"source.{_quote(c)}" for c in changes.column_names if c != "_op"}
         metrics = (self._table(database, table)
-                   .merge(changes, key_predicate(keys), source_alias="source", target_alias="target",
+                   .merge(changes, f"{key_predicate(keys)} AND (source._op <> 'insert')", source_alias="source",
+                          target_alias="target",
                           commit_properties=_commit_properties(props))
                    .when_matched_delete("source._op = 'delete'")
                    .when_matched_update(columns, "source._op <> 'delete'")
@@ -119,6 +125,20 @@ class DeltaFormat(LakeFormat):
                 "merged": {"inserted": metrics["num_target_rows_inserted"],
                            "updated": metrics["num_target_rows_updated"],
                            "deleted": metrics["num_target_rows_deleted"]}}
+
+
+def _key_filter(changes: pa.Table, column: str):
+    """Prunes the rows read to those whose first key column holds one of the window's values
+    (or null when one is); None (read everything) for a type the filter does not take."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    values = changes.column(column)
+    try:
+        expr = ds.field(column).isin(pc.unique(values.drop_null()))
+        return expr | ds.field(column).is_null() if values.null_count else expr
+    except (pa.ArrowException, TypeError):
+        return None
 
 
 class DeltaTables(LakeTables):

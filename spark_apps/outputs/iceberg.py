@@ -130,6 +130,10 @@ class IcebergFormat(LakeFormat):
         snapshot = self.catalog.load_table(ident).current_snapshot()
         return {"table": ".".join(ident), "location": location, "version": snapshot.snapshot_id if snapshot else None}
 
+    def _touched_batches(self, database, table, changes, keys):
+        scan = self.catalog.load_table(self._ident(database, table)).scan(row_filter=_key_filter(changes, keys[0]))
+        yield from scan.to_arrow_batch_reader()
+
     def _merge(self, database, table, changes, keys, props) -> dict:
         """Copy-on-write in one `overwrite` snapshot: the data files holding a key of the window
         are replaced by their other rows, and the window's upserts are added. (pyiceberg's own

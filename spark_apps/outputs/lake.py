@@ -37,7 +37,7 @@ from .. import storage
 from ..paths import segment
 from .base import HISTORY, WINDOW, OutputError, Target, written_rows
 from .parquet import arrow_type as parquet_type
-from .parquet import history_columns, per_table, typed_column, write_parquet_fn
+from .parquet import WINDOW_COPY_COLUMNS, history_columns, per_table, typed_column, write_parquet_fn
 
 FORMATS = ("delta", "iceberg")  # each the name of its module in this package
 META = "cdc-replay."  # prefix of our keys in commit metadata / snapshot summaries
@@ -196,13 +196,57 @@ class LakeFormat(ABC):
     # ----------------------------------------------------- an incremental window
     def merge(self, database, table, changes: pa.Table, keys: list[str], properties: dict[str, str]) -> dict:
         """Apply a window's last change per key in one commit: rows whose `_op` is `delete`
-        remove the key, the others upsert it. `keys`: the row identity (docs/semantics.md);
+        remove the key, `insert` adds one more row (a keyless table's copies, `with_copies`),
+        the others upsert it. `keys`: the row identity (docs/semantics.md);
         compared null-safely, since a keyless table is identified by all its (nullable) values."""
         return self._merge(database, table, changes, keys, {META + k: str(v) for k, v in properties.items()})
 
     @abstractmethod
     def _merge(self, database, table, changes: pa.Table, keys: list[str], props: dict[str, str]) -> dict:
         """`merge` with our metadata keys prefixed: {table, location, version, rows, merged}."""
+
+    def copy_counts(self, database, table, changes: pa.Table, keys: list[str]) -> dict[tuple, int]:
+        """{row: how many identical copies the table holds now} for the rows of `changes` (a
+        table without a key), from the table's rows that may hold them (`_touched_batches`)."""
+        touched = set(zip(*(changes.column(k).to_pylist() for k in keys)))
+        counts: dict[tuple, int] = {}
+        for batch in self._touched_batches(database, table, changes, keys):
+            for values in zip(*(batch.column(k).to_pylist() for k in keys)):
+                if values in touched:
+                    counts[values] = counts.get(values, 0) + 1
+        return counts
+
+    @abstractmethod
+    def _touched_batches(self, database, table, changes: pa.Table, keys: list[str]) -> Iterator[pa.RecordBatch]:
+        """The table's current rows, batch by batch, pruned (where the format can) to those that
+        may equal a row of `changes` on `keys`."""
+
+
+def _has_copies(changes: pa.Table) -> bool:
+    """Whether a window's changes carry copy steps (a table without a key, transforms.copy_steps)."""
+    return WINDOW_COPY_COLUMNS[0] in changes.column_names and changes.column(WINDOW_COPY_COLUMNS[0]).null_count < len(changes)
+
+
+def with_copies(changes: pa.Table, keys: list[str], counts: dict[tuple, int], unchanged: bool = False) -> pa.Table:
+    """A keyless table's window changes (one per identical row, with its copy steps) as the
+    merge applies them: a `delete` that removes every copy of the row, then one `insert` per
+    copy the window leaves, max(count + add, floor) for the table's `counts` before it. A row
+    whose count does not change is left out (kept by `unchanged`: a rebuild removed its copies)."""
+    add, floor = (changes.column(n).to_pylist() for n in WINDOW_COPY_COLUMNS)
+    indices, ops = [], []
+    for i, values in enumerate(zip(*(changes.column(k).to_pylist() for k in keys))):
+        if add[i] is None:  # no steps: applied as the change itself
+            indices.append(i)
+            ops.append(changes.column("_op")[i].as_py())
+            continue
+        count = counts.get(values, 0)
+        final = max(count + add[i], floor[i])
+        if final == count and not unchanged:
+            continue
+        indices += [i] * (1 + final)
+        ops += ["delete"] + ["insert"] * final
+    out = changes.take(pa.array(indices, pa.int64()))
+    return out.set_column(out.schema.get_field_index("_op"), "_op", pa.array(ops, pa.string()))
 
 
 def format_class(fmt: str) -> type[LakeFormat]:
@@ -382,9 +426,11 @@ class TablePlan:
             want = self.target.current_schema(*key) if action in ("merge", "dropped") else self._schema(key, files, False)
             if want is None:
                 continue
-            changes_table = (pa.concat_tables([t.select(["_op", *want.names]).cast(
-                pa.schema([pa.field("_op", pa.string()), *want])) for t in tables])
-                if tables else pa.table({"_op": pa.array([], pa.string()), **{f.name: pa.array([], f.type) for f in want}}))
+            steps = [pa.field(n, pa.int32()) for n in WINDOW_COPY_COLUMNS]
+            changes_table = (pa.concat_tables([t.select(["_op", *WINDOW_COPY_COLUMNS, *want.names]).cast(
+                pa.schema([pa.field("_op", pa.string()), *steps, *want])) for t in tables])
+                if tables else pa.table({"_op": pa.array([], pa.string()), **{f.name: pa.array([], f.type)
+                                                                                for f in [*steps, *want]}}))
             props = {"cut_commit_ts": cut_ts, "cut": self.cut.get("description", ""), "run_id": self.run["run_id"],
                      "source": self.run["source"], "protocol": self.run.get("protocol"), "emit": self.emit,
                      "since": since, "source_database": key[0], "source_table": key[1]}
@@ -397,8 +443,15 @@ class TablePlan:
             elif action == "merge":
                 props["mode"] = "merge"
                 props["window_changes"] = changes_table.num_rows
-                done = self.target.merge(key[0], key[1], changes_table, self._keys(key, want), props)
+                keys = self._keys(key, want)
+                if _has_copies(changes_table):  # a table without a key: the window's copies on the table's
+                    changes_table = with_copies(changes_table, keys,
+                                                self.target.copy_counts(key[0], key[1], changes_table, keys))
+                done = self.target.merge(key[0], key[1], changes_table.drop_columns(list(WINDOW_COPY_COLUMNS)),
+                                         keys, props)
             else:
+                if _has_copies(changes_table):  # created in the window: its copies counted from none
+                    changes_table = with_copies(changes_table, self._keys(key, want), {})
                 rows = changes_table.filter(pc.not_equal(changes_table.column("_op"), "delete")) \
                     if action == "replace" else changes_table.slice(0, 0)
                 rows = rows.select(want.names)
@@ -473,7 +526,7 @@ class TablePlan:
             plan.append((field, match, pa.scalar(None, field.type)))
         keys = self._keys(key, want)
         window = set(zip(*(changes.column(k).to_pylist() for k in keys)))
-        upserts = changes.filter(pc.not_equal(changes.column("_op"), "delete")).select(want.names).cast(want)
+        removed: dict[tuple, int] = {}  # a table without a key: its copies of each row the window touches
 
         files, batches, pending = [], [], 0
 
@@ -495,13 +548,20 @@ class TablePlan:
             columns = [_modified(batch.column(batch.schema.get_field_index(match)), field, self.target.name(*key))
                        if match is not None else pa.repeat(fill, n) for field, match, fill in plan]
             converted = pa.RecordBatch.from_arrays(columns, schema=want)
-            keep = [values not in window for values in zip(*(converted.column(k).to_pylist() for k in keys))]
+            keep = []
+            for values in zip(*(converted.column(k).to_pylist() for k in keys)):
+                keep.append(values not in window)
+                if not keep[-1]:
+                    removed[values] = removed.get(values, 0) + 1
             converted = converted.filter(pa.array(keep, pa.bool_()))
             if converted.num_rows:
                 batches.append(converted)
                 pending += converted.num_rows
             if pending >= 1_000_000:
                 flush()
+        if _has_copies(changes):
+            changes = with_copies(changes, keys, removed, unchanged=True)
+        upserts = changes.filter(pc.not_equal(changes.column("_op"), "delete")).select(want.names).cast(want)
         batches += upserts.to_batches() or ([] if files else [pa.RecordBatch.from_pylist([], schema=want)])
         flush()
         rows = sum(f["rows"] for f in files)

@@ -74,6 +74,9 @@ def history_columns(time_unit: str) -> list[tuple[str, pa.DataType]]:
 
 
 HISTORY_COLUMNS = history_columns("ms")
+# a --since window's files (outputs.lake): after the SCD2 columns, how the window moves the
+# count of each identical row of a table without a key (transforms.copy_steps; null when keyed)
+WINDOW_COPY_COLUMNS = ("_copy_add", "_copy_floor")
 
 
 # a DECIMAL whose type text states no precision: TiCDC canal-json (without content-compatible),
@@ -160,7 +163,8 @@ def write_parquet_fn(base: str, history: bool, prepare: Callable[[dict], dict | 
     """mapInArrow function: events sorted by (database, table) -> Parquet files, one
     WRITTEN row each (`events` holds the count of values nulled because the type could not
     hold them). `uri_fn(database, table, task, part)` places files elsewhere than
-    <base>/<db>/<table>/ (lakehouse tables); `type_fn` and `time_unit` choose the column types."""
+    <base>/<db>/<table>/ (lakehouse tables); `type_fn` and `time_unit` choose the column types.
+    A --since window's changes (events carrying `WINDOW_COPY_COLUMNS`) have those after the SCD2 ones."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -232,6 +236,9 @@ def _table_bytes(events: list[dict], history: bool, type_fn=arrow_type, time_uni
             pa.array([e["_current"] for e in events], pa.bool_()),
         ]
         names += [n for n, _ in HISTORY_COLUMNS]
+    if history and events and WINDOW_COPY_COLUMNS[0] in events[0]:
+        arrays += [pa.array([e[name] for e in events], pa.int32()) for name in WINDOW_COPY_COLUMNS]
+        names += list(WINDOW_COPY_COLUMNS)
     for name in order:
         array, n = typed_column(columns[name], parse_type(types[name]), labels[name], type_fn)
         arrays.append(array)

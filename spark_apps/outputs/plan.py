@@ -17,6 +17,7 @@ from .. import masking
 from ..contract import Kind, ProtocolSpec, Status
 from .base import HISTORY, SNAPSHOT, TOPICS, WINDOW, OutputError, TargetSpec, target_for
 from .kafka import prepared
+from .parquet import WINDOW_COPY_COLUMNS
 
 log = logging.getLogger("cdc_replay")
 
@@ -156,8 +157,13 @@ class OutputPlan:
                    .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table")))
         for name in ("_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms"):
             changes = changes.withColumn(name, F.lit(None).cast("bigint"))
+        # a table without a key: how the window moves its count of each identical row (the
+        # merge reads the table's count, transforms.copy_steps)
+        for name, part in zip(WINDOW_COPY_COLUMNS, ("add", "floor")):
+            changes = changes.withColumn(name, F.col("copy_steps")[part] if "copy_steps" in latest.columns
+                                         else F.lit(None).cast("int"))
         return changes.withColumn("_current", F.lit(None).cast("boolean")).select(
-            *EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS)
+            *EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS, *WINDOW_COPY_COLUMNS)
 
     # ----------------------------------------------------------------- outputs
     def snapshot(self, rows, latest=None):

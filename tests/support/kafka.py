@@ -123,7 +123,11 @@ class KafkaBroker:
         libs = jars(self.version)
         classpath = os.path.join(libs, "*")
         properties = self._properties()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # a cluster id that starts with "-" reads as an option to StorageTool's argument parser
+        # (one in 64 runs failed so); Kafka's own Uuid.randomUuid draws again in that case too
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         started = time.monotonic()
         java = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", classpath]
         fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties],

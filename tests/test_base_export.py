@@ -154,6 +154,28 @@ def test_dumpling_csv_gzip_rows():
     assert list(read_csv_rows((plain[i:i + 1] for i in range(len(plain))), converter)) == ITEMS
 
 
+@pytest.mark.parametrize("reader", ["batch", "reference"])
+def test_an_empty_line_without_enclosure_is_an_empty_string(reader):
+    """Dumpling with `--csv-delimiter ''` writes a one-column row holding '' as a bare line
+    terminator, NULL as the null text (pingcap/tidb dumpling `WriteInsertInCsv` → dumpformat
+    `csvfile`: an empty field, then the line end): the row is read, not skipped as an empty
+    line. A table of two columns never gets such a line from Dumpling: refused by its count."""
+    from spark_apps.base_export.rows import read_csv_rows_at, read_csv_rows_at_reference
+
+    read = read_csv_rows_at if reader == "batch" else read_csv_rows_at_reference
+    bare = CsvDialect(delimiter="")
+    one = Converter([("s", "varchar(8)")])
+    text = b"s\r\na\r\n\r\n\\N\r\n\r\nb\r\n"
+    for cuts in ([text], [text[i:i + 1] for i in range(len(text))]):
+        assert [row for _, row in read(iter(cuts), one, bare)] == [
+            {"s": b"a"}, {"s": b""}, {"s": None}, {"s": b""}, {"s": b"b"}]
+    # with the default enclosure Dumpling writes '' as "", so an empty line is no row
+    assert [row for _, row in read(iter([b'"s"\r\n"a"\r\n\r\n""\r\n']), one)] == [{"s": b"a"}, {"s": b""}]
+    two = Converter([("a", "int"), ("b", "varchar(8)")])
+    with pytest.raises(ExportFormatError, match="a row of 1 values for 2 columns"):
+        list(read(iter([b"a,b\r\n1,x\r\n\r\n2,y\r\n"]), two, CsvDialect(delimiter="")))
+
+
 def test_dumpling_zstd_and_snappy_rows(tmp_path):
     export = discover(str(FIXTURES / "dumpling-mysql-zstd"))
     assert [r for _, _, r in sql_rows(export)][0] == {"a": b"1", "b": b"one"}

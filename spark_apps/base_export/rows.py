@@ -461,8 +461,8 @@ def csv_records_at(pieces: Iterable[bytes], dialect: CsvDialect, start: int = 0)
 
 
 def _csv_record(t: _Text, dialect: CsvDialect) -> tuple | None:
-    """(byte offset, record) of the next record that is not an empty line, field by field,
-    with `t` after it; None at the end."""
+    """(byte offset, record) of the next record, field by field, with `t` after it; None at
+    the end. An empty line is a record only when fields have no enclosure (see below)."""
     field = dialect.field.match
     d = dialect.delimiter
     while True:
@@ -497,7 +497,11 @@ def _csv_record(t: _Text, dialect: CsvDialect) -> tuple | None:
                 break
         if record is not None:
             t.pos = pos
-            if record != [(BARE, "")]:  # an empty line
+            # an empty line: without an enclosure (`--csv-delimiter ''`) Dumpling writes a
+            # one-column row whose value is the empty string so (pingcap/tidb dumpling
+            # `WriteInsertInCsv` → dumpformat `csvfile`): a record of one empty field, which
+            # a table of more columns refuses by its field count; with one it is nothing
+            if record != [(BARE, "")] or not d:
                 return t.consumed + begin, record
             continue
         if not t.more():

@@ -246,12 +246,19 @@ def _not_promotable(tx, schema: pa.Schema) -> list[str]:
     """The table's columns whose type the cut's is no promotion of (Iceberg only widens: a
     decimal(38,18) an export-less canal-json run inferred cannot become an export's
     decimal(12,2) in place; union_by_name would fail on it)."""
-    from pyiceberg.catalog import Catalog
     from pyiceberg.exceptions import ResolveError
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import promote
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
 
-    have = {f.name: f.field_type for f in tx.table_metadata.schema().fields}
-    new = Catalog._convert_schema_if_needed(schema, format_version=tx.table_metadata.format_version)
+    current = tx.table_metadata.schema()
+    have = {f.name: f.field_type for f in current.fields}
+    # only the columns the table has are compared; they get their ids from the table's names
+    shared = pa.schema([f for f in schema if f.name in have])
+    if not len(shared):
+        return []
+    new = pyarrow_to_schema(shared, name_mapping=create_mapping_from_schema(current),
+                            format_version=tx.table_metadata.format_version)
     out = []
     for field in new.fields:
         old = have.get(field.name)

@@ -223,19 +223,10 @@ def test_a_window_on_a_base_snapshot_replays_alike_on_both_engines(spark, tmp_pa
 def _lake_rows(fmt: str, output: str, manifest: dict) -> dict:
     """{table: its rows read back by deltalake / pyiceberg, ordered} of every table the run's
     manifest names."""
-    from deltalake import DeltaTable
+    from .support.outputs import lake_tables
 
-    from spark_apps.outputs.delta import delta_storage_options
-    from spark_apps.outputs.iceberg import load_catalog
-
-    tables = {}
-    for name, entry in sorted(manifest["output"]["lakehouse"].items()):
-        if fmt == "delta":
-            table = DeltaTable(entry["location"], storage_options=delta_storage_options()).to_pyarrow_table()
-        else:
-            table = load_catalog(output, {}).load_table(tuple(entry["table"].split("."))).scan().to_arrow()
-        tables[name] = (table.schema.names, sorted(repr(sorted(r.items())) for r in table.to_pylist()))
-    return tables
+    return {name: (columns, sorted(repr(sorted(r.items())) for r in rows))
+            for name, (columns, rows) in lake_tables(fmt, output, manifest).items()}
 
 
 def both_lakes(spark, source: str, tmp_path: Path, fmt: str, runs: list[list[str]]) -> list[dict]:

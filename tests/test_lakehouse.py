@@ -589,16 +589,10 @@ def test_a_window_merges_on_a_key_of_several_columns(tmp_path, fmt):
 def _all_tables(fmt: str, output: str, manifest: dict) -> dict:
     """{table: (columns, sorted rows)} of every table the run's manifest names, read back by
     deltalake / pyiceberg."""
-    from deltalake import DeltaTable
+    from .support.outputs import lake_tables
 
-    found = {}
-    for name, entry in sorted(manifest["output"]["lakehouse"].items()):
-        if fmt == "delta":
-            table = DeltaTable(entry["location"], storage_options=delta_storage_options()).to_pyarrow_table()
-        else:
-            table = load_catalog(output, {}).load_table(tuple(entry["table"].split("."))).scan().to_arrow()
-        found[name] = (table.schema.names, sorted((tuple(sorted(r.items())) for r in table.to_pylist()), key=repr))
-    return found
+    return {name: (columns, sorted((tuple(sorted(r.items())) for r in rows), key=repr))
+            for name, (columns, rows) in lake_tables(fmt, output, manifest).items()}
 
 
 @pytest.fixture(scope="module", params=["delta", "iceberg"])

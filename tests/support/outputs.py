@@ -25,3 +25,21 @@ def manifest(output: str) -> dict:
     text = storage.read_bytes(f"{output}/_manifest.json").decode()
     found = json.loads(text.replace(output, "<output>"))
     return {key: value for key, value in found.items() if key not in VOLATILE}
+
+
+def lake_tables(fmt: str, output: str, manifest: dict) -> dict[str, tuple[list[str], list[dict]]]:
+    """{table: (columns, rows)} of every Delta/Iceberg table a run's manifest names, read back
+    by deltalake / pyiceberg (tests/support/lake_readers.py reads them without either)."""
+    from deltalake import DeltaTable
+
+    from spark_apps.outputs.delta import delta_storage_options
+    from spark_apps.outputs.iceberg import load_catalog
+
+    found = {}
+    for name, entry in sorted(manifest["output"]["lakehouse"].items()):
+        if fmt == "delta":
+            table = DeltaTable(entry["location"], storage_options=delta_storage_options()).to_pyarrow_table()
+        else:
+            table = load_catalog(output, {}).load_table(tuple(entry["table"].split("."))).scan().to_arrow()
+        found[name] = (table.schema.names, table.to_pylist())
+    return found

@@ -715,20 +715,18 @@ def latest_per_key(effects: DataFrame, multiset: bool = True) -> DataFrame:
     changes = F.sort_array(F.collect_list(F.when(
         F.col("copy_change").isNotNull(), F.struct(order_struct().alias("o"), F.col("copy_change").alias("c")))))
 
-    def fold(count, change):  # a DELETE of a row the archive never inserted removes nothing
-        return (F.when(change["c"] == COPY_ADDED, count + 1)
-                .when(change["c"] == COPY_REMOVED, F.greatest(count - 1, F.lit(0)))
-                .otherwise(F.greatest(count, F.lit(1))))
-
     aggregates = [F.max_by(payload, order_struct()).alias("last"), F.min_by(first, order_struct()).alias("first_change")]
     if multiset:
         aggregates.append(changes.alias("_copy_changes"))
     last = effects.groupBy("final_database", "final_table", "row_key").agg(*aggregates)
-    copies = (F.when(F.size("_copy_changes") > 0, F.aggregate("_copy_changes", F.lit(0), fold)) if multiset
-              else F.lit(None).cast("int"))
-    steps = [copy_steps(F.col("_copy_changes")).alias("copy_steps")] if multiset else []
-    return last.select("final_database", "final_table", "row_key", "last.*", "first_change", copies.alias("copies"),
-                       *steps)
+    if not multiset:
+        return last.select("final_database", "final_table", "row_key", "last.*", "first_change",
+                           F.lit(None).cast("int").alias("copies"))
+    # the count from none (a whole replay) is max(0 + add, floor) of the same steps a window merges
+    stepped = last.withColumn("copy_steps", copy_steps(F.col("_copy_changes")))
+    copies = F.greatest(F.col("copy_steps.add"), F.col("copy_steps.floor"))
+    return stepped.select("final_database", "final_table", "row_key", "last.*", "first_change", copies.alias("copies"),
+                          "copy_steps")
 
 
 def copy_steps(changes: Column) -> Column:

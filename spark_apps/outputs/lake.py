@@ -233,11 +233,12 @@ def with_copies(changes: pa.Table, keys: list[str], counts: dict[tuple, int], un
     copy the window leaves, max(count + add, floor) for the table's `counts` before it. A row
     whose count does not change is left out (kept by `unchanged`: a rebuild removed its copies)."""
     add, floor = (changes.column(n).to_pylist() for n in WINDOW_COPY_COLUMNS)
+    given = changes.column("_op").to_pylist()
     indices, ops = [], []
     for i, values in enumerate(zip(*(changes.column(k).to_pylist() for k in keys))):
         if add[i] is None:  # no steps: applied as the change itself
             indices.append(i)
-            ops.append(changes.column("_op")[i].as_py())
+            ops.append(given[i])
             continue
         count = counts.get(values, 0)
         final = max(count + add[i], floor[i])

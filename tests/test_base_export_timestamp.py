@@ -29,9 +29,9 @@ from spark_apps.options import ReplayArgs, parser
 from spark_apps.stages.base import read_export, time_zone_record, timestamp_warning
 from spark_apps.stages.context import ReplayError
 
-def args_for(export, *extra, protocol="canal-protobuf", output="/tmp/tz-out"):
+def args_for(export, *extra, protocol="canal-protobuf", output="/tmp/tz-out", source="/tmp/tz-archive"):
     return ReplayArgs.from_namespace(parser().parse_args(
-        ["--source", "/tmp/tz-archive", "--protocol", protocol, "--output", output, "--emit", "snapshot",
+        ["--source", str(source), "--protocol", protocol, "--output", output, "--emit", "snapshot",
          "--base-export", str(export),
          *extra]))
 
@@ -229,7 +229,8 @@ def test_dumpling_values_are_brought_to_the_ticdc_zone(spark, tmp_path):
     argv = ["--base-export-time-zone", "+08:00"]
     for key, value in options.items():
         argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
-    manifest = run(args_for(tmp_path / "export", *argv, protocol="canal-json", output=str(tmp_path / "out")),
+    manifest = run(args_for(tmp_path / "export", *argv, protocol="canal-json", output=str(tmp_path / "out"),
+                             source=tmp_path / "archive"),
                    spark=spark)
     snapshot = read_snapshot(str(tmp_path / "out"), "canal-json", options)[("shop", "ev")]
     new_york = zoneinfo.ZoneInfo("America/New_York")

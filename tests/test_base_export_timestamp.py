@@ -93,6 +93,10 @@ def test_mysqldump_zone_and_option_must_agree(tmp_path):
     with pytest.raises(ReplayError, match=r"^--base-export-time-zone \+08:00 differs from the zone the dump states "
                                           r"\(SET TIME_ZONE='\+00:00'"):
         read_export(args_for(tmp_path, "--base-export-time-zone", "+08:00"))
+    # a zone line no zone database knows (a hand-edited dump) is refused, not guessed
+    (tmp_path / "shop.sql").write_bytes(mysqldump(True).replace(b"TIME_ZONE='+00:00'", b"TIME_ZONE='Nowhere/Zone'"))
+    with pytest.raises(ReplayError, match=r"SET TIME_ZONE='Nowhere/Zone': unknown time zone"):
+        read_export(args_for(tmp_path))
 
 
 @pytest.mark.parametrize("zone, words", [("SYSTEM", "SYSTEM is the server host's zone"),
@@ -214,6 +218,7 @@ def test_dumpling_values_are_brought_to_the_ticdc_zone(spark, tmp_path):
     zero date as written; the row the archive rewrote holds the archive's text."""
     from spark_apps.demo import read_snapshot
     from spark_apps.generate import write_archive
+    from spark_apps.manifest import summary
     from spark_apps.replay import run
 
     options = {"enable-tidb-extension": "true", "tz": "America/New_York"}
@@ -245,3 +250,4 @@ def test_dumpling_values_are_brought_to_the_ticdc_zone(spark, tmp_path):
     assert manifest["window"]["archive_time_zone"] == "America/New_York"
     assert manifest["window"]["base_timestamps_converted"] is True
     assert not [w for w in manifest["warnings"] if "TIMESTAMP" in w]
+    assert "base TIMESTAMPs  converted from +08:00 to the archive's America/New_York" in summary(manifest)

@@ -48,6 +48,13 @@ def read_export(args):
     if only_generated:
         raise ReplayError(f"--base-export {uri}: {only_generated}")
     given = getattr(args, "base_export_time_zone", None)
+    if export.time_zone is not None:
+        from cdc_codecs.errors import ConfigError
+
+        try:
+            _zone(export.time_zone)
+        except ConfigError as e:
+            raise ReplayError(f"--base-export {uri}: the dump's SET TIME_ZONE='{export.time_zone}': {e}") from None
     if given and export.time_zone is not None and _zone(given) != _zone(export.time_zone):
         raise ReplayError(f"--base-export-time-zone {given} differs from the zone the dump states (SET TIME_ZONE="
                           f"'{export.time_zone}', mysqldump --tz-utc): its TIMESTAMP values are in "

@@ -17,7 +17,7 @@ import pytest
 
 import zoneinfo
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import encode_records, get_codec
@@ -154,6 +154,10 @@ def render(moment: dt.datetime, zone: str, fraction: str) -> str:
 @settings(max_examples=400, deadline=None)
 @given(st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2038, 1, 18)),
        st.sampled_from(ZONES), st.sampled_from(ZONES), st.sampled_from(["", ".5", ".000", ".123456", ".010"]))
+# the second 01:30 of New York's fall-back night (read back as the first), the first, Lord Howe's half-hour fold
+@example(dt.datetime(2026, 11, 1, 6, 30), "America/New_York", "UTC", ".25")
+@example(dt.datetime(2026, 11, 1, 5, 30), "America/New_York", "+08:00", "")
+@example(dt.datetime(2026, 4, 4, 15, 15), "Australia/Lord_Howe", "Asia/Shanghai", ".000001")
 def test_conversion_is_the_instant_in_the_other_zone(moment, source, target, fraction):
     """A TIMESTAMP's text in `source` becomes the same instant's text in `target`, its fraction
     digit for digit. A local time `source` shows twice (a DST fold) stands for two instants:
@@ -166,6 +170,8 @@ def test_conversion_is_the_instant_in_the_other_zone(moment, source, target, fra
                   key=lambda d: d.astimezone(dt.timezone.utc))
     expected = earlier if earlier.utcoffset() != instant.astimezone(zone).utcoffset() else instant
     assert timestamp_between(text, time_zone(source), time_zone(target)) == render(expected, target, fraction)
+    if moment == dt.datetime(2026, 11, 1, 6, 30):
+        assert expected.astimezone(dt.timezone.utc).hour == 5  # the fold was taken as the earlier instant
 
 
 def test_the_zero_date_and_same_zone_are_kept():

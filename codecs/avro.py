@@ -45,6 +45,7 @@ import numpy as np
 import orjson
 
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
+from .canal_common import TZ_OPTION
 from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
@@ -583,6 +584,7 @@ class AvroCodec(Codec):
         Option("avro-decimal-handling-mode", "precise", "DECIMAL as Avro decimal bytes (precise) or string", str, ("precise", "string")),
         Option("avro-bigint-unsigned-handling-mode", "long", "BIGINT UNSIGNED as Avro long (wraps above 2^63-1) or string", str, ("long", "string")),
         Option("avro-enable-watermark", False, "with enable-tidb-extension: send DDL (0x01+JSON) and watermark (0x02+ts) values (TiCDC test mode)", bool),
+        TZ_OPTION,
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition for every protocol but canal/canal-json
     watermark_placement = "all"

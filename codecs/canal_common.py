@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from .base import Option
 from .errors import ConfigError, EncodeError
 from .events import ColumnFlag, Kind, Op
 from .mysql_types import BINARY_BASES, TEXT_BASES, MySQLType, parse_type
@@ -188,6 +189,38 @@ def time_zone(name: str) -> dt.tzinfo:
         return zoneinfo.ZoneInfo(text)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
         raise ConfigError(f"unknown time zone {name!r}: use UTC, an IANA name or +hh:mm") from e
+
+
+class ZoneOption(Option):
+    """A codec's `tz`: the zone its producer rendered TIMESTAMP text in (TiCDC's server flag
+    `--tz`, Canal's JVM zone). The codecs keep the text as written; the replay uses the zone
+    to bring a base export's TIMESTAMP values to it (docs/base-exports.md). Empty: unknown.
+    `SYSTEM` (a host's zone) is refused: no file tells which zone that was."""
+
+    def parse(self, raw):
+        text = super().parse(raw)
+        if text.upper() in ("SYSTEM", "LOCAL"):
+            raise ConfigError(f"option {self.name}={raw!r}: SYSTEM is the producer host's zone, which no file "
+                              "records; give that zone (an IANA name like Asia/Shanghai, +hh:mm or UTC)")
+        if text:
+            try:
+                time_zone(text)
+            except ConfigError as e:
+                raise ConfigError(f"option {self.name}={raw!r}: {e}") from None
+        return text
+
+
+TZ_OPTION = ZoneOption(
+    "tz", "", "the zone the producer wrote TIMESTAMP text in (TiCDC's --tz; Canal's JVM zone): decoded "
+    "TIMESTAMPs are kept as written; with --base-export the export's TIMESTAMPs are brought to it "
+    "(IANA name, +hh:mm or UTC; empty: unknown)")
+
+
+def timestamp_between(text: str, src: dt.tzinfo, dst: dt.tzinfo) -> str:
+    """A TIMESTAMP rendered in `src` -> the same instant rendered in `dst`: the fraction is
+    carried digit for digit, the zero date is kept, and a local time `src` shows twice (a DST
+    fold) is taken as the earlier instant (fold=0, as `timestamp_to_utc`)."""
+    return text if src == dst else _shift(text, src, dst)
 
 
 def _shift(text: str, src: dt.tzinfo, dst: dt.tzinfo) -> str:

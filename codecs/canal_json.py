@@ -138,6 +138,7 @@ class CanalJsonCodec(Codec):
         Option("large-message-handle-compression", "none", "every value is compressed this way (no marker in the message)", str, compression.NAMES),
         Option("flat-message-flavor", "ticdc", "ticdc: TiCDC's Canal-JSON; canal: the flat message Alibaba Canal writes (canal.mq.flatMessage=true)", str, ("ticdc", "canal")),
         *claim_check.OPTIONS,
+        canal_common.TZ_OPTION,
     )
     ddl_placement = "first"
     watermark_placement = "all"

@@ -50,6 +50,7 @@ from itertools import accumulate
 import numpy as np
 
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
+from .canal_common import TZ_OPTION
 from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, DecodeError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
@@ -498,6 +499,7 @@ class CraftCodec(Codec):
             "max-message-bytes", 10 * 1024 * 1024,
             "a message is closed once TiCDC's size estimate of its rows exceeds this", int,
         ),
+        TZ_OPTION,
     )
     # TiCDC broadcasts DDL (every protocol but canal/canal-json) and resolved events.
     ddl_placement = "all"

@@ -41,6 +41,7 @@ import orjson
 
 from . import claim_check, compression
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
+from .canal_common import TZ_OPTION
 from .ddl_types import ACTION_CODES, ACTION_NAMES, classify
 from .errors import ConfigError, DecodeError, EncodeError
 from .events import EVENT_FIELD_NAMES, ColumnFlag, Kind, Op
@@ -324,6 +325,7 @@ class OpenProtocolCodec(Codec):
         Option("delete-only-output-handle-key-columns", False, "encode: DELETE `d` holds only the handle-key columns", bool),
         Option("large-message-handle-compression", "none", "every event value is compressed this way (no marker in the message)", str, compression.NAMES),
         *claim_check.OPTIONS,
+        TZ_OPTION,
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition except for canal / canal-json
     watermark_placement = "all"  # resolved events go to every partition

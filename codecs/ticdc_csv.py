@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 import orjson
 
 from .base import Codec, EncodedMessage, KafkaRecord, Option, register
-from .canal_common import canonical_float
+from .canal_common import TZ_OPTION, canonical_float
 from .errors import ConfigError, EncodeError
 from .events import ColumnFlag, Kind, Op, new_event
 from .mysql_types import parse_type
@@ -98,6 +98,7 @@ class TiCDCCsvCodec(Codec):
         Option("output-old-value", False, "rows carry is-updated, UPDATEs are a D row and an I row", bool),
         Option("output-handle-key", False, "rows carry the handle key before the columns", bool),
         Option("binary-encoding-method", "base64", "how binary columns are written", str, ("base64", "hex")),
+        TZ_OPTION,
     )
 
     def validate(self) -> None:

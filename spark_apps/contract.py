@@ -384,6 +384,12 @@ def _check_base_export(args) -> None:
     """--base-export: what it combines with (the export's position kind is checked against the
     protocol once the export is read, stages/validate.py)."""
     uri = getattr(args, "base_export", None)
+    zone = getattr(args, "base_export_time_zone", None)
+    if zone is not None:
+        if not uri:
+            raise RequestError("--base-export-time-zone", "--base-export-time-zone is the zone of --base-export's "
+                                                          "TIMESTAMP values: give it with --base-export")
+        export_time_zone(zone)
     if not uri:
         return
     if is_kafka(uri):
@@ -395,6 +401,22 @@ def _check_base_export(args) -> None:
         raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
                                             "not used with it (later windows of Delta/Iceberg tables it started "
                                             "are merged with --since and no --base-export)")
+
+
+def export_time_zone(name: str):
+    """--base-export-time-zone as a tzinfo; RequestError for SYSTEM (the server's zone, which
+    no file records) and for a name that is no zone."""
+    from cdc_codecs.canal_common import time_zone
+    from cdc_codecs.errors import ConfigError
+
+    if name.strip().upper() in ("SYSTEM", "LOCAL", ""):
+        raise RequestError("--base-export-time-zone", f"--base-export-time-zone {name!r}: SYSTEM is the server "
+                                                      "host's zone, which no file records; give that zone (an IANA "
+                                                      "name like Asia/Shanghai, +hh:mm or UTC)")
+    try:
+        return time_zone(name)
+    except ConfigError as e:
+        raise RequestError("--base-export-time-zone", f"--base-export-time-zone: {e}") from None
 
 
 def check_codecs(args) -> None:

@@ -584,6 +584,9 @@ def summary(manifest: dict) -> str:
     if window.get("base_export"):
         lines.append(f"  base export      {window['base_export']} ({window.get('base_position')}): its rows start the "
                      f"snapshot, {c.get('in_base', 0):,} archive events it already holds skipped")
+        if window.get("base_timestamps_converted"):
+            lines.append(f"  base TIMESTAMPs  converted from {window['base_time_zone']} to the archive's "
+                         f"{window['archive_time_zone']}")
     gaps = manifest.get("gaps") or {}
     if gaps.get("count"):
         listed = gaps["listed"]

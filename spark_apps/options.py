@@ -342,6 +342,17 @@ OPTIONS: tuple[Option, ...] = (
                "tables and rows (snapshot, history or topics; Parquet, Kafka records, Delta or Iceberg; the "
                "scheduled DAG: Parquet/Kafka-record snapshots only)",
                type=["null", "string"], pattern=URI_PATTERN + "|^$"))),
+    Option("base_export_time_zone", WHAT, metavar="ZONE",
+           help="with --base-export: the zone its TIMESTAMP text is in (IANA name like Asia/Shanghai, +hh:mm "
+                "or UTC; not SYSTEM): Dumpling's session time_zone (the server's unless --params time_zone=...), "
+                "mysqldump --skip-tz-utc's server zone (a dump's own SET TIME_ZONE line must agree). When the "
+                "archive's zone is known too (canal-protobuf: UTC; TiCDC protocols: --protocol-option tz=ZONE, "
+                "TiCDC's --tz) and differs, the export's TIMESTAMP values are converted to it",
+           request=Field("base_export_time_zone", "text", form=_form(
+               None, REPLAYED, "Base export time zone",
+               "the zone the base export's TIMESTAMP values are in (Asia/Shanghai, +08:00, UTC): they are "
+               "converted to the archive's zone (canal-protobuf: UTC; TiCDC: protocol option tz)",
+               type=["null", "string"], pattern=r"^[A-Za-z0-9_+\-/:]*$"))),
     Option("tables", WHAT, metavar="db.table,...",
            help="only these tables; shell wildcards allowed (shop.*, *.orders), case-insensitive",
            request=Field("tables", "tables", form=_form(

@@ -217,7 +217,9 @@ def plan_interval(config: dict | None, start: dt.datetime, end: dt.datetime, *, 
                               base_snapshot=base_snapshot, schema=None if base_snapshot else request.schema,
                               # an export starts the first interval; later ones start from the previous
                               # interval's snapshot, schemas or tables (which hold what the export gave)
-                              base_export=request.base_export if first and since is None else None)
+                              base_export=request.base_export if first and since is None else None,
+                              base_export_time_zone=(request.base_export_time_zone
+                                                     if first and since is None else None))
     objects_window = [start.isoformat(), (end + late).isoformat()]
     log.info("Interval [%s, %s): objects archived in [%s, %s) -> %s; %s%s", start.isoformat(), end.isoformat(),
              objects_window[0], objects_window[1], request.output,

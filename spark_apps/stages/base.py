@@ -47,7 +47,19 @@ def read_export(args):
     only_generated = _only_generated(export)
     if only_generated:
         raise ReplayError(f"--base-export {uri}: {only_generated}")
-    for warning in (generated_warning(export), timestamp_warning(export)):
+    given = getattr(args, "base_export_time_zone", None)
+    if export.time_zone is not None:
+        from cdc_codecs.errors import ConfigError
+
+        try:
+            _zone(export.time_zone)
+        except ConfigError as e:
+            raise ReplayError(f"--base-export {uri}: the dump's SET TIME_ZONE='{export.time_zone}': {e}") from None
+    if given and export.time_zone is not None and _zone(given) != _zone(export.time_zone):
+        raise ReplayError(f"--base-export-time-zone {given} differs from the zone the dump states (SET TIME_ZONE="
+                          f"'{export.time_zone}', mysqldump --tz-utc): its TIMESTAMP values are in "
+                          f"{export.time_zone}; leave the option out or give that zone")
+    for warning in (generated_warning(export), timestamp_warning(export, args)):
         if warning:
             log.warning("%s", warning)
     position = export.position
@@ -88,30 +100,77 @@ def generated_warning(export) -> str | None:
             f"never changed have none (NULL): {tables}; the archive's rows carry the stored ones (TiCDC)")
 
 
-def timestamp_warning(export) -> str | None:
+def _zone(name: str):
+    from cdc_codecs.canal_common import time_zone
+
+    return time_zone(name)
+
+
+def time_zones(export, args) -> tuple[str | None, str | None]:
+    """(the zone the export's TIMESTAMP text is in, the zone the archive's is in), None where
+    not known. The export's: --base-export-time-zone, else what a mysqldump states (its
+    default --tz-utc's SET TIME_ZONE='+00:00'); Dumpling states none. The archive's:
+    canal-protobuf decodes TIMESTAMP to UTC text (`source-timezone` converts); the other
+    protocols keep the producer's text, whose zone is the `tz` protocol option (TiCDC's
+    --tz, Canal's JVM zone) when given."""
+    from cdc_codecs import parse_option_pairs
+
+    exported = getattr(args, "base_export_time_zone", None) or export.time_zone
+    if args.protocol == "canal-protobuf":
+        archived = "UTC"
+    else:
+        archived = parse_option_pairs(args.protocol_option).get("tz") or None
+    return exported, archived
+
+
+def timestamp_conversion(export, args) -> tuple[str, str] | None:
+    """(from, to) when the export's TIMESTAMP values are to be brought to the archive's zone
+    (both known, different zones), else None."""
+    exported, archived = time_zones(export, args)
+    if exported is None or archived is None or _zone(exported) == _zone(archived):
+        return None
+    return exported, archived
+
+
+def time_zone_record(export, args) -> dict:
+    """What the manifest's window says of the TIMESTAMP zones (docs/base-exports.md)."""
+    exported, archived = time_zones(export, args)
+    return {"base_time_zone": exported, "archive_time_zone": archived,
+            "base_timestamps_converted": timestamp_conversion(export, args) is not None}
+
+
+def timestamp_warning(export, args) -> str | None:
     """The manifest/log line naming the export's TIMESTAMP columns when their zone cannot be
-    shown to be the archive's, or None. The canonical TIMESTAMP of the Canal codecs is UTC
-    (`source-timezone` converts), which mysqldump writes under its default --tz-utc: they
-    agree. Dumpling writes them in its session's time_zone and records none; TiCDC's
-    messages carry them in the TiCDC server's --tz, kept as written: base rows and archive
-    rows agree only when the two zones are the same (Dumpling --params time_zone=...)."""
+    shown to be the archive's, or None. Both zones known (time_zones): the values agree or
+    are converted (_as_events). Otherwise they are kept as written, and agree with the
+    archive's only if the unknown zone happens to be the other one."""
     from cdc_codecs.mysql_types import parse_type
 
-    if export.producer == "mysqldump" and (export.time_zone or "").strip() in ("+00:00", "UTC"):
+    exported, archived = time_zones(export, args)
+    if exported is not None and archived is not None:
         return None
     columns = {key: [c.name for c in schema.columns if parse_type(c.mysql_type).base == "timestamp"]
                for key, schema in export.schema_history().tables.items()}
     tables = "; ".join(f"{db}.{table} ({', '.join(names)})" for (db, table), names in sorted(columns.items()) if names)
     if not tables:
         return None
-    if export.producer == "mysqldump":
-        how = (f"in the zone {export.time_zone}" if export.time_zone else
-               "in the server's session zone (--skip-tz-utc: no SET TIME_ZONE in the dump), which it does not record")
-        return (f"base export: TIMESTAMP values are taken as mysqldump wrote them, {how}, while the Canal codecs "
-                f"decode TIMESTAMP to UTC: they differ unless that zone is UTC: {tables}")
-    return ("base export: TIMESTAMP values are taken as Dumpling wrote them, in its session time_zone (the server's "
-            "default unless --params time_zone=...), which the export does not record; TiCDC's messages carry them "
-            f"in the TiCDC server's --tz: they agree only when the two zones are the same: {tables}")
+    if exported is None and export.producer == "mysqldump":
+        how = "as mysqldump wrote them, in the server's session zone (--skip-tz-utc: no SET TIME_ZONE in the dump)"
+    elif exported is None:
+        how = ("as Dumpling wrote them, in its session time_zone (the server's default unless --params "
+               "time_zone=...), which the export does not record")
+    else:
+        how = f"as written, in {exported}"
+    if archived is None:
+        theirs = f"the archive's ({args.protocol}) are in its producer's zone (TiCDC's --tz; Canal's JVM zone)"
+        fix = "--protocol-option tz=ZONE"
+    else:
+        theirs = f"the archive's are in {archived}"
+        fix = ""
+    if exported is None:
+        fix = "--base-export-time-zone ZONE" + (f" and {fix}" if fix else "")
+    return (f"base export: TIMESTAMP values are taken {how}; {theirs}: they agree only when the two zones are the "
+            f"same ({fix} states it and converts): {tables}")
 
 
 def bound(export) -> list[int]:
@@ -225,7 +284,8 @@ def export_base_rows(ctx: RunContext, columns: list[str]):
     point = base_point(export)
     commit_ts = point[0] if export.position.kind == "tso" else None
     position = point if export.position.kind == "binlog" else None
-    place = (commit_ts, position, ctx.base_topic)  # the task's closure holds values, not the run context
+    # the task's closure holds values, not the run context
+    place = (commit_ts, position, ctx.base_topic, timestamp_conversion(export, ctx.args))
     events = export_rows(ctx.spark, export).rdd.mapPartitions(lambda rows: _as_events(rows, tables, place))
     frame = ctx.spark.createDataFrame(events, DECODED_STRUCT)
     if ctx.args.table_patterns():  # --tables: the export's other tables are left out too
@@ -242,11 +302,13 @@ def export_base_rows(ctx: RunContext, columns: list[str]):
 def _as_events(rows, tables: dict, place: tuple):
     """Export rows (database, table, file, ordinal, values) as INSERT events of DECODED_STRUCT:
     the after image in the CREATE TABLE's column order (generated columns, which no export
-    holds, left out), ENUM/SET labels from the column type."""
+    holds, left out), ENUM/SET labels from the column type, TIMESTAMP values brought from
+    the export's zone to the archive's when `place` names both (timestamp_conversion)."""
     from cdc_codecs.mysql_types import enum_set_label, parse_type
     from spark_apps.schema import DECODED_FIELD_NAMES
 
-    commit_ts, position, topic = place
+    commit_ts, position, topic, zones = place
+    shift = None if zones is None else _shifter(*zones)
     types = {}
     for row in rows:
         columns, key = tables[(row["database"].lower(), row["table"].lower())]
@@ -258,6 +320,8 @@ def _as_events(rows, tables: dict, place: tuple):
             value = values[name]
             value = None if value is None else bytes(value)
             parsed = types.get(mysql_type) or types.setdefault(mysql_type, parse_type(mysql_type))
+            if shift is not None and value is not None and parsed.base == "timestamp":
+                value = shift(value, row, name)
             image.append({"name": name, "mysql_type": mysql_type, "flags": flags, "value": value,
                           "label": enum_set_label(parsed, value) if parsed.labels else None})
         event = dict.fromkeys(DECODED_FIELD_NAMES)
@@ -267,3 +331,23 @@ def _as_events(rows, tables: dict, place: tuple):
                      table=row["table"], key_columns=key, after=image, topic=topic, object=row["file"],
                      offset=row["ordinal"], event_index=0)
         yield tuple(event[n] for n in DECODED_FIELD_NAMES)
+
+
+def _shifter(source: str, target: str):
+    """value bytes -> the same instant's text in `target` (cdc_codecs.canal_common
+    timestamp_between: fraction digits kept, zero date kept); a value that is no TIMESTAMP
+    text fails naming its file, table and column (nothing is kept unconverted silently)."""
+    from cdc_codecs.canal_common import time_zone, timestamp_between
+
+    from spark_apps.base_export import ExportFormatError
+
+    src, dst = time_zone(source), time_zone(target)
+
+    def shift(value: bytes, row, column: str) -> bytes:
+        try:
+            return timestamp_between(value.decode("ascii"), src, dst).encode("ascii")
+        except (ValueError, OverflowError) as e:
+            raise ExportFormatError(f"{row['file']}: {row['database']}.{row['table']} column {column}: cannot "
+                                    f"convert the TIMESTAMP {value!r} from {source} to {target}: {e}") from None
+
+    return shift

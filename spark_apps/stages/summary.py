@@ -48,7 +48,8 @@ def _export_tables(export) -> set | None:
 def base_export_window(export, args) -> dict:
     """What the manifest's window says of a base export: where it is, its producer and position."""
     return {"base_export": args.base_export, "base_producer": export.producer,
-            "base_position": export.position.describe(), "base_files": len(export.files)}
+            "base_position": export.position.describe(), "base_files": len(export.files),
+            **base_stage.time_zone_record(export, args)}
 
 
 def coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict | None:
@@ -263,7 +264,7 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
     manifest["decoder"] = decoded.decoder
     if ctx.base_export is not None:
         manifest["warnings"].extend(w for w in (base_stage.generated_warning(ctx.base_export),
-                                                base_stage.timestamp_warning(ctx.base_export)) if w)
+                                                base_stage.timestamp_warning(ctx.base_export, args)) if w)
     if manifest_mod.decoder_fell_back(decoded.decoder):
         manifest["warnings"].append(manifest_mod.decoder_fell_back(decoded.decoder))
     if written.lake_tables is not None:

@@ -17,7 +17,7 @@ results, Python on the driver, writing the manifest). So per job:
 * the gaps: wall seconds when no stage ran, split into the session's start (before the first
   job), between jobs and after the last, with the processes' CPU in them.
 
-    .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--keep DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--keep DIR] [--code DIR]
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
 """
@@ -46,16 +46,17 @@ def _role(p, root_pid: int) -> str:
 
 
 def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str, master: str,
-                memory: str) -> tuple[dict, list[tuple[float, dict]]]:
-    """The job in its own process; its RESULT and a list of (epoch s, cumulative CPU s per role)."""
+                memory: str, code: str = ROOT) -> tuple[dict, list[tuple[float, dict]]]:
+    """The job in its own process (spark_apps from the checkout `code`); its RESULT and a list of
+    (epoch s, cumulative CPU s per role)."""
     import psutil
 
-    argv = [sys.executable, os.path.join(HERE, "bench_canal_json.py"), "--job", kind, "--source", archive,
+    argv = [sys.executable, os.path.join(code, "bench", "bench_canal_json.py"), "--job", kind, "--source", archive,
             "--workdir", workdir, "--master", master, "--driver-memory", memory, "--event-log", event_log]
     if kind == "replay":
         argv += ["--options", json.dumps({"enable-tidb-extension": "true"})]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env, "PYTHONPATH": ROOT})
+                            env={**os.environ, **env, "PYTHONPATH": code})
     root = psutil.Process(proc.pid)
     seen: dict[int, tuple[str, float]] = {}
     samples: list[tuple[float, dict]] = []
@@ -206,6 +207,8 @@ def main() -> int:
     ap.add_argument("--jobs", default="v1,v2,hand-written", help="comma-separated: " + ",".join(JOBS))
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--code", default=ROOT, help="run spark_apps (and its bench_canal_json.py) from this checkout: "
+                    "before/after pairs")
     ap.add_argument("--keep", help="keep the event logs and samples in this folder")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="cdc-profile-eventlog-")
@@ -215,7 +218,7 @@ def main() -> int:
         os.makedirs(event_log)
         load = os.getloadavg()[0]
         result, samples = run_sampled(kind, env, os.path.abspath(args.archive), workdir, event_log, args.master,
-                                      args.driver_memory)
+                                      args.driver_memory, os.path.abspath(args.code))
         if args.keep:
             with open(event_log + ".samples.json", "w") as f:
                 json.dump([result, samples], f)

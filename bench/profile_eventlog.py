@@ -56,7 +56,7 @@ def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str
     if kind == "replay":
         argv += ["--options", json.dumps({"enable-tidb-extension": "true"})]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env, "PYTHONPATH": code})
+                            env={**os.environ, **env, "PYTHONPATH": code}, cwd=code)  # the workers run `python -m`: cwd first on sys.path
     root = psutil.Process(proc.pid)
     seen: dict[int, tuple[str, float]] = {}
     samples: list[tuple[float, dict]] = []

@@ -10,7 +10,8 @@ Two small Spark steps, nothing per offset reaches the driver:
   (overlapping objects) is not counted twice. The distinct count comes without a shuffle from
   the decode tasks' runs of strictly increasing offsets (spark_apps/lean_decode.py): runs whose
   ranges do not overlap hold distinct offsets, and overlapping runs with no hole cover their
-  union; only a partition where neither proves the count is counted by a Spark job;
+  union (runs with holes inside that union add nothing); only a partition where neither proves
+  the count is counted by a Spark job;
 * only for partitions with holes, a window over their distinct offsets gives each hole's
   `from` / `to` (`gaps`), at most `limit` of them (the total is counted all the same).
 
@@ -26,8 +27,11 @@ GAPS_LISTED = 1000  # holes listed in the manifest; more are counted, not listed
 
 def proven_offsets(runs: list[dict]) -> int | None:
     """The distinct offsets in one partition's runs ({lo, hi, n}: n strictly increasing offsets
-    from lo to hi; n < 0: not known), or None when the runs do not prove it: runs overlapping
-    one another all without a hole cover exactly their union."""
+    from lo to hi; n < 0: not known), or None when the runs do not prove it. A run alone holds n;
+    where runs overlap, the ones without a hole cover exactly their union, and a run with holes
+    (or an unknown n) adds nothing when that union contains it: a partition read by several decode
+    tasks, or an object read twice, is proven as long as every run with holes lies inside
+    hole-free ones (docs/engine.md, "Where a 300k replay's time goes")."""
     total, cluster = 0, []
     for run in sorted(runs, key=lambda r: (r["lo"], r["hi"])) + [None]:
         if run is not None and cluster and run["lo"] <= max(r["hi"] for r in cluster):
@@ -36,11 +40,33 @@ def proven_offsets(runs: list[dict]) -> int | None:
         if len(cluster) == 1 and cluster[0]["n"] >= 0:
             total += cluster[0]["n"]
         elif cluster:
-            if any(r["n"] != r["hi"] - r["lo"] + 1 for r in cluster):
+            covered = _covered(cluster)
+            if covered is None:
                 return None
-            total += max(r["hi"] for r in cluster) - cluster[0]["lo"] + 1
+            total += covered
         cluster = [run]
     return total
+
+
+def _covered(cluster: list[dict]) -> int | None:
+    """Offsets in the union of the hole-free runs of `cluster` (sorted by lo), when every other
+    run lies inside one stretch of that union; else None."""
+    whole: list[list[int]] = []
+    for r in cluster:
+        if r["n"] == r["hi"] - r["lo"] + 1:
+            if whole and r["lo"] <= whole[-1][1] + 1:
+                whole[-1][1] = max(whole[-1][1], r["hi"])
+            else:
+                whole.append([r["lo"], r["hi"]])
+    import bisect
+
+    starts = [lo for lo, _ in whole]  # disjoint and sorted: the one stretch that could hold a run
+    for r in cluster:
+        if r["n"] != r["hi"] - r["lo"] + 1:
+            i = bisect.bisect_right(starts, r["lo"]) - 1
+            if i < 0 or r["hi"] > whole[i][1]:
+                return None
+    return sum(hi - lo + 1 for lo, hi in whole)
 
 
 def count_offsets(records, partition_stats: list[dict], runs: list[dict]) -> None:

@@ -181,7 +181,9 @@ class _Runs:
             lo, hi, n = int(o[s]), int(o[e]), e - s + 1
             if runs and runs[0][2] < 0:  # too scattered to prove: only the range is kept
                 runs[0][0], runs[0][1] = min(runs[0][0], lo), max(runs[0][1], hi)
-            elif runs and runs[-1][1] < lo:  # continues the previous run
+            elif runs and runs[-1][1] < lo and (runs[-1][1] + 1 == lo or _holed(runs[-1]) or hi - lo + 1 != n):
+                # continues the previous run: adjacent, or one of them has holes anyway. Two hole-free
+                # runs apart stay apart: another task may read what lies between (gaps.proven_offsets)
                 runs[-1][1], runs[-1][2] = hi, runs[-1][2] + n
             elif len(runs) >= MAX_RUNS:  # counted exactly by Spark (gaps.count_offsets)
                 runs[:] = [[min(lo, min(r[0] for r in runs)), max(hi, max(r[1] for r in runs)), -1]]
@@ -191,6 +193,10 @@ class _Runs:
     def rows(self) -> list[dict]:
         return [{"topic": topic, "partition": part, "lo": lo, "hi": hi, "n": n}
                 for (topic, part), runs in self.runs.items() for lo, hi, n in runs]
+
+
+def _holed(run: list[int]) -> bool:
+    return run[1] - run[0] + 1 != run[2]
 
 
 def _records(batch: pa.RecordBatch) -> pa.Array:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc_codecs import KafkaRecord, encode_records, get_codec
 from cdc_codecs.archive import format_record, object_name
@@ -119,6 +121,12 @@ def test_the_distinct_offset_count_is_proven_from_runs_or_left_to_spark():
     assert proven_offsets([r(0, 9, 10), r(5, 14, 10), r(14, 20, 7)]) == 21  # overlapping, no holes: the union
     assert proven_offsets([r(0, 9, 10), r(5, 14, 9)]) is None  # overlapping with a hole: not proven
     assert proven_offsets([r(0, 9, -1)]) is None  # too scattered to keep
+    # a run with holes (or too scattered) inside hole-free runs adds nothing: a partition's objects
+    # split among decode tasks, parts of it read twice
+    assert proven_offsets([r(0, 9, 10), r(10, 19, 10), r(0, 19, 12)]) == 20
+    assert proven_offsets([r(0, 9, 10), r(2, 5, 2), r(3, 8, -1)]) == 10
+    assert proven_offsets([r(0, 9, 10), r(3, 12, 5)]) is None  # sticks out of the hole-free union
+    assert proven_offsets([r(0, 4, 5), r(8, 9, 2), r(0, 9, 8)]) is None  # spans 5..7, which no hole-free run holds
 
     def batch(rows):  # (topic, partition, offset, event_index, error_stage)
         names = ["topic", "partition", "offset", "event_index", "error_stage"]
@@ -135,10 +143,40 @@ def test_the_distinct_offset_count_is_proven_from_runs_or_left_to_spark():
     assert proven_offsets([x for x in runs.rows() if x["partition"] == 0]) is None
     assert proven_offsets([x for x in runs.rows() if x["partition"] == 1]) == 1
 
+    apart = _Runs()  # hole-free runs apart stay apart (another task may hold what lies between); adjacent ones join
+    apart.add(batch([("t", 0, o, 0, None) for o in range(0, 5)]))
+    apart.add(batch([("t", 0, o, 0, None) for o in range(10, 15)]))
+    apart.add(batch([("t", 0, o, 0, None) for o in range(15, 20)]))
+    apart.add(batch([("t", 0, o, 0, None) for o in (30, 32)]))  # with holes: joins the run before it
+    assert [(x["lo"], x["hi"], x["n"]) for x in apart.rows()] == [(0, 4, 5), (10, 32, 12)]
+
     scattered = _Runs()
     scattered.add(batch([("t", 0, o, 0, None) for o in range(2 * MAX_RUNS, 0, -1)]))  # every offset a run
     assert [(x["lo"], x["hi"], x["n"]) for x in scattered.rows()] == [(1, 2 * MAX_RUNS, -1)]
     assert proven_offsets(scattered.rows()) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 12), st.integers(1, 3), st.integers(0, 2)), max_size=8),
+       st.randoms(use_true_random=False))
+def test_a_proven_count_is_the_distinct_count(objects, rnd):
+    """Objects of one partition (a start, a length, every k-th offset kept), split among decode
+    tasks in any order, some read twice: what the runs prove is the distinct offset count."""
+    import pyarrow as pa
+
+    from spark_apps.gaps import proven_offsets
+    from spark_apps.lean_decode import _Runs
+
+    objs = [list(range(start, start + length, step)) for start, length, step, _ in objects]
+    objs += [objs[i] for i, (*_, twice) in enumerate(objects) if twice == 2]
+    rnd.shuffle(objs)
+    tasks = [_Runs() for _ in range(3)]
+    for obj in objs:
+        tasks[rnd.randrange(3)].add(pa.RecordBatch.from_arrays(
+            [pa.array(["t"] * len(obj)), pa.array([0] * len(obj)), pa.array(obj, pa.int64()), pa.array([0] * len(obj)),
+             pa.array([None] * len(obj), pa.string())], names=["topic", "partition", "offset", "event_index", "error_stage"]))
+    proven = proven_offsets([x for t in tasks for x in t.rows()])
+    assert proven is None or proven == len({o for obj in objs for o in obj})
 
 
 def test_partitions_the_runs_do_not_prove_are_counted_by_spark(spark):

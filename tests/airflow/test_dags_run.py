@@ -4,6 +4,7 @@ test_demo.py.)"""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
 
@@ -329,3 +330,83 @@ def test_scheduled_delta_tables_start_from_a_base_export(own_airflow_home, airfl
             expected = reference_state(history, hour_tso(hour) - 1, archive.generated.schema_sql).get(
                 ("shop", table)) or {}
             assert expected and as_state(lake_readers.delta_read(location, version)[1]) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("emit", ["history", "topics"])
+def test_scheduled_history_and_topics_start_from_a_base_export(own_airflow_home, airflow_session, emit):
+    """The Variable's base_export with history (Parquet) or topics (a Kafka-record archive): hour 00
+    starts from the export (no --since; every row live at the export's TSO is an INSERT version /
+    message at the TSO, re-sent copies of what the export holds are in_base) and holds the
+    archive's changes after it; hour 01 (`--since`, no export, the schemas from hour 00's output)
+    holds only its own changes. Chained, the two give tests/reference.py's state over the full
+    history (the changes before the archive, then the archive's) at each interval's end."""
+    from cdc_replay_airflow.window import interval_output
+
+    from spark_apps.generate import write_base_export
+
+    from ..reference import reference_state
+    from ..test_base_export_lake import SCD2
+    from ..test_lakehouse import as_state
+    from ..test_outputs import read_parquet
+    from .archives import hour_tso, write_hourly_archive
+
+    home, make_env = own_airflow_home
+    storage.ensure_bucket(f"s3://export-{emit}-archive")
+    storage.ensure_bucket(f"s3://export-{emit}-out")
+    source = f"s3://export-{emit}-archive/tidb/shop"
+    archive = write_hourly_archive(source, hours=(0, 1), tail_hour=None, ddl_rate=0, transactions=80,
+                                   base_export=True)
+    export = f"s3://export-{emit}-archive/dumpling/shop"
+    write_base_export(archive.generated, "dumpling-csv", export, rows_per_file=7)
+    tso = archive.generated.base.position["tso"]
+    base = f"s3://export-{emit}-out/replay"
+    config = {"source": source, "protocol": "canal-json", "protocol_options": {"enable-tidb-extension": "true"},
+              "output": base, "emit": emit, "base_export": export, "max_bad_records": 0, "lateness_minutes": 0,
+              "require_complete": False}
+    if emit == "topics":  # the messages carry their commit ts
+        config["target_options"] = {"enable-tidb-extension": "true"}
+    airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))
+    outputs, manifests = {}, {}
+    for hour in (0, 1):
+        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
+                             timeout=1800)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text[-5000:]
+        assert set(_task_states(home, "cdc_replay_scheduled", _run_id(text)).values()) == {"success"}
+        outputs[hour] = interval_output(base, dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        manifests[hour] = json.loads(storage.read_bytes(f"{outputs[hour]}/_manifest.json"))
+    first, second = manifests[0], manifests[1]
+    assert first["window"]["since"] is None and first["window"]["base_export"] == export
+    assert first["counts"]["in_base"] >= 1 and first["counts"]["reconciled"]
+    assert second["window"]["since"] == hour_tso(1) - 1 and not second["window"].get("base_export")
+    assert second["counts"]["reconciled"] and not second["counts"].get("in_base")
+
+    history = archive.full_history()
+    schema_sql = archive.generated.schema_sql
+    at_export = reference_state(archive.generated.history_before, tso, schema_sql)
+    if emit == "topics":
+        initial = sorted((tso, table, "insert", key[0]) for (_, table), rows in at_export.items() for key in rows)
+        assert initial and _changes(outputs[0]) == sorted(initial + archive.changes(0))
+        assert _changes(outputs[1]) == archive.changes(1)
+        return
+    state: dict = {}
+    for hour in (0, 1):
+        tables = read_parquet(outputs[hour])
+        versions = [r | {"table": table} for (_, table), rows in tables.items() for r in rows.to_pylist()]
+        low = tso if hour == 0 else hour_tso(1) - 1
+        assert versions and all(low <= r["_valid_from_ts"] <= hour_tso(hour + 1) - 1 for r in versions)
+        assert (min(r["_valid_from_ts"] for r in versions) == tso) == (hour == 0)  # the export's rows: hour 00 only
+        for row in sorted(versions, key=lambda r: r["_valid_from_ts"]):  # each key's versions in order
+            key = (row.pop("table"), (row["id"],))
+            if row["_op"] == "delete":
+                state.pop(key, None)
+            else:
+                state[key] = row
+        expected = reference_state(history, hour_tso(hour + 1) - 1, schema_sql)
+        got = {}
+        for (table, _), row in state.items():
+            got.setdefault(table, []).append(row)
+        for table in ("orders", "customers"):
+            want = expected.get(("shop", table)) or {}
+            assert want and as_state(got.get(table, []), skip=SCD2) == want, (hour, table)

@@ -398,9 +398,15 @@ def _check_base_export(args) -> None:
     if args.base_snapshot:
         raise RequestError("--base-export", "--base-export and --base-snapshot are two starting points: give one")
     if args.since is not None:
-        raise RequestError("--base-export", "--base-export starts the replay at the export's position: --since is "
-                                            "not used with it (later windows of Delta/Iceberg tables it started "
-                                            "are merged with --since and no --base-export)")
+        # the export is the state at its own position, not at --since: a window after it builds on
+        # the first run's output, which already holds the export's rows
+        raise RequestError("--base-export", "--base-export starts the replay at the export's own position, so "
+                                            "--since is not used with it; replay the export once without --since, "
+                                            "then each later window without --base-export: Delta/Iceberg snapshot "
+                                            "tables with --since last, a Parquet/Kafka-record snapshot with "
+                                            "--since and --base-snapshot (the previous output), history and topics "
+                                            "with --since (the previous run's --until) and --schema (the schemas at "
+                                            "it, as the previous run's manifest lists them)")
 
 
 def export_time_zone(name: str):

@@ -102,7 +102,7 @@ def test_export_with_generated_columns_is_read_and_named(tmp_path, caplog, fmt, 
             else [("db", "t", r) for r in read_csv_rows(pieces(data, 5), converter)])
     assert rows == [("db", "t", row) for row in EXPECTED]
     with caplog.at_level("WARNING", logger="cdc_replay"):
-        assert read_export(SimpleNamespace(base_export=uri, protocol="open-protocol")) is not None
+        assert read_export(SimpleNamespace(base_export=uri, protocol="open-protocol", protocol_option=[])) is not None
     [line] = [r.getMessage() for r in caplog.records if "generated columns" in r.getMessage()]
     assert "db.t (g virtual, s stored)" in line and "NULL" in line
 
@@ -117,5 +117,5 @@ def test_table_of_only_generated_columns_is_refused_in_one_line(tmp_path):
     uri = dumpling_export(tmp_path, {"t": SCHEMA, "k": ONLY_GENERATED},
                           {"db.t.000000000.csv": CSV, "db.k.000000000.csv": b"\r\n\r\n\r\n\r\n"})
     with pytest.raises(ReplayError, match=r"db\.k has only generated columns \(x, y\)") as e:
-        read_export(SimpleNamespace(base_export=uri, protocol="canal-json"))
+        read_export(SimpleNamespace(base_export=uri, protocol="canal-json", protocol_option=[]))
     assert "\n" not in str(e.value)

@@ -37,7 +37,7 @@ STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.IN_BASE, S
             Status.APPLIED)
 
 
-def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
+def infer_commit_ts(events: DataFrame, needed: bool, export_tso: int | None = None) -> DataFrame:
     """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
     Avro sends DELETE as a bare tombstone), a commit ts it can have given its partition, whose
     events TiCDC writes in commit-ts order:
@@ -51,7 +51,13 @@ def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     * else (alone in its partition) none: it is ordered by event time (0), i.e. first.
 
     Its change rank stays "message order", so among equal timestamps the partition offset
-    decides. Computed only when `needed` (windows per source partition)."""
+    decides. Computed only when `needed` (windows per source partition).
+
+    `export_tso` (a base export's TSO): a tombstone whose bounds straddle it — the lower bound
+    at or below it (a re-sent change the export holds precedes it), the upper bound above it or
+    none — gets TSO + 1: it is after the export (were it at or below the TSO, the partition's
+    commit-ts order would put the rest of the re-sent run, up to the TSO, after it), so it is
+    neither counted `in_base` nor ordered before the export's rows."""
     if not needed:
         return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
     # the inferred commit ts is part of an event's identity: the decode task's does not hold it
@@ -67,10 +73,11 @@ def infer_commit_ts(events: DataFrame, needed: bool) -> DataFrame:
     )
     upper = F.least(F.min(F.when(is_row | is_ddl, F.col("commit_ts"))).over(after),
                     F.min("watermark_ts").over(after))
-    return events.withColumn(
-        "inferred_ts",
-        F.when(is_row & F.col("commit_ts").isNull(), F.coalesce(lower, upper)),
-    )
+    inferred = F.coalesce(lower, upper)
+    if export_tso is not None:
+        inferred = F.when((inferred <= F.lit(export_tso)) & (upper.isNull() | (upper > F.lit(export_tso))),
+                          F.lit(export_tso + 1)).otherwise(inferred)
+    return events.withColumn("inferred_ts", F.when(is_row & F.col("commit_ts").isNull(), inferred))
 
 
 def partition_event_time(events: DataFrame, needed: bool) -> DataFrame:

@@ -53,7 +53,9 @@ def ordered_events(args, decoded: Decoded) -> tuple:
     # TiDB extension): the partition offset orders, through a running event time
     needs_event_time = (not any(s["max_commit_ts"] is not None for s in partition_stats)
                         and args.protocol not in POSITIONED_PROTOCOLS)
-    ready = T.partition_event_time(T.infer_commit_ts(decoded.events, needs_inference), needs_event_time)
+    export = getattr(args, "_base_export", None)  # stages/validate.py reads it before the decode
+    export_tso = export.position.tso if export is not None and export.position.kind == "tso" else None
+    ready = T.partition_event_time(T.infer_commit_ts(decoded.events, needs_inference, export_tso), needs_event_time)
     return ready, needs_inference, needs_event_time
 
 

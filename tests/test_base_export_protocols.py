@@ -89,43 +89,17 @@ def test_storage_sink_csv_archive_with_a_dumpling_export(spark, tmp_path):
     is a D row and an I row) beside a Dumpling export: the changefeed started a little before
     the TSO, so its first rows are changes the export holds (in_base); the snapshot of
     `shop.customers` is the export's rows with the sink's later changes applied."""
-    import orjson
-
-    from spark_apps import storage
-
-    from .test_layouts_e2e import csv_field
+    from .test_layouts_e2e import write_customers_csv_sink
 
     generated = generate(transactions=50, partitions=2, seed=47, protocol="canal-json", options=CANAL, ddl_rate=0.0,
                          mid_stream=True, base_export=True, keyless=False)
     tso = generated.base.position["tso"]
     export, sink, out = str(tmp_path / "export"), str(tmp_path / "sink"), str(tmp_path / "out")
     write_base_export(generated, "dumpling-sql", export, rows_per_file=7)
-    columns = ("id", "name", "note")
-    storage.write_bytes(storage.join(sink, "shop/customers/meta/schema_1000_0000000000.json"), orjson.dumps({
-        "Table": "customers", "Schema": "shop", "Version": 1, "TableVersion": 1000, "Query": "", "Type": 3,
-        "TableColumns": [{"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
-                         {"ColumnName": "name", "ColumnType": "VARCHAR", "ColumnPrecision": "64"},
-                         {"ColumnName": "note", "ColumnType": "TEXT"}],
-        "TableColumnsTotal": 3}))
     customers = [e for e in generated.history_before + generated.events
                  if e["kind"] == "row" and e["table"] == "customers"]
     older = [e for e in customers if e["commit_ts"] <= tso][-3:]
-    lines = []
-    for e in older + [e for e in customers if e["commit_ts"] > tso]:
-        def row(op, image, updated, e=e):
-            values = {c["name"]: c["value"] for c in image}
-            meta = [f'"{op}"', '"customers"', '"shop"', str(e["commit_ts"]), "true" if updated else "false"]
-            return ",".join(meta + [csv_field(values[name]) for name in columns]).encode() + b"\r\n"
-
-        if e["op"] == "update":
-            lines += [row("D", e["before"], True), row("I", e["after"], True)]
-        else:
-            lines.append(row("I" if e["op"] == "insert" else "D", e["after"] or e["before"], False))
-    directory = storage.join(sink, "shop/customers/1000")
-    for n, start in enumerate(range(0, len(lines), 25), 1):
-        storage.write_bytes(storage.join(directory, f"CDC{n:06d}.csv"), b"".join(lines[start:start + 25]))
-    storage.write_bytes(storage.join(directory, "meta/CDC.index"), f"CDC{n:06d}.csv\n".encode())
-    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % generated.cut_ts)
+    write_customers_csv_sink(sink, older + [e for e in customers if e["commit_ts"] > tso], generated.cut_ts)
     manifest = run(ReplayArgs.from_namespace(parser().parse_args(
         ["--source", sink, "--protocol", "csv", "--protocol-option", "include-commit-ts=true",
          "--protocol-option", "output-old-value=true", "--target-protocol", "canal-json",

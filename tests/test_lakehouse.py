@@ -643,86 +643,15 @@ def test_a_window_keeps_the_copies_of_a_keyless_table(keyless_window):
     assert tables["whole"]["shop.ledger"] == tables["window"]["shop.ledger"]
 
 
-def _keyless_events() -> tuple[list[dict], int]:
+def _keyless_events(case: str = "rows") -> tuple[list[dict], int]:
     """A keyless table `shop.k` (item, qty) with identical rows, as TiCDC writes its changes
-    (one row per transaction, distinct commit ts): before the cut (a,1) x3, (b,2) x2, (c,3);
-    after it a DELETE of one (a,1), an INSERT of one more (b,2) and an UPDATE of one (b,2) to
-    (b,5), and an INSERT then a DELETE of (c,3). Returns (events, the cut's commit ts)."""
-    from cdc_codecs.ddl_types import classify
-    from cdc_codecs.events import Kind, Op, new_event
-    from cdc_codecs.tso import compose, physical_ms
-
-    ms = 1_700_000_000_000
-    clock = iter(range(1, 1000))
-
-    def ts():
-        return compose(ms + 10 * next(clock), 0)
-
-    def image(item, qty):
-        return [{"name": "item", "mysql_type": "varchar(8)", "flags": 0, "value": item.encode(), "label": None},
-                {"name": "qty", "mysql_type": "int(11)", "flags": 0, "value": str(qty).encode(), "label": None}]
-
-    def row(op, before=None, after=None):
-        t = ts()
-        return new_event(Kind.ROW, op=op, commit_ts=t, execute_ts_ms=physical_ms(t), database="shop", table="k",
-                         key_columns=[], before=image(*before) if before else None,
-                         after=image(*after) if after else None)
-
-    created = ts()
-    create = "CREATE TABLE `shop`.`k` (`item` VARCHAR(8), `qty` INT(11))"
-    events = [new_event(Kind.DDL, commit_ts=created, execute_ts_ms=physical_ms(created), database="shop", table="k",
-                        ddl_query=create, ddl_type=classify(create))]
-    events += [row(Op.INSERT, after=r) for r in [("a", 1), ("a", 1), ("b", 2), ("a", 1), ("b", 2), ("c", 3)]]
-    cut = events[-1]["commit_ts"]
-    events += [row(Op.DELETE, before=("a", 1)), row(Op.INSERT, after=("b", 2)),
-               row(Op.UPDATE, before=("b", 2), after=("b", 5)), row(Op.INSERT, after=("c", 3)),
-               row(Op.DELETE, before=("c", 3))]
-    last = ts()
-    events.append(new_event(Kind.WATERMARK, watermark_ts=last, execute_ts_ms=physical_ms(last)))
-    return events, cut
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_a_window_deletes_and_adds_copies_of_identical_rows(spark, tmp_path, fmt):
-    """A window over a keyless table that already holds identical rows: a DELETE removes one
-    of three copies (not all), an INSERT adds a third copy and an UPDATE changes one of them,
-    an INSERT and DELETE of the same row leave its one copy. The merged table equals a full
-    replay to the same cut and the independent reference (tests/reference.py)."""
-    from cdc_codecs import KafkaRecord, get_codec
-
-    from .reference import reference_rows
-
-    events, middle = _keyless_events()
-    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
-    records = [KafkaRecord("cdc", 0, offset, 0, m.key, m.value)
-               for offset, m in enumerate(m for e in events for m in codec.encode([e], topic="cdc", partition=0))]
-    source = str(tmp_path / "archive")
-    write_archive(records, source, records_per_object=4)
-    argv = lambda out, *extra: ["--source", source, "--output", out, "--target-format", fmt,  # noqa: E731
-                                "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
-                                "--emit", "snapshot", *extra]
-    at = lambda argv: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)  # noqa: E731
-    incremental, full = str(tmp_path / "incremental"), str(tmp_path / "full")
-    at(argv(incremental, "--as-of", str(middle)))
-    window = at(argv(incremental, "--since", "last"))
-    whole = at(argv(full))
-    assert window["output"]["lakehouse"]["shop.k"]["mode"] == "merge"
-    merged, replayed = _all_tables(fmt, incremental, window)["shop.k"], _all_tables(fmt, full, whole)["shop.k"]
-    assert merged == replayed
-    expected = [tuple(row) for row in reference_rows([e for e in events if e["kind"] != "watermark"])[("shop", "k")]]
-    assert sorted(tuple((k, canonical(v)) for k, v in row) for row in merged[1]) == sorted(expected)
-    assert sorted((dict(r)["item"], dict(r)["qty"]) for r in merged[1]) == [
-        ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 5), ("c", 3)]
-
-
-def _keyless_ddl_events(case: str) -> tuple[list[dict], int]:
-    """The keyless table `shop.k` of _keyless_events up to its cut ((a,1) x3, (b,2) x2, (c,3)),
-    then inside the window a DDL of `case` and row changes after it, as TiCDC writes them
-    (every row with the table's columns at its commit ts):
-    add-column: ADD COLUMN note with a default, a DELETE of one (a,1,'x'), an INSERT of (b,2,'x')
-    and of (a,1,'y'); truncate: TRUNCATE, then (a,1) twice; recreate: DROP, CREATE again with
-    other columns, then (z) twice."""
+    (one row per transaction, distinct commit ts, every row with the table's columns at its
+    commit ts): before the cut (a,1) x3, (b,2) x2, (c,3); after it, by `case`:
+    rows: a DELETE of one (a,1), an INSERT of one more (b,2), an UPDATE of one (b,2) to (b,5),
+    an INSERT then a DELETE of (c,3); add-column: ADD COLUMN note with a default, a DELETE of
+    one (a,1,'x'), an INSERT of (b,2,'x') and of (a,1,'y'); truncate: TRUNCATE, then (a,1)
+    twice; recreate: DROP, CREATE again with other columns, then (q) twice.
+    Returns (events, the cut's commit ts)."""
     from cdc_codecs.ddl_types import classify
     from cdc_codecs.events import Kind, Op, new_event
     from cdc_codecs.tso import compose, physical_ms
@@ -752,7 +681,11 @@ def _keyless_ddl_events(case: str) -> tuple[list[dict], int]:
     events = [ddl("CREATE TABLE `shop`.`k` (`item` VARCHAR(8), `qty` INT(11))")]
     events += [row(Op.INSERT, two, after=r) for r in [("a", 1), ("a", 1), ("b", 2), ("a", 1), ("b", 2), ("c", 3)]]
     cut = events[-1]["commit_ts"]
-    if case == "add-column":
+    if case == "rows":
+        events += [row(Op.DELETE, two, before=("a", 1)), row(Op.INSERT, two, after=("b", 2)),
+                   row(Op.UPDATE, two, before=("b", 2), after=("b", 5)), row(Op.INSERT, two, after=("c", 3)),
+                   row(Op.DELETE, two, before=("c", 3))]
+    elif case == "add-column":
         three = two + [("note", "varchar(8)")]
         events += [ddl("ALTER TABLE `shop`.`k` ADD COLUMN `note` VARCHAR(8) DEFAULT 'x'"),
                    row(Op.DELETE, three, before=("a", 1, "x")), row(Op.INSERT, three, after=("b", 2, "x")),
@@ -769,6 +702,64 @@ def _keyless_ddl_events(case: str) -> tuple[list[dict], int]:
     return events, cut
 
 
+def _keyless_replay(spark, tmp_path, events, fmt):
+    """The events as one canal-json partition archive, and a function replaying it to a
+    snapshot in `fmt` at an output with extra options (the later --target-format wins)."""
+    from cdc_codecs import KafkaRecord, get_codec
+
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    records = [KafkaRecord("cdc", 0, offset, 0, m.key, m.value)
+               for offset, m in enumerate(m for e in events for m in codec.encode([e], topic="cdc", partition=0))]
+    source = str(tmp_path / "archive")
+    write_archive(records, source, records_per_object=4)
+
+    def at(out, *extra):
+        argv = ["--source", source, "--output", out, "--target-format", fmt, "--protocol", "canal-json",
+                "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot", *extra]
+        return run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+
+    return at
+
+
+def _keyless_expected(events) -> list[tuple]:
+    """tests/reference.py's rows of `shop.k` at the end, each as sorted (column, value) pairs."""
+    from .reference import reference_rows
+
+    return sorted(tuple(sorted(row)) for row in
+                  reference_rows([e for e in events if e["kind"] != "watermark"])[("shop", "k")])
+
+
+def _lake_window(spark, tmp_path, fmt, events, middle):
+    """The table at the cut, then `--since last` merged into it, and a full replay: (the merge's
+    manifest, the merged table, the replayed table)."""
+    at = _keyless_replay(spark, tmp_path, events, fmt)
+    incremental, full = str(tmp_path / "incremental"), str(tmp_path / "full")
+    at(incremental, "--as-of", str(middle))
+    window = at(incremental, "--since", "last")
+    whole = at(full)
+    return window, _all_tables(fmt, incremental, window)["shop.k"], _all_tables(fmt, full, whole)["shop.k"]
+
+
+def _pairs(rows) -> list[tuple]:
+    return sorted(tuple(sorted((k, canonical(v)) for k, v in row)) for row in rows)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_window_deletes_and_adds_copies_of_identical_rows(spark, tmp_path, fmt):
+    """A window over a keyless table that already holds identical rows: a DELETE removes one
+    of three copies (not all), an INSERT adds a third copy and an UPDATE changes one of them,
+    an INSERT and DELETE of the same row leave its one copy. The merged table equals a full
+    replay to the same cut and the independent reference (tests/reference.py)."""
+    events, middle = _keyless_events()
+    window, merged, replayed = _lake_window(spark, tmp_path, fmt, events, middle)
+    assert window["output"]["lakehouse"]["shop.k"]["mode"] == "merge"
+    assert merged == replayed
+    assert _pairs(merged[1]) == _keyless_expected(events)
+    assert sorted((dict(r)["item"], dict(r)["qty"]) for r in merged[1]) == [
+        ("a", 1), ("a", 1), ("b", 2), ("b", 2), ("b", 5), ("c", 3)]
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("case", ["add-column", "truncate", "recreate"])
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
@@ -776,60 +767,27 @@ def test_a_window_with_ddl_on_a_keyless_table_with_copies(spark, tmp_path, fmt, 
     """DDL inside the window of a keyless table holding identical rows (ADD COLUMN with a
     default, TRUNCATE, DROP and CREATE again): the merged table equals a full replay to the same
     cut and the independent reference (tests/reference.py), copies included."""
-    from cdc_codecs import KafkaRecord, get_codec
-
-    from .reference import reference_rows
-
-    events, middle = _keyless_ddl_events(case)
-    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
-    records = [KafkaRecord("cdc", 0, offset, 0, m.key, m.value)
-               for offset, m in enumerate(m for e in events for m in codec.encode([e], topic="cdc", partition=0))]
-    source = str(tmp_path / "archive")
-    write_archive(records, source, records_per_object=4)
-    argv = lambda out, *extra: ["--source", source, "--output", out, "--target-format", fmt,  # noqa: E731
-                                "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
-                                "--emit", "snapshot", *extra]
-    at = lambda argv: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)  # noqa: E731
-    incremental, full = str(tmp_path / "incremental"), str(tmp_path / "full")
-    at(argv(incremental, "--as-of", str(middle)))
-    window = at(argv(incremental, "--since", "last"))
-    whole = at(argv(full))
-    merged, replayed = _all_tables(fmt, incremental, window)["shop.k"], _all_tables(fmt, full, whole)["shop.k"]
+    events, middle = _keyless_events(case)
+    _, merged, replayed = _lake_window(spark, tmp_path, fmt, events, middle)
     assert merged == replayed
-    expected = [tuple(row) for row in reference_rows([e for e in events if e["kind"] != "watermark"])[("shop", "k")]]
-    assert sorted(tuple((k, canonical(v)) for k, v in row) for row in merged[1]) == sorted(expected)
+    assert _pairs(merged[1]) == _keyless_expected(events)
 
 
 @pytest.mark.spark
 @pytest.mark.parametrize("case", ["add-column", "truncate", "recreate"])
 def test_a_parquet_window_with_ddl_on_a_keyless_table_with_copies(spark, tmp_path, case):
     """The same DDL inside a Parquet snapshot window (`--base-snapshot`, the Kafka-record
-    snapshot at the window's start): the keyless table's rows, copies included, equal a full replay's and the
-    reference's."""
-    from cdc_codecs import KafkaRecord, get_codec
-
-    from .reference import reference_rows
+    snapshot at the window's start): the keyless table's rows, copies included, equal a full
+    replay's and the reference's."""
     from .test_outputs import read_parquet
 
-    events, middle = _keyless_ddl_events(case)
-    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
-    records = [KafkaRecord("cdc", 0, offset, 0, m.key, m.value)
-               for offset, m in enumerate(m for e in events for m in codec.encode([e], topic="cdc", partition=0))]
-    source = str(tmp_path / "archive")
-    write_archive(records, source, records_per_object=4)
-    argv = lambda out, *extra: ["--source", source, "--output", out, "--target-format", "parquet",  # noqa: E731
-                                "--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true",
-                                "--emit", "snapshot", *extra]
-    at = lambda argv: run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)  # noqa: E731
+    events, middle = _keyless_events(case)
+    at = _keyless_replay(spark, tmp_path, events, "parquet")
     base, window, full = str(tmp_path / "base"), str(tmp_path / "window"), str(tmp_path / "full")
     # the base is a Kafka-record snapshot (what --base-snapshot reads); the window and the full
     # replay are written as Parquet, which keeps every copy of an identical row as a row
-    # (the later --target-format wins)
-    at(argv(base, "--as-of", str(middle), "--target-format", "kafka", "--target-option", "enable-tidb-extension=true"))
-    at(argv(window, "--base-snapshot", base))
-    at(argv(full))
-    rows = lambda out: sorted(tuple(sorted((k, canonical(v)) for k, v in r.items()))  # noqa: E731
-                              for r in read_parquet(out)[("shop", "k")].to_pylist())
-    expected = [tuple(sorted(row)) for row in
-                reference_rows([e for e in events if e["kind"] != "watermark"])[("shop", "k")]]
-    assert rows(window) == rows(full) == sorted(expected)
+    at(base, "--as-of", str(middle), "--target-format", "kafka", "--target-option", "enable-tidb-extension=true")
+    at(window, "--base-snapshot", base)
+    at(full)
+    rows = lambda out: _pairs(r.items() for r in read_parquet(out)[("shop", "k")].to_pylist())  # noqa: E731
+    assert rows(window) == rows(full) == _keyless_expected(events)

@@ -127,12 +127,10 @@ def csv_field(value: bytes | None) -> str:
     return "\\N" if value is None else '"' + value.decode().replace('"', '""') + '"'
 
 
-def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path):
-    """csv with include-commit-ts and output-old-value: every UPDATE is a D row and an I row
-    (a key-changing one too), the columns come from the table schema file."""
-    generated = generate(transactions=40, partitions=2, seed=31, protocol="canal-json", options=CANAL, ddl_rate=0.0)
-    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
-    write_archive(generated.records, kafka)
+def write_customers_csv_sink(sink: str, events: list[dict], checkpoint: int) -> None:
+    """`shop.customers`' row events as TiCDC's storage sink writes them with csv
+    (include-commit-ts, output-old-value: an UPDATE is a D row and an I row, a key-changing one
+    too): its table schema file, data files of 25 rows, the index file and the root metadata."""
     columns = ("id", "name", "note")
     storage.write_bytes(storage.join(sink, "shop/customers/meta/schema_1000_0000000000.json"), orjson.dumps({
         "Table": "customers", "Schema": "shop", "Version": 1, "TableVersion": 1000, "Query": "", "Type": 3,
@@ -141,11 +139,11 @@ def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path
                          {"ColumnName": "note", "ColumnType": "TEXT"}],
         "TableColumnsTotal": 3}))
     lines = []
-    for e in generated.events:
+    for e in events:
         if e["kind"] != Kind.ROW or e["table"] != "customers":
             continue
 
-        def row(op, image, updated):
+        def row(op, image, updated, e=e):
             values = {c["name"]: c["value"] for c in image}
             meta = [f'"{op}"', '"customers"', '"shop"', str(e["commit_ts"]), "true" if updated else "false"]
             return ",".join(meta + [csv_field(values[name]) for name in columns]).encode() + b"\r\n"
@@ -158,7 +156,16 @@ def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path
     for n, start in enumerate(range(0, len(lines), 25), 1):
         storage.write_bytes(storage.join(directory, f"CDC{n:06d}.csv"), b"".join(lines[start:start + 25]))
     storage.write_bytes(storage.join(directory, "meta/CDC.index"), f"CDC{n:06d}.csv\n".encode())
-    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % generated.cut_ts)
+    storage.write_bytes(storage.join(sink, "metadata"), b'{"checkpoint-ts":%d}' % checkpoint)
+
+
+def test_storage_sink_csv_archive_replays_like_the_kafka_archive(spark, tmp_path):
+    """csv with include-commit-ts and output-old-value: every UPDATE is a D row and an I row
+    (a key-changing one too), the columns come from the table schema file."""
+    generated = generate(transactions=40, partitions=2, seed=31, protocol="canal-json", options=CANAL, ddl_rate=0.0)
+    kafka, sink = str(tmp_path / "kafka"), str(tmp_path / "sink")
+    write_archive(generated.records, kafka)
+    write_customers_csv_sink(sink, generated.events, generated.cut_ts)
 
     argv = ["--tables", "shop.customers"]
     run(ReplayArgs.from_namespace(parser().parse_args(

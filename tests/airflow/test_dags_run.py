@@ -306,19 +306,7 @@ def test_scheduled_delta_tables_start_from_a_base_export(own_airflow_home, airfl
               "target_format": "delta", "base_export": export, "max_bad_records": 0, "lateness_minutes": 0,
               "require_complete": False}
     airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))
-    manifests = {}
-    for hour in (0, 1):
-        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
-                             timeout=1800)
-        text = result.stdout + result.stderr
-        assert result.returncode == 0, text[-5000:]
-        assert set(_task_states(home, "cdc_replay_scheduled", _run_id(text)).values()) == {"success"}
-        manifests[hour] = json.loads(storage.read_bytes(f"{base}/_manifest.json"))
-    first, second = manifests[0], manifests[1]
-    assert first["window"]["since"] is None and first["window"]["base_export"] == export
-    assert first["counts"]["in_base"] >= 1 and first["counts"]["reconciled"]
-    assert second["window"]["since"] == hour_tso(1) - 1 and not second["window"].get("base_export")
-    assert second["counts"]["reconciled"] and not second["counts"].get("in_base")
+    _run_two_hours_from_an_export(airflow, home, export, lambda hour: base)
 
     history = archive.full_history()
     for table in ("orders", "customers"):
@@ -367,20 +355,8 @@ def test_scheduled_history_and_topics_start_from_a_base_export(own_airflow_home,
     if emit == "topics":  # the messages carry their commit ts
         config["target_options"] = {"enable-tidb-extension": "true"}
     airflow = airflow_session(make_env(AIRFLOW_VAR_CDC_REPLAY_SCHEDULED=json.dumps(config)))
-    outputs, manifests = {}, {}
-    for hour in (0, 1):
-        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
-                             timeout=1800)
-        text = result.stdout + result.stderr
-        assert result.returncode == 0, text[-5000:]
-        assert set(_task_states(home, "cdc_replay_scheduled", _run_id(text)).values()) == {"success"}
-        outputs[hour] = interval_output(base, dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
-        manifests[hour] = json.loads(storage.read_bytes(f"{outputs[hour]}/_manifest.json"))
-    first, second = manifests[0], manifests[1]
-    assert first["window"]["since"] is None and first["window"]["base_export"] == export
-    assert first["counts"]["in_base"] >= 1 and first["counts"]["reconciled"]
-    assert second["window"]["since"] == hour_tso(1) - 1 and not second["window"].get("base_export")
-    assert second["counts"]["reconciled"] and not second["counts"].get("in_base")
+    outputs = {hour: interval_output(base, dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc)) for hour in (0, 1)}
+    _run_two_hours_from_an_export(airflow, home, export, outputs.get)
 
     history = archive.full_history()
     schema_sql = archive.generated.schema_sql
@@ -410,3 +386,25 @@ def test_scheduled_history_and_topics_start_from_a_base_export(own_airflow_home,
         for table in ("orders", "customers"):
             want = expected.get(("shop", table)) or {}
             assert want and as_state(got.get(table, []), skip=SCD2) == want, (hour, table)
+
+
+def _run_two_hours_from_an_export(airflow, home: str, export: str, output_of) -> None:
+    """`airflow dags test` of the scheduled DAG for hours 00 and 01 (the Variable's base_export
+    set): each run succeeds; hour 00 starts from the export (no --since, re-sent copies of what
+    it holds in_base), hour 01 from hour 00's output (--since, no export, nothing in_base).
+    `output_of(hour)`: where that hour's manifest is."""
+    from .archives import hour_tso
+
+    manifests = {}
+    for hour in (0, 1):
+        result = airflow.run(["dags", "test", "cdc_replay_scheduled", f"2026-01-01T0{hour + 1}:00:00+00:00"],
+                             timeout=1800)
+        text = result.stdout + result.stderr
+        assert result.returncode == 0, text[-5000:]
+        assert set(_task_states(home, "cdc_replay_scheduled", _run_id(text)).values()) == {"success"}
+        manifests[hour] = json.loads(storage.read_bytes(f"{output_of(hour)}/_manifest.json"))
+    first, second = manifests[0], manifests[1]
+    assert first["window"]["since"] is None and first["window"]["base_export"] == export
+    assert first["counts"]["in_base"] >= 1 and first["counts"]["reconciled"]
+    assert second["window"]["since"] == hour_tso(1) - 1 and not second["window"].get("base_export")
+    assert second["counts"]["reconciled"] and not second["counts"].get("in_base")

@@ -587,6 +587,9 @@ def summary(manifest: dict) -> str:
         if window.get("base_timestamps_converted"):
             lines.append(f"  base TIMESTAMPs  converted from {window['base_time_zone']} to the archive's "
                          f"{window['archive_time_zone']}")
+        if (window.get("base_start") or {}).get("sink_table_version"):
+            lines.append(f"  base start       {window['base_start']['sink_table_version']} storage-sink table(s) shown "
+                         "to continue the export by their table version and first date directories")
     gaps = manifest.get("gaps") or {}
     if gaps.get("count"):
         listed = gaps["listed"]

@@ -192,7 +192,9 @@ OPTIONS: tuple[Option, ...] = (
                "auto detects it", type="string", enum=list(LAYOUTS)))),
     Option("layout_option", IO, action="append", metavar="K=V",
            help="layout option (repeatable), named as the producer's setting, e.g. "
-                "format.bytearray.separator=\\r\\n for kafka-connect-s3 ByteArrayFormat objects"),
+                "format.bytearray.separator=\\r\\n for kafka-connect-s3 ByteArrayFormat objects; "
+                "time-zone=ZONE for ticdc-storage: the TiCDC server's local zone, which names its date "
+                "directories (used by the --base-export gap check)"),
     Option("starting_offsets", IO, default="earliest", metavar="OFFSETS",
            help="Kafka source: where to start, as Spark's Kafka source takes it: earliest (default), "
                 'latest, or JSON per partition {"topic": {"0": 42, "1": -2}} (-2 earliest, -1 latest)',

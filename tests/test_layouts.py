@@ -7,6 +7,7 @@ planned, read, and replayed end to end against the same changes in a Kafka-recor
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import gzip
 import io
 import os
@@ -128,6 +129,40 @@ def test_storage_sink_plan_reads_visible_files_and_the_checkpoint(tmp_path):
     assert plan.per_file_offsets and plan.holes == () and plan.info["missing_files"] == 0
     with pytest.raises(layouts.LayoutError, match="--protocol canal-json"):
         layouts.plan(str(tmp_path), "ticdc-storage", protocol="open-protocol")
+
+
+def test_storage_sink_tables_are_complete_after_their_first_version_and_date(tmp_path):
+    """What the sink's own names prove of where a table's changes begin (a base export's gap
+    check): the lowest table version directory (never below the start ts of the table sink
+    that wrote it) and the latest moment the earliest date directory can have begun (a file
+    TiCDC expires is a whole earlier date, named in the server's zone): 12:00 UTC of that date
+    in the latest zone (UTC-12), its midnight in the zone the option names; a partitioned
+    table is complete after the latest of its partitions; without dates, after its version."""
+    from cdc_codecs.tso import compose
+
+    start = compose(1767225630000)  # 2026-01-01 00:00:30 UTC
+    line = canal_line("shop", "t", start + 5, 1, "a") + b"\r\n"
+    for rel in (f"shop/t/{start}/2026-01-01/CDC000001.json", f"shop/t/{start}/2026-01-02/CDC000001.json",
+                f"shop/t/{start + 99}/2026-01-02/CDC000001.json",  # a later version (a DDL)
+                f"shop/p/{start}/81/2025-12-31/CDC000001.json", f"shop/p/{start}/82/2026-01-01/CDC000001.json",
+                f"shop/n/{start - 7}/CDC000001.json"):  # date-separator none
+        put(tmp_path, rel, line)
+        put(tmp_path, rel.rsplit("/", 1)[0] + "/meta/CDC.index", b"CDC000001.json\n")
+    day = (dt.date(2026, 1, 1) - dt.date(1970, 1, 1)).days
+    noon = compose(1767225600000 + 12 * 3600 * 1000)  # 2026-01-01 12:00 UTC = midnight in UTC-12
+    plan = layouts.plan(str(tmp_path), "ticdc-storage", protocol="canal-json")
+    assert plan.complete_after == {"shop.t": [noon, start, day], "shop.p": [noon, start, day],
+                                   "shop.n": [start - 7, start - 7, None]}
+    zoned = layouts.plan(str(tmp_path), "ticdc-storage", {"time-zone": "UTC"}, protocol="canal-json")
+    assert zoned.complete_after["shop.t"] == [start, start, day]  # midnight UTC is before the start
+    east = layouts.plan(str(tmp_path), "ticdc-storage", {"time-zone": "Asia/Shanghai"}, protocol="canal-json")
+    assert east.complete_after["shop.t"][0] == start  # 2026-01-01 began at 16:00 UTC the day before
+    west = layouts.plan(str(tmp_path), "ticdc-storage", {"time-zone": "-05:00"}, protocol="canal-json")
+    assert west.complete_after["shop.t"][0] == compose(1767225600000 + 5 * 3600 * 1000)
+    with pytest.raises(layouts.LayoutError, match="unknown time zone"):
+        layouts.plan(str(tmp_path), "ticdc-storage", {"time-zone": "Mars/Olympus"}, protocol="canal-json")
+    with pytest.raises(layouts.LayoutError, match="is not used by ticdc-storage"):
+        layouts.plan(str(tmp_path), "ticdc-storage", {"separator": "x"}, protocol="canal-json")
 
 
 def test_storage_sink_files_are_numbered_per_table_and_missing_files_are_holes(tmp_path):

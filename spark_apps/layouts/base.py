@@ -38,6 +38,9 @@ class Plan:
     # hole is an object the layout knows is missing (`holes`), not a jump between offsets
     per_file_offsets: bool = False
     holes: tuple[dict, ...] = ()  # {topic, partition, from, to, object}: where a missing object's records would be
+    # {topic: [commit ts, ...evidence]}: the ts after which the layout's own files prove the topic
+    # holds every change (the storage sink's table versions), for a base export's gap check
+    complete_after: dict = dataclasses.field(default_factory=dict)
 
     @property
     def objects(self) -> int:

@@ -34,6 +34,14 @@ directory's version, or the latest before it) with each record, for the csv code
 
 The root `metadata` checkpoint-ts becomes a watermark of every table read: everything at or
 below it is complete, and changes above it are pending.
+
+Where a table's changes provably begin (`complete_after`, for a base export's gap check,
+docs/base-exports.md "A gap"): TiCDC names a data directory by a table version that is never
+below the start ts of the table sink (dispatcher) writing it, which delivers every commit after
+its start ts, so the table's lowest version bounds its start. Files TiCDC expires
+(file-expiration-days) are whole date directories before a cut, in the TiCDC node's zone, which
+the files do not state: a commit after a ts T cannot have been in one when T is at or after the
+start of the table's earliest date directory in every zone (UTC-12 at the latest).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from cdc_codecs.base import KafkaRecord
+from cdc_codecs.tso import compose
 from cdc_codecs.ticdc_csv import COLUMNS_HEADER
 
 from .. import storage
@@ -145,6 +154,54 @@ def number_files(files: list[tuple], visible_up_to: dict) -> tuple[dict, list[tu
     return numbers, holes
 
 
+_LATEST_MIDNIGHT_MS = 12 * 3600 * 1000  # a date's midnight in UTC-12, the latest zone, after its UTC midnight
+ZONE_OPTION = "time-zone"  # --layout-option: the TiCDC server's local zone, which names the date directories
+
+
+def _date_start_ms(days: int, zone) -> int:
+    """When a date directory's period began: its midnight in `zone`, else the latest of any zone."""
+    if zone is None:
+        return days * 86_400_000 + _LATEST_MIDNIGHT_MS
+    day = dt.date(1970, 1, 1) + dt.timedelta(days=days)
+    return int(dt.datetime(day.year, day.month, day.day, tzinfo=zone).timestamp() * 1000)
+
+
+def complete_after(files: list[tuple], zone=None) -> dict:
+    """{topic: [commit ts, table version, earliest date (days since 1970) or None]}: per table,
+    the ts after which its data files hold every change: the highest, over its partition
+    directories, of the lowest table version (at or above the start ts of the table sink that
+    wrote it: tiflow cdc/sink/dmlsink/event_appender.go `createSingleTableTxn`, ticdc
+    downstreamadapter/eventcollector/dispatcher_stat.go) and of the latest moment its earliest
+    date directory can have begun (nothing after it can lie in an expired earlier date:
+    tiflow pkg/sink/cloudstorage/path.go `GenerateDateStr`, `RemoveExpiredFiles`), in
+    `zone` (the TiCDC server's, `--layout-option time-zone`) when known.
+    `files`: (relative path, parsed path) of the data files."""
+    first: dict = {}
+    for _, d in files:
+        key = (f"{d['schema']}.{d['table']}", d["partition_id"])
+        version, days = first.get(key, (d["version"], d["days"]))
+        first[key] = (min(version, d["version"]), min(days, d["days"]))
+    bounds: dict = {}
+    for (topic, _), (version, days) in first.items():
+        bound = max(version, compose(_date_start_ms(days, zone))) if days else version
+        if topic not in bounds or bound > bounds[topic][0]:
+            bounds[topic] = [bound, version, days or None]
+    return bounds
+
+
+def _server_zone(name: str | None):
+    """The tzinfo of `--layout-option time-zone` (UTC, an IANA name, +hh:mm), or None."""
+    if not name:
+        return None
+    from cdc_codecs.canal_common import time_zone
+    from cdc_codecs.errors import ConfigError
+
+    try:
+        return time_zone(name)
+    except ConfigError as e:
+        raise LayoutError(f"--layout-option {ZONE_OPTION}={name}: {e}") from None
+
+
 def matches(relatives: list[str]) -> int:
     return sum(1 for rel in relatives if rel == METADATA or _DATA.match(rel) or _INDEX.match(rel))
 
@@ -231,8 +288,10 @@ def split_csv_records(data: bytes, quote: str) -> Iterator[bytes]:
 
 def plan(source: str, objects: list, options: dict, protocol: str | None = None,
          protocol_options: dict | None = None) -> Plan:
-    if options:
-        raise LayoutError(f"--layout-option is not used by {NAME}: {', '.join(options)}")
+    unknown = sorted(set(options) - {ZONE_OPTION})
+    if unknown:
+        raise LayoutError(f"--layout-option {', '.join(unknown)} is not used by {NAME} (it takes {ZONE_OPTION})")
+    zone = _server_zone(options.get(ZONE_OPTION))
     data, indexes, table_schemas, db_schemas, metadata = [], {}, [], 0, None
     for o, rel in objects:
         if rel == METADATA:
@@ -303,6 +362,7 @@ def plan(source: str, objects: list, options: dict, protocol: str | None = None,
                 "no root metadata file (no checkpoint: the cut is the archive's end)"))
     return Plan(NAME, tuple(items), found, tuple(not_visible),
                 schema_uri=source if table_schemas else None, per_file_offsets=True, holes=holes,
+                complete_after=complete_after([(rel, d) for _, d, rel in data], zone),
                 info={"protocol": expected, "checkpoint_ts": checkpoint, "tables": len(topics),
                       "missing_files": len(holes), "missing_objects": [h["object"] for h in holes[:100]],
                       "table_schema_files": len(table_schemas), "database_schema_files": db_schemas,

@@ -12,11 +12,15 @@ How positions join (docs/base-exports.md):
   message carries none, so it cannot be joined.
 
 The archive must continue the export: a partition that starts at a later Kafka offset than 0
-with nothing at or before the position may have lost changes in between (a gap), and an
+with nothing at or before the position may have lost changes in between (a gap), unless its
+TiCDC storage sink's table version and date directories prove it complete after the TSO; and an
 archive that does not reach the position cannot bring the export to its cut; both are refused.
+How each partition was shown to continue the export is the manifest window's `base_start`.
 """
 
 from __future__ import annotations
+
+import datetime as _dt
 
 from spark_apps import storage
 from spark_apps.contract import BASE_EXPORT_BINLOG_PROTOCOLS, BASE_EXPORT_TSO_PROTOCOLS, Kind, Status
@@ -226,30 +230,73 @@ def _check(ctx: RunContext, decoded: Decoded) -> None:
         if cut["commit_ts"] is None or cut["commit_ts"] < position.tso:
             raise ReplayError(f"--base-export {uri} at {position.describe()} is newer than the archive's cut "
                               f"({cut['description']}): the snapshot cannot be taken at the cut from it")
-    figures = _figures(ctx, decoded, bound(export))
+    sink = _sink_proven(ctx, stats, position)
+    figures = _figures(ctx, decoded, bound(export), set(sink))
     if position.kind == "binlog" and not any(f["after"] for f in figures.values()):
         raise ReplayError(f"--base-export {uri} at {position.describe()} is newer than the archive's end: every "
                           "event of the archive lies before the export's position")
-    unproven = sorted((s["topic"] or "", s["partition"], s.get("min_offset")) for s in stats
-                      if s.get("min_offset") != 0 and not figures.get((s["topic"], s["partition"]), {}).get("below"))
+    starts = {"first_offset": 0, "event_at_or_before": 0, "sink_table_version": 0}
+    unproven = []
+    for s in stats:
+        key = (s["topic"], s["partition"])
+        if s.get("min_offset") == 0:
+            starts["first_offset"] += 1
+        elif figures.get(key, {}).get("below"):
+            starts["event_at_or_before"] += 1
+        elif key in sink:
+            starts["sink_table_version"] += 1
+        else:
+            unproven.append((s["topic"] or "", s["partition"], s.get("min_offset")))
+    ctx.base_start = starts
+    if starts["sink_table_version"]:
+        ctx.say("--base-export: %d storage-sink table(s) start at or before %s by their table version and first "
+                "date directories (docs/base-exports.md, \"A gap\")", starts["sink_table_version"],
+                position.describe())
     if unproven:
-        shown = ", ".join(f"{display(t)}/{p} from offset {o if o is not None else '(none)'}" for t, p, o in unproven[:3])
+        shown = ", ".join(_unproven_text(ctx, t, p, o) for t, p, o in sorted(unproven)[:3])
         raise ReplayError(f"--base-export {uri} at {position.describe()}: the archive may start after it (a gap): "
                           f"{len(unproven)} partition(s) ({shown}{' ...' if len(unproven) > 3 else ''}) begin after "
                           "their topic's first offset with no event or watermark at or before the export's position, "
                           "so changes between the two may be missing")
 
 
-def _figures(ctx: RunContext, decoded: Decoded, below_point: list[int]) -> dict:
+def _sink_proven(ctx: RunContext, stats: list, position) -> dict:
+    """{(topic, partition): evidence} of the partitions a TiCDC storage sink's own files prove
+    complete after the export's TSO (`ticdc_storage.complete_after`: table version and earliest
+    date directory at or before it)."""
+    bounds = getattr(ctx.layout_plan, "complete_after", None) or {}
+    if position.kind != "tso":
+        return {}
+    return {(s["topic"], s["partition"]): bounds[s["topic"]] for s in stats
+            if s["topic"] in bounds and bounds[s["topic"]][0] <= position.tso}
+
+
+def _unproven_text(ctx: RunContext, topic: str, partition: int, first_offset) -> str:
+    """How the refusal names a partition: its first offset, or for a storage-sink table the ts
+    its table version and earliest date directory prove it complete after."""
+    evidence = (getattr(ctx.layout_plan, "complete_after", None) or {}).get(topic)
+    if evidence is None:
+        return f"{display(topic)}/{partition} from offset {first_offset if first_offset is not None else '(none)'}"
+    from cdc_codecs.tso import to_datetime
+
+    bound, version, days = evidence
+    date = f", earliest date directory {_dt.date(1970, 1, 1) + _dt.timedelta(days=days)}" if days else ""
+    return (f"{display(topic)}: storage-sink table version {version}{date}, so complete only after ts {bound} "
+            f"({to_datetime(bound):%Y-%m-%d %H:%M:%S} UTC)")
+
+
+def _figures(ctx: RunContext, decoded: Decoded, below_point: list[int], proven=frozenset()) -> dict:
     """{(topic, partition): {"below": events/watermarks at or before the export's position,
     "after": row/DDL events after it}} from one small aggregation over the decoded events;
-    skipped (empty) when every partition starts at offset 0 and the export is a TSO."""
+    skipped (empty) when the export is a TSO and every partition starts at offset 0 or is
+    `proven` by its storage sink's files."""
     from pyspark.sql import functions as F
 
     from spark_apps.transforms import point_literal
 
     position = ctx.base_export.position
-    needed = position.kind == "binlog" or any(s.get("min_offset") != 0 for s in decoded.partition_stats)
+    needed = position.kind == "binlog" or any(s.get("min_offset") != 0 and (s["topic"], s["partition"]) not in proven
+                                              for s in decoded.partition_stats)
     if not needed:
         return {}
     events = decoded.events

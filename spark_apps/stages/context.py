@@ -37,6 +37,7 @@ class RunContext:
     files: str | None = None  # the decode tasks' Parquet folder (local mode), or None
     base_export: Any = None  # --base-export read by stages/base.py (spark_apps.base_export.BaseExport)
     base_topic: str | None = None  # the source topic its rows are given (the archive's one topic)
+    base_start: dict | None = None  # how each partition continues the export (stages/base.py), counted
 
     def say(self, message: str, *values, warn: bool = False) -> None:
         """One log line of this run."""

@@ -249,7 +249,8 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
             target_options=dict(get_codec(ctx.target_protocol, ctx.target_options).config),
             window={"since": args.since, "until": args.upper, "base_snapshot": args.base_snapshot,
                     "base_cut": base["cut"]["commit_ts"] if base else None,
-                    **(base_export_window(ctx.base_export, args) if ctx.base_export is not None else {})}),
+                    **(base_export_window(ctx.base_export, args) if ctx.base_export is not None else {}),
+                    **({"base_start": ctx.base_start} if ctx.base_start is not None else {})}),
         manifest_mod.ReadFacts(objects=ctx.objects, partition_stats=decoded.partition_stats, cut=tagged.cut,
                                counts=hist.counts, gaps=(tagged.offset_gaps, tagged.gap_count)),
         manifest_mod.Outcome(

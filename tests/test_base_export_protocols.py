@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_codecs.tso import to_datetime
 from spark_apps.demo import read_snapshot
 from spark_apps.generate import generate, write_archive, write_base_export
 from spark_apps.options import ReplayArgs, parser
@@ -57,9 +58,9 @@ def test_storage_sink_archive_with_a_dumpling_export(spark, tmp_path):
     """The storage sink's files of a changefeed started a little before the export's TSO (its
     first changes are older than the TSO: in_base): the snapshot at the sink's checkpoint is the
     export's rows with the sink's later changes applied. A sink whose first change is after the
-    TSO (the changefeed started at the TSO) is refused as a possible gap: unlike a Kafka topic's
-    offset 0, nothing in the sink's files shows that no change came before its first one
-    (docs/base-exports.md, "A gap")."""
+    TSO, with a table version at or before it but first files dated 2026-01-01 in an unknown
+    zone (a day that may have begun at 12:00 UTC, after the TSO: earlier days may have been
+    expired) is refused as a possible gap (docs/base-exports.md, "A gap")."""
     generated = generate(transactions=50, partitions=2, seed=43, protocol="canal-json", options=CANAL, ddl_rate=0.0,
                          mid_stream=True, base_export=True, keyless=False)
     tso = generated.base.position["tso"]
@@ -80,8 +81,47 @@ def test_storage_sink_archive_with_a_dumpling_export(spark, tmp_path):
     counts = manifest["counts"]
     assert counts["reconciled"] and counts["in_base"] >= len(firsts)
     assert read_snapshot(out, "canal-json", CANAL) == expected(generated, generated.cut_ts)
-    with pytest.raises(ReplayError, match="the archive may start after it \\(a gap\\)"):
+    with pytest.raises(ReplayError, match="the archive may start after it \\(a gap\\).*earliest date directory "
+                                          "2026-01-01, so complete only after ts"):
         replay(spark, sinks["at"], str(tmp_path / "out-at"), "canal-json", CANAL, export, *extra)
+
+
+def test_storage_sink_of_a_changefeed_started_at_the_export_tso(spark, tmp_path):
+    """TiCDC's procedure: Dumpling, then a changefeed with --start-ts the export's TSO. Its sink
+    names each table's directory by a table version at or above the table sink's start ts
+    (here the TSO itself: the tables existed) and its date directories by the server's local
+    date; none of its changes is at or before the TSO. It passes when the first date directory
+    cannot have begun after the TSO: dated the day before in New York (UTC-5) with no zone
+    given, or dated 2026-01-01 by a server in UTC with `--layout-option time-zone=UTC`; the
+    snapshot is the export's rows with the sink's changes applied. A sink whose table version
+    is after the TSO (a changefeed started later), or whose first date may have begun after it
+    (the UTC sink, zone not given), is refused."""
+    generated = generate(transactions=50, partitions=2, seed=43, protocol="canal-json", options=CANAL, ddl_rate=0.0,
+                         mid_stream=True, base_export=True, keyless=False)
+    tso = generated.base.position["tso"]
+    assert str(to_datetime(tso).date()) == "2026-01-01"
+    export = str(tmp_path / "export")
+    write_base_export(generated, "dumpling-csv", export, rows_per_file=7)
+    after = [e for e in generated.events if e.get("commit_ts") is None or e["commit_ts"] > tso]
+    tables = {(e["database"], e["table"]) for e in after if e["kind"] == "row"}
+    sinks = {name: str(tmp_path / name) for name in ("new-york", "utc", "later")}
+    write_storage_sink(sinks["new-york"], after, generated.cut_ts, version=tso, days=("2025-12-31", "2026-01-01"))
+    write_storage_sink(sinks["utc"], after, generated.cut_ts, version=tso)
+    later = min(e["commit_ts"] for e in after if e.get("commit_ts")) - 1  # started after the TSO
+    write_storage_sink(sinks["later"], after, generated.cut_ts, version=later, days=("2025-12-31", "2026-01-01"))
+    extra = ("--layout", "ticdc-storage", "--target-topic", "{schema}_{table}")
+    for name, zone in (("new-york", ()), ("utc", ("--layout-option", "time-zone=UTC"))):
+        out = str(tmp_path / f"out-{name}")
+        manifest = replay(spark, sinks[name], out, "canal-json", CANAL, export, *extra, *zone)
+        assert manifest["window"]["base_start"] == {"first_offset": 0, "event_at_or_before": 0,
+                                                    "sink_table_version": len(tables)}
+        assert manifest["counts"]["reconciled"]
+        assert read_snapshot(out, "canal-json", CANAL) == expected(generated, generated.cut_ts)
+    with pytest.raises(ReplayError, match=f"table version {tso}, earliest date directory 2026-01-01"):
+        replay(spark, sinks["utc"], str(tmp_path / "out-utc-unknown"), "canal-json", CANAL, export, *extra)
+    with pytest.raises(ReplayError, match=f"a gap.*table version {later},"):
+        replay(spark, sinks["later"], str(tmp_path / "out-later"), "canal-json", CANAL, export, *extra,
+               "--layout-option", "time-zone=-05:00")
 
 
 def test_storage_sink_csv_archive_with_a_dumpling_export(spark, tmp_path):

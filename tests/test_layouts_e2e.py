@@ -33,13 +33,15 @@ def replay(spark, source, output, protocol, options, layout):
     return run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
 
 
-def write_storage_sink(root: str, events: list[dict], checkpoint: int, rows_per_file: int = 9) -> int:
+def write_storage_sink(root: str, events: list[dict], checkpoint: int, rows_per_file: int = 9,
+                       version: int = 449999999999999999, days: tuple = ("2026-01-01", "2026-01-02")) -> int:
     """The row events as TiCDC's storage sink writes them with canal-json
-    (enable-tidb-extension, \\r\\n terminators): per table, files of a few rows in day
-    directories whose file index restarts at 1, an index file naming each directory's last
-    file, a file beyond the index (still being written: a copy of rows, never read), a file
-    repeating the previous file's last row (at-least-once), and the root metadata. Returns
-    the number of data files not yet visible."""
+    (enable-tidb-extension, \\r\\n terminators): per table, files of a few rows in two day
+    directories (`days`, named in the server's zone) of table version `version`, whose file
+    index restarts at 1, an index file naming each directory's last file, a file beyond the
+    index (still being written: a copy of rows, never read), a file repeating the previous
+    file's last row (at-least-once), and the root metadata. Returns the number of data files
+    not yet visible."""
     codec = get_codec("canal-json", CANAL)
     by_table = defaultdict(list)
     for event in events:
@@ -52,8 +54,8 @@ def write_storage_sink(root: str, events: list[dict], checkpoint: int, rows_per_
         for n in range(1, len(files)):
             files[n] = [files[n - 1][-1], *files[n]]  # redelivered after a retry
         half = (len(files) + 1) // 2
-        for day, chunk in (("2026-01-01", files[:half]), ("2026-01-02", files[half:])):
-            directory = f"{database}/{table}/449999999999999999/{day}"
+        for day, chunk in ((days[0], files[:half]), (days[1], files[half:])):
+            directory = f"{database}/{table}/{version}/{day}"
             for index, content in enumerate(chunk, 1):
                 storage.write_bytes(storage.join(root, directory, f"CDC{index:06d}.json"),
                                     b"".join(line + b"\r\n" for line in content))

@@ -341,12 +341,23 @@ def bench_floor(spark, source, workdir) -> float:
     return seconds
 
 
-def session(master: str, driver_memory: str = "6g", event_log: str | None = None):
+def session(master: str, driver_memory: str = "6g", event_log: str | None = None, replay_of: str | None = None):
     """The bench's Spark session; with `event_log` (a folder) Spark's event log goes there,
-    for the shuffle bytes each job wrote (`shuffle_bytes_written`)."""
+    for the shuffle bytes each job wrote (`shuffle_bytes_written`). `replay_of`: the archive a
+    replay job reads, whose session then gets what `cdc-replay replay` gives a run of its size
+    (spark_apps.launch.small_run_options: the driver JVM's JIT, and the interpreted expressions
+    of small runs), less the class-data archive, which only the CLI finishes writing; the
+    baselines keep Spark's defaults, as a user's own job has them."""
     from spark_apps.replay import build_session
 
     conf = [f"spark.driver.memory={driver_memory}", "spark.sql.shuffle.partitions=16"]
+    if replay_of is not None:
+        from spark_apps.launch import CDS_ENV, DRIVER_JAVA_OPTIONS, small_run_options
+
+        size = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(replay_of) for n in names)
+        options, settings, _why = small_run_options(master, size, env={**os.environ, CDS_ENV: "off"})
+        conf += [f"{DRIVER_JAVA_OPTIONS}={options}"] if options else []
+        conf += [f"{key}={value}" for key, value in settings.items()]
     if event_log:
         os.makedirs(event_log, exist_ok=True)
         conf += ["spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{os.path.abspath(event_log)}",
@@ -437,7 +448,8 @@ def main() -> int:
     if args.job:
         import json
 
-        spark = session(args.master, args.driver_memory, args.event_log)
+        spark = session(args.master, args.driver_memory, args.event_log,
+                        replay_of=args.source if args.job == "replay" else None)
         result = _job(spark, args.job, args.source, args.workdir, args.protocol, args.emit,
                       json.loads(args.options) if args.options else None)
         spark.stop()  # the event log is complete once the application ends

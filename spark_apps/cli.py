@@ -297,7 +297,7 @@ def run_replay(argv: list[str], args=None) -> int:
     try:
         command = replay_command(kept, say=lambda text: print(f"cdc-replay: {text}", file=sys.stderr, flush=True),
                                  args=args)
-    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB or $CDC_REPLAY_NATIVE_WHEEL
+    except ValueError as e:  # a bad $CDC_REPLAY_SMALL_RUN_MB, $CDC_REPLAY_LOCAL_JIT or $CDC_REPLAY_NATIVE_WHEEL
         print(f"cdc-replay: error: {e}", file=sys.stderr)
         return 2
     from .faults import LOG_ENV, new_log_file

@@ -25,15 +25,18 @@ def is_local(master: str) -> bool:
 
 LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spark's default is 1g)
 
-# Local runs (docs/engine.md "Small runs"): a replay of a small archive is mostly JVM fixed
-# cost, a third of it the C2 JIT compiler's threads and much of the rest loading Spark's classes
-# and generating code. Every local run maps a class-data archive (AppCDS) of Spark's classes;
-# C1 alone compiles far less but gives slower peak code, and interpreted expressions skip code
-# generation but are slower per row, so those two are chosen only for local masters and
-# sources up to a size.
+# Local runs (docs/engine.md "Small runs", "The JIT of local runs"): a replay of a small archive
+# is mostly JVM fixed cost, a third of it the C2 JIT compiler's threads and much of the rest
+# loading Spark's classes and generating code. Every local run maps a class-data archive
+# (AppCDS) of Spark's classes and compiles with C1 only: C1's code is slower at peak, but in a
+# replay the JVM mostly scans, shuffles and aggregates few columns (the decode runs in the
+# Python workers), and C2's compiler threads took 13-17 of the JVM's CPU seconds from the two
+# cores the tasks share (measured at 1M and 4M events: wall -4 to -10%, all CPU -7 to -17%).
+# Interpreted expressions skip code generation but are slower per row: only small sources.
 SMALL_RUN_ENV = "CDC_REPLAY_SMALL_RUN_MB"
 SMALL_RUN_MB = 16.0  # default threshold (MB of archive objects, as stored); 0 turns it off
-SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+LOCAL_JIT_ENV = "CDC_REPLAY_LOCAL_JIT"  # "c1" (the default) or "default": the JVM's own tiered JIT
+LOCAL_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 # Spark settings of the smallest runs (each one a --spark-conf of the user's replaces): no
 # Janino compilation of generated code, neither whole-stage nor per expression (Spark's
 # interpreted projections, predicates and orderings instead). Up to INTERPRETED_RUN_MB of
@@ -113,16 +116,25 @@ def small_run_threshold(env: dict | None = None) -> int:
     return int(mb * 1_000_000)
 
 
+def local_jit(env: dict | None = None) -> bool:
+    """Whether a local run's driver JVM compiles with C1 only ($CDC_REPLAY_LOCAL_JIT, default c1)."""
+    value = (os.environ if env is None else env).get(LOCAL_JIT_ENV, "").strip().lower() or "c1"
+    if value not in ("c1", "default"):
+        raise ValueError(f"${LOCAL_JIT_ENV}={value!r}: use c1 (C1 JIT only, the default) or default (the JVM's own)")
+    return value == "c1"
+
+
 def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str] | None = None,
                       env: dict | None = None, source_records: int | None = None
                       ) -> tuple[str | None, dict[str, str], str]:
     """(driver JVM options to add, or None; Spark settings to add; why, for the log) for a local
-    run: the class-data archive, for a small source also the C1-only JIT, and up to
-    INTERPRETED_RUN_MB also SMALL_RUN_SPARK_CONF (less what `conf` sets itself). Nothing for a cluster master, nor when
-    --spark-conf sets the driver's Java options (the user's value wins); no archive when the
-    settings change the driver's class path (spark.jars, packages: a Kafka source). A Kafka
-    source is sized by `source_records` (its offsets) instead of bytes: small, and interpreted,
-    up to SMALL_KAFKA_RECORDS; no small-run settings when neither size is known."""
+    run: the class-data archive and the C1-only JIT (unless $CDC_REPLAY_LOCAL_JIT=default), and
+    for a small source up to INTERPRETED_RUN_MB also SMALL_RUN_SPARK_CONF (less what `conf` sets
+    itself). Nothing for a cluster master, nor when --spark-conf sets the driver's Java options
+    (the user's value wins); no archive when the settings change the driver's class path
+    (spark.jars, packages: a Kafka source). A Kafka source is sized by `source_records` (its
+    offsets) instead of bytes: small, and interpreted, up to SMALL_KAFKA_RECORDS; not small
+    when neither size is known."""
     conf = conf or {}
     if not is_local(master):
         return None, {}, f"driver JVM with its default JIT: master {master} is a cluster"
@@ -130,31 +142,33 @@ def small_run_options(master: str, source_bytes: int | None, conf: dict[str, str
         return None, {}, f"driver JVM options as --spark-conf {DRIVER_JAVA_OPTIONS} gives them"
     threshold = small_run_threshold(env)
     if source_bytes is None and source_records is None:
-        jit = "driver JVM with its default JIT: the source's size is not known before the run"
+        large = "the source's size is not known before the run"
     elif threshold == 0:
-        jit = f"driver JVM with its default JIT: ${SMALL_RUN_ENV}=0 turns the small-run settings off"
+        large = f"${SMALL_RUN_ENV}=0 turns the small-run settings off"
     elif source_bytes is None:
-        jit = (None if source_records <= SMALL_KAFKA_RECORDS else
-               f"driver JVM with its default JIT: the Kafka source holds more than {SMALL_KAFKA_RECORDS} records")
+        large = (None if source_records <= SMALL_KAFKA_RECORDS else
+                 f"the Kafka source holds more than {SMALL_KAFKA_RECORDS} records")
     elif source_bytes > threshold:
-        jit = f"driver JVM with its default JIT: the source holds more than ${SMALL_RUN_ENV}={threshold / 1e6:g} MB"
+        large = f"the source holds more than ${SMALL_RUN_ENV}={threshold / 1e6:g} MB"
     else:
-        jit = None
+        large = None
     archive = None if any(key in conf for key in CLASS_PATH_CONF) else class_archive(env)
     cds_options = class_archive_options(archive)
     cds = ("no class-data archive" if not cds_options else f"class-data archive {archive}"
            if cds_options.startswith("-XX:SharedArchiveFile=") else f"writing the class-data archive {archive}")
-    if jit is not None:
-        return cds_options or None, {}, f"{jit}; {cds}"
+    c1 = local_jit(env)
+    jit = (f"driver JVM with {LOCAL_JIT_OPTIONS} (C1 JIT only)" if c1
+           else f"driver JVM with its default JIT (${LOCAL_JIT_ENV}=default)")
+    options = " ".join(o for o in (LOCAL_JIT_OPTIONS if c1 else "", cds_options) if o) or None
+    if large is not None:
+        return options, {}, f"local run, not small ({large}): {jit}, generated code; {cds}"
     interpreted = source_bytes is None or source_bytes <= INTERPRETED_RUN_MB * 1_000_000
     settings = {k: v for k, v in SMALL_RUN_SPARK_CONF.items() if k not in conf} if interpreted else {}
-    options = " ".join(o for o in (SMALL_RUN_JAVA_OPTIONS, cds_options) if o)
     codegen = (", ".join(f"{k}={v}" for k, v in settings.items()) or "code generation as --spark-conf sets it"
                if interpreted else f"generated code (over {INTERPRETED_RUN_MB:g} MB)")
     size = (f"{source_records} Kafka records, at most {SMALL_KAFKA_RECORDS}" if source_bytes is None else
             f"{source_bytes / 1e6:.1f} MB of source, at most ${SMALL_RUN_ENV}={threshold / 1e6:g}")
-    return options, settings, (
-        f"small local run ({size}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only), {cds}, {codegen}")
+    return options, settings, f"small local run ({size}): {jit}, {cds}, {codegen}"
 
 
 def submit_plan(

@@ -96,7 +96,7 @@ def s3_endpoint():
 
 @pytest.fixture(scope="session")
 def spark(s3_endpoint):
-    from spark_apps.launch import SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF
+    from spark_apps.launch import LOCAL_JIT_OPTIONS, SMALL_RUN_SPARK_CONF
     from spark_apps.replay import build_session
 
     # every test's data is small: the settings the CLI gives small local runs (spark_apps.launch).
@@ -105,7 +105,7 @@ def spark(s3_endpoint):
     # new plan's code, and every test's plans are new). Tests marked `generated_code` get Spark's
     # generated code back (_generated_code below).
     session = build_session("local[2]", "cdc-replay-tests", [
-        "spark.sql.shuffle.partitions=4", f"spark.driver.extraJavaOptions={SMALL_RUN_JAVA_OPTIONS}",
+        "spark.sql.shuffle.partitions=4", f"spark.driver.extraJavaOptions={LOCAL_JIT_OPTIONS}",
         *(f"{key}={value}" for key, value in SMALL_RUN_SPARK_CONF.items())])
     yield session
     from spark_apps.replay import stop_session

@@ -129,14 +129,16 @@ def test_a_cluster_command_ships_the_compiled_decoders_after_the_users_archives(
     assert not any(c.startswith("spark.archives=") for c in local)
 
 
-def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_path, monkeypatch):
-    """The CLI sizes the source before spark-submit (docs/engine.md "Small runs"): a small
-    archive on a local master gets -XX:TieredStopAtLevel=1 after our log4j option; a cluster
-    master, a source over $CDC_REPLAY_SMALL_RUN_MB, a kafka:// source or the user's own
-    spark.driver.extraJavaOptions do not, and the line it prints says why."""
-    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, finish_class_archive
+def test_a_local_run_gets_a_c1_only_driver_jvm_and_a_cluster_does_not(tmp_path, monkeypatch):
+    """The CLI sizes the source before spark-submit (docs/engine.md "Small runs", "The JIT of
+    local runs"): every run on a local master gets -XX:TieredStopAtLevel=1 after our log4j
+    option, whatever its size ($CDC_REPLAY_LOCAL_JIT=default gives the JVM's own JIT back); a
+    cluster master or the user's own spark.driver.extraJavaOptions do not, and the line it
+    prints says why and whether the run counts as small."""
+    from spark_apps.launch import CDS_ENV, LOCAL_JIT_ENV, LOCAL_JIT_OPTIONS, SMALL_RUN_ENV, finish_class_archive
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
+    monkeypatch.delenv(LOCAL_JIT_ENV, raising=False)
     monkeypatch.setenv(CDS_ENV, str(tmp_path / "cds"))
     source = tmp_path / "archive" / "shop" / "p0"
     source.mkdir(parents=True)
@@ -156,7 +158,7 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
 
     options, why = java_options(base)
     # the first small run writes the class-data archive (under a temporary name until it succeeded)
-    written = re.fullmatch(rf"-Dlog4j2\.configurationFile=file:{re.escape(LOG4J)} {SMALL_RUN_JAVA_OPTIONS} "
+    written = re.fullmatch(rf"-Dlog4j2\.configurationFile=file:{re.escape(LOG4J)} {LOCAL_JIT_OPTIONS} "
                            r"-XX:ArchiveClassesAtExit=(\S+/spark-driver-\w+\.jsa)\.\d+\.tmp -Xlog:cds=off,cds\+dynamic=off", options)
     assert written and written[1].startswith(str(tmp_path / "cds")), options
     assert "small local run (0.6 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16)" in why
@@ -169,34 +171,45 @@ def test_a_small_local_run_gets_a_c1_only_driver_jvm_and_nothing_else_does(tmp_p
     finish_class_archive(["x", f"spark.driver.extraJavaOptions={options}"], 0)
     assert not os.path.exists(archive) and os.path.exists(written[1])
     options, why = java_options(base)  # later small runs map it
-    assert options == (f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} -XX:SharedArchiveFile={written[1]} "
+    assert options == (f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS} -XX:SharedArchiveFile={written[1]} "
                        "-Xlog:cds=off,cds+dynamic=off")
     assert f"class-data archive {written[1]}" in why
     monkeypatch.setenv(CDS_ENV, "off")
-    assert java_options(base)[0] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS}"
+    assert java_options(base)[0] == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS}"
     options, why = java_options([*base, "--master", "spark://127.0.0.1:7077"])
     assert options == f"-Dlog4j2.configurationFile=file:{LOG4J}" and "is a cluster" in why
     options, why = java_options([*base, "--spark-conf", "spark.driver.extraJavaOptions=-Dmine=1"])
     assert options == "-Dmine=1" and "as --spark-conf spark.driver.extraJavaOptions gives them" in why
     kafka = ["--source", "kafka://127.0.0.1:1/t", *base[2:]]
     options, why = java_options(kafka)
-    assert SMALL_RUN_JAVA_OPTIONS not in options and "not known before the run" in why
+    assert LOCAL_JIT_OPTIONS in options and "local run, not small (the source's size is not known before the run)" in why
     monkeypatch.setenv(SMALL_RUN_ENV, "0.5")
     options, why = java_options(base)
-    assert SMALL_RUN_JAVA_OPTIONS not in options and "the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB" in why
+    assert options == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS}"
+    assert why == ("local run, not small (the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB): driver JVM "
+                   "with -XX:TieredStopAtLevel=1 (C1 JIT only), generated code; no class-data archive")
+    monkeypatch.setenv(LOCAL_JIT_ENV, "default")
+    options, why = java_options(base)
+    assert options == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert "driver JVM with its default JIT ($CDC_REPLAY_LOCAL_JIT=default)" in why
+    monkeypatch.delenv(LOCAL_JIT_ENV)
     monkeypatch.setenv(SMALL_RUN_ENV, "0")
     options, why = java_options(base)
-    assert SMALL_RUN_JAVA_OPTIONS not in options and "=0 turns the small-run settings off" in why
+    assert LOCAL_JIT_OPTIONS in options and "=0 turns the small-run settings off" in why
+    monkeypatch.setenv(LOCAL_JIT_ENV, "c2")
+    result = run_cli("replay", *base, env={**os.environ, LOCAL_JIT_ENV: "c2"}, timeout=60)
+    assert result.returncode == 2 and "$CDC_REPLAY_LOCAL_JIT='c2': use c1" in result.stderr
+    monkeypatch.delenv(LOCAL_JIT_ENV)
     monkeypatch.setenv(SMALL_RUN_ENV, "lots")
     result = run_cli("replay", *base, env={**os.environ, SMALL_RUN_ENV: "lots"}, timeout=60)
     assert result.returncode == 2 and "$CDC_REPLAY_SMALL_RUN_MB='lots' is not a number of MB" in result.stderr
 
 
 def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_generation(tmp_path, monkeypatch):
-    """The class-data archive is for every local run whose class path is Spark's own; the C1-only
-    JIT only for small ones, the interpreted expressions (launch.SMALL_RUN_SPARK_CONF) only up
+    """The class-data archive is for every local run whose class path is Spark's own, the C1-only
+    JIT for every local run, the interpreted expressions (launch.SMALL_RUN_SPARK_CONF) only up
     to launch.INTERPRETED_RUN_MB, and a --spark-conf of the user's replaces ours key by key."""
-    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS, SMALL_RUN_SPARK_CONF, class_archive
+    from spark_apps.launch import CDS_ENV, SMALL_RUN_ENV, LOCAL_JIT_OPTIONS, SMALL_RUN_SPARK_CONF, class_archive
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
     monkeypatch.setenv(CDS_ENV, str(tmp_path / "cds"))
@@ -217,7 +230,7 @@ def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_ge
         return conf, said[-1]  # a cluster master says first what compiled decoders are shipped
 
     conf, why = launched(base)
-    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {SMALL_RUN_JAVA_OPTIONS} {mapped}"
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS} {mapped}"
     assert {k: conf[k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
     assert why.endswith(f"class-data archive {archive}, spark.sql.codegen.wholeStage=false, "
                         "spark.sql.codegen.factoryMode=NO_CODEGEN")
@@ -226,16 +239,16 @@ def test_every_local_run_maps_the_class_data_archive_and_small_ones_skip_code_ge
     assert "wholeStage" not in why
     (source / "00000000000000001000.jsonl.gz").write_bytes(b"x" * 4_000_000)  # 4.6 MB: C1, generated code
     conf, why = launched(base)
-    assert SMALL_RUN_JAVA_OPTIONS in conf["spark.driver.extraJavaOptions"] and not set(SMALL_RUN_SPARK_CONF) & set(conf)
+    assert LOCAL_JIT_OPTIONS in conf["spark.driver.extraJavaOptions"] and not set(SMALL_RUN_SPARK_CONF) & set(conf)
     assert why.endswith(f"class-data archive {archive}, generated code (over 4 MB)")
-    monkeypatch.setenv(SMALL_RUN_ENV, "0.5")  # a large run: the archive only
+    monkeypatch.setenv(SMALL_RUN_ENV, "0.5")  # a large run: the archive and the C1 JIT, generated code
     conf, why = launched(base)
-    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {mapped}"
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS} {mapped}"
     assert not set(SMALL_RUN_SPARK_CONF) & set(conf)
-    assert why == ("driver JVM with its default JIT: the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB; "
-                   f"class-data archive {archive}")
+    assert why == ("local run, not small (the source holds more than $CDC_REPLAY_SMALL_RUN_MB=0.5 MB): driver JVM with "
+                   f"-XX:TieredStopAtLevel=1 (C1 JIT only), generated code; class-data archive {archive}")
     conf, why = launched([*base, "--spark-conf", "spark.jars=/opt/extra.jar"])  # another class path
-    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS}"
     assert why.endswith("; no class-data archive")
     conf, why = launched([*base, "--master", "spark://127.0.0.1:7077"])
     assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"

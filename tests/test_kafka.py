@@ -197,7 +197,7 @@ def test_a_kafka_source_is_sized_by_its_offsets_for_the_small_run_settings(broke
     gives up to launch.SMALL_KAFKA_RECORDS the small-run settings (docs/replay.md); a source
     it cannot size keeps Spark's defaults, as before."""
     from spark_apps import cli, kafka_io
-    from spark_apps.launch import (CDS_ENV, SMALL_KAFKA_RECORDS, SMALL_RUN_ENV, SMALL_RUN_JAVA_OPTIONS,
+    from spark_apps.launch import (CDS_ENV, SMALL_KAFKA_RECORDS, SMALL_RUN_ENV, LOCAL_JIT_OPTIONS,
                                    SMALL_RUN_SPARK_CONF, small_run_options)
 
     monkeypatch.delenv(SMALL_RUN_ENV, raising=False)
@@ -217,21 +217,23 @@ def test_a_kafka_source_is_sized_by_its_offsets_for_the_small_run_settings(broke
     said = []
     command = cli.replay_command(["--source", uri, *PROTOCOL, "--output", "o", "--emit", "topics"], say=said.append)
     confs = dict(command[i + 1].split("=", 1) for i, c in enumerate(command) if c == "--conf")
-    assert SMALL_RUN_JAVA_OPTIONS in confs["spark.driver.extraJavaOptions"]
+    assert LOCAL_JIT_OPTIONS in confs["spark.driver.extraJavaOptions"]
     assert {k: confs[k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
     assert said[-1].startswith(f"small local run ({len(generated.records)} Kafka records, at most "
-                               f"{SMALL_KAFKA_RECORDS}): driver JVM with {SMALL_RUN_JAVA_OPTIONS} (C1 JIT only)")
-    # over the bound, or turned off, or a cluster: Spark's defaults
+                               f"{SMALL_KAFKA_RECORDS}): driver JVM with {LOCAL_JIT_OPTIONS} (C1 JIT only)")
+    # over the bound, or turned off: the C1 JIT of every local run, generated code; a cluster: Spark's defaults
     no_archive = {CDS_ENV: "off"}
-    assert small_run_options("local[2]", None, source_records=SMALL_KAFKA_RECORDS + 1, env=no_archive)[:2] == (None, {})
+    assert small_run_options("local[2]", None, source_records=SMALL_KAFKA_RECORDS + 1, env=no_archive)[:2] == (
+        LOCAL_JIT_OPTIONS, {})
     assert small_run_options("local[2]", None, source_records=5, env={**no_archive, SMALL_RUN_ENV: "0"})[:2] == (
-        None, {})
+        LOCAL_JIT_OPTIONS, {})
     assert small_run_options("spark://m:7077", None, source_records=5)[:2] == (None, {})
     unknown = cli.replay_command(["--source", "kafka://127.0.0.1:1/t", *PROTOCOL, "--output", "o", "--emit", "topics"],
                                  say=said.append)
-    assert SMALL_RUN_JAVA_OPTIONS not in " ".join(unknown) and not set(SMALL_RUN_SPARK_CONF) & set(
+    assert LOCAL_JIT_OPTIONS in " ".join(unknown) and not set(SMALL_RUN_SPARK_CONF) & set(
         unknown[i + 1].split("=", 1)[0] for i, c in enumerate(unknown) if c == "--conf")
-    assert said[-1].startswith("driver JVM with its default JIT: the source's size is not known before the run")
+    assert said[-1].startswith("local run, not small (the source's size is not known before the run): driver JVM "
+                               "with -XX:TieredStopAtLevel=1 (C1 JIT only), generated code")
 
 
 @pytest.mark.parametrize("args, message", [

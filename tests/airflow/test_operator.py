@@ -21,7 +21,7 @@ from spark_apps.launch import (
     LOCAL_DRIVER_MEMORY,
     LOG4J,
     REPLAY_APP,
-    SMALL_RUN_JAVA_OPTIONS,
+    LOCAL_JIT_OPTIONS,
     SMALL_RUN_SPARK_CONF,
     small_run_options,
     spark_submit_command,
@@ -39,7 +39,7 @@ def test_submit_settings_are_exact(monkeypatch):
         "application": REPLAY_APP,
         "name": "cdc-replay",
         "conf": {"spark.pyspark.python": "/venv/bin/python", "spark.pyspark.driver.python": "/venv/bin/python",
-                 "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+                 "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS}",
                  "spark.driver.memory": LOCAL_DRIVER_MEMORY},
         "py_files": None,
         "application_args": [
@@ -58,7 +58,7 @@ def test_submit_settings_are_exact(monkeypatch):
     said = []
     small = submit_settings(REQUEST, master="local[2]", python="/p", source_bytes=1_000_000, say=said.append)
     assert small["conf"]["spark.driver.extraJavaOptions"] == (f"-Dlog4j2.configurationFile=file:{LOG4J} "
-                                                              f"{SMALL_RUN_JAVA_OPTIONS}")
+                                                              f"{LOCAL_JIT_OPTIONS}")
     assert {k: small["conf"][k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
     assert said == ["small local run (1.0 MB of source, at most $CDC_REPLAY_SMALL_RUN_MB=16): driver JVM with "
                     "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive, spark.sql.codegen.wholeStage=false, "
@@ -77,13 +77,13 @@ def test_a_kafka_sources_counted_records_choose_the_small_run_settings(monkeypat
     monkeypatch.setenv("CDC_REPLAY_CDS_DIR", "off")
     said = []
     small = submit_settings(REQUEST, master="local[2]", python="/p", source_records=133, say=said.append)
-    assert small["conf"]["spark.driver.extraJavaOptions"].endswith(SMALL_RUN_JAVA_OPTIONS)
+    assert small["conf"]["spark.driver.extraJavaOptions"].endswith(LOCAL_JIT_OPTIONS)
     assert {k: small["conf"][k] for k in SMALL_RUN_SPARK_CONF} == SMALL_RUN_SPARK_CONF
     assert said == [f"small local run (133 Kafka records, at most {SMALL_KAFKA_RECORDS}): driver JVM with "
                     "-XX:TieredStopAtLevel=1 (C1 JIT only), no class-data archive, spark.sql.codegen.wholeStage=false, "
                     "spark.sql.codegen.factoryMode=NO_CODEGEN"]
     large = submit_settings(REQUEST, master="local[2]", python="/p", source_records=SMALL_KAFKA_RECORDS + 1)
-    assert large["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J}"
+    assert large["conf"]["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J} {LOCAL_JIT_OPTIONS}"
     assert not set(SMALL_RUN_SPARK_CONF) & set(large["conf"])
 
 

@@ -579,6 +579,9 @@ class SchemaHistory:
                     self._rename_column(schema, col, replacement.name, point)
                 col.mysql_type = replacement.mysql_type
                 col.flags = replacement.flags
+                position = new_def.args.get("position")
+                if position is not None:  # MODIFY/CHANGE ... FIRST | AFTER c moves the column too
+                    self._move_column(schema, col, position)
                 done.append(f"modify column {col.name}")
             elif isinstance(action, exp.RenameColumn):
                 old_name, new_name = _name(action.this), _name(action.args["to"])
@@ -627,6 +630,18 @@ class SchemaHistory:
                     schema.columns.insert(schema.columns.index(ref) + 1, col)
                     return
         schema.columns.append(col)
+
+    @staticmethod
+    def _move_column(schema: TableSchema, col: ColumnDef, position) -> None:
+        """Where MODIFY/CHANGE COLUMN ... FIRST | AFTER c puts the column (MySQL refuses an AFTER
+        naming an unknown column, so a statement it ran always names a known one; the column
+        stays where it was otherwise)."""
+        after = position.this
+        if str(position.args.get("position") or "").upper() != "FIRST" and (
+                after is None or schema.column(_name(after)) is None or schema.column(_name(after)) is col):
+            return
+        schema.columns.remove(col)
+        SchemaHistory._insert_column(schema, col, position)
 
     @staticmethod
     def _rename_column(schema: TableSchema, col: ColumnDef, new_name: str, point: Point) -> None:

@@ -47,6 +47,26 @@ def test_add_drop_and_rename_columns_with_positions():
     assert [c3.name_at(p) for p in ([3, 1], [4, 1], [5, 1])] == ["c", "c2", "c3"]
 
 
+def test_modify_and_change_column_move_the_column_as_mysql_does():
+    """MODIFY / CHANGE COLUMN with FIRST or AFTER moves the column (MySQL's ALTER TABLE docs:
+    "FIRST and AFTER ... also work with CHANGE and MODIFY"): after CREATE (id, a), ADD z FIRST,
+    MODIFY a FIRST and ADD y AFTER id, MySQL's table is (a, z, id, y)."""
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.t (id INT PRIMARY KEY, a INT)", [1])
+    h.apply("ALTER TABLE d.t ADD COLUMN z INT FIRST", [2])
+    h.apply("ALTER TABLE d.t MODIFY a INT FIRST", [3])
+    h.apply("ALTER TABLE d.t ADD COLUMN y INT AFTER id", [4])
+    assert names(h) == ["a", "z", "id", "y"]
+    h.apply("ALTER TABLE d.t CHANGE COLUMN a b BIGINT AFTER y", [5])
+    assert names(h) == ["z", "id", "y", "b"] and h.tables[("d", "t")].column("b").mysql_type == "bigint"
+    h.apply("ALTER TABLE d.t MODIFY COLUMN z INT AFTER id, MODIFY y INT FIRST", [6])
+    assert names(h) == ["y", "id", "z", "b"]
+    h.apply("ALTER TABLE d.t MODIFY id BIGINT", [7])  # no position: stays
+    assert names(h) == ["y", "id", "z", "b"]
+    # the rows of each time are read with the order of their time
+    assert [name for name, _ in h.columns_at("d", "t", [3, 1])] == ["a", "z", "id"]
+
+
 def test_rows_are_read_with_the_schema_of_their_time():
     h = SchemaHistory()
     h.apply("CREATE TABLE d.t (id INT PRIMARY KEY, a INT)", [1])

@@ -3,15 +3,19 @@ the compiled encoder writes the row messages or the Python codec does (CDC_REPLA
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
+from cdc_codecs.events import EVENT_SCHEMA, ColumnFlag, Kind, Op, column, new_event
 from spark_apps import native_decode, native_encode, storage
+from spark_apps.ddl import SchemaHistory
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
+from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.replay import run
+from spark_apps.snapshot import precision_from_history, projector
 
-pytestmark = [pytest.mark.spark, pytest.mark.skipif(native_decode.cdc_replay_native is None,
-                                                    reason=f"{native_decode.UNAVAILABLE}")]
+pytestmark = [pytest.mark.skipif(native_decode.cdc_replay_native is None, reason=f"{native_decode.UNAVAILABLE}")]
 TIDB = ["--protocol-option", "enable-tidb-extension=true", "--target-option", "enable-tidb-extension=true"]
 
 
@@ -21,6 +25,7 @@ def objects(output: str) -> dict[str, bytes]:
             for info in storage.list_objects(output) if info.uri.endswith(".jsonl.gz")}
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("emit,extra", [("snapshot", []), ("topics", ["--target-option", "content-compatible=true"])])
 def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path, monkeypatch, emit, extra):
     generated = generate(transactions=200, partitions=3, seed=29, ddl_rate=0.05)
@@ -36,3 +41,106 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
         run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
         written[switch] = objects(output)
     assert written["1"] and written["1"] == written["0"]
+
+
+# ---------------------------------------------------------------- the writer, fed Arrow batches
+# The writer's own input (events with out_topic/out_partition/sort_point, as Spark hands them),
+# built by hand so each case is there: a table whose DDL drops and adds columns (rows before the
+# DDL need the projection, rows after it do not, unless their image has another column order), a keyless table, a table with
+# DATETIME(3) (a value at another precision: `prepare` renders it) and plain DATETIME, a table no
+# DDL describes, DDL and watermark events (Python encodes them), three partitions.
+
+WRITER_SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
+                           pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
+                           pa.field("timeline", pa.list_(pa.int64()))])
+DDL = [(10, "CREATE TABLE p (id INT PRIMARY KEY, a VARCHAR(10), b INT)"),
+       (11, "CREATE TABLE k (x INT, y VARCHAR(5))"),
+       (12, "CREATE TABLE tm (id INT PRIMARY KEY, d DATETIME(3), e DATETIME)"),
+       (20, "ALTER TABLE p DROP COLUMN b"),
+       (30, "ALTER TABLE p ADD COLUMN c INT DEFAULT 7")]
+PK = int(ColumnFlag.PRIMARY_KEY)
+
+
+def _row(ts, table, cols, keys, op=Op.INSERT):
+    image = [column(name, value, typ, flags) for name, value, typ, flags in cols]
+    return new_event(Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts * 1000, database="d", table=table,
+                     key_columns=keys, before=image if op == Op.DELETE else None,
+                     after=None if op == Op.DELETE else image, partition=0, offset=ts, topic="src")
+
+
+def writer_events() -> list[dict]:
+    events = []
+    for ts, query in DDL:
+        events.append(new_event(Kind.DDL, commit_ts=ts, database="d", table=query.split()[2], ddl_query=query,
+                                ddl_type="create table", offset=ts))
+    for i in range(60):
+        ts = 13 + i
+        idv = str(i).encode()
+        if ts < 20:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0), ("b", b"1", "int", 0)]
+        elif ts < 30:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0)]
+        elif i % 7:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0), ("c", b"8", "int", 0)]
+        else:  # an image in another order than the table's: the projection reorders it
+            p_cols = [("a", b"x", "varchar(10)", 0), ("id", idv, "int", PK), ("c", b"8", "int", 0)]
+        events.append(_row(ts, "p", p_cols, ["id"], op=Op.DELETE if i % 11 == 5 else Op.INSERT))
+        events.append(_row(ts, "k", [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)], []))
+        events.append(_row(ts, "tm", [("id", idv, "int", PK), ("d", b"2020-01-02 03:04:05.120000", "datetime", 0),
+                                      ("e", b"2020-01-02 03:04:05", "datetime", 0)], ["id"]))
+        events.append(_row(ts, "u", [("id", idv, "bigint", PK), ("v", b"free text", "text", 0)], ["id"]))
+    return events
+
+
+def writer_batches(events, partitions=3, size=50) -> list[pa.RecordBatch]:
+    """The events placed and ordered as the writer receives them (a DDL in every partition)."""
+    rows = []
+    for e in events:
+        point = [e["commit_ts"]]
+        places = range(partitions) if e["kind"] == Kind.DDL else [int(e["commit_ts"]) % partitions]
+        rows += [{**e, "out_topic": "out", "out_partition": p, "sort_point": point, "timeline": point,
+                  "sort_rank": 2 if e["kind"] == Kind.DDL else 1} for p in places]
+    rows.append({**new_event(Kind.WATERMARK, watermark_ts=99), "out_topic": "out", "out_partition": 0,
+                 "sort_point": [99], "timeline": [99], "sort_rank": 3})
+    rows.sort(key=lambda r: (r["out_partition"], r["sort_point"], r["sort_rank"]))
+    table = pa.Table.from_pylist(rows, WRITER_SCHEMA)
+    return table.to_batches(max_chunksize=size)
+
+
+@pytest.mark.parametrize("emit", ["snapshot", "topics"])
+def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes(tmp_path, monkeypatch, emit):
+    history = SchemaHistory()
+    for ts, query in DDL:
+        history.apply(query, [ts], "d")
+    if emit == "snapshot":
+        prepare = projector({(s.database.lower(), s.name.lower()): s for s in history.tables.values()
+                             if s.columns_known})
+    else:
+        prepare = precision_from_history(history)
+    events = writer_events()
+    written, stats = {}, {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(native_encode.ENV, switch)
+        stats[switch] = native_encode.Counts()
+        base = str(tmp_path / switch)
+        fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40, prepare,
+                             stats=stats[switch])
+        rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
+        written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
+    assert written["1"][0] and written["1"] == written["0"]
+    on, off = stats["1"], stats["0"]
+    total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
+    assert off.dicts == total and off.arrow == 0
+    assert on.arrow and on.arrow + on.dicts == total and on.native + on.python == total
+    # what had to become a dict: DDL and the watermark (Python encodes them), and the rows
+    # `prepare` changes: p's rows written before its last DDL or in another column order, and
+    # all of tm's for the snapshot (its DATETIME(3) to render), tm's for topics (its history
+    # has DATETIME(3))
+    nonrow = 3 * len(DDL) + 1
+    if emit == "snapshot":
+        projected = [e for e in events if e["kind"] == Kind.ROW and e["table"] == "p"
+                     and (e["commit_ts"] <= 30 or (e["after"] or e["before"])[0]["name"] != "id")]
+        assert on.dicts == nonrow + len(projected) + 60
+    else:
+        assert on.dicts == nonrow + 60
+    assert on.python == nonrow

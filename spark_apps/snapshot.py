@@ -4,6 +4,7 @@ while it is written (pure Python, in the writer tasks)."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from cdc_codecs.events import Kind
 from cdc_codecs.mysql_types import declared_fsp, enum_set_label, parse_type, with_fsp
@@ -75,40 +76,77 @@ def precision_from_history(history):
 
     def unchanged(batch) -> np.ndarray:
         """Per row of an Arrow batch of the writer: True where `prepare` would leave the event
-        as it is, decided from (kind, database, table, sort_point) and the history alone: not a
-        row event, no history, a table not described at the row's point, or described with no
-        DATETIME / TIMESTAMP / TIME column (nothing to render). The rest go through `prepare`."""
+        as it is: not a row event, no history, a table not described at the row's point or
+        described with no DATETIME / TIMESTAMP / TIME column, or whose temporal values are
+        already at the declared precision (checked on those cells only, no dict per row)."""
         n = batch.num_rows
+        out = np.ones(n, dtype=bool)
         if not history.versions:
-            return np.ones(n, dtype=bool)
+            return out
         kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
         points = None
-        out = np.ones(n, dtype=bool)
-        temporal_tables: dict = {}
+        some_temporal: dict = {}
+        fsps: dict[int, dict] = {}  # row -> {lower-case column name: declared fsp}
         for i in range(n):
             if kinds[i] != Kind.ROW:
                 continue
             key = ((dbs[i] or "").lower(), (tables[i] or "").lower())
-            some = temporal_tables.get(key)
-            if some is None:  # any version of the table with a temporal column: else no point is needed
-                some = temporal_tables[key] = any(
-                    _temporal(sig) for _, sig in history.versions.get(key, ()) if sig and sig != UNKNOWN_COLUMNS)
-            if not some:
+            if key not in some_temporal:  # no version with a temporal column: no point to look up
+                some_temporal[key] = any(_fsps(dict(sig)) for _, sig in history.versions.get(key, ())
+                                         if sig and sig != UNKNOWN_COLUMNS)
+            if not some_temporal[key]:
                 continue
             if points is None:
                 points = batch.column("sort_point").to_pylist()
             signature = history.columns_at(dbs[i], tables[i] or "", list(points[i] or []))
-            out[i] = not signature or signature == UNKNOWN_COLUMNS or not _temporal(signature)
+            if signature and signature != UNKNOWN_COLUMNS:
+                fsp = _fsps(dict(signature))
+                if fsp:
+                    fsps[i] = fsp
+        if fsps:
+            for side in ("before", "after"):
+                out &= ~_renders(batch.column(side), fsps)
         return out
 
     prepare.unchanged = unchanged
     return prepare
 
 
-def _temporal(signature) -> bool:
-    """Whether a column signature ((name, type), ...) has a column whose declared precision
-    `declared_precision` may apply (a type from the stream says none)."""
-    return any(not isinstance(t, StreamType) and declared_fsp(parse_type(t)) is not None for _, t in signature)
+def _fsps(types: dict) -> dict:
+    """{column: declared fsp} of a {column: schema type} map's temporal columns that
+    `declared_precision` may render (a type taken from the stream declares nothing)."""
+    out = {}
+    for name, typ in types.items():
+        if not isinstance(typ, StreamType):
+            fsp = declared_fsp(parse_type(typ))
+            if fsp is not None:
+                out[name] = fsp
+    return out
+
+
+def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
+    """Per row of an image column (Arrow list<struct>): True where `declared_precision` would
+    change a value of one of the rows of `fsps` ({row: {lower-case column name: fsp}}); only
+    those rows' cells become Python values."""
+    import pyarrow.compute as pc
+
+    n = len(image)
+    changes = np.zeros(n, dtype=bool)
+    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(n), lengths)
+    wanted = np.zeros(n, dtype=bool)
+    wanted[list(fsps)] = True
+    cells = np.flatnonzero(wanted[row_of])
+    if not len(cells):
+        return changes
+    flat = image.flatten()
+    take = pa.array(cells)
+    names, types, values = (pc.struct_field(flat, f).take(take).to_pylist() for f in ("name", "mysql_type", "value"))
+    for row, name, own, value in zip(row_of[cells].tolist(), names, types, values, strict=True):
+        fsp = fsps[row].get(name.lower())
+        if fsp is not None and value is not None and not parse_type(own).params and with_fsp(value, fsp) != value:
+            changes[row] = True
+    return changes
 
 
 def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = False):
@@ -126,21 +164,22 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
             event["key_columns"] = schema.identity_columns()
         return event
 
-    plain = {}  # (database, table) -> (column names, identity) when only names can make a projection differ
+    plain = {}  # (database, table) -> (column names, identity, {column: fsp})
 
     def unchanged(batch) -> np.ndarray:
-        """Per row of an Arrow batch of the writer: True where `prepare` would leave the event
-        as it is (but for `timeline`, which the encoders do not read): not a row event, a table
-        the history does not describe, or one whose columns (no ENUM/SET labels to fill, no
-        temporal precision to render) are all there at the row's point under their final names,
-        with the row's image carrying exactly those names in that order and its key the
-        table's identity. The rest go through `prepare`."""
+        """Per row of an Arrow batch of the writer: True where `prepare` would leave what the
+        canal-json encoders read as it is (`timeline` goes, an ENUM/SET `label` may be filled:
+        neither is encoded): not a row event, a table the history does not describe, or one
+        whose columns are all there at the row's point under their final names, with the
+        row's image carrying exactly those names in that order, its key the table's identity
+        and its temporal values already at the declared precision."""
         n = batch.num_rows
         out = np.ones(n, dtype=bool)
         if not schemas:
             return out
         kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
-        names = keys = points = None
+        names = keys = points = image = None
+        fsps: dict[int, dict] = {}
         for i in range(n):
             if kinds[i] != Kind.ROW:
                 continue
@@ -149,41 +188,42 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
             if schema is None:
                 continue
             if key not in plain:
-                plain[key] = _plain_schema(schema)
-            if plain[key] is None:
-                out[i] = False
-                continue
+                plain[key] = ([c.name for c in schema.columns], schema.identity_columns(),
+                              _fsps({c.name.lower(): c.mysql_type for c in schema.columns}))
             if names is None:
-                names, keys, points = _image_names(batch), batch.column("key_columns").to_pylist(), \
-                    batch.column("timeline").to_pylist()
+                image = _image(batch)
+                names, keys = _names(image), batch.column("key_columns").to_pylist()
+                points = batch.column("timeline").to_pylist()
             point = list(points[i]) if points[i] is not None else None
-            columns, identity = plain[key]
+            columns, identity, fsp = plain[key]
             out[i] = (names[i] == columns and keys[i] == identity
                       and all(point is None or (point > c.added and c.name_at(point) == c.name)
                               for c in schema.columns))
+            if out[i] and fsp:
+                fsps[i] = fsp
+        if fsps:
+            out &= ~_renders(image, fsps)
         return out
 
     prepare.unchanged = unchanged
     return prepare
 
 
-def _plain_schema(schema: TableSchema):
-    """(column names, identity) of a schema whose projection can change only names, order and
-    missing columns (no ENUM/SET label to fill, no temporal precision to render); else None."""
-    for col in schema.columns:
-        typ = parse_type(col.mysql_type)
-        if typ.labels or (not isinstance(col.mysql_type, StreamType) and declared_fsp(typ) is not None):
-            return None
-    return [c.name for c in schema.columns], schema.identity_columns()
-
-
-def _image_names(batch) -> list:
-    """Per row, the column names of the image the projection reads (after, else before)."""
+def _image(batch):
+    """The image the projection reads, per row: after, else before."""
     import pyarrow.compute as pc
 
     after, before = batch.column("after"), batch.column("before")
-    image = after if after.null_count == 0 else pc.if_else(after.is_valid(), after, before)
-    offsets = image.offsets.to_numpy()
+    return after if after.null_count == 0 else pc.if_else(after.is_valid(), after, before)
+
+
+def _names(image) -> list:
+    """Per row, an image's column names (None for no image)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    ends = np.cumsum(lengths).tolist()
     valid = image.is_valid().to_numpy(zero_copy_only=False)
-    flat = pc.struct_field(image.values, "name").to_pylist()
-    return [flat[offsets[i]:offsets[i + 1]] if valid[i] else None for i in range(len(image))]
+    flat = pc.struct_field(image.flatten(), "name").to_pylist()
+    return [flat[end - length:end] if ok else None
+            for end, length, ok in zip(ends, lengths.tolist(), valid.tolist(), strict=True)]

@@ -142,6 +142,7 @@ def write_topics_fn(
                 for _, event in group:
                     writer.fed_events += 1
                     writer.fed_rows += event["kind"] == Kind.ROW
+                    counts.python += 1
                     last["event"] = event
                     yield event
 

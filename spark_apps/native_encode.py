@@ -1,8 +1,10 @@
 """The compiled canal-json encoder (native/cdc_replay_native, canal_json_encode.rs) behind the
 Python codec, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
 
-The writer's events (dicts, after the snapshot's projection) go to the extension in chunks as
-one Arrow batch each; it writes each row event's message value with no Python object per value.
+The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
+straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
+go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
+event's message value with no Python object per value.
 Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
 unencoded and the Python codec, which stays the reference, encodes it: the messages are the
 same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's

@@ -112,6 +112,7 @@ class Counts:
         self.python = 0
         self.arrow = 0  # events encoded from the writer's Arrow batch, with no dict
         self.dicts = 0  # events turned into dicts (prepared, or declined by the extension)
+        self.projected = 0  # of `arrow`: projected without dicts (the snapshot's prepare.project)
 
 
 def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: int, encoder=None,
@@ -187,6 +188,15 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
             rows = rows.take(pa.array(idx))
         for i, value in zip(idx.tolist(), encoder.encode(len(idx), _arrays(rows)), strict=True):
             values[i] = value
+    project = getattr(prepare, "project", None)
+    if project is not None:  # row events the hook changes, changed here without dicts where it can
+        declined = [i for i in range(n) if kinds[i] == Kind.ROW and not fast[i]]
+        index, projected = project(batch, declined)
+        if index:
+            counts.projected += len(index)
+            for i, value in zip(index, encoder.encode(len(index), _arrays(projected.select(_SCHEMA.names))),
+                                strict=True):
+                values[i] = value
     slow = [i for i in range(n) if values[i] is None]
     events: dict[int, dict] = {}
     if slow:

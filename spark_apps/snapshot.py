@@ -205,7 +205,84 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
             out &= ~_renders(image, fsps)
         return out
 
-    prepare.unchanged = unchanged
+    def project(batch, rows) -> tuple[list[int], pa.RecordBatch | None]:
+        """Of `rows` (indexes of row events `unchanged` declined), those whose projection needs
+        no value rendered (their temporal cells at the declared precision), projected without
+        dicts: (their indexes, a batch of the encoders' fields with the projected image and
+        key, in that order). The others stay for `prepare`."""
+        import pyarrow.compute as pc
+
+        from cdc_codecs.events import COLUMN_TYPE
+
+        if not schemas or not len(rows):
+            return [], None
+        dbs, tables = (batch.column(c).to_pylist() for c in ("database", "table"))
+        image = _image(batch)
+        names, points = _names(image), batch.column("timeline").to_pylist()
+        lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+        starts = (np.cumsum(lengths) - lengths).tolist()
+        flat = image.flatten()
+        cells = len(flat)
+        defaults: list[dict] = []  # default cells, after the image's cells
+        default_at: dict = {}
+        taken, out_names, offsets, keys, fsps = [], [], [0], [], {}
+        for i in rows:
+            schema = schemas.get(((dbs[i] or "").lower(), (tables[i] or "").lower()))
+            if schema is None or names[i] is None:
+                continue
+            point = list(points[i]) if points[i] is not None else None
+            by_name = {n.lower(): j for j, n in enumerate(names[i])}
+            picks, sources = [], {}
+            for col in schema.columns:
+                j = None
+                if point is None or point > col.added:
+                    j = by_name.get((col.name_at(point) if point is not None else col.name).lower())
+                if j is None:
+                    at = default_at.get(id(col))
+                    if at is None:
+                        at = default_at[id(col)] = cells + len(defaults)
+                        defaults.append({"name": col.name, "mysql_type": col.mysql_type, "flags": col.flags,
+                                         "value": col.default, "label": col.default_label})
+                    picks.append(at)
+                else:
+                    picks.append(starts[i] + j)
+                    sources[names[i][j].lower()] = col.mysql_type
+            fsp = _fsps(sources)
+            if fsp:
+                fsps[len(keys)] = (i, fsp)
+            taken.append(picks)
+            out_names.append([c.name for c in schema.columns])
+            offsets.append(offsets[-1] + len(picks))
+            keys.append((i, schema.identity_columns()))
+        if fsps:  # a value to render: left to `prepare`
+            render = _renders(image, {i: fsp for i, fsp in fsps.values()})
+            keep = [k for k in range(len(keys)) if not render[keys[k][0]]]
+        else:
+            keep = list(range(len(keys)))
+        if not keep:
+            return [], None
+        extended = pa.concat_arrays([flat.cast(COLUMN_TYPE), pa.array(defaults, COLUMN_TYPE)]) if defaults \
+            else flat.cast(COLUMN_TYPE)
+        picks = pa.array([j for k in keep for j in taken[k]], pa.int64())
+        cells_out = extended.take(picks)
+        new_offsets = np.cumsum([0] + [len(taken[k]) for k in keep]).astype(np.int32)
+        projected = pa.ListArray.from_arrays(pa.array(new_offsets), pa.StructArray.from_arrays(
+            [pa.array([n for k in keep for n in out_names[k]], pa.string()), *(
+                cells_out.field(f) for f in ("mysql_type", "flags", "value", "label"))],
+            fields=list(COLUMN_TYPE)))
+        index = [keys[k][0] for k in keep]
+        chosen = batch.take(pa.array(index, pa.int64()))
+        has_after = chosen.column("after").is_valid()
+        projected = projected.cast(chosen.column("after").type)
+        columns = {name: chosen.column(name) for name in chosen.schema.names}
+        columns["after"] = pc.if_else(has_after, projected, chosen.column("after"))
+        columns["before"] = pc.if_else(has_after, chosen.column("before"), projected)
+        columns["key_columns"] = pa.array([keys[k][1] for k in keep], chosen.column("key_columns").type)
+        return index, pa.RecordBatch.from_pydict(columns)
+
+    if not schema_types:  # what the encoders read of a Kafka-record re-encode (types kept)
+        prepare.unchanged = unchanged
+        prepare.project = project
     return prepare
 
 

@@ -60,7 +60,8 @@ DDL = [(10, "CREATE TABLE p (id INT PRIMARY KEY, a VARCHAR(10), b INT)"),
        (11, "CREATE TABLE k (x INT, y VARCHAR(5))"),
        (12, "CREATE TABLE tm (id INT PRIMARY KEY, d DATETIME(3), e DATETIME)"),
        (20, "ALTER TABLE p DROP COLUMN b"),
-       (30, "ALTER TABLE p ADD COLUMN c INT DEFAULT 7")]
+       (30, "ALTER TABLE p ADD COLUMN c INT DEFAULT 7"),
+       (35, "ALTER TABLE k ADD COLUMN z VARCHAR(3) DEFAULT 'zz'")]
 PK = int(ColumnFlag.PRIMARY_KEY)
 
 
@@ -88,7 +89,9 @@ def writer_events() -> list[dict]:
         else:  # an image in another order than the table's: the projection reorders it
             p_cols = [("a", b"x", "varchar(10)", 0), ("id", idv, "int", PK), ("c", b"8", "int", 0)]
         events.append(_row(ts, "p", p_cols, ["id"], op=Op.DELETE if i % 11 == 5 else Op.INSERT))
-        events.append(_row(ts, "k", [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)], []))
+        k_cols = [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)] + ([("z", b"w", "varchar(3)", 0)] if ts > 35 else [])
+        # a keyless row whose message names a key: the snapshot writes the table's identity (none)
+        events.append(_row(ts, "k", k_cols, ["x"] if i % 5 == 0 else []))
         # d: at its declared precision (as TiCDC renders it) or not (as OceanBase does)
         d = b"2020-01-02 03:04:05.120000" if i % 2 else b"2020-01-02 03:04:05.120"
         events.append(_row(ts, "tm", [("id", idv, "int", PK), ("d", d, "datetime", 0),
@@ -137,16 +140,16 @@ def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes
     total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
     assert off.dicts == total and off.arrow == 0
     assert on.arrow and on.arrow + on.dicts == total and on.native + on.python == total
-    # what had to become a dict: DDL and the watermark (Python encodes them), and the rows
-    # `prepare` changes: tm's rows whose DATETIME(3) value has six digits, and for the snapshot
-    # p's rows written before its last DDL or in another column order
+    # what had to become a dict: DDL and the watermark (Python encodes them), and tm's rows
+    # whose DATETIME(3) value has six digits (`prepare` renders it); for the snapshot, p's and
+    # k's rows written before their last DDL, in another column order or with another key are
+    # projected from the batch
     nonrow = 3 * len(DDL) + 1
     rendered = [e for e in events if e["kind"] == Kind.ROW and e["table"] == "tm" and len(e["after"][1]["value"]) > 23]
     assert len(rendered) == 30
-    if emit == "snapshot":
-        projected = [e for e in events if e["kind"] == Kind.ROW and e["table"] == "p"
-                     and (e["commit_ts"] <= 30 or (e["after"] or e["before"])[0]["name"] != "id")]
-        assert on.dicts == nonrow + len(projected) + len(rendered)
-    else:
-        assert on.dicts == nonrow + len(rendered)
-    assert on.python == nonrow
+    assert on.dicts == nonrow + len(rendered) and on.python == nonrow
+    projected = [e for e in events if e["kind"] == Kind.ROW and (
+        (e["table"] == "p" and (e["commit_ts"] <= 30 or (e["after"] or e["before"])[0]["name"] != "id"))
+        or (e["table"] == "k" and (e["commit_ts"] <= 35 or e["key_columns"])))]
+    assert len(projected) == 24 + 23 + 7
+    assert on.projected == (len(projected) if emit == "snapshot" else 0)

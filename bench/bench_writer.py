@@ -8,9 +8,10 @@ DDL and a keyless table) decoded by the Python codec, placed in three output par
 commit ts, ordered, in Arrow batches of 10,000 rows (Spark's `maxRecordsPerBatch`); every row
 event goes through both hooks (the snapshot would write only the last change per key: the
 cost per row is what is measured). The schema history is the archive's DDL applied in order.
-Per run: wall and CPU seconds (`time.process_time`) of the writer over all batches, the
-events encoded from Arrow (of which projected without dicts) / turned into dicts, and whether the objects are byte-identical
-across the switch. Run it flock'd, on a machine as quiet as can be (the load is printed).
+Per run: wall and CPU seconds (`time.process_time`) of the writer over all
+batches, the events encoded from Arrow (of which projected without dicts) and turned into
+dicts, and whether the objects are byte-identical across the switch. Run it flock'd, on a
+machine as quiet as can be (the load is printed).
 
     flock /tmp/heavy.lock .venv/bin/python bench/bench_writer.py --transactions 20000 --rounds 3
 """
@@ -99,8 +100,8 @@ def main() -> None:
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                     out[switch] = objects(base)
                     shutil.rmtree(base)
-                    print(f"| {name} | {switch} | {wall:.2f} | {cpu:.2f} | {stats.arrow:,} ({stats.projected:,}) | {stats.dicts:,} | "
-                          f"{stats.native:,} | {stats.python:,} |", flush=True)
+                    print(f"| {name} | {switch} | {wall:.2f} | {cpu:.2f} | {stats.arrow:,} ({stats.projected:,}) | "
+                          f"{stats.dicts:,} | {stats.native:,} | {stats.python:,} |", flush=True)
                 assert out["1"] == out["0"], "the switch changed the objects"
         print(f"objects byte-identical across the switch; load average after {os.getloadavg()[0]:.2f}")
     finally:

@@ -218,7 +218,8 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         if value is not None:
             counts.native += 1
             counts.arrow += i not in events
-            yield (topics[i], partitions[i]), kinds[i], events.get(i), [EncodedMessage(None, compression.compress(compress, value))]
+            message = EncodedMessage(None, compression.compress(compress, value))
+            yield (topics[i], partitions[i]), kinds[i], events.get(i), [message]
         elif i in events:
             counts.python += 1
             try:

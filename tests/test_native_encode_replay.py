@@ -1,5 +1,7 @@
 """A replay's re-encoded snapshot and topics (canal-json, with DDL) are the same bytes whether
-the compiled encoder writes the row messages or the Python codec does (CDC_REPLAY_NATIVE_ENCODE)."""
+the compiled encoder writes the row messages or the Python codec does (CDC_REPLAY_NATIVE_ENCODE);
+the writer sends the rows its hook leaves alone or projects in Arrow to the compiled encoder
+without dicts (counted), and only the rest through dicts."""
 
 from __future__ import annotations
 
@@ -48,10 +50,11 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
 
 # ---------------------------------------------------------------- the writer, fed Arrow batches
 # The writer's own input (events with out_topic/out_partition/sort_point, as Spark hands them),
-# built by hand so each case is there: a table whose DDL drops and adds columns (rows before the
-# DDL need the projection, rows after it do not, unless their image has another column order), a keyless table, a table with
-# DATETIME(3) (a value at another precision: `prepare` renders it) and plain DATETIME, a table no
-# DDL describes, DDL and watermark events (Python encodes them), three partitions.
+# built by hand so each case is there: a table whose DDL drops and adds columns (rows before
+# the DDL need the projection, rows after it do not, unless their image has another column
+# order), a keyless table (a DDL too, and rows naming a key), a table with DATETIME(3) (a value
+# at another precision: `prepare` renders it) and plain DATETIME, a table no DDL describes, DDL
+# and watermark events (Python encodes them), three partitions.
 
 WRITER_SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
                            pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
@@ -89,7 +92,8 @@ def writer_events() -> list[dict]:
         else:  # an image in another order than the table's: the projection reorders it
             p_cols = [("a", b"x", "varchar(10)", 0), ("id", idv, "int", PK), ("c", b"8", "int", 0)]
         events.append(_row(ts, "p", p_cols, ["id"], op=Op.DELETE if i % 11 == 5 else Op.INSERT))
-        k_cols = [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)] + ([("z", b"w", "varchar(3)", 0)] if ts > 35 else [])
+        k_cols = [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)]
+        k_cols += [("z", b"w", "varchar(3)", 0)] if ts > 35 else []
         # a keyless row whose message names a key: the snapshot writes the table's identity (none)
         events.append(_row(ts, "k", k_cols, ["x"] if i % 5 == 0 else []))
         # d: at its declared precision (as TiCDC renders it) or not (as OceanBase does)

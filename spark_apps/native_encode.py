@@ -1,8 +1,10 @@
 """The compiled canal-json encoder (native/cdc_replay_native, canal_json_encode.rs) behind the
 Python codec, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
 
-The writer's events (dicts, after the snapshot's projection) go to the extension in chunks as
-one Arrow batch each; it writes each row event's message value with no Python object per value.
+The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
+straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
+go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
+event's message value with no Python object per value.
 Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
 unencoded and the Python codec, which stays the reference, encodes it: the messages are the
 same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
@@ -108,6 +110,9 @@ class Counts:
     def __init__(self):
         self.native = 0
         self.python = 0
+        self.arrow = 0  # events encoded from the writer's Arrow batch, with no dict
+        self.dicts = 0  # events turned into dicts (prepared, or declined by the extension)
+        self.projected = 0  # of `arrow`: projected without dicts (the snapshot's prepare.project)
 
 
 def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: int, encoder=None,
@@ -153,3 +158,72 @@ def _python(codec, event, topic, partition) -> list[EncodedMessage]:
     except EncodeError as e:
         e.event = event
         raise
+
+
+def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
+    """One Arrow batch of the writer (events with `out_topic`, `out_partition`), encoded:
+    ((topic, partition), kind, event dict or None, its messages or the EncodeError) per event
+    in order. The row events `prepare` leaves alone (`prepare.unchanged`, decided without
+    dicts) go to the extension straight from the batch; only the others, and those it
+    declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
+    the prepared ones, Python what it declines. Counted in `counts` (`arrow`, `dicts`)."""
+    from cdc_codecs.errors import EncodeError
+
+    from .contract import Kind
+    from .schema import events_from_batch
+
+    counts = counts if counts is not None else Counts()
+    n = batch.num_rows
+    if not n:
+        return
+    topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
+    fast = np.array([k == Kind.ROW for k in kinds], dtype=bool)
+    if prepare is not None:
+        fast &= np.asarray(prepare.unchanged(batch), dtype=bool)
+    values: list = [None] * n
+    idx = np.flatnonzero(fast)
+    if len(idx):
+        rows = batch.select(_SCHEMA.names)
+        if len(idx) < n:
+            rows = rows.take(pa.array(idx))
+        for i, value in zip(idx.tolist(), encoder.encode(len(idx), _arrays(rows)), strict=True):
+            values[i] = value
+    project = getattr(prepare, "project", None)
+    if project is not None:  # row events the hook changes, changed here without dicts where it can
+        declined = [i for i in range(n) if kinds[i] == Kind.ROW and not fast[i]]
+        index, projected = project(batch, declined)
+        if index:
+            counts.projected += len(index)
+            for i, value in zip(index, encoder.encode(len(index), _arrays(projected.select(_SCHEMA.names))),
+                                strict=True):
+                values[i] = value
+    slow = [i for i in range(n) if values[i] is None]
+    events: dict[int, dict] = {}
+    if slow:
+        counts.dicts += len(slow)
+        for i, event in zip(slow, events_from_batch(batch.take(pa.array(slow, pa.int64()))), strict=True):
+            if prepare is not None and (event := prepare(event)) is None:
+                continue
+            del event["out_topic"], event["out_partition"]
+            events[i] = event
+        again = [i for i in events if not fast[i]]  # prepared here: the extension has not seen them
+        for start in range(0, len(again), CHUNK):
+            part = again[start:start + CHUNK]
+            encoded = encoder.encode(len(part), _arrays(pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA)))
+            for i, value in zip(part, encoded, strict=True):
+                values[i] = value
+    compress = codec.config["large-message-handle-compression"]
+    for i in range(n):
+        value = values[i]
+        if value is not None:
+            counts.native += 1
+            counts.arrow += i not in events
+            message = EncodedMessage(None, compression.compress(compress, value))
+            yield (topics[i], partitions[i]), kinds[i], events.get(i), [message]
+        elif i in events:
+            counts.python += 1
+            try:
+                messages = _python(codec, events[i], topics[i], partitions[i])
+            except EncodeError as e:
+                messages = e
+            yield (topics[i], partitions[i]), kinds[i], events[i], messages

@@ -3,6 +3,9 @@ while it is written (pure Python, in the writer tasks)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+
 from cdc_codecs.events import Kind
 from cdc_codecs.mysql_types import declared_fsp, enum_set_label, parse_type, with_fsp
 
@@ -71,7 +74,79 @@ def precision_from_history(history):
                 event[side] = [declared_precision(c, types.get(c["name"].lower())) for c in event[side]]
         return event
 
+    def unchanged(batch) -> np.ndarray:
+        """Per row of an Arrow batch of the writer: True where `prepare` would leave the event
+        as it is: not a row event, no history, a table not described at the row's point or
+        described with no DATETIME / TIMESTAMP / TIME column, or whose temporal values are
+        already at the declared precision (checked on those cells only, no dict per row)."""
+        n = batch.num_rows
+        out = np.ones(n, dtype=bool)
+        if not history.versions:
+            return out
+        kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
+        points = None
+        some_temporal: dict = {}
+        fsps: dict[int, dict] = {}  # row -> {lower-case column name: declared fsp}
+        for i in range(n):
+            if kinds[i] != Kind.ROW:
+                continue
+            key = ((dbs[i] or "").lower(), (tables[i] or "").lower())
+            if key not in some_temporal:  # no version with a temporal column: no point to look up
+                some_temporal[key] = any(_fsps(dict(sig)) for _, sig in history.versions.get(key, ())
+                                         if sig and sig != UNKNOWN_COLUMNS)
+            if not some_temporal[key]:
+                continue
+            if points is None:
+                points = batch.column("sort_point").to_pylist()
+            signature = history.columns_at(dbs[i], tables[i] or "", list(points[i] or []))
+            if signature and signature != UNKNOWN_COLUMNS:
+                fsp = _fsps(dict(signature))
+                if fsp:
+                    fsps[i] = fsp
+        if fsps:
+            for side in ("before", "after"):
+                out &= ~_renders(batch.column(side), fsps)
+        return out
+
+    prepare.unchanged = unchanged
     return prepare
+
+
+def _fsps(types: dict) -> dict:
+    """{column: declared fsp} of a {column: schema type} map's temporal columns that
+    `declared_precision` may render (a type taken from the stream declares nothing)."""
+    out = {}
+    for name, typ in types.items():
+        if not isinstance(typ, StreamType):
+            fsp = declared_fsp(parse_type(typ))
+            if fsp is not None:
+                out[name] = fsp
+    return out
+
+
+def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
+    """Per row of an image column (Arrow list<struct>): True where `declared_precision` would
+    change a value of one of the rows of `fsps` ({row: {lower-case column name: fsp}}); only
+    those rows' cells become Python values."""
+    import pyarrow.compute as pc
+
+    n = len(image)
+    changes = np.zeros(n, dtype=bool)
+    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    row_of = np.repeat(np.arange(n), lengths)
+    wanted = np.zeros(n, dtype=bool)
+    wanted[list(fsps)] = True
+    cells = np.flatnonzero(wanted[row_of])
+    if not len(cells):
+        return changes
+    flat = image.flatten()
+    take = pa.array(cells)
+    names, types, values = (pc.struct_field(flat, f).take(take).to_pylist() for f in ("name", "mysql_type", "value"))
+    for row, name, own, value in zip(row_of[cells].tolist(), names, types, values, strict=True):
+        fsp = fsps[row].get(name.lower())
+        if fsp is not None and value is not None and not parse_type(own).params and with_fsp(value, fsp) != value:
+            changes[row] = True
+    return changes
 
 
 def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = False):
@@ -89,4 +164,143 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
             event["key_columns"] = schema.identity_columns()
         return event
 
+    plain = {}  # (database, table) -> (column names, identity, {column: fsp})
+
+    def unchanged(batch) -> np.ndarray:
+        """Per row of an Arrow batch of the writer: True where `prepare` would leave what the
+        canal-json encoders read as it is (`timeline` goes, an ENUM/SET `label` may be filled:
+        neither is encoded): not a row event, a table the history does not describe, or one
+        whose columns are all there at the row's point under their final names, with the
+        row's image carrying exactly those names in that order, its key the table's identity
+        and its temporal values already at the declared precision."""
+        n = batch.num_rows
+        out = np.ones(n, dtype=bool)
+        if not schemas:
+            return out
+        kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
+        names = keys = points = image = None
+        fsps: dict[int, dict] = {}
+        for i in range(n):
+            if kinds[i] != Kind.ROW:
+                continue
+            key = ((dbs[i] or "").lower(), (tables[i] or "").lower())
+            schema = schemas.get(key)
+            if schema is None:
+                continue
+            if key not in plain:
+                plain[key] = ([c.name for c in schema.columns], schema.identity_columns(),
+                              _fsps({c.name.lower(): c.mysql_type for c in schema.columns}))
+            if names is None:
+                image = _image(batch)
+                names, keys = _names(image), batch.column("key_columns").to_pylist()
+                points = batch.column("timeline").to_pylist()
+            point = list(points[i]) if points[i] is not None else None
+            columns, identity, fsp = plain[key]
+            out[i] = (names[i] == columns and keys[i] == identity
+                      and all(point is None or (point > c.added and c.name_at(point) == c.name)
+                              for c in schema.columns))
+            if out[i] and fsp:
+                fsps[i] = fsp
+        if fsps:
+            out &= ~_renders(image, fsps)
+        return out
+
+    def project(batch, rows) -> tuple[list[int], pa.RecordBatch | None]:
+        """Of `rows` (indexes of row events `unchanged` declined), those whose projection needs
+        no value rendered (their temporal cells at the declared precision), projected without
+        dicts: (their indexes, a batch of the encoders' fields with the projected image and
+        key, in that order). The others stay for `prepare`."""
+        import pyarrow.compute as pc
+
+        from cdc_codecs.events import COLUMN_TYPE
+
+        if not schemas or not len(rows):
+            return [], None
+        dbs, tables = (batch.column(c).to_pylist() for c in ("database", "table"))
+        image = _image(batch)
+        names, points = _names(image), batch.column("timeline").to_pylist()
+        lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+        starts = (np.cumsum(lengths) - lengths).tolist()
+        flat = image.flatten()
+        cells = len(flat)
+        defaults: list[dict] = []  # default cells, after the image's cells
+        default_at: dict = {}
+        taken, out_names, offsets, keys, fsps = [], [], [0], [], {}
+        for i in rows:
+            schema = schemas.get(((dbs[i] or "").lower(), (tables[i] or "").lower()))
+            if schema is None or names[i] is None:
+                continue
+            point = list(points[i]) if points[i] is not None else None
+            by_name = {n.lower(): j for j, n in enumerate(names[i])}
+            picks, sources = [], {}
+            for col in schema.columns:
+                j = None
+                if point is None or point > col.added:
+                    j = by_name.get((col.name_at(point) if point is not None else col.name).lower())
+                if j is None:
+                    at = default_at.get(id(col))
+                    if at is None:
+                        at = default_at[id(col)] = cells + len(defaults)
+                        defaults.append({"name": col.name, "mysql_type": col.mysql_type, "flags": col.flags,
+                                         "value": col.default, "label": col.default_label})
+                    picks.append(at)
+                else:
+                    picks.append(starts[i] + j)
+                    sources[names[i][j].lower()] = col.mysql_type
+            fsp = _fsps(sources)
+            if fsp:
+                fsps[len(keys)] = (i, fsp)
+            taken.append(picks)
+            out_names.append([c.name for c in schema.columns])
+            offsets.append(offsets[-1] + len(picks))
+            keys.append((i, schema.identity_columns()))
+        if fsps:  # a value to render: left to `prepare`
+            render = _renders(image, {i: fsp for i, fsp in fsps.values()})
+            keep = [k for k in range(len(keys)) if not render[keys[k][0]]]
+        else:
+            keep = list(range(len(keys)))
+        if not keep:
+            return [], None
+        extended = pa.concat_arrays([flat.cast(COLUMN_TYPE), pa.array(defaults, COLUMN_TYPE)]) if defaults \
+            else flat.cast(COLUMN_TYPE)
+        picks = pa.array([j for k in keep for j in taken[k]], pa.int64())
+        cells_out = extended.take(picks)
+        new_offsets = np.cumsum([0] + [len(taken[k]) for k in keep]).astype(np.int32)
+        projected = pa.ListArray.from_arrays(pa.array(new_offsets), pa.StructArray.from_arrays(
+            [pa.array([n for k in keep for n in out_names[k]], pa.string()), *(
+                cells_out.field(f) for f in ("mysql_type", "flags", "value", "label"))],
+            fields=list(COLUMN_TYPE)))
+        index = [keys[k][0] for k in keep]
+        chosen = batch.take(pa.array(index, pa.int64()))
+        has_after = chosen.column("after").is_valid()
+        projected = projected.cast(chosen.column("after").type)
+        columns = {name: chosen.column(name) for name in chosen.schema.names}
+        columns["after"] = pc.if_else(has_after, projected, chosen.column("after"))
+        columns["before"] = pc.if_else(has_after, chosen.column("before"), projected)
+        columns["key_columns"] = pa.array([keys[k][1] for k in keep], chosen.column("key_columns").type)
+        return index, pa.RecordBatch.from_pydict(columns)
+
+    if not schema_types:  # what the encoders read of a Kafka-record re-encode (types kept)
+        prepare.unchanged = unchanged
+        prepare.project = project
     return prepare
+
+
+def _image(batch):
+    """The image the projection reads, per row: after, else before."""
+    import pyarrow.compute as pc
+
+    after, before = batch.column("after"), batch.column("before")
+    return after if after.null_count == 0 else pc.if_else(after.is_valid(), after, before)
+
+
+def _names(image) -> list:
+    """Per row, an image's column names (None for no image)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    ends = np.cumsum(lengths).tolist()
+    valid = image.is_valid().to_numpy(zero_copy_only=False)
+    flat = pc.struct_field(image.flatten(), "name").to_pylist()
+    return [flat[end - length:end] if ok else None
+            for end, length, ok in zip(ends, lengths.tolist(), valid.tolist(), strict=True)]

@@ -1,17 +1,23 @@
 """A replay's re-encoded snapshot and topics (canal-json, with DDL) are the same bytes whether
-the compiled encoder writes the row messages or the Python codec does (CDC_REPLAY_NATIVE_ENCODE)."""
+the compiled encoder writes the row messages or the Python codec does (CDC_REPLAY_NATIVE_ENCODE);
+the writer sends the rows its hook leaves alone or projects in Arrow to the compiled encoder
+without dicts (counted), and only the rest through dicts."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
+from cdc_codecs.events import EVENT_SCHEMA, ColumnFlag, Kind, Op, column, new_event
 from spark_apps import native_decode, native_encode, storage
+from spark_apps.ddl import SchemaHistory
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
+from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.replay import run
+from spark_apps.snapshot import precision_from_history, projector
 
-pytestmark = [pytest.mark.spark, pytest.mark.skipif(native_decode.cdc_replay_native is None,
-                                                    reason=f"{native_decode.UNAVAILABLE}")]
+pytestmark = [pytest.mark.skipif(native_decode.cdc_replay_native is None, reason=f"{native_decode.UNAVAILABLE}")]
 TIDB = ["--protocol-option", "enable-tidb-extension=true", "--target-option", "enable-tidb-extension=true"]
 
 
@@ -21,10 +27,14 @@ def objects(output: str) -> dict[str, bytes]:
             for info in storage.list_objects(output) if info.uri.endswith(".jsonl.gz")}
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("emit,extra", [("snapshot", []), ("topics", ["--target-option", "content-compatible=true"])])
 def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path, monkeypatch, emit, extra):
-    generated = generate(transactions=200, partitions=3, seed=29, ddl_rate=0.05)
+    # orders: DATETIME(3) (canal-json says `datetime`), ENUM; ledger: no key; DDL adds and
+    # drops columns (rows before it are projected in the snapshot); three partitions
+    generated = generate(transactions=200, partitions=3, seed=29, ddl_rate=0.05, keyless=True)
     assert any(e["kind"] == "ddl" for e in generated.events)
+    assert any(e["table"] == "ledger" for e in generated.events if e["kind"] == "row")
     source = str(tmp_path / "archive")
     write_archive(generated.records, source)
     written = {}
@@ -32,7 +42,118 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
         monkeypatch.setenv(native_encode.ENV, switch)
         output = str(tmp_path / f"out{switch}")
         argv = ["--source", source, "--protocol", "canal-json", "--output", output,
-                "--emit", emit, *TIDB, *extra]
+                "--emit", emit, "--target-partitions", "3", *TIDB, *extra]
         run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
         written[switch] = objects(output)
     assert written["1"] and written["1"] == written["0"]
+
+
+# ---------------------------------------------------------------- the writer, fed Arrow batches
+# The writer's own input (events with out_topic/out_partition/sort_point, as Spark hands them),
+# built by hand so each case is there: a table whose DDL drops and adds columns (rows before
+# the DDL need the projection, rows after it do not, unless their image has another column
+# order), a keyless table (a DDL too, and rows naming a key), a table with DATETIME(3) (a value
+# at another precision: `prepare` renders it) and plain DATETIME, a table no DDL describes, DDL
+# and watermark events (Python encodes them), three partitions.
+
+WRITER_SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
+                           pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
+                           pa.field("timeline", pa.list_(pa.int64()))])
+DDL = [(10, "CREATE TABLE p (id INT PRIMARY KEY, a VARCHAR(10), b INT)"),
+       (11, "CREATE TABLE k (x INT, y VARCHAR(5))"),
+       (12, "CREATE TABLE tm (id INT PRIMARY KEY, d DATETIME(3), e DATETIME)"),
+       (20, "ALTER TABLE p DROP COLUMN b"),
+       (30, "ALTER TABLE p ADD COLUMN c INT DEFAULT 7"),
+       (35, "ALTER TABLE k ADD COLUMN z VARCHAR(3) DEFAULT 'zz'")]
+PK = int(ColumnFlag.PRIMARY_KEY)
+
+
+def _row(ts, table, cols, keys, op=Op.INSERT):
+    image = [column(name, value, typ, flags) for name, value, typ, flags in cols]
+    return new_event(Kind.ROW, op=op, commit_ts=ts, execute_ts_ms=ts * 1000, database="d", table=table,
+                     key_columns=keys, before=image if op == Op.DELETE else None,
+                     after=None if op == Op.DELETE else image, partition=0, offset=ts, topic="src")
+
+
+def writer_events() -> list[dict]:
+    events = []
+    for ts, query in DDL:
+        events.append(new_event(Kind.DDL, commit_ts=ts, database="d", table=query.split()[2], ddl_query=query,
+                                ddl_type="create table", offset=ts))
+    for i in range(60):
+        ts = 13 + i
+        idv = str(i).encode()
+        if ts < 20:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0), ("b", b"1", "int", 0)]
+        elif ts < 30:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0)]
+        elif i % 7:
+            p_cols = [("id", idv, "int", PK), ("a", b"x", "varchar(10)", 0), ("c", b"8", "int", 0)]
+        else:  # an image in another order than the table's: the projection reorders it
+            p_cols = [("a", b"x", "varchar(10)", 0), ("id", idv, "int", PK), ("c", b"8", "int", 0)]
+        events.append(_row(ts, "p", p_cols, ["id"], op=Op.DELETE if i % 11 == 5 else Op.INSERT))
+        k_cols = [("x", idv, "int", 0), ("y", b"y\xc3\xa9", "varchar(5)", 0)]
+        k_cols += [("z", b"w", "varchar(3)", 0)] if ts > 35 else []
+        # a keyless row whose message names a key: the snapshot writes the table's identity (none)
+        events.append(_row(ts, "k", k_cols, ["x"] if i % 5 == 0 else []))
+        # d: at its declared precision (as TiCDC renders it) or not (as OceanBase does)
+        d = b"2020-01-02 03:04:05.120000" if i % 2 else b"2020-01-02 03:04:05.120"
+        events.append(_row(ts, "tm", [("id", idv, "int", PK), ("d", d, "datetime", 0),
+                                      ("e", b"2020-01-02 03:04:05", "datetime", 0)], ["id"]))
+        events.append(_row(ts, "u", [("id", idv, "bigint", PK), ("v", b"free text", "text", 0)], ["id"]))
+    return events
+
+
+def writer_batches(events, partitions=3, size=50) -> list[pa.RecordBatch]:
+    """The events placed and ordered as the writer receives them (a DDL in every partition)."""
+    rows = []
+    for e in events:
+        point = [e["commit_ts"]]
+        places = range(partitions) if e["kind"] == Kind.DDL else [int(e["commit_ts"]) % partitions]
+        rows += [{**e, "out_topic": "out", "out_partition": p, "sort_point": point, "timeline": point,
+                  "sort_rank": 2 if e["kind"] == Kind.DDL else 1} for p in places]
+    rows.append({**new_event(Kind.WATERMARK, watermark_ts=99), "out_topic": "out", "out_partition": 0,
+                 "sort_point": [99], "timeline": [99], "sort_rank": 3})
+    rows.sort(key=lambda r: (r["out_partition"], r["sort_point"], r["sort_rank"]))
+    table = pa.Table.from_pylist(rows, WRITER_SCHEMA)
+    return table.to_batches(max_chunksize=size)
+
+
+@pytest.mark.parametrize("emit", ["snapshot", "topics"])
+def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes(tmp_path, monkeypatch, emit):
+    history = SchemaHistory()
+    for ts, query in DDL:
+        history.apply(query, [ts], "d")
+    if emit == "snapshot":
+        prepare = projector({(s.database.lower(), s.name.lower()): s for s in history.tables.values()
+                             if s.columns_known})
+    else:
+        prepare = precision_from_history(history)
+    events = writer_events()
+    written, stats = {}, {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(native_encode.ENV, switch)
+        stats[switch] = native_encode.Counts()
+        base = str(tmp_path / switch)
+        fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40, prepare,
+                             stats=stats[switch])
+        rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
+        written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
+    assert written["1"][0] and written["1"] == written["0"]
+    on, off = stats["1"], stats["0"]
+    total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
+    assert off.dicts == total and off.arrow == 0
+    assert on.arrow and on.arrow + on.dicts == total and on.native + on.python == total
+    # what had to become a dict: DDL and the watermark (Python encodes them), and tm's rows
+    # whose DATETIME(3) value has six digits (`prepare` renders it); for the snapshot, p's and
+    # k's rows written before their last DDL, in another column order or with another key are
+    # projected from the batch
+    nonrow = 3 * len(DDL) + 1
+    rendered = [e for e in events if e["kind"] == Kind.ROW and e["table"] == "tm" and len(e["after"][1]["value"]) > 23]
+    assert len(rendered) == 30
+    assert on.dicts == nonrow + len(rendered) and on.python == nonrow
+    projected = [e for e in events if e["kind"] == Kind.ROW and (
+        (e["table"] == "p" and (e["commit_ts"] <= 30 or (e["after"] or e["before"])[0]["name"] != "id"))
+        or (e["table"] == "k" and (e["commit_ts"] <= 35 or e["key_columns"])))]
+    assert len(projected) == 24 + 23 + 7
+    assert on.projected == (len(projected) if emit == "snapshot" else 0)

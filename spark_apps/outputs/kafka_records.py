@@ -96,22 +96,29 @@ def write_topics_fn(
     max_records: int = 100_000,
     prepare: Callable[[dict], dict | None] | None = None,
     writer: Callable | None = None,
+    stats: native_encode.Counts | None = None,
 ) -> Callable:
     """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
     objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
     one Spark partition (offsets are assigned here, from 0). `writer(base, topic, partition,
-    max_records)` replaces the object writer (spark_apps.outputs.kafka produces to a broker)."""
+    max_records)` replaces the object writer (spark_apps.outputs.kafka produces to a broker).
+    With the compiled encoder and a `prepare` that says which rows it leaves alone
+    (`prepare.unchanged`, spark_apps.snapshot), those rows go from the Arrow batch to the
+    encoder with no dict (native_encode.encode_batch). `stats` (in-process callers: tests)
+    receives the counts the log reports."""
 
     make_writer = writer
     compiled = native_encode.requested()  # the driver's switch, captured for the executors
+    columnar = prepare is None or hasattr(prepare, "unchanged")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options)
         encoder = native_encode.compiled_encoder(codec, compiled)
-        counts = native_encode.Counts()
+        counts = native_encode.Counts() if stats is None else stats
 
         def stream():
             for batch in batches:
+                counts.dicts += batch.num_rows
                 for event in events_from_batch(batch):
                     if prepare is not None:
                         event = prepare(event)
@@ -119,8 +126,14 @@ def write_topics_fn(
                             continue
                     yield (event.pop("out_topic"), event.pop("out_partition")), event
 
+        if encoder is not None and columnar:
+            items = (item for batch in batches
+                     for item in native_encode.encode_batch(codec, encoder, batch, prepare, counts))
+        else:
+            items = stream()
+
         written = []
-        for (topic, partition), group in itertools.groupby(stream(), key=lambda item: item[0]):
+        for (topic, partition), group in itertools.groupby(items, key=lambda item: item[0]):
             writer = (make_writer or ObjectWriter)(base, topic, partition, max_records)
 
             last = {}
@@ -129,6 +142,7 @@ def write_topics_fn(
                 for _, event in group:
                     writer.fed_events += 1
                     writer.fed_rows += event["kind"] == Kind.ROW
+                    counts.python += 1
                     last["event"] = event
                     yield event
 
@@ -136,6 +150,15 @@ def write_topics_fn(
                 if encoder is None:
                     for message in codec.encode(fed(), topic=topic, partition=partition):
                         writer.add(message.key, message.value, message.headers)
+                elif columnar:  # encoded per batch (native_encode.encode_batch), written in order
+                    for _, kind, event, messages in group:
+                        if isinstance(messages, EncodeError):
+                            last["event"] = event
+                            raise messages
+                        writer.fed_events += 1
+                        writer.fed_rows += kind == Kind.ROW
+                        for message in messages:
+                            writer.add(message.key, message.value, message.headers)
                 else:  # one event per message: counted as its message is written, as above
                     events = (event for _, event in group)
                     for event, messages in native_encode.encode_each(codec, events, topic=topic, partition=partition,
@@ -156,7 +179,8 @@ def write_topics_fn(
             written.extend(writer.written)
             log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
         if encoder is not None:
-            log.info("canal-json encoded: %d events compiled, %d by the Python codec", counts.native, counts.python)
+            log.info("canal-json encoded: %d events compiled, %d by the Python codec; %d events encoded from the "
+                     "Arrow batch, %d turned into dicts", counts.native, counts.python, counts.arrow, counts.dicts)
         if written:
             yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
 

@@ -92,12 +92,12 @@ def main() -> None:
                 for switch in ("1", "0") if r % 2 == 0 else ("0", "1"):
                     os.environ[native_encode.ENV] = switch
                     base = os.path.join(work, f"{r}-{switch}")
-                    stats = native_encode.Counts()
-                    fn = write_topics_fn("canal-json", OPTIONS, base, 100_000, make(), stats=stats)
+                    fn = write_topics_fn("canal-json", OPTIONS, base, 100_000, make())
                     wall, cpu = time.perf_counter(), time.process_time()
                     for _ in fn(iter(batches)):
                         pass
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    stats = fn.counts
                     out[switch] = objects(base)
                     shutil.rmtree(base)
                     print(f"| {name} | {switch} | {wall:.2f} | {cpu:.2f} | {stats.arrow:,} ({stats.projected:,}) | "

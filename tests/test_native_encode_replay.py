@@ -133,11 +133,10 @@ def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes
     written, stats = {}, {}
     for switch in ("1", "0"):
         monkeypatch.setenv(native_encode.ENV, switch)
-        stats[switch] = native_encode.Counts()
         base = str(tmp_path / switch)
-        fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40, prepare,
-                             stats=stats[switch])
+        fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40, prepare)
         rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
+        stats[switch] = fn.counts
         written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
     assert written["1"][0] and written["1"] == written["0"]
     on, off = stats["1"], stats["0"]

@@ -96,7 +96,6 @@ def write_topics_fn(
     max_records: int = 100_000,
     prepare: Callable[[dict], dict | None] | None = None,
     writer: Callable | None = None,
-    stats: native_encode.Counts | None = None,
 ) -> Callable:
     """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
     objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
@@ -104,8 +103,8 @@ def write_topics_fn(
     max_records)` replaces the object writer (spark_apps.outputs.kafka produces to a broker).
     With the compiled encoder and a `prepare` that says which rows it leaves alone
     (`prepare.unchanged`, spark_apps.snapshot), those rows go from the Arrow batch to the
-    encoder with no dict (native_encode.encode_batch). `stats` (in-process callers: tests)
-    receives the counts the log reports."""
+    encoder with no dict (native_encode.encode_batch). The function's `counts` attribute holds
+    its last call's counts, which the log reports (in-process callers: tests, the bench)."""
 
     make_writer = writer
     compiled = native_encode.requested()  # the driver's switch, captured for the executors
@@ -114,7 +113,7 @@ def write_topics_fn(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         codec = get_codec(protocol, options)
         encoder = native_encode.compiled_encoder(codec, compiled)
-        counts = native_encode.Counts() if stats is None else stats
+        counts = run.counts = native_encode.Counts()
 
         def stream():
             for batch in batches:

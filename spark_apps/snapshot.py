@@ -132,7 +132,7 @@ def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
 
     n = len(image)
     changes = np.zeros(n, dtype=bool)
-    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    lengths = _lengths(image)
     row_of = np.repeat(np.arange(n), lengths)
     wanted = np.zeros(n, dtype=bool)
     wanted[list(fsps)] = True
@@ -219,7 +219,7 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         dbs, tables = (batch.column(c).to_pylist() for c in ("database", "table"))
         image = _image(batch)
         names, points = _names(image), batch.column("timeline").to_pylist()
-        lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+        lengths = _lengths(image)
         starts = (np.cumsum(lengths) - lengths).tolist()
         flat = image.flatten()
         cells = len(flat)
@@ -294,11 +294,18 @@ def _image(batch):
     return after if after.null_count == 0 else pc.if_else(after.is_valid(), after, before)
 
 
+def _lengths(image) -> np.ndarray:
+    """Per row, how many columns an image (Arrow list<struct>) holds (0 for no image)."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+
+
 def _names(image) -> list:
     """Per row, an image's column names (None for no image)."""
     import pyarrow.compute as pc
 
-    lengths = pc.fill_null(pc.list_value_length(image), 0).to_numpy(zero_copy_only=False)
+    lengths = _lengths(image)
     ends = np.cumsum(lengths).tolist()
     valid = image.is_valid().to_numpy(zero_copy_only=False)
     flat = pc.struct_field(image.flatten(), "name").to_pylist()

@@ -31,7 +31,8 @@ LOCAL_DRIVER_MEMORY = "4g"  # local mode runs everything in the driver JVM (Spar
 # (AppCDS) of Spark's classes and compiles with C1 only: C1's code is slower at peak, but in a
 # replay the JVM mostly scans, shuffles and aggregates few columns (the decode runs in the
 # Python workers), and C2's compiler threads took 13-17 of the JVM's CPU seconds from the two
-# cores the tasks share (measured at 1M and 4M events: wall -4 to -10%, all CPU -7 to -17%).
+# cores the tasks share (measured: 1M events 33-35 s against 36.5-39 s, 4M 105-115 s against
+# 109-117 s; CPU 17-26% / 0-14% less).
 # Interpreted expressions skip code generation but are slower per row: only small sources.
 SMALL_RUN_ENV = "CDC_REPLAY_SMALL_RUN_MB"
 SMALL_RUN_MB = 16.0  # default threshold (MB of archive objects, as stored); 0 turns it off

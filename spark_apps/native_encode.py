@@ -10,11 +10,13 @@ unencoded and the Python codec, which stays the reference, encodes it: the messa
 same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
 flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Python).
 
-`CDC_REPLAY_NATIVE_ENCODE=0` forces the Python encoder, `1` uses the compiled one when the
-extension loads (spark_apps/native_decode.py loads it; `CDC_REPLAY_DECODER` is the decoders'
-switch). Default: 0 until a replay measures it faster (docs/engine.md, "The compiled canal-json
-encoder": the writer's CPU halves, the replay's wall time is within the noise so far). The driver's
-setting is captured when the writer function is built, so executors follow it.
+`CDC_REPLAY_NATIVE_ENCODE` unset or `1` (the default since the twentieth session) uses the
+compiled encoder where it applies (TiCDC's flavour, the extension loads: spark_apps/native_decode.py
+loads it, `CDC_REPLAY_DECODER` is the decoders' switch); elsewhere the Python codec encodes, and an
+extension that does not load is logged. `0` forces the Python encoder (the reference, to compare).
+The default is on because the bytes are the same (the differential tests run both paths, and the
+replay suites ran with both) and the writer's CPU halves (docs/engine.md, "The compiled canal-json
+encoder"). The driver's setting is captured when the writer function is built, so executors follow it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from . import native_decode
 log = logging.getLogger("cdc_replay")
 
 ENV = "CDC_REPLAY_NATIVE_ENCODE"
-DEFAULT = "0"
+DEFAULT = "1"  # compiled where it applies; "0" forces the Python reference encoder
 CHUNK = 4096  # events per call: an Arrow batch of a few MB
 
 # the event fields the encoder reads
@@ -44,7 +46,7 @@ _SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
 
 
 def requested() -> bool:
-    """$CDC_REPLAY_NATIVE_ENCODE: "0" (default) the Python encoder, "1" the compiled one."""
+    """$CDC_REPLAY_NATIVE_ENCODE: "1" (default) the compiled encoder where it applies, "0" the Python one."""
     value = (os.environ.get(ENV) or DEFAULT).strip()
     if value not in ("0", "1"):
         raise ValueError(f"${ENV}={value!r}: expected 0 or 1")
@@ -59,8 +61,9 @@ def compiled_encoder(codec: Codec, wanted: bool | None = None):
     if not isinstance(codec, canal_json.CanalJsonCodec):
         return None
     if module is None or not hasattr(module, "CanalJsonEncoder"):  # said, not silent: Python encodes
-        log.warning("$%s=1 but the compiled encoder is not available (%s): the Python codec encodes", ENV,
-                    native_decode.UNAVAILABLE or "cdc_replay_native predates CanalJsonEncoder; run scripts/bootstrap")
+        why = native_decode.UNAVAILABLE or "cdc_replay_native predates CanalJsonEncoder; run scripts/bootstrap"
+        log.warning("the compiled canal-json encoder is not available (%s): the Python codec encodes "
+                    "($%s=0 chooses it without this warning)", why, ENV)
         return None
     config = codec.config
     if config["flat-message-flavor"] != "ticdc":

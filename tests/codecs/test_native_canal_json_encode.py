@@ -140,7 +140,10 @@ def test_other_flavours_and_protocols_stay_with_python():
 
 def test_the_switch(monkeypatch):
     monkeypatch.delenv(native_encode.ENV, raising=False)
-    assert native_encode.compiled_encoder(get_codec("canal-json", {})) is None  # off until measured faster
+    assert native_encode.compiled_encoder(get_codec("canal-json", {})) is not None  # compiled by default
+    assert native_encode.compiled_encoder(get_codec("canal-json", {"flat-message-flavor": "canal"})) is None
+    monkeypatch.setenv(native_encode.ENV, "")  # empty: the default
+    assert native_encode.requested()
     monkeypatch.setenv(native_encode.ENV, "0")
     assert native_encode.compiled_encoder(get_codec("canal-json", {})) is None
     monkeypatch.setenv(native_encode.ENV, "1")

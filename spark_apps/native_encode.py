@@ -10,13 +10,13 @@ unencoded and the Python codec, which stays the reference, encodes it: the messa
 same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
 flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Python).
 
-`CDC_REPLAY_NATIVE_ENCODE` unset or `1` (the default since the twentieth session) uses the
-compiled encoder where it applies (TiCDC's flavour, the extension loads: spark_apps/native_decode.py
-loads it, `CDC_REPLAY_DECODER` is the decoders' switch); elsewhere the Python codec encodes, and an
-extension that does not load is logged. `0` forces the Python encoder (the reference, to compare).
-The default is on because the bytes are the same (the differential tests run both paths, and the
-replay suites ran with both) and the writer's CPU halves (docs/engine.md, "The compiled canal-json
-encoder"). The driver's setting is captured when the writer function is built, so executors follow it.
+`CDC_REPLAY_NATIVE_ENCODE` unset or `1` (default since the twentieth session): the compiled
+encoder where it applies (TiCDC's flavour, and the extension loads: spark_apps/native_decode.py
+loads it; one that does not load is logged); `0` forces the Python encoder, the reference.
+On by default because the bytes are the same (the differential tests run both paths, the
+replay tests ran with both) and the writer's CPU falls 35-60% (docs/engine.md, "The compiled
+canal-json encoder"). The driver's setting is captured when the writer function is built, so
+executors follow it (`CDC_REPLAY_DECODER` is the decoders' switch).
 """
 
 from __future__ import annotations

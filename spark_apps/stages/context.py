@@ -3,6 +3,7 @@ result dataclass per stage), so that no stage takes a long list of positional va
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,10 +85,19 @@ class History:
     conflicts: list[str]
     counts: list[dict]
     lean: Any  # the tagged lean rows
-    tagged: Any  # the same with full images
+    dictionary: Any  # their column lists (transforms.plan_dictionary)
     latest: Any = None  # engine v2: the last change per key (a frame the snapshot persists)
     versions: Any = None  # engine v2: the SCD2 versions of every key (a frame the history persists)
     engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
+
+    @functools.cached_property
+    def tagged(self):
+        """The tagged rows with full images, built when an output or the quarantine reads them
+        (a lean snapshot does not: each DataFrame step costs the driver an analysis)."""
+        from spark_apps import transforms as T
+        from spark_apps.schema import DECODED_FIELD_NAMES
+
+        return T.full_images(self.lean, self.dictionary, list(DECODED_FIELD_NAMES))
 
 
 @dataclass

@@ -195,7 +195,6 @@ def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> Histo
     the applied DDL events, and the column sets of the applied rows when a schema can be known
     to compare them with); `dictionary`: transforms.plan_dictionary."""
     from spark_apps import transforms as T
-    from spark_apps.schema import DECODED_FIELD_NAMES
 
     args = ctx.args
     quarantine_base = storage.join(ctx.staging, QUARANTINE)
@@ -226,5 +225,4 @@ def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> Histo
     if args.require_schema:
         events, counts = _quarantine_unknown_tables(events, counts, history)
     return History(history=history, summary=summary, frame=frame, ddl_log=ddl_log, ddl_failures=ddl_failures,
-                   conflicts=conflicts, counts=counts, lean=events,
-                   tagged=T.full_images(events, dictionary, list(DECODED_FIELD_NAMES)))
+                   conflicts=conflicts, counts=counts, lean=events, dictionary=dictionary)

@@ -23,7 +23,6 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
 
     args, spark, history = ctx.args, ctx.spark, hist.history
     ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
-    applied = hist.tagged.where(F.col("status") == Status.APPLIED)
     base_rows = None
     if hist.latest is None and hist.versions is None:  # engine v2 took the base rows in (stages/engine.py)
         try:
@@ -48,13 +47,14 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
     try:
         if args.emit == "topics":  # the export's rows: an INSERT each at its position, before the archive's
+            applied = hist.tagged.where(F.col("status") == Status.APPLIED)
             written, table_rows = output_plan.topics(
                 applied if base_rows is None else applied.unionByName(base_rows)), None
         else:
-            rows = applied.where(F.col("kind") == Kind.ROW)
-            if base_rows is not None:
-                rows = rows.unionByName(base_rows)
-            elif args.emit == "snapshot":  # lean up to the last change per key, rebuilt after it
+            if base_rows is not None or args.emit != "snapshot":
+                rows = hist.tagged.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
+                rows = rows if base_rows is None else rows.unionByName(base_rows)
+            else:  # lean up to the last change per key, rebuilt after it
                 # what only a record that could not be read carries is not carried through the
                 # last change per key (every column there is sorted and aggregated)
                 rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(

@@ -29,6 +29,11 @@ def build_session(master: str, app_name: str, conf: list[str]):
         # change per key's map stage before the boundaries, at 4M events, took 44.5 CPU s
         # interpreted, 22.9 s as separate compiled operators (docs/engine.md, "Part 5")
         "spark.sql.codegen.hugeMethodLimit": "8000",
+        # PySpark 4 sends each Column function's Python call site to the JVM (eight py4j round
+        # trips per F.col, when, ==, ...) for the DataFrame query context of errors; a replay
+        # builds thousands of expressions on the driver between its jobs (docs/engine.md,
+        # "The driver's expressions")
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
         defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"

@@ -157,6 +157,10 @@ class DirectoryRegistry:
         self._index: dict[str, int] = {}  # canonical schema -> id
         self._known: set[int] = set()  # ids already read into the index
         self._max_id = 0
+        # per subject: the highest version read and the ids its versions hold. Versions are
+        # never removed, so a subject's files are read once and then only the ones added after
+        # (reading them all for every new schema made a long Avro stream quadratic)
+        self._subjects: dict[str, tuple[int, set[int]]] = {}
 
     @property
     def _ids(self) -> Path:
@@ -201,17 +205,27 @@ class DirectoryRegistry:
             self._max_id = max(self._max_id, schema_id)
             if schema_id in self._known:
                 continue
-            self._known.add(schema_id)
-            text = self.schema(schema_id)
-            if text is not None:
-                try:
-                    self._index.setdefault(canonical(text), schema_id)
-                except ValueError:
-                    pass  # a foreign, broken file: never equal to a schema we write
+            self._read_id(schema_id)
+
+    def _read_id(self, schema_id: int) -> None:
+        self._known.add(schema_id)
+        text = self.schema(schema_id)
+        if text is not None:
+            try:
+                self._index.setdefault(canonical(text), schema_id)
+            except ValueError:
+                pass  # a foreign, broken file: never equal to a schema we write
+
+    def _scan_newer(self) -> None:
+        """The ids after the highest one read: writers allocate them one after the other
+        (`_allocate`), so after the first `_scan` only these can be new."""
+        while (self._ids / f"{self._max_id + 1}.json").exists():
+            self._max_id += 1
+            self._read_id(self._max_id)
 
     def _lookup(self, key: str) -> int | None:
-        if key not in self._index:
-            self._scan()  # other writers may have added it
+        if key not in self._index:  # other writers may have added it
+            self._scan() if not self._known else self._scan_newer()
         return self._index.get(key)
 
     def _allocate(self, key: str, schema: str) -> int:
@@ -224,7 +238,7 @@ class DirectoryRegistry:
                 self._known.add(candidate)
                 self._max_id = candidate
                 return candidate
-            self._scan()  # someone took that id: maybe with this very schema
+            self._scan_newer()  # someone took that id: maybe with this very schema
             found = self._index.get(key)
             if found is not None:
                 return found
@@ -233,21 +247,43 @@ class DirectoryRegistry:
     # -- subjects
     def _add_version(self, subject: str, schema_id: int, schema: str) -> None:
         versions = self.root / "subjects" / _subject_dir(subject) / "versions"
-        versions.mkdir(parents=True, exist_ok=True)
-        while True:
-            latest = 0
-            for file in versions.glob("*.json"):
-                if not file.stem.isdigit():
-                    continue
-                latest = max(latest, int(file.stem))
-                try:
-                    if json.loads(file.read_bytes()).get("id") == schema_id:
-                        return
-                except (ValueError, AttributeError, OSError):
-                    continue
+        latest, ids = self._subjects.get(subject) or self._read_versions(versions)
+        while schema_id not in ids:
             doc = {"subject": subject, "version": latest + 1, "id": schema_id, "schema": schema}
             if _create_exclusive(versions / f"{latest + 1}.json", json.dumps(doc, ensure_ascii=False).encode()):
-                return
+                latest += 1
+                ids.add(schema_id)
+            else:  # another writer took that version: read what it and any others added
+                latest = _read_newer(versions, latest, ids)
+        self._subjects[subject] = (latest, ids)
+
+    @staticmethod
+    def _read_versions(versions: Path) -> tuple[int, set[int]]:
+        """(highest version, the ids of every version) of a subject's directory, made if absent."""
+        versions.mkdir(parents=True, exist_ok=True)
+        latest, ids = 0, set()
+        for file in versions.glob("*.json"):
+            if file.stem.isdigit():
+                latest = max(latest, int(file.stem))
+                _note_id(file, ids)
+        return latest, ids
+
+
+def _note_id(file: Path, ids: set[int]) -> None:
+    """Add the id a version file names to `ids` (a file that is not one is skipped)."""
+    try:
+        ids.add(json.loads(file.read_bytes()).get("id"))
+    except (ValueError, AttributeError, OSError):
+        pass
+
+
+def _read_newer(versions: Path, latest: int, ids: set[int]) -> int:
+    """The versions after `latest` (written one after the other by `_create_exclusive`) into
+    `ids`; the new highest version."""
+    while (versions / f"{latest + 1}.json").exists():
+        latest += 1
+        _note_id(versions / f"{latest}.json", ids)
+    return latest
 
 
 _SAFE_SUBJECT = re.compile(r"^[A-Za-z0-9._-]+$")

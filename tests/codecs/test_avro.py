@@ -613,6 +613,36 @@ def test_directory_registry_reuses_ids_and_allocates_safely_under_concurrency(tm
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
+def test_directory_registry_versions_of_an_evolving_subject_under_concurrency(tmp_path):
+    """A subject whose schema changes many times (DDL), registered by several writers at once,
+    each caching what it read: every schema gets one id, every id one version of the subject,
+    and the versions run 1..N without a gap; a writer that started before the others added
+    versions still finds them (no second version of an id)."""
+    schemas = [KEY_SCHEMA.replace('"orders"', f'"v{i}"') for i in range(40)]
+    early = DirectoryRegistry(tmp_path)
+    assert early.register("evolving-value", schemas[0]) == 1
+    results: dict[tuple[int, int], int] = {}
+
+    def worker(n: int) -> None:
+        registry = DirectoryRegistry(tmp_path)
+        for i in random.Random(n).sample(range(40), 40):
+            results[(n, i)] = registry.register("evolving-value", schemas[i])
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = {i: {results[(n, i)] for n in range(5)} for i in range(40)}
+    assert all(len(found) == 1 for found in ids.values())
+    for i in range(40):  # the early writer's cache is stale: it reads what the others added
+        assert early.register("evolving-value", schemas[i]) == next(iter(ids[i]))
+    versions = sorted((tmp_path / "subjects" / "evolving-value" / "versions").glob("*.json"),
+                      key=lambda f: int(f.stem))
+    assert [int(f.stem) for f in versions] == list(range(1, 41))
+    assert sorted(json.loads(f.read_bytes())["id"] for f in versions) == list(range(1, 41))
+
+
 # ----------------------------------------------------------------------------- round trips
 
 def _mysql_type_after_avro(type_text: str, decimal: str) -> str:

@@ -64,7 +64,12 @@ def infer_commit_ts(events: DataFrame, needed: bool, export_tso: int | None = No
     events = events.drop("identity")
     order = Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
     before = order.rowsBetween(Window.unboundedPreceding, -1)
-    after = order.rowsBetween(1, Window.unboundedFollowing)
+    # the rows after: the rows before in the reverse order. Spark computes a frame that starts
+    # at the partition's start incrementally, but one that ends at its end again for every row
+    # (quadratic: 170 s instead of 22 s for 90k Avro events in three partitions). Rows that tie
+    # on (offset, event index) are copies of one record, alike in what is aggregated here
+    reverse = Window.partitionBy("topic", "partition").orderBy(F.col("offset").desc(), F.col("event_index").desc())
+    after = reverse.rowsBetween(Window.unboundedPreceding, -1)
     is_row, is_ddl = F.col("kind") == Kind.ROW, F.col("kind") == Kind.DDL
     lower = F.greatest(
         F.max(F.when(is_row, F.col("commit_ts"))).over(before),

@@ -224,8 +224,10 @@ class DirectoryRegistry:
             self._read_id(self._max_id)
 
     def _lookup(self, key: str) -> int | None:
-        if key not in self._index:  # other writers may have added it
-            self._scan() if not self._known else self._scan_newer()
+        if key not in self._index and not self._known:  # other writers may have added it
+            self._scan()
+        elif key not in self._index:
+            self._scan_newer()
         return self._index.get(key)
 
     def _allocate(self, key: str, schema: str) -> int:

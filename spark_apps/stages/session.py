@@ -32,7 +32,7 @@ def build_session(master: str, app_name: str, conf: list[str]):
         # PySpark 4 sends each Column function's Python call site to the JVM (eight py4j round
         # trips per F.col, when, ==, ...) for the DataFrame query context of errors; a replay
         # builds thousands of expressions on the driver between its jobs (docs/engine.md,
-        # "The driver's expressions")
+        # "The driver between jobs (twentieth session)")
         "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)

@@ -587,21 +587,28 @@ def test_codec_pickles_without_its_registry_client_and_rebuilds_it(server):
 
 # ----------------------------------------------------------------------------- the directory registry
 
-def test_directory_registry_reuses_ids_and_allocates_safely_under_concurrency(tmp_path):
-    schemas = [KEY_SCHEMA.replace('"orders"', f'"t{i}"') for i in range(12)]
+def _registered_at_once(root, writers: int, schemas: list[str], subject) -> dict[int, set[int]]:
+    """`writers` registries on one directory (each executor has its own client), each
+    registering every schema (`subject(i)`: the i-th schema's subject) in its own random order
+    at the same time: per schema, the ids the writers were given."""
     results: dict[tuple[int, int], int] = {}
 
     def worker(n: int) -> None:
-        registry = DirectoryRegistry(tmp_path)  # each executor has its own client
-        for i in random.Random(n).sample(range(12), 12):
-            results[(n, i)] = registry.register(f"t{i}-value", schemas[i])
+        registry = DirectoryRegistry(root)
+        for i in random.Random(n).sample(range(len(schemas)), len(schemas)):
+            results[(n, i)] = registry.register(subject(i), schemas[i])
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(writers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    by_schema = {i: {results[(n, i)] for n in range(6)} for i in range(12)}
+    return {i: {results[(n, i)] for n in range(writers)} for i in range(len(schemas))}
+
+
+def test_directory_registry_reuses_ids_and_allocates_safely_under_concurrency(tmp_path):
+    schemas = [KEY_SCHEMA.replace('"orders"', f'"t{i}"') for i in range(12)]
+    by_schema = _registered_at_once(tmp_path, 6, schemas, lambda i: f"t{i}-value")
     assert all(len(ids) == 1 for ids in by_schema.values())  # one id per schema
     assert sorted(next(iter(ids)) for ids in by_schema.values()) == list(range(1, 13))
     fresh = DirectoryRegistry(tmp_path)
@@ -621,19 +628,7 @@ def test_directory_registry_versions_of_an_evolving_subject_under_concurrency(tm
     schemas = [KEY_SCHEMA.replace('"orders"', f'"v{i}"') for i in range(40)]
     early = DirectoryRegistry(tmp_path)
     assert early.register("evolving-value", schemas[0]) == 1
-    results: dict[tuple[int, int], int] = {}
-
-    def worker(n: int) -> None:
-        registry = DirectoryRegistry(tmp_path)
-        for i in random.Random(n).sample(range(40), 40):
-            results[(n, i)] = registry.register("evolving-value", schemas[i])
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ids = {i: {results[(n, i)] for n in range(5)} for i in range(40)}
+    ids = _registered_at_once(tmp_path, 5, schemas, lambda i: "evolving-value")
     assert all(len(found) == 1 for found in ids.values())
     for i in range(40):  # the early writer's cache is stale: it reads what the others added
         assert early.register("evolving-value", schemas[i]) == next(iter(ids[i]))

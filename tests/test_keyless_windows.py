@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cdc_codecs import KafkaRecord, get_codec
 from cdc_codecs.ddl_types import classify
@@ -297,3 +301,75 @@ def test_a_full_snapshot_holds_the_reference_rows(spark, tmp_path, case):
     accounted(v1, quarantined=1 if name == "rename" else 0)
     assert snapshot_rows(str(tmp_path / "out-v1")) == reference_rows([e for e in events if e["kind"] != "watermark"])
     assert v2["engine"]["ran"] == "v2", v2["engine"]
+
+
+def random_program(draw_steps: list[tuple], cut_at: float) -> tuple[list[dict], int, str]:
+    """A keyless table through `draw_steps` (hypothesis' choices): INSERTs of a few values (so
+    identical rows), DELETEs and UPDATEs of a held row or of one never written, ADD/DROP COLUMN
+    `note` (with a default), MODIFY `qty` between INT and BIGINT, RENAME TABLE. Returns (events,
+    the commit ts to cut at, the table's CREATE TABLE at that cut for `--schema`)."""
+    b = Builder()
+    name, qty, note, rows, renames = "k", "int(11)", False, [], 0
+    b.ddl(name, f"CREATE TABLE `shop`.`{name}` (`item` VARCHAR(8), `qty` INT(11))")
+
+    def columns():
+        return [("item", "varchar(8)"), ("qty", qty)] + ([("note", "varchar(8)")] if note else [])
+
+    def create() -> str:
+        return (f"CREATE TABLE `shop`.`{name}` (`item` VARCHAR(8), `qty` {qty.upper()}"
+                + (", `note` VARCHAR(8) DEFAULT 'x'" if note else "") + ")")
+
+    schemas = [(b.events[-1]["commit_ts"], create())]
+    for kind, pick, value in draw_steps:
+        if kind == "insert":
+            row = (f"v{value % 3}", value % 2) + (("x" if value % 4 else "y",) if note else ())
+            rows.append(row)
+            b.row(Op.INSERT, name, columns(), after=row)
+        elif kind in ("delete", "update"):
+            row = rows.pop(pick % len(rows)) if rows and value % 5 else ("w", 9) + (("x",) if note else ())
+            if kind == "delete":
+                b.row(Op.DELETE, name, columns(), before=row)
+            else:
+                new = (row[0], (int(row[1]) + 1) % 3) + row[2:]
+                rows.append(new)
+                b.row(Op.UPDATE, name, columns(), before=row, after=new)
+        elif kind == "column":
+            b.ddl(name, f"ALTER TABLE `shop`.`{name}` " + ("DROP COLUMN `note`" if note
+                                                           else "ADD COLUMN `note` VARCHAR(8) DEFAULT 'x'"))
+            note = not note
+            rows = [r[:2] for r in rows] if not note else [r + ("x",) for r in rows]
+        elif kind == "modify":
+            qty = "int(11)" if qty == "bigint(20)" else "bigint(20)"
+            b.ddl(name, f"ALTER TABLE `shop`.`{name}` MODIFY COLUMN `qty` {qty.upper()}")
+        else:
+            renames += 1
+            old, name = name, f"k{renames}"
+            b.ddl(name, f"RENAME TABLE `shop`.`{old}` TO `shop`.`{name}`")
+        schemas.append((b.events[-1]["commit_ts"], create()))
+    b.row(Op.INSERT, name, columns(), after=("last", 1) + (("x",) if note else ()))  # the window is never empty
+    events = b.done()
+    since, schema = schemas[min(len(schemas) - 1, int(len(schemas) * cut_at))]
+    return events, since, schema
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["insert"] * 4 + ["delete", "update"] * 2 + ["column", "modify", "rename"]),
+                           st.integers(0, 50), st.integers(0, 50)), min_size=6, max_size=24)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          derandomize=True)
+@given(steps=STEPS, cut_at=st.floats(0.0, 0.95))
+def test_random_keyless_ddl_windows_hold_the_reference_versions(spark, steps, cut_at):
+    """Property: for random changes and DDL of a keyless table and a random `--since` cut (the
+    table's CREATE TABLE at the cut given with `--schema`), both engines write the same bytes,
+    v2 runs, and the window's history is the reference history's versions after the cut."""
+    events, since, schema = random_program(steps, cut_at)
+    with tempfile.TemporaryDirectory() as workdir:
+        work = Path(workdir)
+        source = archive(events, work / "archive")
+        (work / "schema.sql").write_text(schema + ";\n")
+        v1, v2 = both(spark, source, work, [*TIDB, "--emit", "history", "--since", str(since),
+                                            "--schema", str(work / "schema.sql")])
+        accounted(v1)
+        assert history_rows(str(work / "out-v1")) == window_of(reference_history(events), since)
+        assert v2["engine"] == engine_for(events, None)

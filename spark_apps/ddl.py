@@ -81,6 +81,17 @@ class TableSchema:
     # a table no DDL described whose columns were taken from its row events
     # (SchemaHistory.use_stream_schemas): the first point of the column set they came from
     inferred_from: Point | None = None
+    # the table had no identity at some point of its known history (set by `_mark_keys`)
+    keyless_once: bool = False
+
+    def row_identity(self) -> list[str]:
+        """The columns the replay keys this table's changes by: `identity_columns()`, but none
+        (all its columns: a multiset) for a table that had no identity at some point, as one
+        given a primary key by a later ALTER TABLE. Before the key existed two rows could share
+        its values ((e, 1) and (e, 2), then DELETE (e, 1)); keyed by it, such a table's changes
+        fold into one row per key and the row left was lost. After the key exists MySQL keeps
+        its values unique, so whole rows name the same rows the key does."""
+        return [] if self.keyless_once else self.identity_columns()
 
     def identity_columns(self) -> list[str]:
         """What identifies a row, as TiDB's handle (and InnoDB's clustered index) has it: the
@@ -480,6 +491,7 @@ class SchemaHistory:
             col.flags = (col.flags | ColumnFlag.UNIQUE_KEY) if col.name.lower() in unique else (
                 col.flags & ~ColumnFlag.UNIQUE_KEY)
         handle = {k.lower() for k in schema.identity_columns()}
+        schema.keyless_once = schema.keyless_once or (schema.columns_known and not handle)
         for col in schema.columns:
             col.flags = (col.flags | ColumnFlag.HANDLE_KEY) if col.name.lower() in handle else (
                 col.flags & ~ColumnFlag.HANDLE_KEY)
@@ -697,7 +709,7 @@ class SchemaHistory:
         for schema in self.tables.values():
             names = schema.names or [(schema.start, schema.database, schema.name)]
             keys, row_columns = [], None
-            for key in schema.identity_columns():
+            for key in schema.row_identity():
                 col = schema.column(key)
                 aliases = {key.lower()} | {alias.lower() for _, alias in (col.aliases if col else [])}
                 keys.append(tuple(sorted(aliases)))

@@ -20,7 +20,8 @@ lists of rows. Tests compare the Spark replay with it. It models the intended se
 
 It understands the DDL shapes the test histories use (CREATE TABLE with PRIMARY KEY / UNIQUE
 KEY, CREATE TABLE LIKE, DROP/TRUNCATE TABLE, DROP DATABASE, ADD/DROP COLUMN with a literal
-default, RENAME TABLE); it is an oracle for those, not a SQL engine.
+default, MODIFY COLUMN, ADD PRIMARY KEY, RENAME TABLE); it is an oracle for those, not a SQL
+engine. `reference_history` gives the SCD2 versions of docs/replay.md §6 from the same replay.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class _Table:
     def __init__(self, schema: dict | None):
         self.schema = schema  # None: nothing describes it yet (its first row event will)
         self.rows: list[dict] = []  # each {column: value}, in the table's current columns
+        # no identity at some point: its rows are named by all their columns even after a key is
+        # added (before it, two rows could share the key's values)
+        self.keyless_once = schema is not None and not _identity(schema)
 
     def identity(self) -> list[str]:
         """The columns that identify a row; [] for a keyless table (a multiset)."""
@@ -139,6 +143,7 @@ class _Table:
     def apply(self, event) -> None:
         if self.schema is None:
             self.schema = _schema_of_event(event, event["after"] or event["before"])
+            self.keyless_once = not self.identity()
         op = event["op"]
         keyless = not self.identity()
         if op in ("update", "delete"):  # one copy (keyless) / the row with the key, if present
@@ -193,7 +198,9 @@ def _ordered(events, placements, es_unit_ms) -> list[dict]:
     return sorted(rows_and_ddl, key=lambda e: (e["commit_ts"], 0 if e["op"] == "delete" else 1))
 
 
-def _replay(events, as_of, schema_sql, placements, es_unit_ms) -> dict:
+def _replay(events, as_of, schema_sql, placements, es_unit_ms, changes: list | None = None) -> dict:
+    """Apply the events; `changes`, when given, receives (table object, event) for every row
+    event applied to a table (the object follows the table through RENAMEs)."""
     tables: dict = {}
     for statement in schema_sql.split(";"):
         if statement.strip():
@@ -209,7 +216,10 @@ def _replay(events, as_of, schema_sql, placements, es_unit_ms) -> dict:
         name = (event["database"], event["table"])
         if name in absent:
             continue  # no such table at its point (dropped, not created yet, renamed away): quarantined
-        tables.setdefault(name, _Table(None)).apply(event)
+        table = tables.setdefault(name, _Table(None))
+        table.apply(event)
+        if changes is not None:
+            changes.append((table, event))
     return tables
 
 
@@ -230,6 +240,49 @@ def reference_rows(events: list[dict], as_of: int | None = None, schema_sql: str
     identical rows of a keyless table as many times as the table holds them."""
     tables = _replay(events, as_of, schema_sql, placements, es_unit_ms)
     return {k: t.multiset() for k, t in tables.items() if t.rows}
+
+
+def reference_history(events: list[dict], as_of: int | None = None, schema_sql: str = "") -> dict:
+    """{(db, table) at the end: sorted [(op, valid_from, valid_to, current, row as sorted (column,
+    value) pairs)]}: SCD type 2 as docs/replay.md §6 states it, from events with commit ts. Every
+    row change is a version of the row it names, named as the table names it at the end: by its
+    key there, or, for a table without one (or without one at some point: a key added later),
+    by all its columns there (an image written before an ADD COLUMN takes the column's default;
+    a dropped column is left out). A DELETE is a version
+    `delete` holding the deleted row; an UPDATE whose old and new rows differ by that name is a
+    `delete` of the old one and an `update` of the new one. Each version is valid from its commit
+    ts to the next version of the same row (None: the last); `current` marks a last version that
+    is not a deletion. Changes of a table that does not exist at their point make no version."""
+    changes: list = []
+    tables = _replay(events, as_of, schema_sql, None, 1, changes)
+    final = {id(t): name for name, t in tables.items()}
+    versions: dict = {}
+    for table, event in changes:
+        if id(table) not in final:
+            continue  # dropped later: not in the output
+        names = (not table.keyless_once and table.identity()) or [c["name"] for c in table.schema["columns"]]
+
+        def version(image, op):
+            row = table.project(image)
+            versions.setdefault((final[id(table)], tuple(row[n] for n in names)), []).append(
+                (op, event["commit_ts"], tuple(sorted(row.items()))))
+
+        before = event["before"] and table.project(event["before"])
+        after = event["after"] and table.project(event["after"])
+        if event["op"] == "delete":
+            version(event["before"], "delete")
+        elif event["op"] == "update" and before and [before[n] for n in names] != [after[n] for n in names]:
+            version(event["before"], "delete")
+            version(event["after"], "update")
+        else:
+            version(event["after"], event["op"])
+    out: dict = {}
+    for (name, _), found in versions.items():
+        for i, (op, valid_from, row) in enumerate(found):
+            last = i == len(found) - 1
+            out.setdefault(name, []).append(
+                (op, valid_from, None if last else found[i + 1][1], last and op != "delete", row))
+    return {name: sorted(rows, key=repr) for name, rows in out.items()}
 
 
 _CREATE = rf"CREATE TABLE (?:IF NOT EXISTS )?{_TABLE}"
@@ -310,6 +363,17 @@ def _apply_ddl(tables: dict, absent: set, query: str) -> None:
             schema["uniques"] = [u for u in schema["uniques"] if u]
             for row in table.rows:
                 row.pop(m["col"], None)
+    elif m := re.match(rf"ALTER TABLE {_TABLE} MODIFY (?:COLUMN )?(?P<def>.*)$", q, re.I | re.S):
+        col = _column(m["def"])  # the values stay as they are; the column's definition changes
+        table = tables.get((m["db"], m["table"]))
+        if table is not None and table.schema is not None:
+            table.schema["columns"] = [col if c["name"] == col["name"] else c for c in table.schema["columns"]]
+    elif m := re.match(rf"ALTER TABLE {_TABLE} ADD PRIMARY KEY\s*\((?P<cols>.*)\)", q, re.I):
+        table = tables.get((m["db"], m["table"]))
+        if table is not None and table.schema is not None:
+            table.schema["primary"] = _names(m["cols"])
+            for c in table.schema["columns"]:
+                c["not_null"] = c["not_null"] or c["name"] in table.schema["primary"]
     elif pairs := _rename_pairs(q):
         for old, new in pairs:  # MySQL applies the pairs left to right
             tables[new] = tables.pop(old, None) or _Table(None)

@@ -347,3 +347,18 @@ def test_existence_says_where_a_name_has_a_table():
     stretches = {(t, after, until) for _, t, after, until in h.existence()}
     assert stretches == {("t", (10,), (20,)), ("t", (30,), None), ("before_archive", (), (40,)),
                          ("old", (), (50,)), ("new", (50,), None)}
+
+
+def test_a_key_added_to_a_keyless_table_leaves_it_keyed_by_whole_rows():
+    """Rows of a table that had no identity are named by all their columns even after ALTER
+    TABLE ADD PRIMARY KEY (before it two rows could share the key's values); a table keyed from
+    its CREATE, or whose key changes in one statement, stays keyed (tests/test_keyless_windows.py)."""
+    h = SchemaHistory()
+    h.apply("CREATE TABLE d.n (item VARCHAR(8) NOT NULL, qty INT)", [1])
+    h.apply("ALTER TABLE d.n ADD PRIMARY KEY (item)", [2])
+    h.apply("CREATE TABLE d.k (id INT PRIMARY KEY, w INT NOT NULL)", [3])
+    h.apply("ALTER TABLE d.k DROP PRIMARY KEY, ADD PRIMARY KEY (w)", [4])
+    n, k = (next(i for i in h.intervals() if i.table == t) for t in ("n", "k"))
+    assert h.tables[("d", "n")].identity_columns() == ["item"] and n.key_aliases == () and n.row_columns
+    assert k.key_aliases == (("w",),) and k.row_columns is None
+    assert "PRIMARY KEY (`item`)" in h.tables[("d", "n")].create_statement()

@@ -572,9 +572,10 @@ class TablePlan:
         return done
 
     def _keys(self, key, schema: pa.Schema) -> list[str]:
-        """The row identity at the cut: primary key, else a NOT NULL UNIQUE key, else every column."""
+        """The row identity at the cut: primary key, else a NOT NULL UNIQUE key, else every column
+        (also for a table that had no key at some point: `TableSchema.row_identity`)."""
         known = self.schemas.get(((key[0] or "").lower(), (key[1] or "").lower()))
-        identity = known.identity_columns() if known is not None else []
+        identity = known.row_identity() if known is not None else []
         by_lower = {n.lower(): n for n in schema.names}
         columns = [by_lower[c.lower()] for c in identity if c.lower() in by_lower]
         return columns if columns and len(columns) == len(identity) else list(schema.names)

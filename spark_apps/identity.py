@@ -14,7 +14,7 @@ built and by the tests that compare the two. Both give the same bytes, so rows h
 either path in one run compare equal.
 
 The event's inferred commit ts (Avro DELETEs without one) is not known in the decode task:
-a run that infers commit ts hashes in Spark as before (`transforms.identity`)."""
+`transforms.with_inferred_ts` appends it to the identity of the events that have one."""
 
 from __future__ import annotations
 

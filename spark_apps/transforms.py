@@ -37,10 +37,18 @@ STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.IN_BASE, S
             Status.APPLIED)
 
 
-def infer_commit_ts(events: DataFrame, needed: bool, export_tso: int | None = None) -> DataFrame:
-    """Add `inferred_ts`: for a row event without commit ts in a stream that has them (TiCDC
-    Avro sends DELETE as a bare tombstone), a commit ts it can have given its partition, whose
-    events TiCDC writes in commit-ts order:
+# the place of an event in its source partition: copies of one record (overlapping archive
+# objects, redeliveries of one offset) share it
+PARTITION_PLACE = ("topic", "partition", "offset", "event_index")
+# how many tombstones (rows without commit ts) the inferred commit ts may be broadcast for
+# (about 40 bytes each); beyond, the events are joined with them by a shuffle
+INFERRED_BROADCAST_MAX = 4_000_000
+
+
+def inferred_commit_ts(events: DataFrame, export_tso: int | None = None) -> DataFrame:
+    """The inferred commit ts of the row events without one (TiCDC Avro sends DELETE as a bare
+    tombstone), one row per `PARTITION_PLACE` (columns: those and `inferred_ts`): a commit ts
+    the event can have given its partition, whose events TiCDC writes in commit-ts order:
 
     * the lower bound, when anything precedes it in its partition: the highest earlier row
       commit ts, one above the highest earlier DDL commit ts or watermark;
@@ -50,39 +58,72 @@ def infer_commit_ts(events: DataFrame, needed: bool, export_tso: int | None = No
       RENAME) is then still before it, and it falls in the table's interval under its new name;
     * else (alone in its partition) none: it is ordered by event time (0), i.e. first.
 
-    Its change rank stays "message order", so among equal timestamps the partition offset
-    decides. Computed only when `needed` (windows per source partition).
-
     `export_tso` (a base export's TSO): a tombstone whose bounds straddle it — the lower bound
     at or below it (a re-sent change the export holds precedes it), the upper bound above it or
     none — gets TSO + 1: it is after the export (were it at or below the TSO, the partition's
     commit-ts order would put the rest of the re-sent run, up to the TSO, after it), so it is
-    neither counted `in_base` nor ordered before the export's rows."""
-    if not needed:
-        return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
-    # the inferred commit ts is part of an event's identity: the decode task's does not hold it
-    events = events.drop("identity")
+    neither counted `in_base` nor ordered before the export's rows.
+
+    Two windows per source partition, over a narrow projection (each event's place and what
+    it bounds: 8 bytes of the events' 250 an Avro event carries through a shuffle of whole
+    events). Rows that tie on (offset, event index) are copies of one record: alike in what
+    is aggregated, and given one value (the frame keeps one row per place)."""
+    is_row, is_ddl = F.col("kind") == Kind.ROW, F.col("kind") == Kind.DDL
+    # what each event bounds: a later tombstone from below, an earlier one from above
+    narrow = events.select(
+        *PARTITION_PLACE,
+        F.greatest(F.when(is_row, F.col("commit_ts")), F.when(is_ddl, F.col("commit_ts") + 1),
+                   F.col("watermark_ts") + 1).alias("_low"),
+        F.least(F.when(is_row | is_ddl, F.col("commit_ts")), F.col("watermark_ts")).alias("_high"),
+        (is_row & F.col("commit_ts").isNull()).alias("_tombstone"),
+    ).where(F.col("_tombstone") | F.col("_low").isNotNull() | F.col("_high").isNotNull())
     order = Window.partitionBy("topic", "partition").orderBy("offset", "event_index")
     before = order.rowsBetween(Window.unboundedPreceding, -1)
     # the rows after: the rows before in the reverse order. Spark computes a frame that starts
     # at the partition's start incrementally, but one that ends at its end again for every row
-    # (quadratic: a 90k-event Avro replay in three partitions took 161 s, 28 s after). Rows that tie
-    # on (offset, event index) are copies of one record, alike in what is aggregated here
+    # (quadratic: a 90k-event Avro replay in three partitions took 161 s, 28 s after)
     reverse = Window.partitionBy("topic", "partition").orderBy(F.col("offset").desc(), F.col("event_index").desc())
     after = reverse.rowsBetween(Window.unboundedPreceding, -1)
-    is_row, is_ddl = F.col("kind") == Kind.ROW, F.col("kind") == Kind.DDL
-    lower = F.greatest(
-        F.max(F.when(is_row, F.col("commit_ts"))).over(before),
-        F.max(F.when(is_ddl, F.col("commit_ts") + 1)).over(before),
-        F.max("watermark_ts").over(before) + 1,
-    )
-    upper = F.least(F.min(F.when(is_row | is_ddl, F.col("commit_ts"))).over(after),
-                    F.min("watermark_ts").over(after))
+    lower, upper = F.max("_low").over(before), F.min("_high").over(after)
     inferred = F.coalesce(lower, upper)
     if export_tso is not None:
         inferred = F.when((inferred <= F.lit(export_tso)) & (upper.isNull() | (upper > F.lit(export_tso))),
                           F.lit(export_tso + 1)).otherwise(inferred)
-    return events.withColumn("inferred_ts", F.when(is_row & F.col("commit_ts").isNull(), inferred))
+    return (narrow.withColumn("inferred_ts", F.when(F.col("_tombstone"), inferred))
+            .where(F.col("_tombstone")).select(*PARTITION_PLACE, "inferred_ts")
+            .dropDuplicates(list(PARTITION_PLACE)))
+
+
+def with_inferred_ts(events: DataFrame, inferred: DataFrame, broadcast: bool = False) -> DataFrame:
+    """Add `inferred_ts` to `events` from `inferred_commit_ts`' frame (one row per place: the
+    join adds no row), by a broadcast join when `broadcast` (else Spark decides by the
+    estimated size). The decode task's `identity` lacks the inferred commit ts: a tombstone
+    given one has its identity extended by it (the 16 bytes, then the ts's digits: never equal
+    to another event's 16 bytes, equal for copies of one tombstone, which share the ts); every
+    other event's identity holds no inferred ts (it is null for them) and stays."""
+    marks = inferred.select(*[F.col(c).alias(f"_inf_{c}") for c in PARTITION_PLACE],
+                            F.col("inferred_ts").alias("_inferred_ts"))
+    if broadcast:
+        marks = F.broadcast(marks)
+    same = [events[c].eqNullSafe(marks[f"_inf_{c}"]) for c in PARTITION_PLACE]
+    is_tombstone = (F.col("kind") == Kind.ROW) & F.col("commit_ts").isNull()
+    out = (events.join(marks, same, "left").drop(*[f"_inf_{c}" for c in PARTITION_PLACE])
+           .withColumn("inferred_ts", F.when(is_tombstone, F.col("_inferred_ts"))).drop("_inferred_ts"))
+    if "identity" in out.columns:
+        out = out.withColumn("identity", F.when(
+            F.col("inferred_ts").isNotNull(),
+            F.concat(F.col("identity"), F.col("inferred_ts").cast("string").cast("binary"))).otherwise(F.col("identity")))
+    return out.select(*events.columns, "inferred_ts")
+
+
+def infer_commit_ts(events: DataFrame, needed: bool, export_tso: int | None = None,
+                    broadcast: bool = False) -> DataFrame:
+    """Add `inferred_ts` (`inferred_commit_ts`, joined by `with_inferred_ts`); computed only
+    when `needed`. Its change rank stays "message order", so among equal timestamps the
+    partition offset decides."""
+    if not needed:
+        return events.withColumn("inferred_ts", F.lit(None).cast("bigint"))
+    return with_inferred_ts(events, inferred_commit_ts(events, export_tso), broadcast)
 
 
 def partition_event_time(events: DataFrame, needed: bool) -> DataFrame:
@@ -158,8 +199,8 @@ def identity(lean: bool = False) -> Column:
 def identity_of(df: DataFrame) -> Column:
     """The identity of `df`'s events: the `identity` column the decode tasks computed (lean
     rows: spark_apps/identity.py; the same fields, hashed once where the rows are in Arrow),
-    else `identity` in Spark (rows without it, or whose commit ts are inferred:
-    `infer_commit_ts` drops it, as the decode task cannot know them)."""
+    else `identity` in Spark (rows without it). A tombstone's inferred commit ts, which the
+    decode task cannot know, `with_inferred_ts` adds to the decode task's identity."""
     return F.col("identity") if "identity" in df.columns else identity(lean="after_values" in df.columns)
 
 

@@ -49,6 +49,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
         monkeypatch.setattr(DataFrame, name, refuse(name), raising=False)
 
     timed = T.with_timeline(T.partition_event_time(T.infer_commit_ts(events, needed=True), needed=True))
+    T.with_inferred_ts(events, T.inferred_commit_ts(events, export_tso=11), broadcast=True)
     tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
     T.mark_missing_tables(tagged, stretches, [("d", "t")])
     T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.Duplicates(T.duplicate_places(timed, tables=["d.*"])))
@@ -71,7 +72,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     monkeypatch.undo()
     assert _jobs(spark) == before, "a transform started a Spark job"
     # every public transform of the module was exercised above (a new one must be added here)
-    exercised = {"with_timeline", "infer_commit_ts", "tag_status", "row_effects", "assign_tables",
+    exercised = {"with_timeline", "infer_commit_ts", "inferred_commit_ts", "with_inferred_ts", "tag_status", "row_effects", "assign_tables",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",

@@ -65,11 +65,12 @@ class Tagged:
     cut: dict  # manifest.compute_cut
     offset_gaps: list[dict]
     gap_count: int
-    ready: Any  # the events ordered (persisted when inferred)
+    ready: Any  # the events ordered (persisted when a running event time orders them)
     duplicates: Any  # the duplicate places (persisted)
     tagged: Any  # lean rows with `status`
     dictionary: Any  # transforms.plan_dictionary
     marks: Any = None  # `duplicates` as tag_status joined them (transforms.Duplicates; engine v2 joins them again)
+    inferred: Any = None  # the tombstones' inferred commit ts (persisted; transforms.inferred_commit_ts) or None
 
 
 @dataclass

@@ -41,9 +41,11 @@ def cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
 
 
 def ordered_events(args, decoded: Decoded) -> tuple:
-    """(ready, needs_inference, needs_event_time): the decoded events with commit ts inferred
-    where a protocol lacks it, and a running event time per partition where there is neither
-    ts nor position (both engines start from it; not persisted here)."""
+    """(ready, needs_inference, needs_event_time, inferred): the decoded events with commit ts
+    inferred where a protocol lacks it, and a running event time per partition where there is
+    neither ts nor position (both engines start from it; not persisted here). `inferred`: the
+    tombstones' inferred commit ts (`transforms.inferred_commit_ts`, persisted: the caller
+    unpersists it) or None."""
     from spark_apps import transforms as T
 
     partition_stats = decoded.partition_stats
@@ -55,8 +57,17 @@ def ordered_events(args, decoded: Decoded) -> tuple:
                         and args.protocol not in POSITIONED_PROTOCOLS)
     export = getattr(args, "_base_export", None)  # stages/validate.py reads it before the decode
     export_tso = export.position.tso if export is not None and export.position.kind == "tso" else None
-    ready = T.partition_event_time(T.infer_commit_ts(decoded.events, needs_inference, export_tso), needs_event_time)
-    return ready, needs_inference, needs_event_time
+    events, inferred = decoded.events, None
+    if needs_inference:  # a narrow window per source partition, computed once (persisted), few rows
+        from pyspark import StorageLevel
+
+        tombstones = sum(s["rows_without_commit_ts"] for s in partition_stats)
+        inferred = T.inferred_commit_ts(events, export_tso).persist(StorageLevel.DISK_ONLY)
+        events = T.with_inferred_ts(events, inferred, broadcast=tombstones <= T.INFERRED_BROADCAST_MAX)
+    else:
+        events = T.infer_commit_ts(events, False)
+    ready = T.partition_event_time(events, needs_event_time)
+    return ready, needs_inference, needs_event_time, inferred
 
 
 def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = None) -> Tagged:
@@ -75,8 +86,8 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
     # through a shuffle whole and nothing but `decoded` is persisted (transforms.duplicate_places).
     # Rows stay lean; the images are rebuilt from the dictionary (one literal in the plan) where
     # the output needs them
-    ready, needs_inference, needs_event_time = ordered_events(args, decoded)
-    if needs_inference or needs_event_time:  # a window per source partition: computed once
+    ready, _, needs_event_time, inferred = ordered_events(args, decoded)
+    if needs_event_time:  # a window per source partition over whole events: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
     marks = find_duplicates(ready, tables=args.table_patterns())
     in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
@@ -84,7 +95,7 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = N
                           duplicates=marks, in_base=in_base)
     dictionary = schema_dictionary(ctx, decoded)
     return Tagged(cut=cut, offset_gaps=offset_gaps, gap_count=gap_count, ready=ready, duplicates=marks.places,
-                  tagged=tagged, dictionary=dictionary, marks=marks)
+                  tagged=tagged, dictionary=dictionary, marks=marks, inferred=inferred)
 
 
 def schema_dictionary(ctx: RunContext, decoded: Decoded):

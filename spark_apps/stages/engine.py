@@ -83,7 +83,7 @@ def _v2(ctx: RunContext, decoded: Decoded, cut_gaps: tuple):
     if args.emit == "topics":
         return _topics(ctx, decoded, cut_gaps)
     cut = cut_gaps[0]
-    _, _, untimed = dedupe_stage.ordered_events(args, decoded)
+    _, _, untimed, _ = dedupe_stage.ordered_events(args, decoded)
     if untimed and decoded.ddl_events:  # an untimed DDL's point is a running event time: intervals
         return V2.fallback_reason(untimed=True, intervals=decoded.ddl_events)
     before, _ = history_stage.initial_history(ctx)

@@ -74,7 +74,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         raise ReplayError(f"the output was not written: {reason}. Choose a target protocol that carries it "
                           "(docs/protocols/README.md)") from None
     finally:
-        for persisted in (tagged.duplicates, tagged.ready):
+        for persisted in (tagged.duplicates, tagged.ready, tagged.inferred):
             if persisted is not None:
                 persisted.unpersist()
         release(decoded.decoded, ctx.files)

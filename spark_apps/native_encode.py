@@ -1,22 +1,30 @@
-"""The compiled canal-json encoder (native/cdc_replay_native, canal_json_encode.rs) behind the
-Python codec, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
+"""The compiled encoders (native/cdc_replay_native: canal_json_encode.rs, open_protocol_encode.rs)
+behind the Python codecs, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
+
+A codec says whether it has one (`Codec.compiled_encoder_class`, `compiled_encoder`: canal-json
+in TiCDC's flavour, open-protocol); nothing here names a protocol. Every event, compiled or
+not, becomes an *entry* (`compiled_entry` / `entry`) and the codec's `frame` makes the messages
+of a partition's entries in order: one message per canal-json entry; open-protocol's entries
+are each event's key and value JSON, batched by the codec (max-batch-size, max-message-bytes)
+as its Python `encode` does.
 
 The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
 straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
 go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
-event's message value with no Python object per value.
+event with no Python object per value.
 Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
 unencoded and the Python codec, which stays the reference, encodes it: the messages are the
-same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
-flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Python).
+same either way (tests/codecs/test_native_canal_json_encode.py and
+test_native_open_protocol_encode.py, byte for byte).
 
 `CDC_REPLAY_NATIVE_ENCODE` unset or `1` (default since the twentieth session): the compiled
-encoder where it applies (TiCDC's flavour, and the extension loads: spark_apps/native_decode.py
-loads it; one that does not load is logged); `0` forces the Python encoder, the reference.
-On by default because the bytes are the same (the differential tests run both paths, the
-replay tests ran with both) and the writer's CPU falls 35-60% (docs/engine.md, "The compiled
-canal-json encoder"). The driver's setting is captured when the writer function is built, so
-executors follow it (`CDC_REPLAY_DECODER` is the decoders' switch).
+encoder where it applies (the codec has one for its options, and the extension loads:
+spark_apps/native_decode.py loads it; one that does not load is logged); `0` forces the Python
+encoder, the reference. On by default because the bytes are the same (the differential tests
+run both paths, the replay tests ran with both) and the writer's CPU falls 35-60% (docs/engine.md,
+"The compiled canal-json encoder", "The compiled open-protocol encoder"). The driver's
+setting is captured when the writer function is built, so executors follow it
+(`CDC_REPLAY_DECODER` is the decoders' switch).
 """
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ class OpenProtocolCodec(Codec):
     def compiled_encoder(self, extension):
         """Row events' key and value JSON (open_protocol_encode.rs); `frame` batches them."""
         return extension.OpenProtocolEncoder(compiled_rule, _HANDLE_KEY, self.config["only-output-updated-columns"],
-                                             self.config["delete-only-output-handle-key-columns"])
+                                             self.config["delete-only-output-handle-key-columns"], _printable)
 
     def compiled_entry(self, encoded: tuple[bytes, bytes]) -> tuple | None:
         key, text = encoded
@@ -810,6 +810,11 @@ def _int_range(code: int, flags: int) -> tuple[int, int]:
         return -(1 << 63), (1 << 64) - 1
     low, high, unsigned_high = limits
     return (0, unsigned_high) if flags & _UNSIGNED else (low, high)
+
+
+def _printable(code: int) -> bool:
+    """Whether `go_quote` keeps this character as it is (the compiled encoder asks once each)."""
+    return chr(code).isprintable()
 
 
 def compiled_rule(mysql_type: str | None, flags: int) -> tuple | None:

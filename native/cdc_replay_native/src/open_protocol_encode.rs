@@ -4,8 +4,7 @@
 //! max-message-bytes) and the value compression stay in Python (`OpenProtocolCodec.frame`).
 //! The Python encoder is the reference: every event this one is not sure about (DDL,
 //! watermarks, a missing image or commit ts, text that is not UTF-8, an integer out of range,
-//! a binary string with a character beyond U+00FF, a float Python's `float()` might read
-//! otherwise, ...) comes back as None and the Python codec encodes it.
+//! a float Python's `float()` might read otherwise or whose shortest text is a tie, ...) comes back as None and the Python codec encodes it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -42,6 +41,8 @@ pub(crate) struct OpenProtocolEncoder {
     only_updated: bool,
     delete_handle_only: bool,
     by_type: HashMap<(Option<Vec<u8>>, i32), Option<Rule>>,
+    printable_fn: Py<PyAny>,
+    printable: HashMap<char, bool>,
 }
 
 fn quote(out: &mut Vec<u8>, text: &[u8]) {
@@ -49,8 +50,8 @@ fn quote(out: &mut Vec<u8>, text: &[u8]) {
 }
 
 /// Go's `strconv.Quote` of raw bytes (codecs/open_protocol.py `go_quote`), without the quotes;
-/// false for a character above U+00FF (Unicode's idea of printable is left to Python).
-fn go_quote(out: &mut Vec<u8>, raw: &[u8]) -> bool {
+/// whether a character above U+007F is printable is Python's `str.isprintable` (`printable`).
+fn go_quote(out: &mut Vec<u8>, raw: &[u8], printable: &mut dyn FnMut(char) -> PyResult<bool>) -> PyResult<()> {
     let mut rest = raw;
     loop {
         let (valid, bad) = match std::str::from_utf8(rest) {
@@ -77,16 +78,17 @@ fn go_quote(out: &mut Vec<u8>, raw: &[u8]) -> bool {
                     out.extend_from_slice(b"\\x");
                     hex_byte(out, code as u8);
                 }
-                // Cc, no-break space (Zs) and the soft hyphen (Cf) are not printable
-                '\u{80}'..='\u{a0}' | '\u{ad}' => {
-                    out.extend_from_slice(b"\\u00");
-                    hex_byte(out, code as u8);
-                }
-                '\u{a1}'..='\u{ff}' => {
+                _ if printable(ch)? => {
                     let mut buf = [0u8; 4];
                     out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                 }
-                _ => return false,
+                _ => {
+                    let (escape, width): (&[u8], u32) = if code < 0x10000 { (b"\\u", 2) } else { (b"\\U", 4) };
+                    out.extend_from_slice(escape);
+                    for shift in (0..width).rev() {
+                        hex_byte(out, (code >> (8 * shift)) as u8);
+                    }
+                }
             }
         }
         let start = valid.len();
@@ -96,7 +98,7 @@ fn go_quote(out: &mut Vec<u8>, raw: &[u8]) -> bool {
         }
         rest = &rest[start + bad..];
         if rest.is_empty() {
-            return true;
+            return Ok(());
         }
     }
 }
@@ -258,10 +260,17 @@ impl OpenProtocolEncoder {
                 },
                 K_QUOTED => {
                     let mut text = Vec::with_capacity(raw.len() + 8);
-                    go_quote(&mut text, raw) && {
-                        quote(out, &text);
-                        true
-                    }
+                    let (cache, printable_fn) = (&mut self.printable, &self.printable_fn);
+                    go_quote(&mut text, raw, &mut |ch| match cache.get(&ch) {
+                        Some(&known) => Ok(known),
+                        None => {
+                            let known: bool = printable_fn.bind(py).call1((ch as u32,))?.extract()?;
+                            cache.insert(ch, known);
+                            Ok(known)
+                        }
+                    })?;
+                    quote(out, &text);
+                    true
                 }
                 K_BASE64 => {
                     out.push(b'"');
@@ -376,10 +385,14 @@ impl OpenProtocolEncoder {
     /// `rule(type_text, flags) -> (type code, flags, value rule, int low, int high) or None`
     /// (codecs/open_protocol.py `compiled_rule`); `handle_key`: the handle-key flag bit;
     /// `only_updated`: only-output-updated-columns; `delete_handle_only`:
-    /// delete-only-output-handle-key-columns.
+    /// delete-only-output-handle-key-columns; `printable(code point) -> bool`: Python's
+    /// `str.isprintable` of the character, asked once per character.
     #[new]
-    fn new(rule: Py<PyAny>, handle_key: i64, only_updated: bool, delete_handle_only: bool) -> Self {
-        OpenProtocolEncoder { rule_fn: rule, handle_key, only_updated, delete_handle_only, by_type: HashMap::new() }
+    fn new(rule: Py<PyAny>, handle_key: i64, only_updated: bool, delete_handle_only: bool, printable: Py<PyAny>) -> Self {
+        OpenProtocolEncoder {
+            rule_fn: rule, handle_key, only_updated, delete_handle_only, by_type: HashMap::new(),
+            printable_fn: printable, printable: HashMap::new(),
+        }
     }
 
     /// Encode `n` events given as Arrow buffers (spark_apps/native_encode.py `_arrays`): per

@@ -177,7 +177,7 @@ def ordinary_rows(n: int) -> list[dict]:
         image = [_column("id", "bigint", str(i).encode(), int(ColumnFlag.PRIMARY_KEY)),
                  _column("name", "varchar(20)", "nämé <&> \"q\"".encode()), _column("price", "decimal(10,2)", b"12.50"),
                  _column("f", "float", b"0.1"), _column("d", "double", b"-1e-7"), _column("u", "int unsigned", b"4294967295"),
-                 _column("b", "varbinary(8)", b"\x00\x01ab\xff\xc3\xa9"), _column("blob", "blob", b"\x00\xff"),
+                 _column("b", "varbinary(8)", b"\x00\x01ab\xff\xc3\xa9\xca\xa4\xe2\x80\x8b\xf0\x9f\x98\x80"), _column("blob", "blob", b"\x00\xff"),
                  _column("when", "datetime(3)", b"2020-01-02 03:04:05.123"), _column("gone", "text", None),
                  _column("e", "enum('a','b')", b"2"), _column("bits", "bit(3)", b"5")]
         op = (Op.INSERT, Op.UPDATE, Op.DELETE)[i % 3]

@@ -1,9 +1,9 @@
 """Benchmark (not a test): the Kafka-record writer (spark_apps/outputs/kafka_records.py
-`write_topics_fn`) in one process, no Spark, with the compiled canal-json encoder on and off
-($CDC_REPLAY_NATIVE_ENCODE), each with the snapshot's `prepare` (the projector) and the
+`write_topics_fn`) in one process, no Spark, with the compiled encoder on and off
+($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default) or open-protocol (`--protocol`), each with the snapshot's `prepare` (the projector) and the
 topics' (`precision_from_history`).
 
-The writer's input is built as Spark hands it: a generated canal-json archive (`generate`,
+The writer's input is built as Spark hands it: a generated archive of the protocol (`generate`,
 DDL and a keyless table) decoded by the Python codec, placed in three output partitions by
 commit ts, ordered, in Arrow batches of 10,000 rows (Spark's `maxRecordsPerBatch`); every row
 event goes through both hooks (the snapshot would write only the last change per key: the
@@ -35,16 +35,18 @@ from spark_apps.generate import generate
 from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.snapshot import precision_from_history, projector
 
-OPTIONS = {"enable-tidb-extension": "true"}
+PROTOCOL_OPTIONS = {"canal-json": {"enable-tidb-extension": "true"}, "open-protocol": {}}
 SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
                     pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
                     pa.field("timeline", pa.list_(pa.int64()))])
 
 
-def writer_input(transactions: int, partitions: int = 3) -> tuple[list[pa.RecordBatch], SchemaHistory, int]:
-    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=True, options=OPTIONS,
-                         duplicate_rate=0.0)  # the replay drops duplicates before the writer
-    codec = get_codec("canal-json", OPTIONS)
+def writer_input(transactions: int, protocol: str = "canal-json",
+                 partitions: int = 3) -> tuple[list[pa.RecordBatch], SchemaHistory, int]:
+    options = PROTOCOL_OPTIONS[protocol]
+    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=True, options=options,
+                         protocol=protocol, duplicate_rate=0.0)  # the replay drops duplicates before the writer
+    codec = get_codec(protocol, options)
     events = [e for r in generated.records for e in decode_record(codec, r) if e["kind"] in (Kind.ROW, Kind.DDL)]
     history = SchemaHistory()
     rows = []
@@ -70,8 +72,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--protocol", choices=sorted(PROTOCOL_OPTIONS), default="canal-json")
     args = parser.parse_args()
-    batches, history, n = writer_input(args.transactions)
+    protocol, options = args.protocol, PROTOCOL_OPTIONS[args.protocol]
+    batches, history, n = writer_input(args.transactions, protocol)
     schemas = {(s.database.lower(), s.name.lower()): s for s in history.tables.values() if s.columns_known}
     print(f"{n:,} writer rows in {len(batches)} batches; load average {os.getloadavg()[0]:.2f}")
     print("| prepare | switch | wall s | CPU s | from Arrow (projected) | as dicts | compiled | Python |")
@@ -81,7 +85,7 @@ def main() -> None:
         for switch in ("1", "0"):  # warm-up, not measured: first imports, the extension's first call
             os.environ[native_encode.ENV] = switch
             for make in (projector(schemas), precision_from_history(history)):
-                for _ in write_topics_fn("canal-json", OPTIONS, os.path.join(work, "warm"), 100_000, make)(
+                for _ in write_topics_fn(protocol, options, os.path.join(work, "warm"), 100_000, make)(
                         iter(batches[:1])):
                     pass
         shutil.rmtree(os.path.join(work, "warm"), ignore_errors=True)
@@ -92,7 +96,7 @@ def main() -> None:
                 for switch in ("1", "0") if r % 2 == 0 else ("0", "1"):
                     os.environ[native_encode.ENV] = switch
                     base = os.path.join(work, f"{r}-{switch}")
-                    fn = write_topics_fn("canal-json", OPTIONS, base, 100_000, make())
+                    fn = write_topics_fn(protocol, options, base, 100_000, make())
                     wall, cpu = time.perf_counter(), time.process_time()
                     for _ in fn(iter(batches)):
                         pass

@@ -95,6 +95,9 @@ class Codec(abc.ABC):
     # its `decode` takes the records' keys too; None: this protocol decodes in Python only
     compiled_class: ClassVar[str | None] = None
     compiled_takes_keys: ClassVar[bool] = False
+    # the compiled encoder's class in the extension (spark_apps/native_encode.py); None: this
+    # protocol encodes in Python only
+    compiled_encoder_class: ClassVar[str | None] = None
 
     def __init__(self, options: Mapping[str, Any] | None = None, *,
                  read_object: Callable[[str], bytes] | None = None):
@@ -132,6 +135,27 @@ class Codec(abc.ABC):
         given by the caller: codecs import nothing of the app) with the codec's own type rules,
         so both paths read a type the same way (spark_apps/native_decode.py)."""
         raise NotImplementedError(f"{self.name} has no compiled decoder")
+
+    def compiled_encoder(self, extension) -> Any:
+        """This codec's compiled encoder for its options, built from `extension`, or None when
+        these options are encoded in Python only. Its `encode(n, arrays)` gives per event what
+        `compiled_entry` takes, or None: the event goes to `entry`, the reference."""
+        return None
+
+    def compiled_entry(self, encoded) -> Any:
+        """The compiled encoder's output for one event as `entry` gives it; None: `entry` encodes
+        the event (the compiled output is not certain to be the reference's)."""
+        raise NotImplementedError(f"{self.name} has no compiled encoder")
+
+    def entry(self, event: dict, *, topic: str, partition: int) -> Any:
+        """One event's share of the messages, in the form `frame` takes: by default its messages."""
+        return list(self.encode([event], topic=topic, partition=partition))
+
+    def frame(self, entries: Iterable) -> Iterator[EncodedMessage]:
+        """The messages of one partition's entries in order: `encode` split at the event, so
+        compiled and Python-encoded events share one stream (a batching codec groups them)."""
+        for messages in entries:
+            yield from messages
 
     def partitions_for(self, event: dict, partitions: int, row_partition: int) -> Sequence[int]:
         """Target partitions of an event: rows go where the dispatcher says, DDL and

@@ -146,6 +146,21 @@ class CanalJsonCodec(Codec):
     def compiled_decoder(self, extension):
         return extension.CanalJsonDecoder(compiled_type_rule, self.config["flat-message-flavor"] == "canal")
 
+    compiled_encoder_class = "CanalJsonEncoder"
+
+    def compiled_encoder(self, extension):
+        """TiCDC's flavour only (the canal flavour groups rows into messages: Python)."""
+        config = self.config
+        if config["flat-message-flavor"] != "ticdc":
+            return None
+        compatible = bool(config["content-compatible"])
+        rule = lambda type_text, flags: _encode_rule(type_text, flags, compatible)  # noqa: E731
+        return extension.CanalJsonEncoder(rule, bool(config["enable-tidb-extension"]),
+                                          compatible or bool(config["only-output-updated-columns"]))
+
+    def compiled_entry(self, encoded: bytes) -> list[EncodedMessage]:
+        return [EncodedMessage(None, compression.compress(self.config["large-message-handle-compression"], encoded))]
+
     def validate(self) -> None:
         if self.config["flat-message-flavor"] == "canal" and self.config["enable-tidb-extension"]:
             raise ConfigError("flat-message-flavor=canal writes Alibaba Canal's message, which has no _tidb "

@@ -286,6 +286,19 @@ _K_INT, _K_TEXT, _K_QUOTED, _K_BASE64, _K_NULL, _K_FLOAT32, _K_FLOAT64 = 0, 1, 2
 _COLUMN_KINDS: dict[tuple[int, int], tuple[str, int]] = {}
 
 
+def _value_kind(code: int, flags: int) -> int:
+    """The value rule of a known type code and its flags (the binary flag quotes CHAR values)."""
+    if code in _INT_CODES:
+        return _K_INT
+    if code in _CHAR_CODES:
+        return _K_QUOTED if flags & _BINARY else _K_TEXT
+    if code in _TEXT_CODES:
+        return _K_TEXT
+    if code in _BASE64_CODES:
+        return _K_BASE64
+    return _FLOAT_BITS.get(code, _K_NULL)
+
+
 def _column_kind(code: int, flags: int) -> tuple[str, int] | None:
     """(mysql_type, value rule) of a type code and flags; None for an unknown code or bad flags."""
     if not 0 <= flags < 1 << 31:
@@ -293,19 +306,7 @@ def _column_kind(code: int, flags: int) -> tuple[str, int] | None:
     mysql_type = type_text(code, flags)
     if mysql_type is None:
         return None
-    if code in _INT_CODES:
-        kind = _K_INT
-    elif code in _CHAR_CODES:
-        kind = _K_QUOTED if flags & _BINARY else _K_TEXT
-    elif code in _TEXT_CODES:
-        kind = _K_TEXT
-    elif code in _BASE64_CODES:
-        kind = _K_BASE64
-    elif code in _FLOAT_BITS:
-        kind = _FLOAT_BITS[code]
-    else:
-        kind = _K_NULL
-    return mysql_type, kind
+    return mysql_type, _value_kind(code, flags)
 
 
 # a float column's negative zero as Go writes it: "v":-0 followed by , or }
@@ -332,6 +333,20 @@ class OpenProtocolCodec(Codec):
 
     def compiled_decoder(self, extension):
         return extension.OpenProtocolDecoder(_column_kind)
+
+    compiled_encoder_class = "OpenProtocolEncoder"
+
+    def compiled_encoder(self, extension):
+        """Row events' key and value JSON (open_protocol_encode.rs); `frame` batches them."""
+        return extension.OpenProtocolEncoder(compiled_rule, _HANDLE_KEY, self.config["only-output-updated-columns"],
+                                             self.config["delete-only-output-handle-key-columns"], _printable)
+
+    def compiled_entry(self, encoded: tuple[bytes, bytes]) -> tuple | None:
+        key, text = encoded
+        value = compression.compress(self.config["large-message-handle-compression"], text)
+        if len(key) + len(value) + MAX_RECORD_OVERHEAD + 16 + 8 > self.config["max-message-bytes"]:
+            return None  # too large: `entry` and `frame` say so, naming the event
+        return Kind.ROW, key, value, None
 
     def validate(self) -> None:
         for name in ("max-batch-size", "max-message-bytes"):
@@ -601,16 +616,34 @@ class OpenProtocolCodec(Codec):
 
     # ================================================================ encode
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
+        return self.frame(self.entry(event, topic=topic, partition=partition) for event in events)
+
+    def entry(self, event: dict, *, topic: str = "", partition: int = 0) -> tuple:
+        """(kind, event key JSON, event value as written, the event): one frame of `frame`."""
+        kind = event["kind"]
+        if kind == Kind.ROW:
+            key, value = self._row_entry(event)
+        elif kind == Kind.DDL:
+            key, value = self._ddl_entry(event)
+        elif kind == Kind.WATERMARK:
+            key, value = self._resolved_entry(event)
+        else:
+            raise EncodeError(f"open-protocol cannot encode event kind {kind!r}")
+        return kind, key, value, event
+
+    def frame(self, entries: Iterable[tuple]) -> Iterator[EncodedMessage]:
+        """Row entries batched up to max-batch-size events and max-message-bytes bytes, as
+        tiflow's batch encoder does; DDL and resolved events alone in their message. An entry
+        the compiled encoder wrote has no event (`compiled_entry` leaves a too large one to
+        `entry`, so the error below always names its event)."""
         max_batch = self.config["max-batch-size"]
         max_bytes = self.config["max-message-bytes"]
         keys: list[bytes] = []
         values: list[bytes] = []
         size = 0  # len(key buffer) + len(value buffer) of the open batch
 
-        for event in events:
-            kind = event["kind"]
+        for kind, key, value, event in entries:
             if kind == Kind.ROW:
-                key, value = self._row_entry(event)
                 single = len(key) + len(value) + MAX_RECORD_OVERHEAD + 16 + 8
                 if single > max_bytes:
                     raise EncodeError(
@@ -624,14 +657,11 @@ class OpenProtocolCodec(Codec):
                 keys.append(key)
                 values.append(value)
                 size += len(key) + len(value) + 16
-            elif kind in (Kind.DDL, Kind.WATERMARK):
+            else:
                 if keys:
                     yield _message(keys, values)
                     keys, values = [], []
-                key, value = self._ddl_entry(event) if kind == Kind.DDL else self._resolved_entry(event)
                 yield _message([key], [value])
-            else:
-                raise EncodeError(f"open-protocol cannot encode event kind {kind!r}")
         if keys:
             yield _message(keys, values)
 
@@ -754,19 +784,50 @@ def _columns_json(image: list[dict], keys: set) -> str:
     parts = []
     for name in sorted(by_name):
         col = by_name[name]
-        mysql_type = parse_type(col["mysql_type"])
         code = _code(col)
-        flags = int(col["flags"] or 0)
+        flags = _written_flags(parse_type(col["mysql_type"]), code, int(col["flags"] or 0))
         if name in keys:
             flags |= _HANDLE_KEY
-        if mysql_type.unsigned:
-            flags |= _UNSIGNED
-        if code in _CHAR_CODES or code in _BASE64_CODES and code != 255:
-            # the binary flag says which of varchar/varbinary, text/blob the column is
-            flags = flags | _BINARY if mysql_type.base in _BINARY_NAMES else flags & ~_BINARY
         handle = '"h":true,' if flags & _HANDLE_KEY else ""
         parts.append(f'{go_json_string(name)}:{{"t":{code},{handle}"f":{flags},"v":{_value_json(col, code, flags)}}}')
     return "{" + ",".join(parts) + "}"
+
+
+def _written_flags(mysql_type, code: int, flags: int) -> int:
+    """A column's flags as written: unsigned from its type, and the binary flag saying which of
+    varchar/varbinary, text/blob it is."""
+    if mysql_type.unsigned:
+        flags |= _UNSIGNED
+    if code in _CHAR_CODES or code in _BASE64_CODES and code != 255:
+        flags = flags | _BINARY if mysql_type.base in _BINARY_NAMES else flags & ~_BINARY
+    return flags
+
+
+def _int_range(code: int, flags: int) -> tuple[int, int]:
+    """The lowest and highest value an integer column of this code and flags can be written with."""
+    limits = _INT_LIMITS.get(code)
+    if limits is None:
+        return -(1 << 63), (1 << 64) - 1
+    low, high, unsigned_high = limits
+    return (0, unsigned_high) if flags & _UNSIGNED else (low, high)
+
+
+def _printable(code: int) -> bool:
+    """Whether `go_quote` keeps this character as it is (the compiled encoder asks once each)."""
+    return chr(code).isprintable()
+
+
+def compiled_rule(mysql_type: str | None, flags: int) -> tuple | None:
+    """The compiled encoder's rule of a column's mysql_type and flags, asked once per pair
+    (open_protocol_encode.rs): (type code, flags as written before the handle-key bit, value
+    rule, an integer's lowest and highest value); None for a type with no code (Python encodes
+    the event, and refuses it)."""
+    parsed = parse_type(mysql_type)
+    code = TYPE_CODES.get(parsed.base)
+    if code is None:
+        return None
+    flags = _written_flags(parsed, code, flags)
+    return (code, flags, _value_kind(code, flags), *_int_range(code, flags))
 
 
 def _value_json(col: dict, code: int, flags: int) -> str:
@@ -776,13 +837,9 @@ def _value_json(col: dict, code: int, flags: int) -> str:
     try:
         if code in _INT_CODES:
             number = int(data)
-            limits = _INT_LIMITS.get(code)
-            if limits is not None:
-                low, high, unsigned_high = limits
-                if not (0 <= number <= unsigned_high if flags & _UNSIGNED else low <= number <= high):
-                    raise ValueError(f"{number} is out of range")
-            elif not -(1 << 63) <= number < 1 << 64:
-                raise ValueError(f"{number} does not fit 64 bits")
+            low, high = _int_range(code, flags)
+            if not low <= number <= high:
+                raise ValueError(f"{number} is out of range" if code in _INT_LIMITS else f"{number} does not fit 64 bits")
             return str(number)
         if code in _CHAR_CODES:
             if flags & _BINARY:

@@ -1,22 +1,30 @@
-"""The compiled canal-json encoder (native/cdc_replay_native, canal_json_encode.rs) behind the
-Python codec, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
+"""The compiled encoders (native/cdc_replay_native: canal_json_encode.rs, open_protocol_encode.rs)
+behind the Python codecs, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
+
+A codec says whether it has one (`Codec.compiled_encoder_class`, `compiled_encoder`: canal-json
+in TiCDC's flavour, open-protocol); nothing here names a protocol. Every event, compiled or
+not, becomes an *entry* (`compiled_entry` / `entry`) and the codec's `frame` makes the messages
+of a partition's entries in order: one message per canal-json entry; open-protocol's entries
+are each event's key and value JSON, batched by the codec (max-batch-size, max-message-bytes)
+as its Python `encode` does.
 
 The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
 straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
 go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
-event's message value with no Python object per value.
+event with no Python object per value.
 Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
 unencoded and the Python codec, which stays the reference, encodes it: the messages are the
-same either way (tests/codecs/test_native_canal_json_encode.py, byte for byte). Only TiCDC's
-flavour is compiled (`flat-message-flavor=canal` groups rows into messages: Python).
+same either way (tests/codecs/test_native_canal_json_encode.py and
+test_native_open_protocol_encode.py, byte for byte).
 
 `CDC_REPLAY_NATIVE_ENCODE` unset or `1` (default since the twentieth session): the compiled
-encoder where it applies (TiCDC's flavour, and the extension loads: spark_apps/native_decode.py
-loads it; one that does not load is logged); `0` forces the Python encoder, the reference.
-On by default because the bytes are the same (the differential tests run both paths, the
-replay tests ran with both) and the writer's CPU falls 35-60% (docs/engine.md, "The compiled
-canal-json encoder"). The driver's setting is captured when the writer function is built, so
-executors follow it (`CDC_REPLAY_DECODER` is the decoders' switch).
+encoder where it applies (the codec has one for its options, and the extension loads:
+spark_apps/native_decode.py loads it; one that does not load is logged); `0` forces the Python
+encoder, the reference. On by default because the bytes are the same (the differential tests
+run both paths, the replay tests ran with both) and the writer's CPU falls 35-60% (docs/engine.md,
+"The compiled canal-json encoder", "The compiled open-protocol encoder"). The driver's
+setting is captured when the writer function is built, so executors follow it
+(`CDC_REPLAY_DECODER` is the decoders' switch).
 """
 
 from __future__ import annotations
@@ -28,8 +36,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from cdc_codecs import canal_json, compression
-from cdc_codecs.base import Codec, EncodedMessage
+from cdc_codecs.base import Codec
 from cdc_codecs.events import EVENT_SCHEMA
 
 from . import native_decode
@@ -54,24 +61,17 @@ def requested() -> bool:
 
 
 def compiled_encoder(codec: Codec, wanted: bool | None = None):
-    """The extension's encoder for this codec and its options, or None (Python encodes)."""
-    if not (requested() if wanted is None else wanted):
+    """The extension's encoder for this codec and its options (`Codec.compiled_encoder`), or
+    None (Python encodes)."""
+    if not (requested() if wanted is None else wanted) or codec.compiled_encoder_class is None:
         return None
     module = native_decode.cdc_replay_native
-    if not isinstance(codec, canal_json.CanalJsonCodec):
+    if module is None or not hasattr(module, codec.compiled_encoder_class):  # said, not silent: Python encodes
+        why = native_decode.UNAVAILABLE or f"cdc_replay_native predates {codec.compiled_encoder_class}; run scripts/bootstrap"
+        log.warning("the compiled %s encoder is not available (%s): the Python codec encodes "
+                    "($%s=0 chooses it without this warning)", codec.name, why, ENV)
         return None
-    if module is None or not hasattr(module, "CanalJsonEncoder"):  # said, not silent: Python encodes
-        why = native_decode.UNAVAILABLE or "cdc_replay_native predates CanalJsonEncoder; run scripts/bootstrap"
-        log.warning("the compiled canal-json encoder is not available (%s): the Python codec encodes "
-                    "($%s=0 chooses it without this warning)", why, ENV)
-        return None
-    config = codec.config
-    if config["flat-message-flavor"] != "ticdc":
-        return None
-    compatible = bool(config["content-compatible"])
-    rule = lambda type_text, flags: canal_json._encode_rule(type_text, flags, compatible)  # noqa: E731
-    return module.CanalJsonEncoder(rule, bool(config["enable-tidb-extension"]),
-                                   compatible or bool(config["only-output-updated-columns"]))
+    return codec.compiled_encoder(module)
 
 
 def _valid(array: pa.Array) -> memoryview:
@@ -119,45 +119,49 @@ class Counts:
 
 
 def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: int, encoder=None,
-                counts: Counts | None = None, chunk: int = CHUNK) -> Iterator[tuple[dict, list[EncodedMessage]]]:
-    """(event, its messages) in order. With `encoder` (compiled_encoder's) the row events are
-    encoded by the extension in chunks and the rest by the codec one at a time; without, by the
-    codec. Only for an encoding whose messages each hold one event (TiCDC's canal-json); an
-    EncodeError carries the event (`e.event`)."""
+                counts: Counts | None = None, chunk: int = CHUNK) -> Iterator[tuple[dict, object]]:
+    """(event, its entry) in order, for `codec.frame` (a list of messages for a codec whose
+    messages each hold one event). With `encoder` (compiled_encoder's) the row events are
+    encoded by the extension in chunks and the rest by the codec one at a time; without, by
+    the codec. An EncodeError carries the event (`e.event`)."""
     counts = counts if counts is not None else Counts()
     if encoder is None:
         for event in events:
             counts.python += 1
             yield event, _python(codec, event, topic, partition)
         return
-    compress = codec.config["large-message-handle-compression"]
     pending: list[dict] = []
     for event in events:
         pending.append(event)
         if len(pending) >= chunk:
-            yield from _chunk(codec, encoder, pending, topic, partition, compress, counts)
+            yield from _chunk(codec, encoder, pending, topic, partition, counts)
             pending = []
     if pending:
-        yield from _chunk(codec, encoder, pending, topic, partition, compress, counts)
+        yield from _chunk(codec, encoder, pending, topic, partition, counts)
 
 
-def _chunk(codec, encoder, events, topic, partition, compress, counts):
-    batch = pa.RecordBatch.from_pylist(events, _SCHEMA)
-    values = encoder.encode(len(events), _arrays(batch))
-    for event, value in zip(events, values, strict=True):
-        if value is None:
+def _compiled(codec, encoder, batch: pa.RecordBatch) -> list:
+    """The compiled encoder's entries of a batch of events (None: the event goes to Python)."""
+    entry = codec.compiled_entry
+    return [None if value is None else entry(value) for value in encoder.encode(batch.num_rows, _arrays(batch))]
+
+
+def _chunk(codec, encoder, events, topic, partition, counts):
+    entries = _compiled(codec, encoder, pa.RecordBatch.from_pylist(events, _SCHEMA))
+    for event, entry in zip(events, entries, strict=True):
+        if entry is None:
             counts.python += 1
             yield event, _python(codec, event, topic, partition)
         else:
             counts.native += 1
-            yield event, [EncodedMessage(None, compression.compress(compress, value))]
+            yield event, entry
 
 
-def _python(codec, event, topic, partition) -> list[EncodedMessage]:
+def _python(codec, event, topic, partition):
     from cdc_codecs.errors import EncodeError
 
     try:
-        return list(codec.encode([event], topic=topic, partition=partition))
+        return codec.entry(event, topic=topic, partition=partition)
     except EncodeError as e:
         e.event = event
         raise
@@ -165,7 +169,7 @@ def _python(codec, event, topic, partition) -> list[EncodedMessage]:
 
 def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
     """One Arrow batch of the writer (events with `out_topic`, `out_partition`), encoded:
-    ((topic, partition), kind, event dict or None, its messages or the EncodeError) per event
+    ((topic, partition), kind, event dict or None, its entry or the EncodeError) per event
     in order. The row events `prepare` leaves alone (`prepare.unchanged`, decided without
     dicts) go to the extension straight from the batch; only the others, and those it
     declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
@@ -189,7 +193,7 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         rows = batch.select(_SCHEMA.names)
         if len(idx) < n:
             rows = rows.take(pa.array(idx))
-        for i, value in zip(idx.tolist(), encoder.encode(len(idx), _arrays(rows)), strict=True):
+        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows), strict=True):
             values[i] = value
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can
@@ -197,8 +201,7 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         index, projected = project(batch, declined)
         if index:
             counts.projected += len(index)
-            for i, value in zip(index, encoder.encode(len(index), _arrays(projected.select(_SCHEMA.names))),
-                                strict=True):
+            for i, value in zip(index, _compiled(codec, encoder, projected.select(_SCHEMA.names)), strict=True):
                 values[i] = value
     slow = [i for i in range(n) if values[i] is None]
     events: dict[int, dict] = {}
@@ -212,21 +215,19 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         again = [i for i in events if not fast[i]]  # prepared here: the extension has not seen them
         for start in range(0, len(again), CHUNK):
             part = again[start:start + CHUNK]
-            encoded = encoder.encode(len(part), _arrays(pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA)))
+            encoded = _compiled(codec, encoder, pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA))
             for i, value in zip(part, encoded, strict=True):
                 values[i] = value
-    compress = codec.config["large-message-handle-compression"]
     for i in range(n):
         value = values[i]
         if value is not None:
             counts.native += 1
             counts.arrow += i not in events
-            message = EncodedMessage(None, compression.compress(compress, value))
-            yield (topics[i], partitions[i]), kinds[i], events.get(i), [message]
+            yield (topics[i], partitions[i]), kinds[i], events.get(i), value
         elif i in events:
             counts.python += 1
             try:
-                messages = _python(codec, events[i], topics[i], partitions[i])
+                entry = _python(codec, events[i], topics[i], partitions[i])
             except EncodeError as e:
-                messages = e
-            yield (topics[i], partitions[i]), kinds[i], events[i], messages
+                entry = e
+            yield (topics[i], partitions[i]), kinds[i], events[i], entry

@@ -149,24 +149,26 @@ def write_topics_fn(
                 if encoder is None:
                     for message in codec.encode(fed(), topic=topic, partition=partition):
                         writer.add(message.key, message.value, message.headers)
-                elif columnar:  # encoded per batch (native_encode.encode_batch), written in order
-                    for _, kind, event, messages in group:
-                        if isinstance(messages, EncodeError):
-                            last["event"] = event
-                            raise messages
-                        writer.fed_events += 1
-                        writer.fed_rows += kind == Kind.ROW
-                        for message in messages:
-                            writer.add(message.key, message.value, message.headers)
-                else:  # one event per message: counted as its message is written, as above
-                    events = (event for _, event in group)
-                    for event, messages in native_encode.encode_each(codec, events, topic=topic, partition=partition,
-                                                                     encoder=encoder, counts=counts):
-                        writer.fed_events += 1
-                        writer.fed_rows += event["kind"] == Kind.ROW
-                        last["event"] = event
-                        for message in messages:
-                            writer.add(message.key, message.value, message.headers)
+                else:  # entries, compiled or not, framed by the codec and counted as it takes them
+                    if columnar:  # encoded per batch (native_encode.encode_batch)
+                        pairs = ((event, kind, entry) for _, kind, event, entry in group)
+                    else:
+                        pairs = ((event, event["kind"], entry) for event, entry in native_encode.encode_each(
+                            codec, (event for _, event in group), topic=topic, partition=partition, encoder=encoder,
+                            counts=counts))
+
+                    def entries(pairs=pairs, writer=writer):
+                        for event, kind, entry in pairs:
+                            if event is not None:
+                                last["event"] = event
+                            if isinstance(entry, EncodeError):
+                                raise entry
+                            writer.fed_events += 1
+                            writer.fed_rows += kind == Kind.ROW
+                            yield entry
+
+                    for message in codec.frame(entries()):
+                        writer.add(message.key, message.value, message.headers)
             except EncodeError as e:
                 event = getattr(e, "event", None) or last.get("event") or {}
                 raise EncodeError(
@@ -178,8 +180,8 @@ def write_topics_fn(
             written.extend(writer.written)
             log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
         if encoder is not None:
-            log.info("canal-json encoded: %d events compiled, %d by the Python codec; %d events encoded from the "
-                     "Arrow batch, %d turned into dicts", counts.native, counts.python, counts.arrow, counts.dicts)
+            log.info("%s encoded: %d events compiled, %d by the Python codec; %d events encoded from the "
+                     "Arrow batch, %d turned into dicts", protocol, counts.native, counts.python, counts.arrow, counts.dicts)
         if written:
             yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
 

@@ -20,6 +20,7 @@ mod archive;
 mod avro;
 mod canal_json;
 mod canal_json_encode;
+mod encode_common;
 mod canal_protobuf;
 mod canal_rules;
 mod canal_typed;
@@ -27,6 +28,7 @@ mod craft;
 mod identity;
 mod oceanbase_avro;
 mod open_protocol;
+mod open_protocol_encode;
 
 
 // ------------------------------------------------------------------------------ builders
@@ -538,6 +540,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<canal_json_encode::CanalJsonEncoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
+    m.add_class::<open_protocol_encode::OpenProtocolEncoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;

@@ -64,28 +64,34 @@ _IMAGE_ARROW_TYPE = pa.list_(pa.field("element", pa.struct([
     pa.field("value", pa.binary()), pa.field("label", pa.string())])))
 
 
-def full_images_batch(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
+def image_dictionary(entries: dict) -> tuple:
+    """The schema dictionary {id: (names, types, flags)} as Arrow arrays, built once per writer
+    task for `full_images_batch`: (ids, names, types, flags), in id order."""
+    ids = sorted(entries)
+    return (pa.array(ids, pa.int64()), *(pa.array([entries[sid][k] for sid in ids], pa.list_(t))
+                                         for k, t in ((0, pa.string()), (1, pa.string()), (2, pa.int32()))))
+
+
+def full_images_batch(batch: pa.RecordBatch, entries: dict | tuple) -> pa.RecordBatch:
     """A writer batch with lean images (`<image>_schema`, `_values`, `_labels`) as the one with
     full images Spark would have sent (transforms.full_images' rule: the column list's names,
-    types and flags from the schema dictionary `entries` {id: (names, types, flags)}, the row's
-    values and labels; a null id is a null image), the images where `before`/`after` stand in
-    EVENT_FIELD_NAMES. Columnar: no Python object per row but for rows with labels."""
+    types and flags from the schema dictionary `entries` {id: (names, types, flags)}, or its
+    `image_dictionary`, the row's values and labels; a null id is a null image), the images
+    where `before`/`after` stand in EVENT_FIELD_NAMES. Columnar: no Python object per row but
+    for rows with labels."""
     import numpy as np
     import pyarrow.compute as pc
 
-    ids = sorted(entries)
-    index = {sid: i for i, sid in enumerate(ids)}
+    ids, lists, types, flags = image_dictionary(entries) if isinstance(entries, dict) else entries
     images = {}
     for side in ("before", "after"):
         sids = batch.column(f"{side}_schema")
         values = batch.column(f"{side}_values")
         valid = sids.is_valid()
-        at = pc.index_in(sids, value_set=pa.array(ids, pa.int64())) if ids else pa.nulls(len(sids), pa.int32())
+        at = pc.index_in(sids, value_set=ids) if len(ids) else pa.nulls(len(sids), pa.int32())
         if at.null_count != sids.null_count:
             missing = pc.filter(sids, pc.and_(valid, at.is_null()))[0].as_py()
             raise ValueError(f"no column list for schema id {missing}")
-        lists, types, flags = (pa.array([entries[sid][k] for sid in ids], pa.list_(t))
-                               for k, t in ((0, pa.string()), (1, pa.string()), (2, pa.int32())))
         lengths = pc.fill_null(pc.list_value_length(pc.take(lists, at)), 0).to_numpy(zero_copy_only=False)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
@@ -188,7 +194,8 @@ def write_topics_fn(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if entries is not None:
-            batches = (full_images_batch(batch, entries) for batch in batches)
+            dictionary = image_dictionary(entries)
+            batches = (full_images_batch(batch, dictionary) for batch in batches)
         codec = get_codec(protocol, options)
         encoder = native_encode.compiled_encoder(codec, compiled)
         counts = run.counts = native_encode.Counts()

@@ -17,7 +17,7 @@ results, Python on the driver, writing the manifest). So per job:
 * the gaps: wall seconds when no stage ran, split into the session's start (before the first
   job), between jobs and after the last, with the processes' CPU in them.
 
-    .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--keep DIR] [--code DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--emit topics] [--keep DIR] [--code DIR]
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
 """
@@ -46,15 +46,15 @@ def _role(p, root_pid: int) -> str:
 
 
 def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str, master: str,
-                memory: str, code: str = ROOT) -> tuple[dict, list[tuple[float, dict]]]:
-    """The job in its own process (spark_apps from the checkout `code`); its RESULT and a list of
-    (epoch s, cumulative CPU s per role)."""
+                memory: str, code: str = ROOT, emit: str = "snapshot") -> tuple[dict, list[tuple[float, dict]]]:
+    """The job in its own process (spark_apps from the checkout `code`; a replay writes `emit`);
+    its RESULT and a list of (epoch s, cumulative CPU s per role)."""
     import psutil
 
     argv = [sys.executable, os.path.join(code, "bench", "bench_canal_json.py"), "--job", kind, "--source", archive,
             "--workdir", workdir, "--master", master, "--driver-memory", memory, "--event-log", event_log]
     if kind == "replay":
-        argv += ["--options", json.dumps({"enable-tidb-extension": "true"})]
+        argv += ["--options", json.dumps({"enable-tidb-extension": "true"}), "--emit", emit]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **env, "PYTHONPATH": code}, cwd=code)  # the workers run `python -m`: cwd first on sys.path
     root = psutil.Process(proc.pid)
@@ -205,6 +205,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--archive", required=True, help="a canal-json archive (TiDB extension) written earlier")
     ap.add_argument("--jobs", default="v1,v2,hand-written", help="comma-separated: " + ",".join(JOBS))
+    ap.add_argument("--emit", default="snapshot", help="what the replay jobs (v1, v2) write: snapshot, topics or history")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--code", default=ROOT, help="run spark_apps (and its bench_canal_json.py) from this checkout: "
@@ -218,13 +219,13 @@ def main() -> int:
         os.makedirs(event_log)
         load = os.getloadavg()[0]
         result, samples = run_sampled(kind, env, os.path.abspath(args.archive), workdir, event_log, args.master,
-                                      args.driver_memory, os.path.abspath(args.code))
+                                      args.driver_memory, os.path.abspath(args.code), args.emit)
         if args.keep:
             with open(event_log + ".samples.json", "w") as f:
                 json.dump([result, samples], f)
         log = read_event_log(event_log)
         per_stage, gaps = attribute(log, samples)
-        report(name, result, log, samples, per_stage, gaps, (load, os.getloadavg()[0]))
+        report(name if args.emit == "snapshot" else f"{name} --emit {args.emit}", result, log, samples, per_stage, gaps, (load, os.getloadavg()[0]))
         sys.stdout.flush()
     return 0
 

@@ -490,6 +490,11 @@ def _rebuild(df: DataFrame, image: str, dictionary: SchemaDictionary, target: st
     return df.withColumn(target, F.when(sid.isNull(), F.lit(None).cast(IMAGE_TYPE)).otherwise(zipped)).drop("_entry")
 
 
+def rebuilt_image(df: DataFrame, image: str, dictionary: SchemaDictionary) -> DataFrame:
+    """`df` with column `image` rebuilt (`_rebuild`), its lean columns kept."""
+    return _rebuild(df, image, dictionary, image)
+
+
 def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] | None = None) -> DataFrame:
     """`df` with `before`/`after` rebuilt (`_rebuild`) in place of the lean columns, its
     columns in the order `columns` gives (the rest after)."""

@@ -15,6 +15,7 @@ from cdc_codecs import get_codec
 from cdc_codecs.archive import format_record, object_name
 from cdc_codecs.base import KafkaRecord
 from cdc_codecs.errors import EncodeError
+from cdc_codecs.events import EVENT_FIELD_NAMES
 
 from .. import native_encode, storage
 from ..contract import Kind
@@ -40,15 +41,93 @@ class KafkaRecordArchive(Target):
         """What writes one output partition (None: ObjectWriter, objects under the staging area)."""
         return None
 
+    lean_images = True  # takes events with lean images (`write`)
+
     def write(self, df, kind, prepare=None, table_rows=None) -> list[dict]:
+        """`df`'s events, each output partition in order; events with lean images (the topics:
+        `<image>_schema/_values/_labels`, spark_apps/transforms.py) are shuffled and sorted so
+        and get their images back in the writer (`full_images_batch`, from `plan.schema_entries`)."""
         plan = self.plan
         tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
         ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
             "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index", "topic",
             "object")
+        entries = plan.schema_entries if "after_values" in df.columns else None
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
-                             plan.args.max_records_per_object, prepare, self.writer())
+                             plan.args.max_records_per_object, prepare, self.writer(), entries)
         return written_rows(ordered, fn)
+
+
+# the event fields and images as the writer reads them (Spark's Arrow form of EVENT_STRUCT)
+_IMAGE_ARROW_TYPE = pa.list_(pa.field("element", pa.struct([
+    pa.field("name", pa.string()), pa.field("mysql_type", pa.string()), pa.field("flags", pa.int32()),
+    pa.field("value", pa.binary()), pa.field("label", pa.string())])))
+
+
+def image_dictionary(entries: dict) -> tuple:
+    """The schema dictionary {id: (names, types, flags)} as Arrow arrays, built once per writer
+    task for `full_images_batch`: (ids, names, types, flags), in id order."""
+    ids = sorted(entries)
+    return (pa.array(ids, pa.int64()), *(pa.array([entries[sid][k] for sid in ids], pa.list_(t))
+                                         for k, t in ((0, pa.string()), (1, pa.string()), (2, pa.int32()))))
+
+
+def full_images_batch(batch: pa.RecordBatch, entries: dict | tuple) -> pa.RecordBatch:
+    """A writer batch with lean images (`<image>_schema`, `_values`, `_labels`) as the one with
+    full images Spark would have sent (transforms.full_images' rule: the column list's names,
+    types and flags from the schema dictionary `entries` {id: (names, types, flags)}, or its
+    `image_dictionary`, the row's values and labels; a null id is a null image), the images
+    where `before`/`after` stand in EVENT_FIELD_NAMES. Columnar: no Python object per row but
+    for rows with labels."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ids, lists, types, flags = image_dictionary(entries) if isinstance(entries, dict) else entries
+    images = {}
+    for side in ("before", "after"):
+        sids = batch.column(f"{side}_schema")
+        values = batch.column(f"{side}_values")
+        valid = sids.is_valid()
+        at = pc.index_in(sids, value_set=ids) if len(ids) else pa.nulls(len(sids), pa.int32())
+        if at.null_count != sids.null_count:
+            missing = pc.filter(sids, pc.and_(valid, at.is_null()))[0].as_py()
+            raise ValueError(f"no column list for schema id {missing}")
+        lengths = pc.fill_null(pc.list_value_length(pc.take(lists, at)), 0).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        have = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False)
+        if not np.array_equal(lengths, have):
+            raise ValueError(f"{side} image: values do not match their column list")
+        flat_values = pc.list_flatten(pc.if_else(valid, values, pa.scalar(None, values.type)))
+        labels = batch.column(f"{side}_labels")
+        if labels.null_count == len(labels):
+            flat_labels = pa.nulls(int(offsets[-1]), pa.string())
+        else:
+            cells: list = [None] * int(offsets[-1])
+            for i, row in enumerate(labels.to_pylist()):
+                if row is not None and lengths[i]:
+                    cells[offsets[i]:offsets[i + 1]] = row
+            flat_labels = pa.array(cells, pa.string())
+        items = pa.StructArray.from_arrays(
+            [pc.list_flatten(pc.take(lists, at)), pc.list_flatten(pc.take(types, at)),
+             pc.list_flatten(pc.take(flags, at)), flat_values, flat_labels],
+            fields=list(_IMAGE_ARROW_TYPE.value_type))
+        images[side] = pa.ListArray.from_arrays(pa.array(offsets), items, type=_IMAGE_ARROW_TYPE,
+                                                mask=pc.invert(valid))
+    lean = {f"{side}_{part}" for side in ("before", "after") for part in ("schema", "values", "labels")}
+    columns, fields = [], []
+    for name in EVENT_FIELD_NAMES:
+        if name in images:
+            columns.append(images[name])
+            fields.append(pa.field(name, _IMAGE_ARROW_TYPE))
+        else:
+            columns.append(batch.column(name))
+            fields.append(batch.schema.field(name))
+    for name in batch.schema.names:
+        if name not in lean and name not in EVENT_FIELD_NAMES:
+            columns.append(batch.column(name))
+            fields.append(batch.schema.field(name))
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
 class ObjectWriter:
@@ -96,6 +175,7 @@ def write_topics_fn(
     max_records: int = 100_000,
     prepare: Callable[[dict], dict | None] | None = None,
     writer: Callable | None = None,
+    entries: dict | None = None,
 ) -> Callable:
     """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
     objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
@@ -104,13 +184,18 @@ def write_topics_fn(
     With the compiled encoder and a `prepare` that says which rows it leaves alone
     (`prepare.unchanged`, spark_apps.snapshot), those rows go from the Arrow batch to the
     encoder with no dict (native_encode.encode_batch). The function's `counts` attribute holds
-    its last call's counts, which the log reports (in-process callers: tests, the bench)."""
+    its last call's counts, which the log reports (in-process callers: tests, the bench).
+    `entries` (the schema dictionary): the events come with lean images, rebuilt here per batch
+    (`full_images_batch`)."""
 
     make_writer = writer
     compiled = native_encode.requested()  # the driver's switch, captured for the executors
     columnar = prepare is None or hasattr(prepare, "unchanged")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if entries is not None:
+            dictionary = image_dictionary(entries)
+            batches = (full_images_batch(batch, dictionary) for batch in batches)
         codec = get_codec(protocol, options)
         encoder = native_encode.compiled_encoder(codec, compiled)
         counts = run.counts = native_encode.Counts()

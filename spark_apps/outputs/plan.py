@@ -85,6 +85,7 @@ class OutputPlan:
         self.lake_tables: dict | None = None  # delta/iceberg: what was committed, per table
         self.kafka = None  # a kafka:// output: where and what is already produced
         self.dictionary = None  # the schema dictionary (transforms.plan_dictionary) when the rows are lean
+        self.schema_entries: dict | None = None  # the same as {id: (names, types, flags)}: lean topics' writer
 
     def kafka_target(self, home: str, fingerprint: str) -> None:
         self.kafka = prepared(self.args.output, home, fingerprint)
@@ -115,14 +116,21 @@ class OutputPlan:
         return written
 
     def _event_columns(self, df, extra=()):
-        return df.select(*EVENT_FIELD_NAMES, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
+        """The writer's columns; lean images (`<image>_schema/_values/_labels`) in place of the images where `df` has them."""
+        from ..transforms import IMAGES, LEAN_COLUMNS
 
-    def _watermark_rows(self, topics_df, marks):
+        fields = ([n for n in EVENT_FIELD_NAMES if n not in IMAGES] + list(LEAN_COLUMNS)
+                  if "after_values" in df.columns else EVENT_FIELD_NAMES)
+        return df.select(*fields, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
+
+    def _watermark_rows(self, topics_df, marks, lean=None):
         """Watermark events for every partition of every output topic; `marks`: a DataFrame of
-        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job)."""
+        watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job);
+        `lean`: the schema of lean events, whose (null) lean images they then carry."""
         from pyspark.sql import functions as F
 
         from ..schema import EVENT_STRUCT
+        from ..transforms import IMAGES, LEAN_COLUMNS
 
         base = topics_df.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
         if isinstance(marks, int):
@@ -137,6 +145,9 @@ class OutputPlan:
                 columns.append(F.col("wm").alias("watermark_ts"))
             elif field.name == "event_index":
                 columns.append(F.lit(0).alias("event_index"))
+            elif lean is not None and field.name in IMAGES:
+                if field.name == "after":
+                    columns.extend(F.lit(None).cast(lean[c].dataType).alias(c) for c in LEAN_COLUMNS)
             else:
                 columns.append(F.lit(None).cast(field.dataType).alias(field.name))
         return base.select(*columns, "out_topic", "out_partition",
@@ -224,11 +235,16 @@ class OutputPlan:
         return written, table_rows
 
     def topics(self, applied):
+        """Every applied change, placed in its output topic partition, with watermarks. `applied`
+        may be lean (`self.dictionary` and `schema_entries` set, no `fill_images`): the images
+        are rebuilt only to place the rows, the events are shuffled and sorted lean and the
+        writer rebuilds them (kafka_records.full_images_batch)."""
         from pyspark.sql import functions as F
 
         from .. import transforms as T
         from ..snapshot import precision_from_history
 
+        lean = applied.schema if "after_values" in applied.columns else None
         changes = applied.where(F.col("kind").isin(Kind.ROW, Kind.DDL))
         if self.fill_images:
             changes = T.fill_previous_images(changes.where(F.col("kind") == Kind.ROW)).unionByName(
@@ -236,7 +252,13 @@ class OutputPlan:
         changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
             "sort_point", F.col("timeline")).withColumn(
             "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
-        rows = T.with_partition(changes.where(F.col("kind") == Kind.ROW), self.args.dispatcher, self.partitions)
+        rows = changes.where(F.col("kind") == Kind.ROW)
+        if lean is None:
+            rows = T.with_partition(rows, self.args.dispatcher, self.partitions)
+        else:  # placed by the rebuilt images, which are left out again
+            for image in T.IMAGES:
+                rows = T.rebuilt_image(rows, image, self.dictionary)
+            rows = T.with_partition(rows, self.args.dispatcher, self.partitions).drop(*T.IMAGES)
         ddl = changes.where(F.col("kind") == Kind.DDL)
         if self.target.ddl_placement == "first":
             ddl = ddl.withColumn("out_partition", F.lit(0))
@@ -251,5 +273,5 @@ class OutputPlan:
                 from ..local_data import local_frame
 
                 marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct()))
+            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct(), lean))
         return self._write(out, TOPICS, prepare=precision_from_history(self.schema_history))

@@ -47,7 +47,12 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
         output_plan.kafka_target(ctx.home, outputs.fingerprint(args, decoded.partition_stats, tagged.cut))
     try:
         if args.emit == "topics":  # the export's rows: an INSERT each at its position, before the archive's
-            applied = hist.tagged.where(F.col("status") == Status.APPLIED)
+            if base_rows is None and not output_plan.fill_images and getattr(
+                    outputs.target_for(args), "lean_images", False):  # lean through the shuffle (OutputPlan.topics)
+                applied = hist.lean.where(F.col("status") == Status.APPLIED)
+                output_plan.dictionary, output_plan.schema_entries = hist.dictionary, decoded.schema_dictionary
+            else:
+                applied = hist.tagged.where(F.col("status") == Status.APPLIED)
             written, table_rows = output_plan.topics(
                 applied if base_rows is None else applied.unionByName(base_rows)), None
         else:

@@ -34,6 +34,12 @@ def build_session(master: str, app_name: str, conf: list[str]):
         # builds thousands of expressions on the driver between its jobs (docs/engine.md,
         # "The driver between jobs (twentieth session)")
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # Int.MaxValue turns off the byte cap of the Arrow batches sent to Python workers (each
+        # stays at maxRecordsPerBatch rows): with a cap, Spark sizes the batch after every row
+        # it appends, setting the value count of every vector, which for list vectors walks the
+        # batch so far. Quadratic per batch: at 1M events it was half the JVM's CPU in the
+        # topics writer (docs/engine.md, "--emit topics at 1M (twenty-first session)")
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     }
     if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
         defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"

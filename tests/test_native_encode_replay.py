@@ -13,7 +13,7 @@ from spark_apps import native_decode, native_encode, storage
 from spark_apps.ddl import SchemaHistory
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
-from spark_apps.outputs.kafka_records import write_topics_fn
+from spark_apps.outputs.kafka_records import fed_lean, write_topics_fn
 from spark_apps.replay import run
 from spark_apps.snapshot import precision_from_history, projector
 
@@ -199,7 +199,9 @@ def test_the_writer_takes_lean_images_and_writes_the_same_bytes(tmp_path):
     for name, batches, given in (("full", full, None), ("lean", lean, entries)):
         base = str(tmp_path / name)
         fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40,
-                             precision_from_history(history), entries=given)
+                             precision_from_history(history))
+        if given is not None:
+            fn = fed_lean(fn, given)
         rows = [r for b in fn(iter(batches)) for r in b.to_pylist()]
         written[name] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
     assert written["full"][0] and written["lean"] == written["full"]

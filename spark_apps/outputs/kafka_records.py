@@ -54,7 +54,9 @@ class KafkaRecordArchive(Target):
             "object")
         entries = plan.schema_entries if "after_values" in df.columns else None
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
-                             plan.args.max_records_per_object, prepare, self.writer(), entries)
+                             plan.args.max_records_per_object, prepare, self.writer())
+        if entries is not None:
+            fn = fed_lean(fn, entries)
         return written_rows(ordered, fn)
 
 
@@ -130,6 +132,18 @@ def full_images_batch(batch: pa.RecordBatch, entries: dict | tuple) -> pa.Record
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
+def fed_lean(fn: Callable, entries: dict) -> Callable:
+    """The writer function `fn` (`write_topics_fn`) fed events with lean images: each batch's
+    images rebuilt from the schema dictionary `entries` (`full_images_batch`, its Arrow arrays
+    built once per task) before `fn` reads it."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        dictionary = image_dictionary(entries)
+        return fn(full_images_batch(batch, dictionary) for batch in batches)
+
+    return run
+
+
 class ObjectWriter:
     """Gzip objects of one output topic partition, rolled every `max_records` records."""
 
@@ -175,7 +189,6 @@ def write_topics_fn(
     max_records: int = 100_000,
     prepare: Callable[[dict], dict | None] | None = None,
     writer: Callable | None = None,
-    entries: dict | None = None,
 ) -> Callable:
     """mapInArrow function: events sorted by (out_topic, out_partition, order) -> the
     objects written, one WRITTEN_ARROW_SCHEMA row each. A whole output partition must be in
@@ -185,17 +198,13 @@ def write_topics_fn(
     (`prepare.unchanged`, spark_apps.snapshot), those rows go from the Arrow batch to the
     encoder with no dict (native_encode.encode_batch). The function's `counts` attribute holds
     its last call's counts, which the log reports (in-process callers: tests, the bench).
-    `entries` (the schema dictionary): the events come with lean images, rebuilt here per batch
-    (`full_images_batch`)."""
+    Events with lean images go through `fed_lean`."""
 
     make_writer = writer
     compiled = native_encode.requested()  # the driver's switch, captured for the executors
     columnar = prepare is None or hasattr(prepare, "unchanged")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if entries is not None:
-            dictionary = image_dictionary(entries)
-            batches = (full_images_batch(batch, dictionary) for batch in batches)
         codec = get_codec(protocol, options)
         encoder = native_encode.compiled_encoder(codec, compiled)
         counts = run.counts = native_encode.Counts()

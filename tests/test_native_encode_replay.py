@@ -119,25 +119,36 @@ def writer_batches(events, partitions=3, size=50) -> list[pa.RecordBatch]:
     return table.to_batches(max_chunksize=size)
 
 
-@pytest.mark.parametrize("emit", ["snapshot", "topics"])
-def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes(tmp_path, monkeypatch, emit):
+def writer_prepare(emit: str):
+    """The `prepare` the output plan gives the writer for `emit` over the DDL history `DDL`."""
     history = SchemaHistory()
     for ts, query in DDL:
         history.apply(query, [ts], "d")
     if emit == "snapshot":
-        prepare = projector({(s.database.lower(), s.name.lower()): s for s in history.tables.values()
-                             if s.columns_known})
-    else:
-        prepare = precision_from_history(history)
-    events = writer_events()
+        return projector({(s.database.lower(), s.name.lower()): s for s in history.tables.values()
+                          if s.columns_known})
+    return precision_from_history(history)
+
+
+def written_by_switch(tmp_path, monkeypatch, events, emit, protocol, options, max_records):
+    """({switch: (objects, WRITTEN rows but their uri)}, {switch: counts}): `events` written
+    by `write_topics_fn` with $CDC_REPLAY_NATIVE_ENCODE 1 and 0."""
     written, stats = {}, {}
     for switch in ("1", "0"):
         monkeypatch.setenv(native_encode.ENV, switch)
         base = str(tmp_path / switch)
-        fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, base, 40, prepare)
+        fn = write_topics_fn(protocol, options, base, max_records, writer_prepare(emit))
         rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
         stats[switch] = fn.counts
         written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
+    return written, stats
+
+
+@pytest.mark.parametrize("emit", ["snapshot", "topics"])
+def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes(tmp_path, monkeypatch, emit):
+    events = writer_events()
+    written, stats = written_by_switch(tmp_path, monkeypatch, events, emit,
+                                       "canal-json", {"enable-tidb-extension": "true"}, 40)
     assert written["1"][0] and written["1"] == written["0"]
     on, off = stats["1"], stats["0"]
     total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1

@@ -9,14 +9,11 @@ import pytest
 
 from cdc_codecs.events import Kind
 from spark_apps import native_decode, native_encode
-from spark_apps.ddl import SchemaHistory
 from spark_apps.generate import generate, write_archive
 from spark_apps.options import ReplayArgs, parser
-from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.replay import run
-from spark_apps.snapshot import precision_from_history, projector
 
-from .test_native_encode_replay import DDL, objects, writer_batches, writer_events
+from .test_native_encode_replay import DDL, objects, writer_events, written_by_switch
 
 pytestmark = [pytest.mark.skipif(
     native_decode.cdc_replay_native is None or not hasattr(native_decode.cdc_replay_native, "OpenProtocolEncoder"),
@@ -54,23 +51,8 @@ def test_the_writer_encodes_rows_from_arrow_and_batches_them_alike(tmp_path, mon
     """The writer's own input (tests/test_native_encode_replay.py's: projected and rendered
     rows, DDL and a watermark between them), framed into the same messages and objects, with
     the same per-object event counts."""
-    history = SchemaHistory()
-    for ts, query in DDL:
-        history.apply(query, [ts], "d")
-    if emit == "snapshot":
-        prepare = projector({(s.database.lower(), s.name.lower()): s for s in history.tables.values()
-                             if s.columns_known})
-    else:
-        prepare = precision_from_history(history)
     events = writer_events()
-    written, stats = {}, {}
-    for switch in ("1", "0"):
-        monkeypatch.setenv(native_encode.ENV, switch)
-        base = str(tmp_path / switch)
-        fn = write_topics_fn("open-protocol", options, base, 7, prepare)
-        rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
-        stats[switch] = fn.counts
-        written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
+    written, stats = written_by_switch(tmp_path, monkeypatch, events, emit, "open-protocol", options, 7)
     assert written["1"][0] and written["1"] == written["0"]
     on, off = stats["1"], stats["0"]
     total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1

@@ -104,12 +104,11 @@ def full_images_batch(batch: pa.RecordBatch, entries: dict | tuple) -> pa.Record
         labels = batch.column(f"{side}_labels")
         if labels.null_count == len(labels):
             flat_labels = pa.nulls(int(offsets[-1]), pa.string())
-        else:
-            cells: list = [None] * int(offsets[-1])
-            for i, row in enumerate(labels.to_pylist()):
-                if row is not None and lengths[i]:
-                    cells[offsets[i]:offsets[i + 1]] = row
-            flat_labels = pa.array(cells, pa.string())
+        else:  # each labelled row's labels at its cells, every other cell null (no Python per row)
+            labelled = np.repeat(labels.is_valid().to_numpy(zero_copy_only=False), lengths)
+            at_cell = np.full(int(offsets[-1]), -1, dtype=np.int64)
+            at_cell[labelled] = np.arange(int(labelled.sum()))
+            flat_labels = pc.take(pc.list_flatten(labels), pa.array(at_cell, mask=at_cell < 0))
         items = pa.StructArray.from_arrays(
             [pc.list_flatten(pc.take(lists, at)), pc.list_flatten(pc.take(types, at)),
              pc.list_flatten(pc.take(flags, at)), flat_values, flat_labels],

@@ -98,6 +98,9 @@ class Codec(abc.ABC):
     # the compiled encoder's class in the extension (spark_apps/native_encode.py); None: this
     # protocol encodes in Python only
     compiled_encoder_class: ClassVar[str | None] = None
+    # whether the encoding depends on a column's ENUM/SET `label` (not only its value): then a
+    # writer hook that fills labels changes what the compiled encoder reads
+    encodes_labels: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None, *,
                  read_object: Callable[[str], bytes] | None = None):

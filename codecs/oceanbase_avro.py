@@ -484,30 +484,68 @@ class OceanBaseAvroCodec(Codec):
         return text.encode("utf-8")
 
     # ---------------------------------------------------------------- encode
+    compiled_encoder_class = "OceanBaseAvroEncoder"
+    encodes_labels = True  # `_carry` picks the ColumnValue member by value and label
+
+    def compiled_encoder(self, extension):
+        """Row events' records without their id (oceanbase_avro_encode.rs); `frame` numbers them."""
+        offset = int(self.zone.utcoffset(None).total_seconds()) if isinstance(self.zone, dt.timezone) else None
+        return extension.OceanBaseAvroEncoder(_encode_rule, self.config["avro-framing"] == "confluent",
+                                              self.config["avro-schema-id"], self.ms_per_unit,
+                                              self.config["time-zone"], offset)
+
+    def compiled_entry(self, encoded: tuple[int | None, bytes]) -> tuple[int | None, bytes]:
+        return encoded
+
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
+        return self.frame(self.entry(event, topic=topic, partition=partition) for event in events)
+
+    def entry(self, event: dict, *, topic: str = "", partition: int = 0) -> tuple[int | None, bytes] | None:
+        """(the record id the event states, its one-value position, else None; the message
+        without the id), or None for a watermark (no OceanBase record means "everything before
+        was sent", module docstring). The id is `frame`'s: it counts on from the last one."""
+        kind = event["kind"]
+        if kind == Kind.WATERMARK:
+            return None
+        if kind not in (Kind.ROW, Kind.DDL):
+            raise EncodeError(f"oceanbase-avro cannot encode event kind {kind!r}")
+        position = event["position"]
+        record_id = position[0] if position is not None and len(position) == 1 else None
+        buffer = io.BytesIO()
+        try:
+            record = self._record(event, 0)
+            if self.config["avro-framing"] == "confluent":
+                extras = event.get("extras") or {}
+                schema_id = int(extras.get(EXTRA + "schemaId", self.config["avro-schema-id"]))
+                buffer.write(struct.pack(">BI", CONFLUENT_MAGIC, schema_id))
+            fastavro.schemaless_writer(buffer, SCHEMA, record)
+        except EncodeError:
+            raise
+        except Exception as e:  # bad extras or values beyond what the schema's types hold
+            raise EncodeError(f"oceanbase-avro: event does not fit the AvroRecord schema: {e}") from e
+        data = buffer.getvalue()
+        head = self._head()
+        return record_id, data[:head] + data[head + 1:]  # id 0 is the one byte 0
+
+    def frame(self, entries: Iterable) -> Iterator[EncodedMessage]:
+        """One message per entry, its record id (the first field) put in: the event's own, else
+        the previous id + 1, as OMS numbers its records."""
         last_id = 0
-        for event in events:
-            kind = event["kind"]
-            if kind == Kind.WATERMARK:
-                continue  # no OceanBase record means "everything before was sent" (module docstring)
-            if kind not in (Kind.ROW, Kind.DDL):
-                raise EncodeError(f"oceanbase-avro cannot encode event kind {kind!r}")
-            position = event["position"]
-            record_id = position[0] if position is not None and len(position) == 1 else last_id + 1
+        head = self._head()
+        for entry in entries:
+            if entry is None:
+                continue
+            record_id, data = entry
+            if record_id is None:
+                record_id = last_id + 1
             last_id = record_id
-            buffer = io.BytesIO()
-            try:
-                record = self._record(event, record_id)
-                if self.config["avro-framing"] == "confluent":
-                    extras = event.get("extras") or {}
-                    schema_id = int(extras.get(EXTRA + "schemaId", self.config["avro-schema-id"]))
-                    buffer.write(struct.pack(">BI", CONFLUENT_MAGIC, schema_id))
-                fastavro.schemaless_writer(buffer, SCHEMA, record)
-            except EncodeError:
-                raise
-            except Exception as e:  # bad extras or values beyond what the schema's types hold
-                raise EncodeError(f"oceanbase-avro: event does not fit the AvroRecord schema: {e}") from e
-            yield EncodedMessage(None, buffer.getvalue())
+            if not _INT64[0] <= record_id <= _INT64[1]:
+                raise EncodeError(f"oceanbase-avro: event does not fit the AvroRecord schema: record id {record_id} "
+                                  "is not an Avro long")
+            yield EncodedMessage(None, data[:head] + _avro_long(record_id) + data[head:])
+
+    def _head(self) -> int:
+        return 5 if self.config["avro-framing"] == "confluent" else 0
 
     def _record(self, event: dict, record_id: int) -> dict:
         extras = dict(event.get("extras") or {})
@@ -671,6 +709,58 @@ class OceanBaseAvroCodec(Codec):
                 return ("int", number) if _INT32[0] <= number <= _INT32[1] else ("long", number)
             return None
         return None
+
+
+# ---------------------------------------------------------------------------- compiled encoder
+
+def _avro_long(n: int) -> bytes:
+    """Avro's encoding of a long: zigzag, then 7 bits a byte, low first."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+# the ColumnValue kinds of oceanbase_avro_encode.rs (`K_*`, same order): which structured member
+# `_structured` tries for a type; "text": none (the string / bytes fallback); "decline": Python
+_ENCODE_KINDS = {k: i for i, k in enumerate((
+    "text", "bytes", "geometry", "int", "bigint", "float", "double", "decimal", "bit", "date", "time", "datetime",
+    "timestamp", "enum", "set", "decline"))}
+_DATA_TYPES: list[str] = next(f for f in SCHEMA_JSON["fields"] if f["name"] == "beforeImages")["type"][1][
+    "items"]["fields"][0]["type"]["symbols"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _encode_rule(mysql_type: str | None, flags: int) -> tuple:
+    """(DataType index, dataTypeNumber, kind, p1, p2, ENUM/SET labels) the compiled encoder
+    writes a column of this type with (`_carry`'s choices, as `_ENCODE_KINDS`): p1, p2 are
+    DECIMAL precision and scale or the BIT length."""
+    parsed = parse_type(mysql_type)
+    base = parsed.base
+    kind, p1, p2, labels = "text", 0, 0, None
+    if base in BINARY_BASES:
+        kind = "bytes"
+    elif base in ("geometry", "float", "double", "date", "time", "datetime", "timestamp"):
+        kind = base
+    elif base in ("tinyint", "smallint", "mediumint", "int", "year", "bigint"):
+        kind = "bigint" if base == "bigint" else "int"
+    elif base in ("enum", "set"):
+        kind, labels = base, (list(parsed.labels) if parsed.labels is not None else None)
+    elif base in ("decimal", "bit") and parsed.params:
+        try:
+            p1 = int(parsed.params[0])
+            p2 = int(parsed.params[1]) if base == "decimal" and len(parsed.params) > 1 else 0
+        except ValueError:
+            pass  # `_structured` raises ValueError: no structured member
+        else:
+            kind = base
+            if not (_INT32[0] <= p1 <= _INT32[1] and _INT32[0] <= p2 <= _INT32[1]):
+                kind, p1, p2 = ("decline" if base == "decimal" else "text"), 0, 0
+    return (_DATA_TYPES.index(type_info(mysql_type, flags)), type_code(mysql_type, flags), _ENCODE_KINDS[kind],
+            p1, p2, labels)
 
 
 # ---------------------------------------------------------------------------- value texts

@@ -49,7 +49,8 @@ CHUNK = 4096  # events per call: an Arrow batch of a few MB
 
 # the event fields the encoder reads
 _SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
-    "kind", "op", "commit_ts", "execute_ts_ms", "database", "table", "key_columns", "before", "after", "extras")])
+    "kind", "op", "commit_ts", "position", "execute_ts_ms", "database", "table", "key_columns", "before", "after",
+    "tx_id", "extras")])
 
 
 def requested() -> bool:
@@ -89,10 +90,13 @@ def _strs(array: pa.Array) -> tuple:
 def _arrays(batch: pa.RecordBatch) -> dict:
     """The batch as the extension reads it (`CanalJsonEncoder.encode` in canal_json_encode.rs)."""
     col = batch.column
-    cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table")}
+    cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table", "tx_id")}
     for name in ("commit_ts", "execute_ts_ms"):
         cols[name] = _ints(col(name), np.int64)
         cols[name + "_valid"] = _valid(col(name))
+    position = col("position")
+    cols.update(position_valid=_valid(position), position_offsets=_ints(position.offsets, np.int32),
+                position_values=_ints(position.values, np.int64))
     keys = col("key_columns")
     cols.update(key_valid=_valid(keys), key_offsets=_ints(keys.offsets, np.int32), key_names=_strs(keys.values))
     extras = col("extras")
@@ -103,7 +107,8 @@ def _arrays(batch: pa.RecordBatch) -> dict:
         items = image.values
         cols.update({f"{side}_valid": _valid(image), f"{side}_offsets": _ints(image.offsets, np.int32),
                      f"{side}_name": _strs(items.field("name")), f"{side}_type": _strs(items.field("mysql_type")),
-                     f"{side}_flags": _ints(items.field("flags"), np.int32), f"{side}_value": _strs(items.field("value"))})
+                     f"{side}_flags": _ints(items.field("flags"), np.int32), f"{side}_value": _strs(items.field("value")),
+                     f"{side}_label": _strs(items.field("label"))})
     return cols
 
 
@@ -185,8 +190,9 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         return
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
     fast = np.array([k == Kind.ROW for k in kinds], dtype=bool)
+    labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
     if prepare is not None:
-        fast &= np.asarray(prepare.unchanged(batch), dtype=bool)
+        fast &= np.asarray(prepare.unchanged(batch, **labels), dtype=bool)
     values: list = [None] * n
     idx = np.flatnonzero(fast)
     if len(idx):
@@ -198,7 +204,7 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can
         declined = [i for i in range(n) if kinds[i] == Kind.ROW and not fast[i]]
-        index, projected = project(batch, declined)
+        index, projected = project(batch, declined, **labels)
         if index:
             counts.projected += len(index)
             for i, value in zip(index, _compiled(codec, encoder, projected.select(_SCHEMA.names)), strict=True):

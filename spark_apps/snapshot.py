@@ -166,10 +166,11 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
 
     plain = {}  # (database, table) -> (column names, identity, {column: fsp})
 
-    def unchanged(batch) -> np.ndarray:
+    def unchanged(batch, labels: bool = False) -> np.ndarray:
         """Per row of an Arrow batch of the writer: True where `prepare` would leave what the
         canal-json encoders read as it is (`timeline` goes, an ENUM/SET `label` may be filled:
-        neither is encoded): not a row event, a table the history does not describe, or one
+        neither is encoded; with `labels`, for an encoder that writes labels, a row of a table
+        with ENUM/SET labels is a change): not a row event, a table the history does not describe, or one
         whose columns are all there at the row's point under their final names, with the
         row's image carrying exactly those names in that order, its key the table's identity
         and its temporal values already at the declared precision."""
@@ -189,14 +190,14 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
                 continue
             if key not in plain:
                 plain[key] = ([c.name for c in schema.columns], schema.identity_columns(),
-                              _fsps({c.name.lower(): c.mysql_type for c in schema.columns}))
+                              _fsps({c.name.lower(): c.mysql_type for c in schema.columns}), _labelled(schema))
             if names is None:
                 image = _image(batch)
                 names, keys = _names(image), batch.column("key_columns").to_pylist()
                 points = batch.column("timeline").to_pylist()
             point = list(points[i]) if points[i] is not None else None
-            columns, identity, fsp = plain[key]
-            out[i] = (names[i] == columns and keys[i] == identity
+            columns, identity, fsp, labelled = plain[key]
+            out[i] = (not (labels and labelled) and names[i] == columns and keys[i] == identity
                       and all(point is None or (point > c.added and c.name_at(point) == c.name)
                               for c in schema.columns))
             if out[i] and fsp:
@@ -205,10 +206,10 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
             out &= ~_renders(image, fsps)
         return out
 
-    def project(batch, rows) -> tuple[list[int], pa.RecordBatch | None]:
+    def project(batch, rows, labels: bool = False) -> tuple[list[int], pa.RecordBatch | None]:
         """Of `rows` (indexes of row events `unchanged` declined), those whose projection needs
-        no value rendered (their temporal cells at the declared precision), projected without
-        dicts: (their indexes, a batch of the encoders' fields with the projected image and
+        no value rendered (their temporal cells at the declared precision) nor, with `labels`,
+        an ENUM/SET label filled, projected without dicts: (their indexes, a batch of the encoders' fields with the projected image and
         key, in that order). The others stay for `prepare`."""
         import pyarrow.compute as pc
 
@@ -228,7 +229,7 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         taken, out_names, offsets, keys, fsps = [], [], [0], [], {}
         for i in rows:
             schema = schemas.get(((dbs[i] or "").lower(), (tables[i] or "").lower()))
-            if schema is None or names[i] is None:
+            if schema is None or names[i] is None or (labels and _labelled(schema)):
                 continue
             point = list(points[i]) if points[i] is not None else None
             by_name = {n.lower(): j for j, n in enumerate(names[i])}
@@ -284,6 +285,11 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         prepare.unchanged = unchanged
         prepare.project = project
     return prepare
+
+
+def _labelled(schema: TableSchema) -> bool:
+    """Whether `project_image` may fill a label in the table's rows (a column with ENUM/SET labels)."""
+    return any(parse_type(c.mysql_type).labels for c in schema.columns)
 
 
 def _image(batch):

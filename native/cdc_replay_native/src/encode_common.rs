@@ -96,6 +96,7 @@ struct Image {
     mysql_type: BinaryArray,
     flags: usize,
     value: BinaryArray,
+    label: BinaryArray,
 }
 
 /// One column of an image, read from the buffers.
@@ -104,6 +105,7 @@ pub(crate) struct Col<'a> {
     pub(crate) mysql_type: Option<&'a [u8]>,
     pub(crate) flags: i32,
     pub(crate) value: Option<&'a [u8]>,
+    pub(crate) label: Option<&'a [u8]>,
 }
 
 /// The events of one `encode` call, read in place.
@@ -112,6 +114,10 @@ pub(crate) struct Events {
     pub(crate) op: BinaryArray,
     pub(crate) database: BinaryArray,
     pub(crate) table: BinaryArray,
+    pub(crate) tx_id: BinaryArray,
+    position_valid: usize,
+    position_offsets: usize,
+    position_values: usize,
     key_names: BinaryArray,
     extras_keys: BinaryArray,
     extras_values: BinaryArray,
@@ -142,6 +148,7 @@ impl Events {
                 mysql_type: binary(cols, &format!("{side}_type"))?,
                 flags: fixed(cols, &format!("{side}_flags"), bufs)?,
                 value: binary(cols, &format!("{side}_value"))?,
+                label: binary(cols, &format!("{side}_label"))?,
             })
         };
         let images = [image("before", &mut bufs)?, image("after", &mut bufs)?];
@@ -150,6 +157,10 @@ impl Events {
             op: binary(cols, "op")?,
             database: binary(cols, "database")?,
             table: binary(cols, "table")?,
+            tx_id: binary(cols, "tx_id")?,
+            position_valid: fixed(cols, "position_valid", &mut bufs)?,
+            position_offsets: fixed(cols, "position_offsets", &mut bufs)?,
+            position_values: fixed(cols, "position_values", &mut bufs)?,
             key_names: binary(cols, "key_names")?,
             extras_keys: binary(cols, "extras_keys")?,
             extras_values: binary(cols, "extras_values")?,
@@ -186,6 +197,7 @@ impl Events {
                 mysql_type: img.mysql_type.get(j)?,
                 flags: i32_at(flags, j)?,
                 value: img.value.get(j)?,
+                label: img.label.get(j)?,
             });
         }
         Ok(Some(cols))
@@ -211,16 +223,30 @@ impl Events {
             .map(Some)
     }
 
+    /// The position of event `e` (its values), or None when the list is null.
+    pub(crate) fn position(&self, e: usize) -> PyResult<Option<Vec<i64>>> {
+        if !valid_at(self.b(self.position_valid), e)? {
+            return Ok(None);
+        }
+        let (o, v) = (self.b(self.position_offsets), self.b(self.position_values));
+        (i32_at(o, e)? as usize..i32_at(o, e + 1)? as usize).map(|j| i64_at(v, j)).collect::<PyResult<Vec<_>>>().map(Some)
+    }
+
     /// The values of the extras `names` of event `e` (a map: the last of equal keys wins, as
     /// `dict(pairs)`); None for a missing key or a null value.
     pub(crate) fn extras<const N: usize>(&self, e: usize, names: [&[u8]; N]) -> PyResult<[Option<&[u8]>; N]> {
+        Ok(self.extras_found(e, names)?.map(Option::flatten))
+    }
+
+    /// The extras `names` of event `e`: None for a missing key, Some(None) for a null value.
+    pub(crate) fn extras_found<const N: usize>(&self, e: usize, names: [&[u8]; N]) -> PyResult<[Option<Option<&[u8]>>; N]> {
         let mut found = [None; N];
         if valid_at(self.b(self.extras_valid), e)? {
             let o = self.b(self.extras_offsets);
             for j in i32_at(o, e)? as usize..i32_at(o, e + 1)? as usize {
                 if let Some(key) = self.extras_keys.get(j)? {
                     if let Some(k) = names.iter().position(|n| *n == key) {
-                        found[k] = self.extras_values.get(j)?;
+                        found[k] = Some(self.extras_values.get(j)?);
                     }
                 }
             }

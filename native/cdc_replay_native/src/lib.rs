@@ -27,6 +27,7 @@ mod canal_typed;
 mod craft;
 mod identity;
 mod oceanbase_avro;
+mod oceanbase_avro_encode;
 mod open_protocol;
 mod open_protocol_encode;
 
@@ -544,6 +545,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
+    m.add_class::<oceanbase_avro_encode::OceanBaseAvroEncoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add_function(wrap_pyfunction!(identity::identities, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;

@@ -126,7 +126,7 @@ fn plain_float(raw: &[u8]) -> Option<f64> {
 
 /// Whether `value` (exact, as an f64) lies exactly halfway between the shortest text `text`
 /// and its neighbour one unit in its last digit away: there Rust rounds up, numpy to even.
-fn tie(value: f64, text: &str) -> bool {
+pub(crate) fn tie(value: f64, text: &str) -> bool {
     if value == 0.0 {
         return false;
     }

@@ -539,7 +539,7 @@ impl OceanBaseAvroEncoder {
             out.push(0);
             out.extend_from_slice(&(id as u32).to_be_bytes());
         }
-        let (Some(version), Some(total), Some(index)) = (int(version, 1, I32), int(total, -1, I32), int(index, -1, I32)) else {
+        let (Some(version), Some(total), Some(index)) = (int(version, 1, I32), int(total, -1, I64), int(index, -1, I64)) else {
             return Ok(None);
         };
         long(&mut out, 0);

@@ -74,9 +74,9 @@ def precision_from_history(history):
                 event[side] = [declared_precision(c, types.get(c["name"].lower())) for c in event[side]]
         return event
 
-    def unchanged(batch) -> np.ndarray:
+    def unchanged(batch, labels: bool = False) -> np.ndarray:
         """Per row of an Arrow batch of the writer: True where `prepare` would leave the event
-        as it is: not a row event, no history, a table not described at the row's point or
+        as it is (it fills no label: `labels` changes nothing): not a row event, no history, a table not described at the row's point or
         described with no DATETIME / TIMESTAMP / TIME column, or whose temporal values are
         already at the declared precision (checked on those cells only, no dict per row)."""
         n = batch.num_rows

@@ -8,8 +8,8 @@ DDL and a keyless table) decoded by the Python codec, placed in three output par
 commit ts, ordered, in Arrow batches of 10,000 rows (Spark's `maxRecordsPerBatch`); every row
 event goes through both hooks (the snapshot would write only the last change per key: the
 cost per row is what is measured; oceanbase-avro's updates go in as inserts of their after
-image: it refuses an update whose images differ in columns, as the projected after image and the
-unprojected before image may). The schema history is the archive's DDL applied in order.
+image, as the snapshot writes every row: the codec refuses an update whose images differ in
+columns, as a projected after image and the unprojected before image may). The schema history is the archive's DDL applied in order.
 Per run: wall and CPU seconds (`time.process_time`) of the writer over all
 batches, the events encoded from Arrow (of which projected without dicts) and turned into
 dicts, and whether the objects are byte-identical across the switch. Run it flock'd, on a

@@ -190,7 +190,7 @@ def both(options: dict, events: list[dict], chunk: int = 3, counts=None):
     return messages(codec, events, False), messages(codec, events, True, chunk, counts)
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPTIONS, st.lists(st.one_of(hostile_events(), strategies.events(), strategies.events(commit_ts=False)),
                          min_size=1, max_size=8), st.integers(1, 5))
 def test_the_compiled_encoder_writes_the_python_codecs_bytes(options, events, chunk):
@@ -249,7 +249,7 @@ def test_every_member_is_written_by_the_compiled_path(options):
         name = None if value is None else value[0].removeprefix(_NS)
         assert name == member, col
         picked.add(name)
-    assert len(picked) == 16
+    assert len(picked) == 15  # the 17 members but boolean and StringObject
     events = [new_event(Kind.ROW, op=op, commit_ts=(1 << 40) + i, database="d", table="t", key_columns=["i"],
                         tx_id="tx", position=[i] if i % 2 else None,
                         before=None if op == Op.INSERT else [c for c, _ in MEMBERS],

@@ -169,8 +169,8 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
     def unchanged(batch, labels: bool = False) -> np.ndarray:
         """Per row of an Arrow batch of the writer: True where `prepare` would leave what the
         canal-json encoders read as it is (`timeline` goes, an ENUM/SET `label` may be filled:
-        neither is encoded; with `labels`, for an encoder that writes labels, a row of a table
-        with ENUM/SET labels is a change): not a row event, a table the history does not describe, or one
+        neither is encoded; with `labels`, for an encoder that writes labels, a label to fill
+        is a change): not a row event, a table the history does not describe, or one
         whose columns are all there at the row's point under their final names, with the
         row's image carrying exactly those names in that order, its key the table's identity
         and its temporal values already at the declared precision."""
@@ -179,7 +179,7 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         if not schemas:
             return out
         kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
-        names = keys = points = image = None
+        names = keys = points = image = fills = None
         fsps: dict[int, dict] = {}
         for i in range(n):
             if kinds[i] != Kind.ROW:
@@ -197,9 +197,13 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
                 points = batch.column("timeline").to_pylist()
             point = list(points[i]) if points[i] is not None else None
             columns, identity, fsp, labelled = plain[key]
-            out[i] = (not (labels and labelled) and names[i] == columns and keys[i] == identity
+            out[i] = (names[i] == columns and keys[i] == identity
                       and all(point is None or (point > c.added and c.name_at(point) == c.name)
                               for c in schema.columns))
+            if out[i] and labels and labelled:  # the image's cells are the table's columns, in order
+                if fills is None:
+                    fills = _fills(image)
+                out[i] = not any(fills[0][fills[1][i] + j] for j in labelled)
             if out[i] and fsp:
                 fsps[i] = fsp
         if fsps:
@@ -227,17 +231,23 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
         defaults: list[dict] = []  # default cells, after the image's cells
         default_at: dict = {}
         taken, out_names, offsets, keys, fsps = [], [], [0], [], {}
+        fills = None
         for i in rows:
             schema = schemas.get(((dbs[i] or "").lower(), (tables[i] or "").lower()))
-            if schema is None or names[i] is None or (labels and _labelled(schema)):
+            if schema is None or names[i] is None:
                 continue
             point = list(points[i]) if points[i] is not None else None
             by_name = {n.lower(): j for j, n in enumerate(names[i])}
             picks, sources = [], {}
+            fill = False
             for col in schema.columns:
                 j = None
                 if point is None or point > col.added:
                     j = by_name.get((col.name_at(point) if point is not None else col.name).lower())
+                if labels and j is not None and parse_type(col.mysql_type).labels:
+                    if fills is None:
+                        fills = _fills(image)
+                    fill = fill or bool(fills[0][starts[i] + j])
                 if j is None:
                     at = default_at.get(id(col))
                     if at is None:
@@ -248,6 +258,8 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
                 else:
                     picks.append(starts[i] + j)
                     sources[names[i][j].lower()] = col.mysql_type
+            if fill:  # a label to fill: left to `prepare`
+                continue
             fsp = _fsps(sources)
             if fsp:
                 fsps[len(keys)] = (i, fsp)
@@ -287,9 +299,22 @@ def projector(schemas: dict[tuple[str, str], TableSchema], schema_types: bool = 
     return prepare
 
 
-def _labelled(schema: TableSchema) -> bool:
-    """Whether `project_image` may fill a label in the table's rows (a column with ENUM/SET labels)."""
-    return any(parse_type(c.mysql_type).labels for c in schema.columns)
+def _labelled(schema: TableSchema) -> list[int]:
+    """The indexes of the table's columns with ENUM/SET labels (`project_image` may fill their
+    cells' labels)."""
+    return [j for j, c in enumerate(schema.columns) if parse_type(c.mysql_type).labels]
+
+
+def _fills(image) -> tuple:
+    """(per cell of the flattened image: a label `project_image` would fill there if its column
+    has labels — no label, a value; per row, its first cell's index)."""
+    import pyarrow.compute as pc
+
+    flat = image.flatten()
+    fill = pc.and_(pc.struct_field(flat, "label").is_null(),
+                   pc.struct_field(flat, "value").is_valid()).to_numpy(zero_copy_only=False)
+    lengths = _lengths(image)
+    return fill, (np.cumsum(lengths) - lengths).tolist()
 
 
 def _image(batch):

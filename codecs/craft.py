@@ -357,37 +357,59 @@ def _value_decoder(code: int, flags: int):
 
 # ------------------------------------------------------------------------------ values (encode)
 
-def _encode_value(code: int, flags: int, value: bytes | None, name: str) -> bytes | None:
-    if value is None or code in _NEVER_WRITTEN:
+# how a (type code, flags) pair's values are written (`_value_kind`; craft_encode.rs reads the
+# same numbers): the bytes as they are, a uvarint (0..2^64-1), a zigzag varint (int64), a
+# float64, a float32 widened to float64, never (always NULL)
+V_RAW, V_UVARINT, V_ZIGZAG, V_DOUBLE, V_FLOAT, V_NULL = range(6)
+
+
+def _value_kind(code: int, flags: int) -> int:
+    if code in _NEVER_WRITTEN:
+        return V_NULL
+    if code in _INTEGER_CODES:
+        return V_UVARINT if flags & _UNSIGNED else V_ZIGZAG
+    if code in (16, 247, 248):
+        return V_UVARINT
+    if code == 13:
+        return V_ZIGZAG
+    if code == 5:
+        return V_DOUBLE
+    if code == 4:
+        return V_FLOAT
+    return V_RAW
+
+
+@functools.lru_cache(maxsize=4096)
+def compiled_rule(mysql_type: str | None, flags: int) -> tuple[int, int, int]:
+    """(craft type code, flags as written before the handle-key bit, value kind) of a column's
+    mysql_type and flags: the Python encoder's rule, which the compiled one (craft_encode.rs)
+    asks once per pair. The handle-key bit commutes with `type_code_of` (it only adds bits)."""
+    code, flags = type_code_of(mysql_type, flags)
+    return code, flags, _value_kind(code, flags)
+
+
+def _encode_value(kind: int, value: bytes | None, name: str) -> bytes | None:
+    if value is None or kind == V_NULL:
         return None
+    if kind == V_RAW:
+        return bytes(value)
     try:
-        if code in _INTEGER_CODES:
-            v = int(value)
-            if flags & _UNSIGNED:
-                if not 0 <= v <= _U64:
-                    raise ValueError(f"{v} is outside 0..2^64-1")
-                return uvarint(v)
-            if not _I64_MIN <= v <= _I64_MAX:
-                raise ValueError(f"{v} is outside the int64 range")
-            return varint(v)
-        if code in (16, 247, 248):
+        if kind == V_UVARINT:
             v = int(value)
             if not 0 <= v <= _U64:
                 raise ValueError(f"{v} is outside 0..2^64-1")
             return uvarint(v)
-        if code == 13:
+        if kind == V_ZIGZAG:
             v = int(value)
             if not _I64_MIN <= v <= _I64_MAX:
                 raise ValueError(f"{v} is outside the int64 range")
             return varint(v)
-        if code == 5:
+        if kind == V_DOUBLE:
             return _PACK_DOUBLE(float(value))
-        if code == 4:
-            (f32,) = _FLOAT32.unpack(_FLOAT32.pack(float(value)))
-            return _PACK_DOUBLE(f32)
+        (f32,) = _FLOAT32.unpack(_FLOAT32.pack(float(value)))
+        return _PACK_DOUBLE(f32)
     except (ValueError, OverflowError, struct.error) as e:
         raise EncodeError(f"craft: column {name!r} value {bytes(value)[:40]!r}: {e}") from e
-    return bytes(value)
 
 
 # ------------------------------------------------------------------------------ decoding
@@ -771,20 +793,44 @@ class CraftCodec(Codec):
         return schema, p
 
     # ---------------------------------------------------------------- encode
+    compiled_encoder_class = "CraftEncoder"
+
+    def compiled_encoder(self, extension):
+        """Row events' entries (craft_encode.rs); `frame` batches them. No option changes an
+        event's share, so every configuration has one."""
+        return extension.CraftEncoder(compiled_rule, _HANDLE_KEY)
+
+    def compiled_entry(self, encoded: tuple) -> tuple:
+        return encoded  # the extension writes the entry `_row_entry` makes
+
     def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
+        return self.frame(self.entry(event, topic=topic, partition=partition) for event in events)
+
+    def entry(self, event: dict, *, topic: str = "", partition: int = 0) -> tuple:
+        """A row's header fields and column groups (`_row_entry`), a DDL or resolved event's
+        whole message as (event type, bytes)."""
+        kind = event["kind"]
+        if kind == Kind.ROW:
+            return _row_entry(event)
+        if kind == Kind.DDL:
+            return DDL, _ddl_message(event)
+        if kind == Kind.WATERMARK:
+            return RESOLVED, _resolved_message(event)
+        raise EncodeError(f"craft cannot encode event kind {kind!r}")
+
+    def frame(self, entries: Iterable[tuple]) -> Iterator[EncodedMessage]:
         """Rows are batched as TiCDC's BatchEncoder does: a message is closed right after the
         row that makes TiCDC's size estimate exceed max-message-bytes or the row count reach
         max-batch-size. DDL and resolved events are alone in their message; they close the
-        pending batch first so the stream order is kept."""
+        pending batch first so the stream order is kept. The term dictionary, hence the column
+        names' term ids, is the message's: made here, for compiled and Python entries alike."""
         max_rows, max_bytes = self.config["max-batch-size"], self.config["max-message-bytes"]
-        batch: list[_EncodedRow] = []
+        batch: list[tuple] = []
         estimate = 0
-        for event in events:
-            kind = event["kind"]
-            if kind == Kind.ROW:
-                row = _EncodedRow(event)
-                batch.append(row)
-                estimate += row.estimate
+        for entry in entries:
+            if entry[0] == ROW:
+                batch.append(entry)
+                estimate += entry[5]
                 if estimate > max_bytes or len(batch) >= max_rows:
                     yield EncodedMessage(None, _rows_message(batch))
                     batch, estimate = [], 0
@@ -792,12 +838,7 @@ class CraftCodec(Codec):
             if batch:
                 yield EncodedMessage(None, _rows_message(batch))
                 batch, estimate = [], 0
-            if kind == Kind.DDL:
-                yield EncodedMessage(None, _ddl_message(event))
-            elif kind == Kind.WATERMARK:
-                yield EncodedMessage(None, _resolved_message(event))
-            else:
-                raise EncodeError(f"craft cannot encode event kind {kind!r}")
+            yield EncodedMessage(None, entry[1])
         if batch:
             yield EncodedMessage(None, _rows_message(batch))
 
@@ -829,54 +870,69 @@ def _partition_id(event: dict) -> int:
     return -1
 
 
-class _EncodedRow:
-    """One row event's header fields and column groups, values already in craft form."""
+def _term(text: str | None) -> bytes | None:
+    """A schema or table name as a term: None (term id -1) for a missing or empty name."""
+    return text.encode() if text else None
 
-    __slots__ = ("ts", "partition", "schema", "table", "groups", "estimate")
 
-    def __init__(self, event: dict):
-        self.ts = _commit_ts(event)
-        self.partition = _partition_id(event)
-        self.schema = event["database"] or None
-        self.table = event["table"] or None
-        keys = set(event["key_columns"] or ())
-        # 32 bytes of header integers plus the names, as TiCDC's appendHeader counts
-        estimate = 32 + len((self.schema or "").encode()) + len((self.table or "").encode())
-        self.groups = []
-        for group_type, image in ((GROUP_NEW, event["after"]), (GROUP_OLD, event["before"])):
-            if not image:
-                continue  # TiCDC writes no group for a missing or empty image
-            names, codes, flags, values = [], [], [], []
-            for col in image:
-                name = col["name"]
-                col_flags = int(col["flags"] or 0)
-                if col_flags < 0 or col_flags > _I32_MAX:
-                    raise EncodeError(f"craft: column {name!r} flags {col_flags} outside 0..2^31-1")
-                if name in keys:
-                    col_flags |= _HANDLE_KEY
-                code, col_flags = type_code_of(col["mysql_type"], col_flags)
-                value = _encode_value(code, col_flags, col["value"], name)
-                names.append(name)
-                codes.append(code)
-                flags.append(col_flags)
+def _row_entry(event: dict) -> tuple:
+    """One row event's share of a message: ``(ROW, commit ts, partition id, schema, table,
+    size estimate, groups)``. A group is ``(head, names, rest)``: head is the group type and
+    column count; names is the column names as a string chunk (``uvarint count | lengths |
+    bytes``), whose term ids only the message knows; rest is the type codes, flags, value
+    lengths and values, as written."""
+    ts = _commit_ts(event)
+    partition = _partition_id(event)
+    schema, table = _term(event["database"]), _term(event["table"])
+    keys = set(event["key_columns"] or ())
+    # 32 bytes of header integers plus the names, as TiCDC's appendHeader counts
+    estimate = 32 + len(schema or b"") + len(table or b"")
+    groups = []
+    for group_type, image in ((GROUP_NEW, event["after"]), (GROUP_OLD, event["before"])):
+        if not image:
+            continue  # TiCDC writes no group for a missing or empty image
+        names, codes, flags, lengths, values = [], [], [], [], []
+        for col in image:
+            name = col["name"]
+            col_flags = int(col["flags"] or 0)
+            if col_flags < 0 or col_flags > _I32_MAX:
+                raise EncodeError(f"craft: column {name!r} flags {col_flags} outside 0..2^31-1")
+            code, col_flags, kind = compiled_rule(col["mysql_type"], col_flags)
+            if name in keys:
+                col_flags |= _HANDLE_KEY
+            value = _encode_value(kind, col["value"], name)
+            raw = name.encode()
+            names.append(raw)
+            codes.append(uvarint(code))
+            flags.append(uvarint(col_flags))
+            if value is None:
+                lengths.append(_SINGLE[1])  # zigzag -1: NULL
+                estimate += len(raw) + 16
+            else:
+                lengths.append(varint(len(value)))
                 values.append(value)
-                estimate += len(name.encode()) + (len(value) if value is not None else 0) + 16
-            self.groups.append((group_type, names, codes, flags, values))
-        if not self.groups:
-            raise EncodeError(f"craft: {event['op']} row event has no column values to write")
-        self.estimate = estimate
+                estimate += len(raw) + len(value) + 16
+        count = uvarint(len(names))
+        groups.append((
+            _SINGLE[group_type] + count,
+            b"".join((count, *(uvarint(len(n)) for n in names), *names)),
+            b"".join((*codes, *flags, *lengths, *values)),
+        ))
+    if not groups:
+        raise EncodeError(f"craft: {event['op']} row event has no column values to write")
+    return ROW, ts, partition, schema, table, estimate, tuple(groups)
 
 
 class _Terms:
-    """The message's term dictionary: ids in first-seen order."""
+    """The message's term dictionary (UTF-8 names): ids in first-seen order."""
 
     __slots__ = ("ids", "terms")
 
     def __init__(self):
-        self.ids: dict[str, int] = {}
-        self.terms: list[str] = []
+        self.ids: dict[bytes, int] = {}
+        self.terms: list[bytes] = []
 
-    def id(self, term: str | None) -> int:
+    def id(self, term: bytes | None) -> int:
         if term is None:
             return -1
         i = self.ids.get(term)
@@ -888,7 +944,7 @@ class _Terms:
     def encode(self) -> bytes:
         if not self.terms:
             return b""
-        raw = [t.encode() for t in self.terms]
+        raw = self.terms
         return uvarint(len(raw)) + b"".join(uvarint(len(r)) for r in raw) + b"".join(raw)
 
 
@@ -911,30 +967,35 @@ def _message(header: bytes, bodies: list[bytes], terms: _Terms, group_tables: li
     return b"".join((uvarint(VERSION), header, *bodies, dictionary, size_tables, uvarint(len(size_tables))[::-1]))
 
 
-def _group_bytes(terms: _Terms, group_type: int, names, codes, flags, values) -> bytes:
-    lengths = b"".join(_SINGLE[1] if v is None else varint(len(v)) for v in values)
-    return b"".join((
-        _SINGLE[group_type],
-        uvarint(len(names)),
-        _delta_varint_chunk([terms.id(n) for n in names]),
-        b"".join(uvarint(c) for c in codes),
-        b"".join(uvarint(f) for f in flags),
-        lengths,
-        b"".join(v for v in values if v is not None),
-    ))
+def _names_of(chunk: bytes) -> list[bytes]:
+    """The names of a group's string chunk (`_row_entry`)."""
+    n, p = _uvarint_at(chunk, 0, len(chunk), "names")
+    lengths, p = _uvarints(chunk, p, len(chunk), n, "names")
+    out = []
+    for length in lengths:
+        out.append(chunk[p:p + length])
+        p += length
+    return out
 
 
-def _rows_message(rows: list[_EncodedRow]) -> bytes:
+def _rows_message(rows: list[tuple]) -> bytes:
+    """The message of row entries: a group's names become term ids here, once per distinct
+    names chunk (ids, once given, do not change within a message)."""
     terms = _Terms()
-    header = _headers(
-        terms, [r.ts for r in rows], [ROW] * len(rows), [r.partition for r in rows],
-        [r.schema for r in rows], [r.table for r in rows],
-    )
+    header = _headers(terms, [r[1] for r in rows], [ROW] * len(rows), [r[2] for r in rows],
+                      [r[3] for r in rows], [r[4] for r in rows])
+    ids: dict[bytes, bytes] = {}
     bodies, group_tables = [], []
     for row in rows:
-        groups = [_group_bytes(terms, *g) for g in row.groups]
-        group_tables.append([len(g) for g in groups])
-        bodies.append(b"".join(groups))
+        parts, sizes = [], []
+        for head, names, rest in row[6]:
+            chunk = ids.get(names)
+            if chunk is None:
+                chunk = ids[names] = _delta_varint_chunk([terms.id(n) for n in _names_of(names)])
+            parts += (head, chunk, rest)
+            sizes.append(len(head) + len(chunk) + len(rest))
+        group_tables.append(sizes)
+        bodies.append(b"".join(parts))
     return _message(header, bodies, terms, group_tables)
 
 
@@ -953,7 +1014,7 @@ def _ddl_message(event: dict) -> bytes:
     terms = _Terms()
     header = _headers(
         terms, [_commit_ts(event)], [DDL], [_partition_id(event)],
-        [event["database"] or None], [event["table"] or None],
+        [_term(event["database"])], [_term(event["table"])],
     )
     return _message(header, [uvarint(action) + uvarint(len(query)) + query], terms, [])
 

@@ -135,7 +135,7 @@ def test_an_event_the_codec_refuses_is_refused_alike(event):
 def test_other_flavours_and_protocols_stay_with_python():
     assert native_encode.compiled_encoder(get_codec("canal-json", {"flat-message-flavor": "canal"}), True) is None
     assert native_encode.compiled_encoder(get_codec("canal-json", {}), False) is None
-    assert native_encode.compiled_encoder(get_codec("craft", {}), True) is None  # no compiled encoder
+    assert native_encode.compiled_encoder(get_codec("csv", {}), True) is None  # no compiled encoder
 
 
 def test_the_switch(monkeypatch):

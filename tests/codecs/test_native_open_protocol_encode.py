@@ -227,7 +227,7 @@ def test_an_event_the_codec_refuses_is_refused_alike(event):
 def test_only_open_protocol_and_ticdc_canal_json_have_a_compiled_encoder():
     assert native_encode.compiled_encoder(get_codec("open-protocol", {}), True) is not None
     assert native_encode.compiled_encoder(get_codec("open-protocol", {}), False) is None
-    assert native_encode.compiled_encoder(get_codec("craft", {}), True) is None
+    assert native_encode.compiled_encoder(get_codec("csv", {}), True) is None
 
 
 EDGE_VALUES = [b"0", b"-0", b"-0.0", b"1e-7", b"1E-7", b"1e21", b"9.999999e20", b"1e-6", b"0.000001", b"3.4028235e38",

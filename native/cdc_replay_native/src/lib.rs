@@ -25,6 +25,7 @@ mod canal_protobuf;
 mod canal_rules;
 mod canal_typed;
 mod craft;
+mod craft_encode;
 mod identity;
 mod oceanbase_avro;
 mod oceanbase_avro_encode;
@@ -540,6 +541,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<canal_json::CanalJsonDecoder>()?;
     m.add_class::<canal_json_encode::CanalJsonEncoder>()?;
     m.add_class::<craft::CraftDecoder>()?;
+    m.add_class::<craft_encode::CraftEncoder>()?;
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<open_protocol_encode::OpenProtocolEncoder>()?;
     m.add_class::<avro::AvroDecoder>()?;

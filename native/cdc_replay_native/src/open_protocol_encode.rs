@@ -103,8 +103,9 @@ fn go_quote(out: &mut Vec<u8>, raw: &[u8], printable: &mut dyn FnMut(char) -> Py
     }
 }
 
-/// Text Python's `float()` and Rust's parser read alike: `-`, digits, `.digits`, exponent.
-fn plain_float(raw: &[u8]) -> Option<f64> {
+/// Text Python's `float()` and Rust's parser read alike: `-`, digits, `.digits`, exponent
+/// (craft_encode.rs too).
+pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
     let body = raw.strip_prefix(b"-").unwrap_or(raw);
     let mantissa_end = body.iter().position(|&b| b == b'e' || b == b'E').unwrap_or(body.len());
     let (mantissa, exponent) = body.split_at(mantissa_end);

@@ -219,12 +219,11 @@ def test_ticdc_dispatchers_place_rows_as_tiflow_does(spark):
                                     "after_values array<binary>, commit_ts bigint, i int")
     entries = {sid: entry for entry, sid in dictionary.items()}
     for plan in (T.plan_dictionary(entries), T.plan_dictionary(entries, spark=spark, literal_max=0)):
-        got = {r["i"]: r["out_partition"]
-               for r in T.with_partition_lean(lean_df, "index-value", 16, plan).select("i", "out_partition").collect()}
-        assert [got[i] for i in range(len(rows))] == [iv for *_, iv, _ in rows]
-        for dispatcher, n, want in (("table", 16, [tb for *_, tb in rows]), ("ts", 4, [3] * len(rows))):
-            placed = T.with_partition_lean(lean_df, dispatcher, n, plan).orderBy("i").collect()
-            assert [r["out_partition"] for r in placed] == want
+        placed = lean_df
+        for dispatcher, n in (("index-value", 16), ("table", 16), ("ts", 4)):
+            placed = T.with_partition_lean(placed, dispatcher, n, plan).withColumnRenamed("out_partition", dispatcher)
+        got = sorted(placed.select("i", "index-value", "table", "ts").collect())
+        assert [(r["index-value"], r["table"], r["ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
 
 
 @pytest.mark.parametrize("extra, chosen", [

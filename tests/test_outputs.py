@@ -220,10 +220,10 @@ def test_ticdc_dispatchers_place_rows_as_tiflow_does(spark):
     entries = {sid: entry for entry, sid in dictionary.items()}
     for plan in (T.plan_dictionary(entries), T.plan_dictionary(entries, spark=spark, literal_max=0)):
         placed = lean_df
-        for dispatcher, n in (("index-value", 16), ("table", 16), ("ts", 4)):
-            placed = T.with_partition_lean(placed, dispatcher, n, plan).withColumnRenamed("out_partition", dispatcher)
-        got = sorted(placed.select("i", "index-value", "table", "ts").collect())
-        assert [(r["index-value"], r["table"], r["ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
+        for dispatcher, n, name in (("index-value", 16, "iv"), ("table", 16, "tb"), ("ts", 4, "by_ts")):
+            placed = T.with_partition_lean(placed, dispatcher, n, plan).withColumnRenamed("out_partition", name)
+        got = sorted(placed.select("i", "iv", "tb", "by_ts").collect())
+        assert [(r["iv"], r["tb"], r["by_ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
 
 
 @pytest.mark.parametrize("extra, chosen", [

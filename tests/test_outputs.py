@@ -199,6 +199,32 @@ def test_ticdc_dispatchers_place_rows_as_tiflow_does(spark):
                     dispatch_partition("ts", 4).alias("ts")).collect()
     assert [(r["iv"], r["tb"], r["ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
 
+    # lean rows (the topics' form: schema id + values, the column lists in the dictionary, a
+    # literal or a broadcast relation) are placed the same, without rebuilding their images
+    from spark_apps import transforms as T
+
+    dictionary, lean = {}, []
+    for d, t, k, a, b, _, _ in rows:
+        cells = []
+        for img in (b, a):
+            if img is None:
+                cells += [None, None]
+                continue
+            entry = (tuple(c["name"] for c in img), ("int",) * len(img), tuple(c["flags"] for c in img))
+            sid = dictionary.setdefault(entry, 100 + len(dictionary))
+            cells += [sid, [c["value"] for c in img]]
+        lean.append((d, t, k, *cells, 7, len(lean)))
+    lean_df = spark.createDataFrame(lean, "database string, table string, key_columns array<string>, "
+                                    "before_schema bigint, before_values array<binary>, after_schema bigint, "
+                                    "after_values array<binary>, commit_ts bigint, i int")
+    entries = {sid: entry for entry, sid in dictionary.items()}
+    for plan in (T.plan_dictionary(entries), T.plan_dictionary(entries, spark=spark, literal_max=0)):
+        placed = lean_df
+        for dispatcher, n, name in (("index-value", 16, "iv"), ("table", 16, "tb"), ("ts", 4, "by_ts")):
+            placed = T.with_partition_lean(placed, dispatcher, n, plan).withColumnRenamed("out_partition", name)
+        got = sorted(placed.select("i", "iv", "tb", "by_ts").collect())
+        assert [(r["iv"], r["tb"], r["by_ts"]) for r in got] == [(iv, tb, 3) for *_, iv, tb in rows]
+
 
 @pytest.mark.parametrize("extra, chosen", [
     ([], "KafkaRecordArchive"),
@@ -215,3 +241,35 @@ def test_the_options_choose_one_output_target(extra, chosen):
 
     argv = ["--source", "/tmp/a", "--protocol", "canal-json", "--output", "/tmp/o", "--emit", "snapshot", *extra]
     assert target_for(ReplayArgs.from_namespace(parser().parse_args(argv))).__name__ == chosen
+
+
+def test_object_writer_compresses_as_it_goes_into_the_same_bytes(tmp_path):
+    """The archive target's objects are compressed chunk by chunk in a background thread
+    (kafka_records.ObjectWriter): each object is still `gzip.compress` of its lines (level 6,
+    no mtime), rolled every `max_records`, with the offsets and counts of its records."""
+    import gzip
+
+    from cdc_codecs.archive import format_record
+    from cdc_codecs.base import KafkaRecord
+    from spark_apps.outputs.kafka_records import ObjectWriter
+
+    writer = ObjectWriter(str(tmp_path), "t", 1, max_records=2500)
+    writer.CHUNK_LINES, writer.PENDING = 333, 2
+    values = [(f"k{i}".encode(), (f"value {i} " * (i % 17)).encode(), [("h", b"x")] if i % 5 == 0 else None)
+              for i in range(6001)]
+    for i, (key, value, headers) in enumerate(values):
+        writer.fed_events += 1
+        writer.fed_rows += i % 2
+        writer.add(key, value, headers)
+    writer.flush()
+    written = writer.written
+    assert [(w["first_offset"], w["last_offset"], w["records"], w["events"]) for w in written] == [
+        (0, 2499, 2500, 2500), (2500, 4999, 2500, 2500), (5000, 6000, 1001, 1001)]
+    for w in written:
+        lines = [format_record(KafkaRecord("t", 1, o, None, *values[o])) for o in range(w["first_offset"],
+                                                                                          w["last_offset"] + 1)]
+        with open(w["uri"], "rb") as f:
+            data = f.read()
+        assert data == gzip.compress(b"\n".join(lines) + b"\n", compresslevel=6, mtime=0)
+        assert w["bytes"] == len(data)
+    assert sum(w["rows"] for w in written) == 3000

@@ -68,6 +68,8 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     lean = T.tag_status(T.lean_images(T.with_schema_ids(timed)), cut=[12])
     dictionary = T.plan_dictionary({7: (("id",), ("int",), (3,))})
     T.rebuilt_image(lean, "after", dictionary)
+    for dispatcher in ("index-value", "table", "canal"):
+        T.with_partition_lean(lean, dispatcher, 3, dictionary)
     T.full_images(T.live_rows(T.unpacked(T.latest_per_key(T.row_effects(T.assign_tables(
         T.packed(lean), None, None), dictionary)))), dictionary)
     monkeypatch.undo()
@@ -77,7 +79,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
-                 "scd2_versions", "scd2_validity", "scd2_images", "rebuilt_image"}
+                 "scd2_versions", "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

@@ -236,9 +236,9 @@ class OutputPlan:
 
     def topics(self, applied):
         """Every applied change, placed in its output topic partition, with watermarks. `applied`
-        may be lean (`self.dictionary` and `schema_entries` set, no `fill_images`): the images
-        are rebuilt only to place the rows, the events are shuffled and sorted lean and the
-        writer rebuilds them (kafka_records.full_images_batch)."""
+        may be lean (`self.dictionary` and `schema_entries` set, no `fill_images`): the rows are
+        placed from their lean form (transforms.with_partition_lean), shuffled and sorted lean,
+        and the writer rebuilds their images (kafka_records.full_images_batch)."""
         from pyspark.sql import functions as F
 
         from .. import transforms as T
@@ -255,10 +255,8 @@ class OutputPlan:
         rows = changes.where(F.col("kind") == Kind.ROW)
         if lean is None:
             rows = T.with_partition(rows, self.args.dispatcher, self.partitions)
-        else:  # placed by the rebuilt images, which are left out again
-            for image in T.IMAGES:
-                rows = T.rebuilt_image(rows, image, self.dictionary)
-            rows = T.with_partition(rows, self.args.dispatcher, self.partitions).drop(*T.IMAGES)
+        else:  # placed from the lean rows (index-value: the key columns by position)
+            rows = T.with_partition_lean(rows, self.args.dispatcher, self.partitions, self.dictionary)
         ddl = changes.where(F.col("kind") == Kind.DDL)
         if self.target.ddl_placement == "first":
             ddl = ddl.withColumn("out_partition", F.lit(0))

@@ -329,6 +329,11 @@ def aux_batch(entries: dict, runs: _Runs, stats: _Stats | None = None, ddl: list
 
 
 PLACE_BITS = 40  # a task numbers its rows below 2**40; the task's partition index is above
+# rows gathered from the decoder's batches (one or more per archive object) before they are made
+# lean and written: each lean step is a few dozen Arrow calls per batch, whatever its size, and
+# each written batch is one Parquet row group the later scans read; an object of 500 records
+# made both cost more than its rows (docs/engine.md, "Lean rows in larger batches")
+LEAN_BATCH_ROWS = 32768
 
 
 def leaned(fn):
@@ -336,7 +341,11 @@ def leaned(fn):
     `aux` row last. Each row's `place_id` is its task's partition index and its number in the
     task (`PLACE_BITS`): one 64-bit key per row instead of its six place columns (two of them
     long strings), so the duplicate check's marks stay small enough to broadcast. A retried
-    task decodes the same records in the same order, so it gives the same numbers."""
+    task decodes the same records in the same order, so it gives the same numbers.
+
+    The offset runs are taken per decoder batch (an object's runs must not join another
+    object's across a hole: `_Runs`); the rest per `LEAN_BATCH_ROWS` rows gathered in order,
+    which numbers, keys and counts the rows as one batch at a time would."""
 
     def run(batches):
         from pyspark import TaskContext
@@ -345,19 +354,34 @@ def leaned(fn):
         next_place = (context.partitionId() if context else 0) << PLACE_BITS
         entries: dict = {}
         runs, stats, ddl = _Runs(), _Stats(), []
+        pending: list = []
+
+        def made_lean():
+            nonlocal next_place
+            batch = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending.clear()
+            stats.add(batch)
+            out = lean(batch, entries)
+            places = pa.array(np.arange(next_place, next_place + out.num_rows, dtype=np.int64))
+            next_place += out.num_rows
+            out = out.set_column(out.schema.get_field_index("place_id"), "place_id", places)
+            events = ddl_events(out)
+            if len(events):
+                ddl.append(events)
+            return out
+
+        gathered = 0
         for batch in fn(batches):
             if batch.num_rows:
                 batch = where_sql_says(batch)
                 runs.add(batch)
-                stats.add(batch)
-                out = lean(batch, entries)
-                places = pa.array(np.arange(next_place, next_place + out.num_rows, dtype=np.int64))
-                next_place += out.num_rows
-                out = out.set_column(out.schema.get_field_index("place_id"), "place_id", places)
-                events = ddl_events(out)
-                if len(events):
-                    ddl.append(events)
-                yield out
+                pending.append(batch)
+                gathered += batch.num_rows
+                if gathered >= LEAN_BATCH_ROWS:
+                    yield made_lean()
+                    gathered = 0
+        if pending:
+            yield made_lean()
         records = sum(row["records"] or 0 for row in stats.parts.values())
         yield aux_batch(entries, runs, stats, ddl, native_decode.task_report(records))
 

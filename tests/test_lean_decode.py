@@ -180,8 +180,56 @@ def test_each_lean_row_gets_its_own_place_id_numbered_within_its_task(spark):
                         * b.num_rows)
 
     rows = [b for b in leaned(decoded)([pa.record_batch({"x": [1, 2, 3]}), pa.record_batch({"x": [4, 5]})])]
-    assert [r.column("place_id").to_pylist() for r in rows] == [[0, 1, 2], [3, 4], [None]]
+    assert [r.column("place_id").to_pylist() for r in rows] == [[0, 1, 2, 3, 4], [None]]  # gathered in one batch
     frame = spark.range(0, 100, 1, 4).mapInArrow(leaned(decoded), LEAN_STRUCT).where(F.col("aux").isNull())
     ids = [r.place_id for r in frame.select("place_id").collect()]
     assert len(ids) == len(set(ids)) == 100
     assert sorted({i >> PLACE_BITS for i in ids}) == [0, 1, 2, 3]
+
+
+OBJECT_EVENT = st.fixed_dictionaries({
+    "kind": st.sampled_from(["row", "row", "ddl", "watermark"]),
+    "op": st.sampled_from(["insert", "update", "delete"]),
+    "commit_ts": st.none() | st.integers(0, 50), "watermark_ts": st.none() | st.integers(0, 50),
+    "topic": st.sampled_from(["t", "u"]), "partition": st.integers(0, 1),
+    "event_index": st.integers(0, 1),
+    "ddl_query": st.sampled_from(["CREATE TABLE `other`.`x` (a int)", "ALTER TABLE y ADD b int"]),
+    "database": st.just("db"), "table": st.just("tb"),
+    "after": IMAGE,
+})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.lists(OBJECT_EVENT, min_size=1, max_size=6), st.integers(0, 4)), min_size=1, max_size=6),
+       st.integers(1, 12))
+def test_lean_rows_gathered_across_the_decoders_batches_are_the_rows_of_one_batch_at_a_time(objects, rows):
+    """`leaned` gathers the decoder's batches (one or more per archive object) up to
+    LEAN_BATCH_ROWS before making them lean: the rows, their place ids, identities and column
+    list ids, and the task's aux row (dictionary, offset runs, statistics, DDL) are those of one
+    decoder batch at a time. The offset runs stay per decoder batch: two objects with a hole
+    between them are two runs, whatever was gathered."""
+    import spark_apps.lean_decode as lean_decode
+
+    batches, offset = [], 0
+    for events, hole in objects:  # an object: its records in increasing offsets, a hole before the next
+        rows_of = []
+        for e in events:
+            rows_of.append({**e, "offset": offset})
+            offset += 1
+        offset += hole
+        batches.append(pa.RecordBatch.from_pylist(rows_of, schema=DECODED_ARROW_SCHEMA))
+
+    def decoder(_):
+        yield from batches
+
+    def run(limit):
+        kept = lean_decode.LEAN_BATCH_ROWS
+        lean_decode.LEAN_BATCH_ROWS = limit
+        try:
+            out = list(lean_decode.leaned(decoder)(iter([])))
+        finally:
+            lean_decode.LEAN_BATCH_ROWS = kept
+        return pa.Table.from_batches(out[:-1], schema=LEAN_ARROW_SCHEMA).to_pylist(), out[-1].to_pylist()
+
+    one_at_a_time = run(1)
+    assert run(rows) == one_at_a_time and run(10**6) == one_at_a_time

@@ -61,6 +61,27 @@ pub(crate) fn plain_int(text: &[u8], max_digits: usize) -> Option<i128> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
+/// Text Python's `float()` and Rust's parser read alike: `-`, digits, `.digits`, exponent.
+pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
+    let body = raw.strip_prefix(b"-").unwrap_or(raw);
+    let mantissa_end = body.iter().position(|&b| b == b'e' || b == b'E').unwrap_or(body.len());
+    let (mantissa, exponent) = body.split_at(mantissa_end);
+    let mut parts = mantissa.splitn(2, |&b| b == b'.');
+    let whole = parts.next().unwrap_or(b"");
+    let fraction = parts.next();
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if !digits(whole) || fraction.is_some_and(|f| !digits(f)) {
+        return None;
+    }
+    if !exponent.is_empty() {
+        let e = &exponent[1..];
+        if !digits(e.strip_prefix(b"-").or_else(|| e.strip_prefix(b"+")).unwrap_or(e)) {
+            return None;
+        }
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
 fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     keep.push(PyBuffer::<u8>::get(&item)?);
@@ -214,13 +235,18 @@ impl Events {
     /// The values of the extras `names` of event `e` (a map: the last of equal keys wins, as
     /// `dict(pairs)`); None for a missing key or a null value.
     pub(crate) fn extras<const N: usize>(&self, e: usize, names: [&[u8]; N]) -> PyResult<[Option<&[u8]>; N]> {
+        Ok(self.extra_entries(e, names)?.map(Option::flatten))
+    }
+
+    /// As `extras`, telling a key present with a null value (`Some(None)`) from a missing one.
+    pub(crate) fn extra_entries<const N: usize>(&self, e: usize, names: [&[u8]; N]) -> PyResult<[Option<Option<&[u8]>>; N]> {
         let mut found = [None; N];
         if valid_at(self.b(self.extras_valid), e)? {
             let o = self.b(self.extras_offsets);
             for j in i32_at(o, e)? as usize..i32_at(o, e + 1)? as usize {
                 if let Some(key) = self.extras_keys.get(j)? {
                     if let Some(k) = names.iter().position(|n| *n == key) {
-                        found[k] = self.extras_values.get(j)?;
+                        found[k] = Some(self.extras_values.get(j)?);
                     }
                 }
             }

@@ -52,19 +52,21 @@ def protocol_options(protocol: str, work: str) -> dict:
 def writer_input(transactions: int, protocol: str = "canal-json", partitions: int = 3,
                  options: dict | None = None) -> tuple[list[pa.RecordBatch], SchemaHistory, int]:
     options = PROTOCOL_OPTIONS[protocol] if options is None else options
-    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=True, options=options,
+    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=protocol != "avro", options=options,
                          protocol=protocol, duplicate_rate=0.0)  # the replay drops duplicates before the writer
     codec = get_codec(protocol, options)
     events = [e for r in generated.records for e in decode_record(codec, r) if e["kind"] in (Kind.ROW, Kind.DDL)]
     history = SchemaHistory()
     rows = []
+    ts = 0
     for e in events:
-        point = [e["commit_ts"]]
+        ts = ts if e["commit_ts"] is None else e["commit_ts"]  # an Avro DELETE carries none: the one before
+        point = [ts]
         if e["kind"] == Kind.DDL:
             history.apply(e["ddl_query"], point, e["database"])
             places, rank = range(partitions), 2
         else:
-            places, rank = [e["commit_ts"] % partitions], 1
+            places, rank = [ts % partitions], 1
         rows += [{**e, "out_topic": "out", "out_partition": p, "sort_point": point, "timeline": point,
                   "sort_rank": rank} for p in places]
     rows.sort(key=lambda r: (r["out_partition"], r["sort_point"], r["sort_rank"], r["partition"], r["offset"],

@@ -23,7 +23,7 @@ from cdc_codecs.events import ColumnFlag, Kind, Op, new_event
 from spark_apps import native_decode, native_encode
 
 from .. import strategies
-from .test_native_open_protocol_encode import BYTES, DECIMALS, FLAGS, FLOATS, INTS, NAMES, TEXT, UTF8, in_range, mostly
+from .test_native_open_protocol_encode import BYTES, DECIMALS, FLOATS, INTS, NAMES, TEXT, UTF8, in_range, mostly
 
 pytestmark = pytest.mark.skipif(
     native_decode.cdc_replay_native is None or not hasattr(native_decode.cdc_replay_native, "AvroEncoder"),

@@ -324,7 +324,7 @@ impl AvroEncoder {
                 K_CALL => {
                     if !field.known.contains_key(raw) {
                         let answer = match &field.call {
-                            Some(f) => f.bind(py).call1((PyBytes::new(py, raw),)).ok().and_then(|v| v.downcast::<PyBytes>().ok().map(|b| b.as_bytes().to_vec())),
+                            Some(f) => f.bind(py).call1((PyBytes::new(py, raw),)).ok().and_then(|v| v.cast::<PyBytes>().ok().map(|b| b.as_bytes().to_vec())),
                             None => None,
                         };
                         field.known.insert(raw.to_vec(), answer);

@@ -1,6 +1,7 @@
 """Benchmark (not a test): the Kafka-record writer (spark_apps/outputs/kafka_records.py
 `write_topics_fn`) in one process, no Spark, with the compiled encoder on and off
-($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default), open-protocol, craft or oceanbase-avro (`--protocol`), each with the snapshot's `prepare` (the projector) and the
+($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default), open-protocol, craft, oceanbase-avro or avro
+(`--protocol`; avro's registry is a directory under the run's temporary folder), each with the snapshot's `prepare` (the projector) and the
 topics' (`precision_from_history`).
 
 The writer's input is built as Spark hands it: a generated archive of the protocol (`generate`,
@@ -38,16 +39,23 @@ from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.snapshot import precision_from_history, projector
 
 PROTOCOL_OPTIONS = {"canal-json": {"enable-tidb-extension": "true"}, "open-protocol": {}, "craft": {},
-                    "oceanbase-avro": {}}
+                    "oceanbase-avro": {},
+                    "avro": {"enable-tidb-extension": "true"}}  # + schema-registry (`protocol_options`)
 SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
                     pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
                     pa.field("timeline", pa.list_(pa.int64()))])
 
 
-def writer_input(transactions: int, protocol: str = "canal-json",
-                 partitions: int = 3) -> tuple[list[pa.RecordBatch], SchemaHistory, int]:
-    options = PROTOCOL_OPTIONS[protocol]
-    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=True, options=options,
+def protocol_options(protocol: str, work: str) -> dict:
+    """The codec options of `protocol`; avro's registry is a directory in `work`."""
+    registry = {"schema-registry": f"file://{work}/registry"} if protocol == "avro" else {}
+    return {**PROTOCOL_OPTIONS[protocol], **registry}
+
+
+def writer_input(transactions: int, protocol: str = "canal-json", partitions: int = 3,
+                 options: dict | None = None) -> tuple[list[pa.RecordBatch], SchemaHistory, int]:
+    options = PROTOCOL_OPTIONS[protocol] if options is None else options
+    generated = generate(transactions=transactions, partitions=3, seed=1, keyless=protocol != "avro", options=options,
                          protocol=protocol, duplicate_rate=0.0)  # the replay drops duplicates before the writer
     codec = get_codec(protocol, options)
     events = [e for r in generated.records for e in decode_record(codec, r) if e["kind"] in (Kind.ROW, Kind.DDL)]
@@ -55,8 +63,10 @@ def writer_input(transactions: int, protocol: str = "canal-json",
         events = [{**e, "op": "insert", "before": None} if e["op"] == "update" else e for e in events]
     history = SchemaHistory()
     rows = []
+    ts = 0
     for e in events:
-        point = [e["commit_ts"]] if e["commit_ts"] is not None else list(e["position"])  # OceanBase: record ids
+        ts = ts if e["commit_ts"] is None else e["commit_ts"]  # an Avro DELETE carries none: the one before
+        point = [ts] if e["commit_ts"] is not None or not e.get("position") else list(e["position"])  # OceanBase: record ids
         if e["kind"] == Kind.DDL:
             history.apply(e["ddl_query"], point, e["database"])
             places, rank = range(partitions), 2
@@ -79,13 +89,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--protocol", choices=sorted(PROTOCOL_OPTIONS), default="canal-json")
     args = parser.parse_args()
-    protocol, options = args.protocol, PROTOCOL_OPTIONS[args.protocol]
-    batches, history, n = writer_input(args.transactions, protocol)
+    protocol = args.protocol
+    work = tempfile.mkdtemp(prefix="bench_writer_")
+    options = protocol_options(protocol, work)
+    batches, history, n = writer_input(args.transactions, protocol, options=options)
     schemas = {(s.database.lower(), s.name.lower()): s for s in history.tables.values() if s.columns_known}
     print(f"{n:,} writer rows in {len(batches)} batches; load average {os.getloadavg()[0]:.2f}")
     print("| prepare | switch | wall s | CPU s | from Arrow (projected) | as dicts | compiled | Python |")
     print("|---|---|---|---|---|---|---|---|")
-    work = tempfile.mkdtemp(prefix="bench_writer_")
     try:
         for switch in ("1", "0"):  # warm-up, not measured: first imports, the extension's first call
             os.environ[native_encode.ENV] = switch

@@ -568,6 +568,30 @@ class _EncPlan:
     text: str
     obj: dict
     fields: list[tuple[str, str, Callable[[bytes], Any]]]  # (column name, Avro field, to datum)
+    rules: list[tuple[int, Any]]  # per column: the compiled encoder's (value rule, arg)
+    valid: bool | None = None  # whether fastavro parses the schema (asked once, compiled path)
+
+
+# _ColumnType.kind -> the compiled encoder's value rule (avro_encode.rs K_*); "float" by Avro type
+_COMPILED_KINDS = {"raw": 0, "int32": 1, "int64": 2, "u64long": 3, "bit": 6, "decimal": 7, "enum": 8, "set": 8}
+
+
+def _compiled_rule(ct: _ColumnType, to_datum: Callable) -> tuple[int, Any]:
+    if ct.kind == "float":
+        return (4 if ct.avro == "float" else 5), None
+    if ct.kind == "decimal":
+        return 7, ct.decimal[1]
+    return _COMPILED_KINDS[ct.kind], to_datum if ct.kind in ("enum", "set") else None
+
+
+class _Compiled:
+    """A record shape the compiled encoder wrote (its token): the subject, plan and schema-id hint
+    `frame` turns into the Confluent header, once, where the stream first has it."""
+
+    __slots__ = ("subject", "plan", "hint", "header")
+
+    def __init__(self, subject: str, plan: _EncPlan, hint: str | None):
+        self.subject, self.plan, self.hint, self.header = subject, plan, hint, None
 
 
 # ----------------------------------------------------------------------------- the codec
@@ -588,6 +612,57 @@ class AvroCodec(Codec):
     )
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition for every protocol but canal/canal-json
     watermark_placement = "all"
+    compiled_encoder_class = "AvroEncoder"
+
+    def compiled_encoder(self, extension):
+        """The extension's encoder (avro_encode.rs): it writes each row's key and value Avro
+        bodies, asking `_compiled_record` once per record shape; `frame` adds the headers."""
+        return extension.AvroEncoder(self._compiled_record, int(ColumnFlag.UNSIGNED | ColumnFlag.BINARY),
+                                     int(ColumnFlag.NULLABLE), _HANDLE_KEY, self.config["enable-tidb-extension"])
+
+    def _compiled_record(self, topic: str, side: str, namespace: str | None, database: str, table: str,
+                         shape: tuple, extension: tuple, hint: str | None) -> tuple | None:
+        """(token, per column (value rule, arg)) of one record shape for the compiled encoder, or
+        None where Python must encode (the codec refuses the shape, its schema is not valid
+        Avro, a column's field is named as an extension field). Registers nothing: the token's
+        schema id is asked in `frame`, where the Python path would ask it."""
+        try:
+            plan = self._plan_of(DEFAULT_NAMESPACE if namespace is None else namespace, database, table, shape,
+                                 extension)
+        except EncodeError:
+            return None
+        if plan.valid is None:
+            try:
+                io_schema(plan.obj)
+                plan.valid = not any(field in extension for _, field, _ in plan.fields)
+            except Exception:  # noqa: BLE001 - fastavro's SchemaParseException: `_schema_id` says so
+                plan.valid = False
+        if not plan.valid:
+            return None
+        return _Compiled(sanitize_topic(topic) + "-" + side, plan, hint), plan.rules
+
+    def compiled_entry(self, encoded: tuple) -> tuple:
+        return encoded  # (key token, key body, value token, value body): `frame` adds the headers
+
+    def frame(self, entries: Iterable) -> Iterator[EncodedMessage]:
+        """The messages of the entries: Python's (lists of messages) as they are, the compiled
+        encoder's with each record's Confluent header, its schema id asked (and registered)
+        here, in stream order, as the Python path asks it."""
+        for entry in entries:
+            if type(entry) is not tuple:
+                yield from entry
+                continue
+            key_token, key, value_token, value = entry
+            if key_token is not None:
+                key = (key_token.header or self._header(key_token)) + key
+            if value_token is not None:
+                value = (value_token.header or self._header(value_token)) + value
+            yield EncodedMessage(key, value)
+
+    def _header(self, token: _Compiled) -> bytes:
+        schema_id, _ = self._schema_id(token.subject, token.plan, token.hint)
+        token.header = bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big", signed=True)
+        return token.header
 
     def compiled_decoder(self, extension):
         return extension.AvroDecoder(self._compiled_plan)
@@ -888,15 +963,18 @@ class AvroCodec(Codec):
              bool(c["flags"] & ColumnFlag.NULLABLE or c["value"] is None))
             for c in columns
         )
-        signature = (namespace, event["database"], event["table"], shape, tuple(extension or ()))
+        return self._plan_of(namespace, event["database"], event["table"], shape, tuple(extension or ()))
+
+    def _plan_of(self, namespace: str, database: str, table: str, shape: tuple, extension: tuple) -> _EncPlan:
+        signature = (namespace, database, table, shape, extension)
         plan = self._plans.get(signature)
         if plan is None:
-            plan = self._build_plan(namespace, event["database"], event["table"], shape, extension)
+            plan = self._build_plan(namespace, database, table, shape, extension)
             self._plans[signature] = plan
         return plan
 
-    def _build_plan(self, namespace: str, database: str, table: str, shape: tuple, extension: dict | None) -> _EncPlan:
-        fields, schema_fields, seen = [], [], set()
+    def _build_plan(self, namespace: str, database: str, table: str, shape: tuple, extension: tuple) -> _EncPlan:
+        fields, schema_fields, seen, rules = [], [], set(), []
         for name, type_text, flags, nullable in shape:
             ct = column_type(type_text, flags, self.config["avro-decimal-handling-mode"],
                              self.config["avro-bigint-unsigned-handling-mode"])
@@ -908,6 +986,7 @@ class AvroCodec(Codec):
             schema_fields.append({"default": None, "name": field, "type": ["null", avro_type]} if nullable
                                  else {"name": field, "type": avro_type})
             fields.append((name, field, _encoder_for(ct)))
+            rules.append(_compiled_rule(ct, fields[-1][2]))
         for name in extension or ():
             default = {"string": "", "boolean": False}.get(_EXTENSION_TYPES[name], 0)
             schema_fields.append({"default": default, "name": name, "type": _EXTENSION_TYPES[name]})
@@ -918,7 +997,7 @@ class AvroCodec(Codec):
             "namespace": f"{sanitized_ns}.{sanitized_db}" if sanitized_db else sanitized_ns,
             "fields": schema_fields,
         }
-        return _EncPlan(go_json(obj), obj, fields)
+        return _EncPlan(go_json(obj), obj, fields, rules)
 
     def _record(self, subject: str, event: dict, columns: list[dict], extension: dict | None, hint: str | None) -> bytes:
         plan = self._plan(event, columns, extension)

@@ -1,15 +1,16 @@
 """The compiled encoders (native/cdc_replay_native: canal_json_encode.rs, open_protocol_encode.rs,
-oceanbase_avro_encode.rs)
+craft_encode.rs, oceanbase_avro_encode.rs, avro_encode.rs)
 behind the Python codecs, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
 
 A codec says whether it has one (`Codec.compiled_encoder_class`, `compiled_encoder`: canal-json
-in TiCDC's flavour, open-protocol, craft, oceanbase-avro); nothing here names a protocol. Every
-event, compiled or not, becomes an *entry* (`compiled_entry` / `entry`) and the codec's `frame`
-makes the messages of a partition's entries in order: one message per canal-json entry;
-open-protocol's entries are each event's key and value JSON, batched by the codec
+in TiCDC's flavour, open-protocol, craft, oceanbase-avro, TiCDC Avro); nothing here names a
+protocol. Every event, compiled or not, becomes an *entry* (`compiled_entry` / `entry`) and the
+codec's `frame` makes the messages of a partition's entries in order: one message per canal-json
+entry; open-protocol's entries are each event's key and value JSON, batched by the codec
 (max-batch-size, max-message-bytes) as its Python `encode` does; craft's are each row's header
 fields and column groups, whose names get their term ids per message in `frame`;
-oceanbase-avro's are each record without its id, which the codec numbers.
+oceanbase-avro's are each record without its id, which the codec numbers; Avro's are each row's
+key and value bodies, whose schema ids `frame` registers in stream order.
 
 The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
 straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
@@ -148,14 +149,17 @@ def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: 
         yield from _chunk(codec, encoder, pending, topic, partition, counts)
 
 
-def _compiled(codec, encoder, batch: pa.RecordBatch) -> list:
-    """The compiled encoder's entries of a batch of events (None: the event goes to Python)."""
+def _compiled(codec, encoder, batch: pa.RecordBatch, topic: str | pa.Array) -> list:
+    """The compiled encoder's entries of a batch of events (None: the event goes to Python);
+    `topic`: their output topic, one or per event (Avro's schema subjects are named after it)."""
     entry = codec.compiled_entry
-    return [None if value is None else entry(value) for value in encoder.encode(batch.num_rows, _arrays(batch))]
+    cols = _arrays(batch)
+    cols["topic"] = topic if isinstance(topic, str) else _strs(topic)
+    return [None if value is None else entry(value) for value in encoder.encode(batch.num_rows, cols)]
 
 
 def _chunk(codec, encoder, events, topic, partition, counts):
-    entries = _compiled(codec, encoder, pa.RecordBatch.from_pylist(events, _SCHEMA))
+    entries = _compiled(codec, encoder, pa.RecordBatch.from_pylist(events, _SCHEMA), topic)
     for event, entry in zip(events, entries, strict=True):
         if entry is None:
             counts.python += 1
@@ -197,12 +201,13 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
     if prepare is not None:
         fast &= np.asarray(prepare.unchanged(batch, **labels), dtype=bool)
     values: list = [None] * n
+    out_topics = batch.column("out_topic")
     idx = np.flatnonzero(fast)
     if len(idx):
-        rows = batch.select(_SCHEMA.names)
+        rows, row_topics = batch.select(_SCHEMA.names), out_topics
         if len(idx) < n:
-            rows = rows.take(pa.array(idx))
-        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows), strict=True):
+            rows, row_topics = rows.take(pa.array(idx)), out_topics.take(pa.array(idx))
+        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows, row_topics), strict=True):
             values[i] = value
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can
@@ -210,7 +215,8 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         index, projected = project(batch, declined, **labels)
         if index:
             counts.projected += len(index)
-            for i, value in zip(index, _compiled(codec, encoder, projected.select(_SCHEMA.names)), strict=True):
+            encoded = _compiled(codec, encoder, projected.select(_SCHEMA.names), out_topics.take(pa.array(index)))
+            for i, value in zip(index, encoded, strict=True):
                 values[i] = value
     slow = [i for i in range(n) if values[i] is None]
     events: dict[int, dict] = {}
@@ -224,7 +230,8 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         again = [i for i in events if not fast[i]]  # prepared here: the extension has not seen them
         for start in range(0, len(again), CHUNK):
             part = again[start:start + CHUNK]
-            encoded = _compiled(codec, encoder, pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA))
+            encoded = _compiled(codec, encoder, pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA),
+                                out_topics.take(pa.array(part, pa.int64())))
             for i, value in zip(part, encoded, strict=True):
                 values[i] = value
     for i in range(n):

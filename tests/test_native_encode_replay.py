@@ -132,12 +132,14 @@ def writer_prepare(emit: str):
 
 def written_by_switch(tmp_path, monkeypatch, events, emit, protocol, options, max_records):
     """({switch: (objects, WRITTEN rows but their uri)}, {switch: counts}): `events` written
-    by `write_topics_fn` with $CDC_REPLAY_NATIVE_ENCODE 1 and 0."""
+    by `write_topics_fn` with $CDC_REPLAY_NATIVE_ENCODE 1 and 0 (`options` may be a function
+    of the switch: a registry each)."""
     written, stats = {}, {}
     for switch in ("1", "0"):
         monkeypatch.setenv(native_encode.ENV, switch)
         base = str(tmp_path / switch)
-        fn = write_topics_fn(protocol, options, base, max_records, writer_prepare(emit))
+        fn = write_topics_fn(protocol, options(switch) if callable(options) else options, base, max_records,
+                             writer_prepare(emit))
         rows = [r for b in fn(iter(writer_batches(events))) for r in b.to_pylist()]
         stats[switch] = fn.counts
         written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])

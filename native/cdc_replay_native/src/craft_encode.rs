@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::encode_common::{plain_int, Events, AFTER, BEFORE};
-use crate::open_protocol_encode::plain_float;
+use crate::encode_common::plain_float;
 
 const ROW: i64 = 1; // the entry's event type (craft's header type of a row)
 const GROUP_NEW: u8 = 1;

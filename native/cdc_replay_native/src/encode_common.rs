@@ -61,6 +61,27 @@ pub(crate) fn plain_int(text: &[u8], max_digits: usize) -> Option<i128> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
+/// Text Python's `float()` and Rust's parser read alike: `-`, digits, `.digits`, exponent.
+pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
+    let body = raw.strip_prefix(b"-").unwrap_or(raw);
+    let mantissa_end = body.iter().position(|&b| b == b'e' || b == b'E').unwrap_or(body.len());
+    let (mantissa, exponent) = body.split_at(mantissa_end);
+    let mut parts = mantissa.splitn(2, |&b| b == b'.');
+    let whole = parts.next().unwrap_or(b"");
+    let fraction = parts.next();
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    if !digits(whole) || fraction.is_some_and(|f| !digits(f)) {
+        return None;
+    }
+    if !exponent.is_empty() {
+        let e = &exponent[1..];
+        if !digits(e.strip_prefix(b"-").or_else(|| e.strip_prefix(b"+")).unwrap_or(e)) {
+            return None;
+        }
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
 fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     keep.push(PyBuffer::<u8>::get(&item)?);

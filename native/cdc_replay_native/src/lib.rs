@@ -18,6 +18,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 mod alloc;
 mod archive;
 mod avro;
+mod avro_encode;
 mod canal_json;
 mod canal_json_encode;
 mod encode_common;
@@ -545,6 +546,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<open_protocol::OpenProtocolDecoder>()?;
     m.add_class::<open_protocol_encode::OpenProtocolEncoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
+    m.add_class::<avro_encode::AvroEncoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_class::<oceanbase_avro_encode::OceanBaseAvroEncoder>()?;

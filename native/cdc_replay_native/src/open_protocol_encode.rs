@@ -13,7 +13,7 @@ use base64::Engine;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::encode_common::{hex_byte, plain_int, quote_go, Col, Events, AFTER, BEFORE};
+use crate::encode_common::{hex_byte, plain_float, plain_int, quote_go, Col, Events, AFTER, BEFORE};
 use crate::push_int;
 
 // value rules (codecs/open_protocol.py `_K_*`): the float rules are their bit width
@@ -101,28 +101,6 @@ fn go_quote(out: &mut Vec<u8>, raw: &[u8], printable: &mut dyn FnMut(char) -> Py
             return Ok(());
         }
     }
-}
-
-/// Text Python's `float()` and Rust's parser read alike: `-`, digits, `.digits`, exponent
-/// (craft_encode.rs too).
-pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
-    let body = raw.strip_prefix(b"-").unwrap_or(raw);
-    let mantissa_end = body.iter().position(|&b| b == b'e' || b == b'E').unwrap_or(body.len());
-    let (mantissa, exponent) = body.split_at(mantissa_end);
-    let mut parts = mantissa.splitn(2, |&b| b == b'.');
-    let whole = parts.next().unwrap_or(b"");
-    let fraction = parts.next();
-    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
-    if !digits(whole) || fraction.is_some_and(|f| !digits(f)) {
-        return None;
-    }
-    if !exponent.is_empty() {
-        let e = &exponent[1..];
-        if !digits(e.strip_prefix(b"-").or_else(|| e.strip_prefix(b"+")).unwrap_or(e)) {
-            return None;
-        }
-    }
-    std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
 /// Whether `value` (exact, as an f64) lies exactly halfway between the shortest text `text`

@@ -49,7 +49,8 @@ CHUNK = 4096  # events per call: an Arrow batch of a few MB
 
 # the event fields the encoder reads
 _SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
-    "kind", "op", "commit_ts", "execute_ts_ms", "database", "table", "key_columns", "before", "after", "extras")])
+    "kind", "op", "commit_ts", "execute_ts_ms", "database", "table", "key_columns", "before", "after", "extras",
+    "position", "tx_id")])
 
 
 def requested() -> bool:
@@ -89,7 +90,10 @@ def _strs(array: pa.Array) -> tuple:
 def _arrays(batch: pa.RecordBatch) -> dict:
     """The batch as the extension reads it (`CanalJsonEncoder.encode` in canal_json_encode.rs)."""
     col = batch.column
-    cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table")}
+    cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table", "tx_id")}
+    position = col("position")
+    cols.update(position_valid=_valid(position), position_offsets=_ints(position.offsets, np.int32),
+                position_values=_ints(position.values, np.int64))
     for name in ("commit_ts", "execute_ts_ms"):
         cols[name] = _ints(col(name), np.int64)
         cols[name + "_valid"] = _valid(col(name))

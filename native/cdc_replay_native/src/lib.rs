@@ -22,6 +22,7 @@ mod canal_json;
 mod canal_json_encode;
 mod encode_common;
 mod canal_protobuf;
+mod canal_protobuf_encode;
 mod canal_rules;
 mod canal_typed;
 mod craft;
@@ -543,6 +544,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<open_protocol_encode::OpenProtocolEncoder>()?;
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
+    m.add_class::<canal_protobuf_encode::CanalProtobufEncoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
     m.add_function(wrap_pyfunction!(identity::identities, m)?)?;

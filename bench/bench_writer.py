@@ -1,6 +1,6 @@
 """Benchmark (not a test): the Kafka-record writer (spark_apps/outputs/kafka_records.py
 `write_topics_fn`) in one process, no Spark, with the compiled encoder on and off
-($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default) or open-protocol (`--protocol`), each with the snapshot's `prepare` (the projector) and the
+($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default), open-protocol or canal-protobuf (`--protocol`), each with the snapshot's `prepare` (the projector) and the
 topics' (`precision_from_history`).
 
 The writer's input is built as Spark hands it: a generated archive of the protocol (`generate`,
@@ -35,7 +35,7 @@ from spark_apps.generate import generate
 from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.snapshot import precision_from_history, projector
 
-PROTOCOL_OPTIONS = {"canal-json": {"enable-tidb-extension": "true"}, "open-protocol": {}}
+PROTOCOL_OPTIONS = {"canal-json": {"enable-tidb-extension": "true"}, "open-protocol": {}, "canal-protobuf": {}}
 SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
                     pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
                     pa.field("timeline", pa.list_(pa.int64()))])

@@ -281,7 +281,7 @@ impl CanalProtobufEncoder {
             None => (Vec::new(), Vec::new()),
         };
         let after_columns = match &after {
-            Some(cols) => match self.image(py, cols, &key_names, Some(&before_texts))? {
+            Some(cols) => match self.image(py, cols, &key_names, Some(before_texts.as_slice()))? {
                 Some((columns, _)) => columns,
                 None => return Ok(None),
             },

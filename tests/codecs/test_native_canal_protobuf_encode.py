@@ -176,7 +176,7 @@ def ordinary_rows(n: int, per_entry: int = 1) -> list[dict]:
             position=[7, 100 + i // per_entry, i % per_entry], database="shop", table="orders",
             key_columns=["id"], before=None if op == Op.INSERT else image,
             after=None if op == Op.DELETE else [dict(c, value=b"1") if c["name"] == "e" else c for c in image],
-            tx_id="uuid:1-5", extras={"canal.id": str(i // 7), "canal.serverId": "1",
+            tx_id="uuid:1-5", extras={"canal.id": str(i // per_entry // 7), "canal.serverId": "1",
                                       "canal.header.curtGtid": "uuid:1-5"}))
     return events
 

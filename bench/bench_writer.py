@@ -51,12 +51,13 @@ def writer_input(transactions: int, protocol: str = "canal-json",
     history = SchemaHistory()
     rows = []
     for e in events:
-        point = [e["commit_ts"]]
+        # Canal carries no commit ts: its binlog position orders the events
+        point = [e["commit_ts"]] if e["commit_ts"] is not None else list(e["position"])
         if e["kind"] == Kind.DDL:
             history.apply(e["ddl_query"], point, e["database"])
             places, rank = range(partitions), 2
         else:
-            places, rank = [e["commit_ts"] % partitions], 1
+            places, rank = [sum(point) % partitions], 1
         rows += [{**e, "out_topic": "out", "out_partition": p, "sort_point": point, "timeline": point,
                   "sort_rank": rank} for p in places]
     rows.sort(key=lambda r: (r["out_partition"], r["sort_point"], r["sort_rank"], r["partition"], r["offset"],

@@ -1,7 +1,7 @@
 """Benchmark (not a test): the Kafka-record writer (spark_apps/outputs/kafka_records.py
 `write_topics_fn`) in one process, no Spark, with the compiled encoder on and off
-($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default), open-protocol, craft, oceanbase-avro or avro
-(`--protocol`; avro's registry is a directory under the run's temporary folder), each with the snapshot's `prepare` (the projector) and the
+($CDC_REPLAY_NATIVE_ENCODE) for canal-json (default), open-protocol, craft, oceanbase-avro, avro or
+canal-protobuf (`--protocol`; avro's registry is a directory under the run's temporary folder), each with the snapshot's `prepare` (the projector) and the
 topics' (`precision_from_history`).
 
 The writer's input is built as Spark hands it: a generated archive of the protocol (`generate`,
@@ -39,7 +39,7 @@ from spark_apps.outputs.kafka_records import write_topics_fn
 from spark_apps.snapshot import precision_from_history, projector
 
 PROTOCOL_OPTIONS = {"canal-json": {"enable-tidb-extension": "true"}, "open-protocol": {}, "craft": {},
-                    "oceanbase-avro": {},
+                    "oceanbase-avro": {}, "canal-protobuf": {},
                     "avro": {"enable-tidb-extension": "true"}}  # + schema-registry (`protocol_options`)
 SCHEMA = pa.schema([*EVENT_SCHEMA, pa.field("out_topic", pa.string()), pa.field("out_partition", pa.int32()),
                     pa.field("sort_point", pa.list_(pa.int64())), pa.field("sort_rank", pa.int32()),
@@ -65,13 +65,15 @@ def writer_input(transactions: int, protocol: str = "canal-json", partitions: in
     rows = []
     ts = 0
     for e in events:
-        ts = ts if e["commit_ts"] is None else e["commit_ts"]  # an Avro DELETE carries none: the one before
-        point = [ts] if e["commit_ts"] is not None or not e.get("position") else list(e["position"])  # OceanBase: record ids
+        # an Avro DELETE carries no commit ts (the one before it is used); Canal and OceanBase carry
+        # none: their binlog positions / record ids order the events
+        ts = ts if e["commit_ts"] is None else e["commit_ts"]
+        point = [ts] if e["commit_ts"] is not None or not e.get("position") else list(e["position"])
         if e["kind"] == Kind.DDL:
             history.apply(e["ddl_query"], point, e["database"])
             places, rank = range(partitions), 2
         else:
-            places, rank = [point[0] % partitions], 1
+            places, rank = [sum(point) % partitions], 1
         rows += [{**e, "out_topic": "out", "out_partition": p, "sort_point": point, "timeline": point,
                   "sort_rank": rank} for p in places]
     rows.sort(key=lambda r: (r["out_partition"], r["sort_point"], r["sort_rank"], r["partition"], r["offset"],

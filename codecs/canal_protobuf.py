@@ -151,6 +151,49 @@ def _extras(event: dict) -> dict:
     return (extras if isinstance(extras, dict) else dict(extras)) if extras else {}
 
 
+class _Part:
+    """One event's share of `CanalProtobufCodec.frame`: what the message and entry grouping
+    compare, and the event (Python) or the compiled encoder's pieces of its entry."""
+
+    __slots__ = ("kind", "event", "mkey", "has_id", "canal_id", "packet", "index", "original", "leading",
+                 "trailing", "_key", "_pieces")
+
+    def __init__(self, kind: str, event: dict | None):
+        self.kind, self.event = kind, event
+        self.original = self.leading = self.trailing = False
+        self._key = self._pieces = None
+
+    def key(self) -> bytes:
+        """What `_continues` compares of two rows but the row index, as bytes (the compiled
+        encoder writes the same for its rows)."""
+        if self._key is None:
+            event = self.event
+            position = _binlog_position(event)
+            stripped = sorted((k, v) for k, v in _extras(event).items() if k not in _CONTEXT_EXTRAS)
+            self._key = _key_bytes([position[0], position[1], event["op"], event["database"], event["table"],
+                                    event["execute_ts_ms"], event["tx_id"], event["key_columns"], stripped])
+        return self._key
+
+
+def _key_bytes(value) -> bytes:
+    """An unambiguous serialization (canal_protobuf_encode.rs `key_*` writes the same)."""
+    if value is None:
+        return b"n"
+    if type(value) is int:
+        return b"i%d;" % value
+    if type(value) is str:
+        raw = value.encode("utf-8", "surrogatepass")
+        return b"s%d:" % len(raw) + raw
+    if type(value) in (list, tuple):
+        return (b"l" if type(value) is list else b"t") + b"%d:" % len(value) + b"".join(map(_key_bytes, value))
+    return b"r" + repr(value).encode("utf-8", "backslashreplace") + b";"
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
 @register
 class CanalProtobufCodec(Codec):
     name = "canal-protobuf"
@@ -400,40 +443,77 @@ class CanalProtobufCodec(Codec):
         return image
 
     # ================================================================ encode
-    def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
-        for group in self._messages(e for e in events if e["kind"] != Kind.WATERMARK):
-            yield EncodedMessage(None, self._packet(group))
+    compiled_encoder_class = "CanalProtobufEncoder"
 
-    @staticmethod
-    def _messages(events: Iterable[dict]) -> Iterator[list[dict]]:
+    def compiled_encoder(self, extension):
+        """The extension's encoder of row entries' parts (canal_protobuf_encode.rs); its type
+        rules come from `compiled_encode_rule`, asked once per type text."""
+        return extension.CanalProtobufEncoder(compiled_encode_rule(self.zone is dt.timezone.utc))
+
+    def compiled_entry(self, encoded: tuple) -> _Part:
+        canal_id, packet, index, key, head_a, count, head_b, prefix, row = encoded
+        part = _Part(Kind.ROW, None)
+        part.has_id, part.canal_id, part.packet = canal_id is not None, canal_id, packet
+        part.mkey = (canal_id, packet) if canal_id is not None else None
+        part.index, part._key = index, key
+        part._pieces = (head_a, count, head_b, prefix, row)
+        return part
+
+    def encode(self, events: Iterable[dict], *, topic: str, partition: int) -> Iterator[EncodedMessage]:
+        return self.frame(self.entry(event, topic=topic, partition=partition) for event in events)
+
+    def entry(self, event: dict, *, topic: str = "", partition: int = 0) -> _Part | None:
+        """One event's part of `frame` (None for a watermark: Canal writes none). It keeps the
+        event: its bytes are computed in `frame`, where the old all-Python code runs when every
+        event of an entry has its dict, so the reference writes what it wrote before."""
+        kind = event["kind"]
+        if kind == Kind.WATERMARK:
+            return None
+        if kind not in (Kind.ROW, Kind.DDL):
+            raise EncodeError(f"canal-protobuf cannot encode event kind {kind!r}")
+        part = _Part(kind, event)
+        extras = _extras(event)
+        part.has_id = "canal.id" in extras
+        part.canal_id, part.packet = extras.get("canal.id"), extras.get("canal.packet")
+        part.mkey = (extras["canal.id"], extras.get("canal.packet")) if part.has_id else None
+        position = _binlog_position(event)
+        part.index = position[2] if kind == Kind.ROW and position else None
+        part.original = "canal.entry" in extras
+        part.leading = "canal.leading" in extras
+        part.trailing = "canal.trailing" in extras
+        return part
+
+    def frame(self, entries: Iterable) -> Iterator[EncodedMessage]:
         """Consecutive events decoded from one Canal message (same batch id and packet form)
-        form one message again; any other event is a message of its own."""
-        group: list[dict] = []
+        form one message again; any other event is a message of its own. Compiled parts
+        (rows only, `compiled_entry`) and Python ones group alike."""
+        group: list[_Part] = []
         key = None
-        for event in events:
-            if event["kind"] not in (Kind.ROW, Kind.DDL):
-                raise EncodeError(f"canal-protobuf cannot encode event kind {event['kind']!r}")
-            extras = _extras(event)
-            k = (extras["canal.id"], extras.get("canal.packet")) if "canal.id" in extras else None
+        for part in entries:
+            if part is None:
+                continue
+            k = part.mkey
             if group and (k is None or k != key):
-                yield group
+                yield EncodedMessage(None, self._packet(group))
                 group = []
-            group.append(event)
+            group.append(part)
             key = k
         if group:
-            yield group
+            yield EncodedMessage(None, self._packet(group))
 
-    def _packet(self, group: list[dict]) -> bytes:
-        extras = _extras(group[0])
-        form = extras.get("canal.packet") or (
-            _STANDARD_PACKET if self.config["packet-form"] == "builder" or "canal.id" in extras else "raw")
-        batch_id = int(extras.get("canal.id", 0))
+    def _packet(self, group: list[_Part]) -> bytes:
+        first = group[0]
+        form = first.packet or (
+            _STANDARD_PACKET if self.config["packet-form"] == "builder" or first.has_id else "raw")
+        batch_id = int(first.canal_id if first.has_id else 0)
         entries: list[bytes] = []
-        for entry_events in self._entries(group):
-            head, tail = _extras(entry_events[0]), _extras(entry_events[-1])
-            entries.extend(base64.b64decode(r) for r in head.get("canal.leading", "").split(",") if r)
-            entries.append(self._entry_bytes(entry_events, original=head.get("canal.entry")))
-            entries.extend(base64.b64decode(r) for r in tail.get("canal.trailing", "").split(",") if r)
+        for parts in self._entries(group):
+            head, tail = parts[0], parts[-1]
+            if head.event is not None:
+                entries.extend(base64.b64decode(r) for r in _extras(head.event).get("canal.leading", "").split(",") if r)
+            entries.append(self._entry_of(parts))
+            if tail.event is not None:
+                entries.extend(base64.b64decode(r) for r in _extras(tail.event).get("canal.trailing", "").split(",") if r)
         messages = pb.Messages(batch_id=batch_id, messages=entries)
         if form == "raw":
             # Canal's raw path writes batch_id even when 0, and no magic/version/compression.
@@ -450,19 +530,70 @@ class CanalProtobufCodec(Codec):
                 packet.compression = int(number)
         return packet.SerializeToString()
 
-    def _entries(self, group: list[dict]) -> Iterator[list[dict]]:
-        """The rows of one entry: consecutive rows of the same binlog event (same position
+    def _entries(self, group: list[_Part]) -> Iterator[list[_Part]]:
+        """The parts of one entry: consecutive rows of the same binlog event (same position
         but for the row index, which counts up from 0) and the same header; DDL alone."""
-        entry: list[dict] = []
-        for event in group:
-            if entry and event["kind"] == Kind.ROW and self._continues(entry[-1], event):
-                entry.append(event)
+        entry: list[_Part] = []
+        for part in group:
+            if entry and part.kind == Kind.ROW and self._continues_part(entry[-1], part):
+                entry.append(part)
                 continue
             if entry:
                 yield entry
-            entry = [event]
+            entry = [part]
         if entry:
             yield entry
+
+    def _continues_part(self, prev: _Part, part: _Part) -> bool:
+        if prev.event is not None and part.event is not None:
+            return self._continues(prev.event, part.event)
+        # a compiled part: its key holds what `_continues` compares
+        if prev.kind != Kind.ROW or prev.index is None or part.index is None or part.index != prev.index + 1:
+            return False
+        if part.original or part.leading or prev.trailing:
+            return False
+        return prev.key() == part.key()
+
+    def _entry_of(self, parts: list[_Part]) -> bytes:
+        """One entry's bytes: the old code when every part has its event, else (a compiled
+        part among them) the entry assembled from the parts' pieces, as `_build_entry` writes it."""
+        if all(p.event is not None for p in parts):
+            events = [p.event for p in parts]
+            return self._entry_bytes(events, original=_extras(events[0]).get("canal.entry"))
+        try:
+            head_a, count, head_b, prefix, _ = self._pieces(parts[0])
+            rows = [self._pieces(p)[4] for p in parts]
+        except (ValueError, ProtobufEncodeError) as e:
+            raise EncodeError(f"canal-protobuf cannot encode event: {e}") from e
+        if count:
+            head_a += _field(12, pb.Pair(key="rowsCount", value=str(len(parts))).SerializeToString())
+        store = b"".join((prefix, *rows))
+        return _field(1, head_a + head_b) + b"\x10\x02" + _field(3, store)
+
+    def _pieces(self, part: _Part) -> tuple:
+        """(header before rowsCount, whether rowsCount is added, header after it, RowChange
+        before its rows, the RowChange field of its row): what the compiled encoder returns."""
+        if part._pieces is None:
+            event = part.event
+            op = event["op"]
+            if op not in _OP_EVENT:
+                raise EncodeError(f"row event with op {op!r}")
+            event_type = _OP_EVENT[op]
+            header = self._header(event, event_type, None)
+            props = list(header.props)
+            del header.props[:]
+            split = sum(p.key in _HEADER_PROPS for p in props)
+            count = not any(p.key == "rowsCount" for p in props)
+            for pair in props[:split]:
+                header.props.add(key=pair.key, value=pair.value)
+            gtid, header.gtid = header.gtid, ""
+            tail = pb.Header(props=props[split:], gtid=gtid)
+            change = pb.RowChange(tableId=int(_extras(event).get("canal.tableId", 0)), eventType=event_type, isDdl=False)
+            row = pb.RowChange()
+            self._row(row.rowDatas.add(), event)
+            part._pieces = (header.SerializeToString(), count, tail.SerializeToString(),
+                            change.SerializeToString(), row.SerializeToString())
+        return part._pieces
 
     @staticmethod
     def _continues(prev: dict, event: dict) -> bool:
@@ -609,6 +740,20 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+def compiled_encode_rule(utc: bool):
+    """The rule of a column type text for the compiled encoder (`canal_common.type_info`):
+    (sqlType of NULL, sqlType of a value, unsigned promotion limit or None, its wider sqlType,
+    value kind: 0 the UTF-8 text, 1 ISO-8859-1 characters of the bytes, 2 left to Python (a
+    FLOAT / DOUBLE, whose Java text numpy writes; a TIMESTAMP moved to another zone))."""
+    def rule(type_text):
+        info = type_info(type_text)
+        kind = info.kind
+        code = 0 if kind == "text" or (kind == "timestamp" and utc) else 1 if kind == "binary" else 2
+        limit, wider = info.promotion or (None, 0)
+        return info.sql_null, info.sql_value, limit, wider, code
+    return rule
 
 
 _COMPILED_KINDS = {"text": 0, "binary": 1, "float": 2, "double": 3}

@@ -3,14 +3,16 @@ craft_encode.rs, oceanbase_avro_encode.rs, avro_encode.rs)
 behind the Python codecs, for the re-encoded snapshot and topics (spark_apps/outputs/kafka_records.py).
 
 A codec says whether it has one (`Codec.compiled_encoder_class`, `compiled_encoder`: canal-json
-in TiCDC's flavour, open-protocol, craft, oceanbase-avro, TiCDC Avro); nothing here names a
-protocol. Every event, compiled or not, becomes an *entry* (`compiled_entry` / `entry`) and the
-codec's `frame` makes the messages of a partition's entries in order: one message per canal-json
-entry; open-protocol's entries are each event's key and value JSON, batched by the codec
-(max-batch-size, max-message-bytes) as its Python `encode` does; craft's are each row's header
-fields and column groups, whose names get their term ids per message in `frame`;
-oceanbase-avro's are each record without its id, which the codec numbers; Avro's are each row's
-key and value bodies, whose schema ids `frame` registers in stream order.
+in TiCDC's flavour, open-protocol, craft, oceanbase-avro, TiCDC Avro, canal-protobuf); nothing
+here names a protocol. Every event, compiled or not, becomes an *entry* (`compiled_entry` /
+`entry`) and the codec's `frame` makes the messages of a partition's entries in order: one
+message per canal-json entry; open-protocol's entries are each event's key and value JSON,
+batched by the codec (max-batch-size, max-message-bytes) as its Python `encode` does; craft's
+are each row's header fields and column groups, whose names get their term ids per message in
+`frame`; oceanbase-avro's are each record without its id, which the codec numbers; Avro's are
+each row's key and value bodies, whose schema ids `frame` registers in stream order;
+canal-protobuf's are each row's entry pieces, grouped into entries and Packets by the codec.
+The encoders read `position` and `tx_id` too.
 
 The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
 straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and

@@ -44,6 +44,9 @@ class OpenProtocolEncoder:
 class AvroEncoder:
     def __init__(self, plan: Callable[..., tuple | None], shape_mask: int, nullable: int, handle_key: int,
                  extension: bool) -> None: ...
+
+class CanalProtobufEncoder:
+    def __init__(self, rule: Callable[[str | None], tuple]) -> None: ...
     def encode(self, n: int, cols: dict[str, Any]) -> list[tuple | None]: ...
 
 class AvroDecoder:

@@ -56,11 +56,11 @@ struct Messages {
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct Pair {
+pub(crate) struct Pair {
     #[prost(string, tag = "1")]
-    key: String,
+    pub(crate) key: String,
     #[prost(string, tag = "2")]
-    value: String,
+    pub(crate) value: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -74,33 +74,33 @@ struct Entry {
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct Header {
+pub(crate) struct Header {
     #[prost(int32, optional, tag = "1")]
-    version: Option<i32>,
+    pub(crate) version: Option<i32>,
     #[prost(bytes = "bytes", tag = "2")]
-    logfile_name: Bytes, // string: checked by `Header::check`
+    pub(crate) logfile_name: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "3")]
-    logfile_offset: i64,
+    pub(crate) logfile_offset: i64,
     #[prost(int64, tag = "4")]
-    server_id: i64,
+    pub(crate) server_id: i64,
     #[prost(bytes = "bytes", tag = "5")]
-    serveren_code: Bytes, // string: checked by `Header::check`
+    pub(crate) serveren_code: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "6")]
-    execute_time: i64,
+    pub(crate) execute_time: i64,
     #[prost(int32, optional, tag = "7")]
-    source_type: Option<i32>,
+    pub(crate) source_type: Option<i32>,
     #[prost(bytes = "bytes", tag = "8")]
-    schema_name: Bytes, // string: checked by `Header::check`
+    pub(crate) schema_name: Bytes, // string: checked by `Header::check`
     #[prost(bytes = "bytes", tag = "9")]
-    table_name: Bytes, // string: checked by `Header::check`
+    pub(crate) table_name: Bytes, // string: checked by `Header::check`
     #[prost(int64, tag = "10")]
-    event_length: i64,
+    pub(crate) event_length: i64,
     #[prost(int32, optional, tag = "11")]
-    event_type: Option<i32>,
+    pub(crate) event_type: Option<i32>,
     #[prost(message, repeated, tag = "12")]
-    props: Vec<Pair>,
+    pub(crate) props: Vec<Pair>,
     #[prost(bytes = "bytes", tag = "13")]
-    gtid: Bytes, // string: checked by `Header::check`
+    pub(crate) gtid: Bytes, // string: checked by `Header::check`
 }
 
 impl Header {
@@ -118,55 +118,55 @@ impl Header {
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct Column {
+pub(crate) struct Column {
     #[prost(int32, tag = "1")]
-    index: i32,
+    pub(crate) index: i32,
     #[prost(int32, tag = "2")]
-    sql_type: i32,
+    pub(crate) sql_type: i32,
     #[prost(bytes = "bytes", tag = "3")]
-    name: Bytes, // string: checked by `text`
+    pub(crate) name: Bytes, // string: checked by `text`
     #[prost(bool, tag = "4")]
-    is_key: bool,
+    pub(crate) is_key: bool,
     #[prost(bool, tag = "5")]
-    updated: bool,
+    pub(crate) updated: bool,
     #[prost(bool, optional, tag = "6")]
-    is_null: Option<bool>,
+    pub(crate) is_null: Option<bool>,
     #[prost(message, repeated, tag = "7")]
-    props: Vec<Pair>,
+    pub(crate) props: Vec<Pair>,
     #[prost(bytes = "bytes", tag = "8")]
-    value: Bytes, // string: checked by `text`
+    pub(crate) value: Bytes, // string: checked by `text`
     #[prost(int32, tag = "9")]
-    length: i32,
+    pub(crate) length: i32,
     #[prost(bytes = "bytes", tag = "10")]
-    mysql_type: Bytes, // string: checked by `text`
+    pub(crate) mysql_type: Bytes, // string: checked by `text`
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct RowData {
+pub(crate) struct RowData {
     #[prost(message, repeated, tag = "1")]
-    before_columns: Vec<Column>,
+    pub(crate) before_columns: Vec<Column>,
     #[prost(message, repeated, tag = "2")]
-    after_columns: Vec<Column>,
+    pub(crate) after_columns: Vec<Column>,
     #[prost(message, repeated, tag = "3")]
-    props: Vec<Pair>,
+    pub(crate) props: Vec<Pair>,
 }
 
 #[derive(Clone, PartialEq, Message)]
-struct RowChange {
+pub(crate) struct RowChange {
     #[prost(int64, tag = "1")]
-    table_id: i64,
+    pub(crate) table_id: i64,
     #[prost(int32, optional, tag = "2")]
-    event_type: Option<i32>,
+    pub(crate) event_type: Option<i32>,
     #[prost(bool, optional, tag = "10")]
-    is_ddl: Option<bool>,
+    pub(crate) is_ddl: Option<bool>,
     #[prost(string, tag = "11")]
-    sql: String,
+    pub(crate) sql: String,
     #[prost(message, repeated, tag = "12")]
-    row_datas: Vec<RowData>,
+    pub(crate) row_datas: Vec<RowData>,
     #[prost(message, repeated, tag = "13")]
-    props: Vec<Pair>,
+    pub(crate) props: Vec<Pair>,
     #[prost(string, tag = "14")]
-    ddl_schema_name: String,
+    pub(crate) ddl_schema_name: String,
 }
 
 #[derive(Clone, PartialEq, Message)]

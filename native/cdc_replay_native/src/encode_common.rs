@@ -82,13 +82,13 @@ pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
-fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
+pub(crate) fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     keep.push(PyBuffer::<u8>::get(&item)?);
     Ok(keep.len() - 1)
 }
 
-fn binary(d: &Bound<'_, PyDict>, name: &str) -> PyResult<BinaryArray> {
+pub(crate) fn binary(d: &Bound<'_, PyDict>, name: &str) -> PyResult<BinaryArray> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     BinaryArray::new(item.extract::<BinaryArg>()?)
 }
@@ -251,6 +251,18 @@ impl Events {
         }
         let (o, v) = (self.b(self.position_offsets), self.b(self.position_values));
         (i32_at(o, e)? as usize..i32_at(o, e + 1)? as usize).map(|j| i64_at(v, j)).collect::<PyResult<Vec<_>>>().map(Some)
+    }
+
+    /// Every extras pair of event `e` in order (None: no extras).
+    pub(crate) fn extras_pairs(&self, e: usize) -> PyResult<Option<Vec<(&[u8], Option<&[u8]>)>>> {
+        if !valid_at(self.b(self.extras_valid), e)? {
+            return Ok(None);
+        }
+        let o = self.b(self.extras_offsets);
+        (i32_at(o, e)? as usize..i32_at(o, e + 1)? as usize)
+            .map(|j| Ok((self.extras_keys.get(j)?.unwrap_or(b""), self.extras_values.get(j)?)))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
     }
 
     /// The values of the extras `names` of event `e` (a map: the last of equal keys wins, as

@@ -23,6 +23,7 @@ mod canal_json;
 mod canal_json_encode;
 mod encode_common;
 mod canal_protobuf;
+mod canal_protobuf_encode;
 mod canal_rules;
 mod canal_typed;
 mod craft;
@@ -548,6 +549,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<avro::AvroDecoder>()?;
     m.add_class::<avro_encode::AvroEncoder>()?;
     m.add_class::<canal_protobuf::CanalProtobufDecoder>()?;
+    m.add_class::<canal_protobuf_encode::CanalProtobufEncoder>()?;
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_class::<oceanbase_avro_encode::OceanBaseAvroEncoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;

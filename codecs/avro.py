@@ -34,8 +34,8 @@ docs/protocols/avro.md.
 from __future__ import annotations
 
 import decimal
+import functools
 import io
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -510,11 +510,12 @@ class _WriterSchema:
         if not isinstance(name, str) or not isinstance(namespace, str) or "." not in namespace:
             raise _SchemaProblem(
                 f"record {name!r} namespace {namespace!r} is not TiCDC's <changefeed namespace>.<schema>")
-        self.obj = obj
+        self.text = text
         self.table = name
         self.namespace, _, self.database = namespace.partition(".")
         self.columns: list[_DecColumn] = []
         self.extension: list[str] = []
+        io_fields = []
         for field in obj["fields"]:
             if not isinstance(field, dict) or not isinstance(field.get("name"), str):
                 raise _SchemaProblem("has a field without a name")
@@ -527,6 +528,7 @@ class _WriterSchema:
             else:
                 raise _SchemaProblem(
                     f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
+            io_fields.append({"name": fname, "type": _io_type(field.get("type"))})
             params = branch.get("connect.parameters")
             tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
             if tidb_type is None and fname in _EXTENSION_TYPES:
@@ -540,10 +542,26 @@ class _WriterSchema:
             if nullable:
                 flags |= ColumnFlag.NULLABLE
             self.columns.append(_DecColumn(fname, mysql_type, int(flags), convert))
-        try:
-            self.parsed = io_schema(obj)
-        except Exception as e:  # fastavro's SchemaParseException and friends
-            raise _SchemaProblem(f"is not a valid Avro schema: {e}") from None
+        self.field_names = tuple(f["name"] for f in io_fields)
+        # the schema as the codec reads it (io_schema's copy), as text: kept per schema id, and
+        # strings are not objects the garbage collector walks (dicts are)
+        self.io_text = orjson.dumps({"type": "record", "name": name, "namespace": namespace,
+                                     "fields": io_fields}).decode()
+
+    # Made when first asked, not per schema id: with one id per image shape (ids are many),
+    # fastavro's parse of each and the parsed JSON kept for each were most of a decode task's
+    # time; the compiled decoder, which takes most records, needs neither.
+    @functools.cached_property
+    def obj(self) -> dict:
+        """The registry's schema, parsed (the encoder compares it with its own)."""
+        return orjson.loads(self.text)
+
+    @functools.cached_property
+    def parsed(self) -> dict:
+        """fastavro's parse of the schema as the codec reads it, made when the codec first
+        reads or writes a record of it. It cannot fail: every field the analysis accepts is a
+        primitive type, plain, in a dict or in ["null", T], which fastavro always parses."""
+        return fastavro.parse_schema(orjson.loads(self.io_text))
 
 
 def _normal(schema: dict) -> dict:
@@ -604,8 +622,7 @@ class AvroCodec(Codec):
             return None
         columns = {c.name: c for c in writer.columns}
         fields = []
-        for field in writer.obj["fields"]:
-            name = field["name"]
+        for name in writer.field_names:
             col = columns.get(name)
             if col is None:  # an extension field: the compiled decoder knows each by name
                 fields.append((name, None, 0, name, None))
@@ -613,9 +630,7 @@ class AvroCodec(Codec):
                 fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
             else:
                 fields.append((name, col.mysql_type, col.flags, _COMPILED_RULES.get(col.convert, "call"), col.convert))
-        io = {"type": "record", "name": writer.obj["name"], "namespace": writer.obj["namespace"],
-              "fields": [{"name": f["name"], "type": _io_type(f["type"])} for f in writer.obj["fields"]]}
-        return json.dumps(io), writer.namespace, writer.database, writer.table, fields
+        return writer.io_text, writer.namespace, writer.database, writer.table, fields
 
     def validate(self) -> None:
         spec = self.config["schema-registry"]

@@ -4,7 +4,7 @@ protocol, on archives of the same events (bench/engine_ab.py's `cdc-replay gener
 batches), and `task`, that inside `lean_decode.written_to(leaned(...))` as stage 2 runs it
 (lean rows, statistics, Parquet file). Rounds alternate the protocols in one process.
 
-    .venv/bin/python bench/bench_decode_task.py ARCHIVE_DIR:PROTOCOL... [--rounds 3]
+    PYTHONPATH=<checkout> .venv/bin/python bench/bench_decode_task.py ARCHIVE_DIR:PROTOCOL... [--rounds 3]
 
 Which compiled extension runs is the one on PYTHONPATH (printed): run it twice, once per
 build, to compare two builds. An archive of protocol avro reads its registry at DIR-registry
@@ -20,11 +20,14 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the code measured is the checkout PYTHONPATH names (else the installed one): this script can
+# time another checkout's code
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pyarrow as pa  # noqa: E402
 
 from engine_ab import protocol_options  # noqa: E402
+from cdc_codecs import avro  # noqa: E402
 from spark_apps import archive_io, lean_decode, native_decode, storage  # noqa: E402
 
 
@@ -34,7 +37,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=("decode", "task"), help="one of the two measures")
     args = ap.parse_args()
-    print(f"extension: {native_decode.cdc_replay_native.__file__}; load average {os.getloadavg()[0]:.1f}")
+    print(f"code: {os.path.dirname(archive_io.__file__)}, {os.path.dirname(avro.__file__)}; extension: {native_decode.cdc_replay_native.__file__}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     sources = []
     for item in args.archives:
         path, protocol = item.rsplit(":", 1)
@@ -56,7 +60,7 @@ def main() -> int:
                 rows = sum(b.num_rows for b in fn(iter([batch])))
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 best.setdefault((protocol, measure), []).append((cpu, wall, rows))
-    print("\n| protocol | measure | CPU s (rounds) | wall s (best) | rows |\n|---|---|---|---:|---:|")
+    print("\n| protocol | measure | CPU s (rounds) | wall s (best) | rows out |\n|---|---|---|---:|---:|")
     for (protocol, measure), runs in best.items():
         cpus = ", ".join(f"{c:.2f}" for c, _, _ in runs)
         print(f"| {protocol} | {measure} | {min(c for c, _, _ in runs):.2f} ({cpus}) | "

@@ -495,6 +495,56 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
     return (tidb_type.lower() or None), flags, generic[prim]
 
 
+_FIELDS: dict[bytes, tuple] = {}  # a field's JSON -> _analysed(field) (or its problem)
+_FIELDS_MAX = 100_000
+
+
+def _field(field: Any) -> tuple[_DecColumn | None, dict]:
+    """`_analysed(field)`, remembered by the field's JSON: writer schemas differ in a column or
+    a null branch (TiCDC registers one per image shape, so ids are many) and share the rest."""
+    key = orjson.dumps(field)
+    found = _FIELDS.get(key)
+    if found is None:
+        try:
+            found = _analysed(field)
+        except _SchemaProblem as e:
+            found = e
+        if len(_FIELDS) >= _FIELDS_MAX:
+            _FIELDS.clear()
+        _FIELDS[key] = found
+    if isinstance(found, _SchemaProblem):
+        raise _SchemaProblem(*found.args)
+    return found
+
+
+def _analysed(field: Any) -> tuple[_DecColumn | None, dict]:
+    """(the column, None for an extension field; the field as the codec reads it: `_io_type`)."""
+    if not isinstance(field, dict) or not isinstance(field.get("name"), str):
+        raise _SchemaProblem("has a field without a name")
+    fname = field["name"]
+    branch, nullable = _branch(field.get("type"))
+    if isinstance(branch, str):
+        prim, branch = branch, {}
+    elif isinstance(branch, dict) and isinstance(branch.get("type"), str):
+        prim = branch["type"]
+    else:
+        raise _SchemaProblem(
+            f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
+    io_field = {"name": fname, "type": _io_type(field.get("type"))}
+    params = branch.get("connect.parameters")
+    tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
+    if tidb_type is None and fname in _EXTENSION_TYPES:
+        if prim != _EXTENSION_TYPES[fname] or nullable:
+            raise _SchemaProblem(f"extension field {fname!r} is {prim}, TiCDC writes {_EXTENSION_TYPES[fname]}")
+        return None, io_field
+    if not isinstance(tidb_type, str):
+        raise _SchemaProblem(f"field {fname!r} has no connect.parameters.tidb_type: not a TiCDC column")
+    mysql_type, flags, convert = _decoder_for(fname, tidb_type, prim, branch)
+    if nullable:
+        flags |= ColumnFlag.NULLABLE
+    return _DecColumn(fname, mysql_type, int(flags), convert), io_field
+
+
 class _WriterSchema:
     """A registry schema analysed for decoding: columns, extension fields, table name."""
 
@@ -517,31 +567,12 @@ class _WriterSchema:
         self.extension: list[str] = []
         io_fields = []
         for field in obj["fields"]:
-            if not isinstance(field, dict) or not isinstance(field.get("name"), str):
-                raise _SchemaProblem("has a field without a name")
-            fname = field["name"]
-            branch, nullable = _branch(field.get("type"))
-            if isinstance(branch, str):
-                prim, branch = branch, {}
-            elif isinstance(branch, dict) and isinstance(branch.get("type"), str):
-                prim = branch["type"]
+            column, io_field = _field(field)
+            io_fields.append(io_field)
+            if column is None:
+                self.extension.append(io_field["name"])
             else:
-                raise _SchemaProblem(
-                    f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
-            io_fields.append({"name": fname, "type": _io_type(field.get("type"))})
-            params = branch.get("connect.parameters")
-            tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
-            if tidb_type is None and fname in _EXTENSION_TYPES:
-                if prim != _EXTENSION_TYPES[fname] or nullable:
-                    raise _SchemaProblem(f"extension field {fname!r} is {prim}, TiCDC writes {_EXTENSION_TYPES[fname]}")
-                self.extension.append(fname)
-                continue
-            if not isinstance(tidb_type, str):
-                raise _SchemaProblem(f"field {fname!r} has no connect.parameters.tidb_type: not a TiCDC column")
-            mysql_type, flags, convert = _decoder_for(fname, tidb_type, prim, branch)
-            if nullable:
-                flags |= ColumnFlag.NULLABLE
-            self.columns.append(_DecColumn(fname, mysql_type, int(flags), convert))
+                self.columns.append(column)
         self.field_names = tuple(f["name"] for f in io_fields)
         # the schema as the codec reads it (io_schema's copy), as text: kept per schema id, and
         # strings are not objects the garbage collector walks (dicts are)

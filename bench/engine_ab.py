@@ -87,7 +87,9 @@ def run_job(job: dict, source: str, workdir: str, master: str, driver_memory: st
                  "--options", json.dumps(protocol_options(job["protocol"], source))]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # run from the checkout: local Spark's Python workers start as `python -m` in the JVM's working
+    # directory, which comes first on their sys.path (before PYTHONPATH)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=code,
                             env={**os.environ, **job["env"], "PYTHONPATH": code})
     cpu: dict[int, float] = {}
     jvm_mb = workers_mb = 0.0  # peaks of the JVMs' RSS and of the Python processes the JVMs started

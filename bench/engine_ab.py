@@ -66,7 +66,7 @@ def generate_archive(path: str, protocol: str, transactions: int, partitions: in
     subprocess.run(argv, check=True, env={**os.environ, "PYTHONPATH": ROOT})
 
 
-def run_job(job: dict, source: str, workdir: str, master: str, driver_memory: str) -> dict:
+def run_job(job: dict, source: str, workdir: str, master: str, driver_memory: str, code: str = ROOT) -> dict:
     """One job in its own process, its process tree's CPU sampled while it runs."""
     import psutil
 
@@ -80,15 +80,17 @@ def run_job(job: dict, source: str, workdir: str, master: str, driver_memory: st
         for key, value in protocol_options(job["protocol"], source).items():
             argv += ["--protocol-option", f"{key}={value}", "--target-option", f"{key}={value}"]
     else:
-        argv = [sys.executable, os.path.join(HERE, "bench_canal_json.py"), "--job", job["kind"], "--source", source,
+        argv = [sys.executable, os.path.join(code, "bench", "bench_canal_json.py"), "--job", job["kind"], "--source", source,
                 "--workdir", workdir, "--master", master, "--driver-memory", driver_memory, "--event-log", event_log]
     if job["kind"] == "replay":
         argv += ["--protocol", job["protocol"], "--emit", job["emit"],
                  "--options", json.dumps(protocol_options(job["protocol"], source))]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **job["env"], "PYTHONPATH": ROOT})
+    # run from the checkout: local Spark's Python workers start as `python -m` in the JVM's working
+    # directory, which comes first on their sys.path (before PYTHONPATH)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=code,
+                            env={**os.environ, **job["env"], "PYTHONPATH": code})
     cpu: dict[int, float] = {}
     jvm_mb = workers_mb = 0.0  # peaks of the JVMs' RSS and of the Python processes the JVMs started
     root = psutil.Process(proc.pid)
@@ -158,7 +160,8 @@ def report(jobs: list[dict], results: dict, sources: dict, args) -> None:
     first = results[jobs[0]["name"]][0]
     events = next((r["read"] for rs in results.values() for r in rs if "read" in r), None)
     print(f"\n{args.rounds} rounds, {args.master}, --transactions {args.transactions}, events read "
-          f"{events if events is not None else '?'} (canal-json: {sources['canal-json']}); load before the first job "
+          f"{events if events is not None else '?'} (canal-json: {sources['canal-json']}), code {args.code}; load "
+          f"before the first job "
           f"{first['load_before']:.2f}\n")
     print(f"| job | {'process' if args.cli else 'job'} wall s (median) | walls | process s | CPU s | load avg (min-max) | JVM peak MB | "
           "workers peak MB | shuffle B/event | vs hand-written |")
@@ -211,6 +214,10 @@ def main() -> int:
     ap.add_argument("--cli", action="store_true", help="replays by the command line (`cdc-replay replay`: "
                     "spark-submit with the small-run settings) timed as whole processes, as a user runs them; "
                     "the floor is then compared by its whole process too")
+    ap.add_argument("--archives", help="a folder for the generated archives (archive-<protocol>): one already "
+                    "there is replayed again instead of generated, so runs of two checkouts read the same files")
+    ap.add_argument("--code", default=ROOT, help="the checkout whose code the jobs run (PYTHONPATH; default: this "
+                    "script's): an A/B runs the same script and archives against two checkouts")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     args = ap.parse_args()
@@ -223,13 +230,14 @@ def main() -> int:
         if protocol == "canal-json" and args.archive:
             sources[protocol] = os.path.abspath(args.archive)
             continue
-        sources[protocol] = os.path.join(workdir, f"archive-{protocol}")
-        generate_archive(sources[protocol], protocol, args.transactions, args.partitions)
+        sources[protocol] = os.path.join(os.path.abspath(args.archives or workdir), f"archive-{protocol}")
+        if not (args.archives and os.path.isdir(sources[protocol])):
+            generate_archive(sources[protocol], protocol, args.transactions, args.partitions)
     jobs = plan(args)
     results: dict[str, list[dict]] = {job["name"]: [] for job in jobs}
     for round_ in range(args.rounds):
         for job in (jobs if round_ % 2 == 0 else tuple(reversed(jobs))):
-            r = run_job(job, sources[job["protocol"]], workdir, args.master, args.driver_memory)
+            r = run_job(job, sources[job["protocol"]], workdir, args.master, args.driver_memory, args.code)
             results[job["name"]].append(r)
             print(f"round {round_ + 1} {job['name']}: {r['seconds']:.1f} s job, {r['process_s']:.1f} s process, "
                   f"{r['cpu_s']:.1f} CPU s, load {r['load_before']:.2f} -> {r['load_after']:.2f}", file=sys.stderr)

@@ -34,8 +34,8 @@ docs/protocols/avro.md.
 from __future__ import annotations
 
 import decimal
+import functools
 import io
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -495,6 +495,56 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
     return (tidb_type.lower() or None), flags, generic[prim]
 
 
+_FIELDS: dict[bytes, tuple] = {}  # a field's JSON -> _analysed(field) (or its problem)
+_FIELDS_MAX = 100_000
+
+
+def _field(field: Any) -> tuple[_DecColumn | None, dict]:
+    """`_analysed(field)`, remembered by the field's JSON: writer schemas differ in a column or
+    a null branch (TiCDC registers one per image shape, so ids are many) and share the rest."""
+    key = orjson.dumps(field)
+    found = _FIELDS.get(key)
+    if found is None:
+        try:
+            found = _analysed(field)
+        except _SchemaProblem as e:
+            found = e
+        if len(_FIELDS) >= _FIELDS_MAX:
+            _FIELDS.clear()
+        _FIELDS[key] = found
+    if isinstance(found, _SchemaProblem):
+        raise _SchemaProblem(*found.args)
+    return found
+
+
+def _analysed(field: Any) -> tuple[_DecColumn | None, dict]:
+    """(the column, None for an extension field; the field as the codec reads it: `_io_type`)."""
+    if not isinstance(field, dict) or not isinstance(field.get("name"), str):
+        raise _SchemaProblem("has a field without a name")
+    fname = field["name"]
+    branch, nullable = _branch(field.get("type"))
+    if isinstance(branch, str):
+        prim, branch = branch, {}
+    elif isinstance(branch, dict) and isinstance(branch.get("type"), str):
+        prim = branch["type"]
+    else:
+        raise _SchemaProblem(
+            f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
+    io_field = {"name": fname, "type": _io_type(field.get("type"))}
+    params = branch.get("connect.parameters")
+    tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
+    if tidb_type is None and fname in _EXTENSION_TYPES:
+        if prim != _EXTENSION_TYPES[fname] or nullable:
+            raise _SchemaProblem(f"extension field {fname!r} is {prim}, TiCDC writes {_EXTENSION_TYPES[fname]}")
+        return None, io_field
+    if not isinstance(tidb_type, str):
+        raise _SchemaProblem(f"field {fname!r} has no connect.parameters.tidb_type: not a TiCDC column")
+    mysql_type, flags, convert = _decoder_for(fname, tidb_type, prim, branch)
+    if nullable:
+        flags |= ColumnFlag.NULLABLE
+    return _DecColumn(fname, mysql_type, int(flags), convert), io_field
+
+
 class _WriterSchema:
     """A registry schema analysed for decoding: columns, extension fields, table name."""
 
@@ -510,40 +560,39 @@ class _WriterSchema:
         if not isinstance(name, str) or not isinstance(namespace, str) or "." not in namespace:
             raise _SchemaProblem(
                 f"record {name!r} namespace {namespace!r} is not TiCDC's <changefeed namespace>.<schema>")
-        self.obj = obj
+        self.text = text
         self.table = name
         self.namespace, _, self.database = namespace.partition(".")
         self.columns: list[_DecColumn] = []
         self.extension: list[str] = []
+        io_fields = []
         for field in obj["fields"]:
-            if not isinstance(field, dict) or not isinstance(field.get("name"), str):
-                raise _SchemaProblem("has a field without a name")
-            fname = field["name"]
-            branch, nullable = _branch(field.get("type"))
-            if isinstance(branch, str):
-                prim, branch = branch, {}
-            elif isinstance(branch, dict) and isinstance(branch.get("type"), str):
-                prim = branch["type"]
+            column, io_field = _field(field)
+            io_fields.append(io_field)
+            if column is None:
+                self.extension.append(io_field["name"])
             else:
-                raise _SchemaProblem(
-                    f"field {fname!r} has type {go_json(field.get('type'))[:80]}, not a TiCDC column type")
-            params = branch.get("connect.parameters")
-            tidb_type = params.get("tidb_type") if isinstance(params, dict) else None
-            if tidb_type is None and fname in _EXTENSION_TYPES:
-                if prim != _EXTENSION_TYPES[fname] or nullable:
-                    raise _SchemaProblem(f"extension field {fname!r} is {prim}, TiCDC writes {_EXTENSION_TYPES[fname]}")
-                self.extension.append(fname)
-                continue
-            if not isinstance(tidb_type, str):
-                raise _SchemaProblem(f"field {fname!r} has no connect.parameters.tidb_type: not a TiCDC column")
-            mysql_type, flags, convert = _decoder_for(fname, tidb_type, prim, branch)
-            if nullable:
-                flags |= ColumnFlag.NULLABLE
-            self.columns.append(_DecColumn(fname, mysql_type, int(flags), convert))
-        try:
-            self.parsed = io_schema(obj)
-        except Exception as e:  # fastavro's SchemaParseException and friends
-            raise _SchemaProblem(f"is not a valid Avro schema: {e}") from None
+                self.columns.append(column)
+        self.field_names = tuple(f["name"] for f in io_fields)
+        # the schema as the codec reads it (io_schema's copy), as text: kept per schema id, and
+        # strings are not objects the garbage collector walks (dicts are)
+        self.io_text = orjson.dumps({"type": "record", "name": name, "namespace": namespace,
+                                     "fields": io_fields}).decode()
+
+    # Made when first asked, not per schema id: with one id per image shape (ids are many),
+    # fastavro's parse of each and the parsed JSON kept for each were most of a decode task's
+    # time; the compiled decoder, which takes most records, needs neither.
+    @functools.cached_property
+    def obj(self) -> dict:
+        """The registry's schema, parsed (the encoder compares it with its own)."""
+        return orjson.loads(self.text)
+
+    @functools.cached_property
+    def parsed(self) -> dict:
+        """fastavro's parse of the schema as the codec reads it, made when the codec first
+        reads or writes a record of it. It cannot fail: every field the analysis accepts is a
+        primitive type, plain, in a dict or in ["null", T], which fastavro always parses."""
+        return fastavro.parse_schema(orjson.loads(self.io_text))
 
 
 def _normal(schema: dict) -> dict:
@@ -679,8 +728,7 @@ class AvroCodec(Codec):
             return None
         columns = {c.name: c for c in writer.columns}
         fields = []
-        for field in writer.obj["fields"]:
-            name = field["name"]
+        for name in writer.field_names:
             col = columns.get(name)
             if col is None:  # an extension field: the compiled decoder knows each by name
                 fields.append((name, None, 0, name, None))
@@ -688,9 +736,7 @@ class AvroCodec(Codec):
                 fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
             else:
                 fields.append((name, col.mysql_type, col.flags, _COMPILED_RULES.get(col.convert, "call"), col.convert))
-        io = {"type": "record", "name": writer.obj["name"], "namespace": writer.obj["namespace"],
-              "fields": [{"name": f["name"], "type": _io_type(f["type"])} for f in writer.obj["fields"]]}
-        return json.dumps(io), writer.namespace, writer.database, writer.table, fields
+        return writer.io_text, writer.namespace, writer.database, writer.table, fields
 
     def validate(self) -> None:
         spec = self.config["schema-registry"]

@@ -167,20 +167,21 @@ class DirectoryRegistry:
         return self.root / "ids"
 
     def schema(self, schema_id: int) -> str | None:
-        file = self._ids / f"{int(schema_id)}.json"
-        try:
-            raw = file.read_bytes()
+        name = f"{int(schema_id)}.json"
+        try:  # a plain path, not pathlib: an Avro decode task reads thousands of ids
+            with open(os.path.join(self.root, "ids", name), "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise RegistryError(f"registry {self.location}: cannot read {file.name}: {e}") from e
+            raise RegistryError(f"registry {self.location}: cannot read {name}: {e}") from e
         try:
             doc = json.loads(raw)
         except ValueError as e:
-            raise RegistryError(f"registry {self.location}: {file.name} is not JSON: {e}") from e
+            raise RegistryError(f"registry {self.location}: {name} is not JSON: {e}") from e
         schema = doc.get("schema") if isinstance(doc, dict) else None
         if not isinstance(schema, str):
-            raise RegistryError(f'registry {self.location}: {file.name} is not {{"schema": "<avsc>"}}')
+            raise RegistryError(f'registry {self.location}: {name} is not {{"schema": "<avsc>"}}')
         return schema
 
     def register(self, subject: str, schema: str) -> int:

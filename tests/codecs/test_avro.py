@@ -483,6 +483,31 @@ def test_schemas_that_ticdc_does_not_write_are_rejected(tmp_path):
     assert "is not JSON" in _error(codec, None, framed(77, zz(1)))
 
 
+def test_schemas_sharing_fields_are_each_judged_whole(tmp_path):
+    """Fields are analysed once per distinct field (avro._field remembers them by their JSON,
+    across codecs): a field's problem is every holding schema's, a schema sharing the other
+    fields decodes, and a column's nullability stays its own schema's."""
+    a = '{"name":"a","type":{"type":"int","connect.parameters":{"tidb_type":"INT"}}}'
+    a_null = '{"name":"a","type":["null",{"type":"int","connect.parameters":{"tidb_type":"INT"}}],"default":null}'
+    bad = '{"name":"b","type":{"type":"string","connect.parameters":{"tidb_type":"INT"}}}'
+    c = '{"name":"c","type":{"type":"string","connect.parameters":{"tidb_type":"TEXT"}}}'
+
+    def schema(*fields):
+        return '{"type":"record","name":"t","namespace":"default.d","fields":[' + ",".join(fields) + "]}"
+
+    registry = DirectoryRegistry(tmp_path)
+    ids = [registry.register("t-value", schema(*f)) for f in ((a, bad), (bad, c), (a, c), (a_null, c))]
+    for codec in (codec_for(f"file://{tmp_path}"), codec_for(f"file://{tmp_path}")):
+        assert "tidb_type INT written as Avro string" in _error(codec, None, framed(ids[0], zz(1) + blob(b"1")))
+        assert "tidb_type INT written as Avro string" in _error(codec, None, framed(ids[1], blob(b"1") + blob(b"x")))
+        [plain] = decode_record(codec, record(None, framed(ids[2], zz(5) + blob(b"x"))))
+        [nullable] = decode_record(codec, record(None, framed(ids[3], zz(0) + blob(b"y"))))
+        assert [(c["name"], c["value"], c["flags"] & ColumnFlag.NULLABLE) for c in plain["after"]] == [
+            ("a", b"5", 0), ("c", b"x", 0)]
+        assert [(c["name"], c["value"], c["flags"] & ColumnFlag.NULLABLE) for c in nullable["after"]] == [
+            ("a", None, ColumnFlag.NULLABLE), ("c", b"y", 0)]
+
+
 def test_ddl_and_watermark_value_errors(tmp_path):
     codec = codec_for(f"file://{tmp_path}")
     assert "not 0x01 + JSON" in _error(codec, None, b"\x01{nope")

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
-from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import ColumnFlag, Kind, Op, new_event
 from spark_apps import native_decode, native_encode
 

@@ -35,17 +35,25 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
     generated = generate(transactions=200, partitions=3, seed=29, ddl_rate=0.05, keyless=True)
     assert any(e["kind"] == "ddl" for e in generated.events)
     assert any(e["table"] == "ledger" for e in generated.events if e["kind"] == "row")
+    written = replayed_by_switch(spark, tmp_path, monkeypatch, generated,
+                                 ["--protocol", "canal-json", "--emit", emit, "--target-partitions", "3", *TIDB, *extra])
+    assert written["1"] and written["1"] == written["0"]
+
+
+def replayed_by_switch(spark, tmp_path, monkeypatch, generated, args) -> dict:
+    """{switch: the output's data objects}: `generated`'s archive replayed with
+    $CDC_REPLAY_NATIVE_ENCODE 1 and 0; `args` (protocol, emit, options; or a function of the
+    switch giving them: a registry each) follow `--source` and `--output`."""
     source = str(tmp_path / "archive")
     write_archive(generated.records, source)
     written = {}
     for switch in ("1", "0"):
         monkeypatch.setenv(native_encode.ENV, switch)
         output = str(tmp_path / f"out{switch}")
-        argv = ["--source", source, "--protocol", "canal-json", "--output", output,
-                "--emit", emit, "--target-partitions", "3", *TIDB, *extra]
+        argv = ["--source", source, "--output", output, *(args(switch) if callable(args) else args)]
         run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
         written[switch] = objects(output)
-    assert written["1"] and written["1"] == written["0"]
+    return written
 
 
 # ---------------------------------------------------------------- the writer, fed Arrow batches
@@ -144,6 +152,15 @@ def written_by_switch(tmp_path, monkeypatch, events, emit, protocol, options, ma
         stats[switch] = fn.counts
         written[switch] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
     return written, stats
+
+
+def assert_every_row_compiled(events, stats) -> None:
+    """`written_by_switch`'s counts when the compiled encoder takes every row event of
+    `writer_events` (most straight from the Arrow batch) and Python only DDL and the watermark."""
+    on, off = stats["1"], stats["0"]
+    total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
+    assert off.native == 0 and on.native + on.python == total
+    assert on.python == 3 * len(DDL) + 1 and on.arrow
 
 
 @pytest.mark.parametrize("emit", ["snapshot", "topics"])

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_codecs.events import Kind
-from spark_apps import native_decode, native_encode
-from spark_apps.generate import generate, write_archive
-from spark_apps.options import ReplayArgs, parser
-from spark_apps.replay import run
+from spark_apps import native_decode
+from spark_apps.generate import generate
 
-from .test_native_encode_replay import DDL, objects, writer_events, written_by_switch
+from .test_native_encode_replay import assert_every_row_compiled, replayed_by_switch, writer_events, written_by_switch
 
 pytestmark = [pytest.mark.skipif(
     native_decode.cdc_replay_native is None or not hasattr(native_decode.cdc_replay_native, "OpenProtocolEncoder"),
@@ -32,16 +29,8 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
     generated = generate(transactions=200, partitions=3, seed=31, ddl_rate=0.05, keyless=True,
                          protocol="open-protocol")
     assert any(e["kind"] == "ddl" for e in generated.events)
-    source = str(tmp_path / "archive")
-    write_archive(generated.records, source)
-    written = {}
-    for switch in ("1", "0"):
-        monkeypatch.setenv(native_encode.ENV, switch)
-        output = str(tmp_path / f"out{switch}")
-        argv = ["--source", source, "--protocol", "open-protocol", "--output", output, "--emit", emit,
-                "--target-partitions", "3", *extra]
-        run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
-        written[switch] = objects(output)
+    written = replayed_by_switch(spark, tmp_path, monkeypatch, generated,
+                                 ["--protocol", "open-protocol", "--emit", emit, "--target-partitions", "3", *extra])
     assert written["1"] and written["1"] == written["0"]
 
 
@@ -54,8 +43,4 @@ def test_the_writer_encodes_rows_from_arrow_and_batches_them_alike(tmp_path, mon
     events = writer_events()
     written, stats = written_by_switch(tmp_path, monkeypatch, events, emit, "open-protocol", options, 7)
     assert written["1"][0] and written["1"] == written["0"]
-    on, off = stats["1"], stats["0"]
-    total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
-    nonrow = 3 * len(DDL) + 1
-    assert off.native == 0 and on.native + on.python == total
-    assert on.python == nonrow and on.arrow  # every row compiled, most straight from the batch
+    assert_every_row_compiled(events, stats)  # most straight from the batch

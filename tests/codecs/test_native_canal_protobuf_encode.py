@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
 from cdc_codecs.base import KafkaRecord
-from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import Kind, Op, new_event
 from spark_apps import native_decode, native_encode
 
 from .. import strategies
-from .test_native_open_protocol_encode import BYTES, FLOATS, INTS, NAMES, TEXT, TYPES, UTF8, mostly
+from .test_native_open_protocol_encode import BYTES, FLOATS, INTS, NAMES, TEXT, TYPES, UTF8, messages, mostly
 
 pytestmark = pytest.mark.skipif(
     native_decode.cdc_replay_native is None or not hasattr(native_decode.cdc_replay_native, "CanalProtobufEncoder"),
@@ -126,22 +125,6 @@ def streams(draw):
             follower["extras"] = extras or follower["extras"]
             out.append(follower)
     return out
-
-
-def messages(codec, events: list[dict], compiled: bool, chunk: int = 3):
-    """The messages (or the EncodeError's text) of the Python codec or of the compiled path."""
-    try:
-        if not compiled:
-            out = codec.encode(copy.deepcopy(events), topic="t", partition=0)
-        else:
-            encoder = native_encode.compiled_encoder(codec, True)
-            assert encoder is not None
-            pairs = native_encode.encode_each(codec, copy.deepcopy(events), topic="t", partition=0, encoder=encoder,
-                                              chunk=chunk)
-            out = codec.frame(entry for _, entry in pairs)
-        return [(m.key, m.value, m.headers) for m in out]
-    except EncodeError as e:
-        return "EncodeError", str(e)
 
 
 def both(options: dict, events: list[dict], chunk: int = 3):

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import get_codec
-from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import ColumnFlag, Kind, Op, new_event
 from cdc_codecs.mysql_types import enum_set_label, parse_type
 from cdc_codecs.oceanbase_avro import _NS
 from spark_apps import native_decode, native_encode
 
 from .. import strategies
+from .test_native_open_protocol_encode import messages, mostly
 
 pytestmark = pytest.mark.skipif(
     native_decode.cdc_replay_native is None or not hasattr(native_decode.cdc_replay_native, "OceanBaseAvroEncoder"),
@@ -71,12 +71,6 @@ DATETIMES = st.one_of(
         lambda t: f"{t[0]:04d}-{t[1]:02d}-{t[2]:02d} {t[3]:02d}:59:59{t[4]}".encode()),
     st.sampled_from([b"0001-01-01 00:00:00", b"9999-12-31 23:59:59", b"2021-03-14 02:30:00", b"2021-11-07 01:30:00",
                      b"2020-02-29 12:00:00", b"2019-02-29 12:00:00", b"2020-01-01T00:00:00", b"2020-01-01 00:00:60"]))
-
-
-def mostly(valid, hostile):
-    """`valid` nine times in ten, else `hostile` (values the codec may refuse or Python may read
-    otherwise): an event with one refused value is refused whole, so refusals stay rare."""
-    return st.integers(0, 9).flatmap(lambda k: hostile if k == 7 else valid)
 
 
 def in_range(low: int, high: int):
@@ -167,22 +161,6 @@ def hostile_events(draw):
         key_columns=draw(st.none() | st.lists(mostly(st.sampled_from(names or ["id"]), NAMES), max_size=3)),
         before=before, after=after, extras=draw(extras()),
     )
-
-
-def messages(codec, events: list[dict], compiled: bool, chunk: int = 3, counts=None):
-    """The messages (or the EncodeError's text) of the Python codec or of the compiled path."""
-    try:
-        if not compiled:
-            out = codec.encode(copy.deepcopy(events), topic="t", partition=0)
-        else:
-            encoder = native_encode.compiled_encoder(codec, True)
-            assert encoder is not None
-            pairs = native_encode.encode_each(codec, copy.deepcopy(events), topic="t", partition=0, encoder=encoder,
-                                              chunk=chunk, counts=counts)
-            out = codec.frame(entry for _, entry in pairs)
-        return [(m.key, m.value, m.headers) for m in out]
-    except EncodeError as e:
-        return "EncodeError", str(e)
 
 
 def both(options: dict, events: list[dict], chunk: int = 3, counts=None):

@@ -130,8 +130,9 @@ def hostile_events(draw):
     )
 
 
-def messages(codec, events: list[dict], compiled: bool, chunk: int = 3):
-    """The messages (or the EncodeError's text) of the Python codec or of the compiled path."""
+def messages(codec, events: list[dict], compiled: bool, chunk: int = 3, counts=None):
+    """The messages (or the EncodeError's text) of the Python codec or of the compiled path
+    (`counts`: the compiled path's, as `encode_each` keeps them). Every codec's encoder test uses it."""
     try:
         if not compiled:
             out = codec.encode(copy.deepcopy(events), topic="t", partition=0)
@@ -139,7 +140,7 @@ def messages(codec, events: list[dict], compiled: bool, chunk: int = 3):
             encoder = native_encode.compiled_encoder(codec, True)
             assert encoder is not None
             pairs = native_encode.encode_each(codec, copy.deepcopy(events), topic="t", partition=0, encoder=encoder,
-                                              chunk=chunk)
+                                              chunk=chunk, counts=counts)
             out = codec.frame(entry for _, entry in pairs)
         return [(m.key, m.value, m.headers) for m in out]
     except EncodeError as e:

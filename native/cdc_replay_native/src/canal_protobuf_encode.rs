@@ -23,8 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::canal_protobuf::{Column, Header, Pair, RowChange, RowData};
-use crate::encode_common::{binary, fixed, i32_at, i64_at, plain_int, valid_at, Col, Events, AFTER, BEFORE};
-use crate::{buffer_bytes, BinaryArray};
+use crate::encode_common::{plain_int, Col, Events, AFTER, BEFORE};
 
 const HEADER_PROPS: [&[u8]; 4] = [b"curtGtid", b"curtGtidSn", b"curtGtidLct", b"rowsCount"];
 const CONTEXT_EXTRAS: [&[u8]; 7] =
@@ -43,43 +42,6 @@ struct Rule {
     sql_value: i32,
     promotion: Option<(i64, i32)>, // (limit, wider sqlType) of an unsigned integer
     kind: u8,
-}
-
-/// The `position` and `tx_id` of the events (the fields only this encoder reads).
-struct Extra {
-    pos_valid: usize,
-    pos_offsets: usize,
-    pos_values: usize,
-    tx_id: BinaryArray,
-    bufs: Vec<pyo3::buffer::PyBuffer<u8>>,
-}
-
-impl Extra {
-    fn new(cols: &Bound<'_, PyDict>) -> PyResult<Self> {
-        let mut bufs = Vec::new();
-        Ok(Extra {
-            pos_valid: fixed(cols, "position_valid", &mut bufs)?,
-            pos_offsets: fixed(cols, "position_offsets", &mut bufs)?,
-            pos_values: fixed(cols, "position_values", &mut bufs)?,
-            tx_id: binary(cols, "tx_id")?,
-            bufs,
-        })
-    }
-
-    /// The event's binlog position (file number, offset, row index), None unless 3 elements.
-    fn position(&self, e: usize) -> PyResult<Option<[i64; 3]>> {
-        let b = |i: usize| buffer_bytes(&self.bufs[i]);
-        if !valid_at(b(self.pos_valid), e)? {
-            return Ok(None);
-        }
-        let o = b(self.pos_offsets);
-        let (start, end) = (i32_at(o, e)? as usize, i32_at(o, e + 1)? as usize);
-        if end != start + 3 {
-            return Ok(None);
-        }
-        let v = b(self.pos_values);
-        Ok(Some([i64_at(v, start)?, i64_at(v, start + 1)?, i64_at(v, start + 2)?]))
-    }
 }
 
 #[pyclass]
@@ -225,7 +187,7 @@ impl CanalProtobufEncoder {
 
     /// The pieces of row event `e`'s entry (see the module doc); None: Python encodes it.
     #[allow(clippy::type_complexity)]
-    fn event(&mut self, py: Python<'_>, events: &Events, extra: &Extra, e: usize) -> PyResult<Option<Pieces>> {
+    fn event(&mut self, py: Python<'_>, events: &Events, e: usize) -> PyResult<Option<Pieces>> {
         if events.kind.get(e)? != Some(b"row") {
             return Ok(None);
         }
@@ -236,7 +198,8 @@ impl CanalProtobufEncoder {
             Some(b"delete") => 3,
             _ => return Ok(None),
         };
-        let position = extra.position(e)?;
+        // the binlog position (file number, offset, row index): a row index past 0 may continue an entry
+        let position: Option<[i64; 3]> = events.position(e)?.and_then(|p| p.try_into().ok());
         if position.is_some_and(|p| p[2] != 0) {
             return Ok(None);
         }
@@ -256,7 +219,7 @@ impl CanalProtobufEncoder {
         else {
             return Ok(None);
         };
-        let (database, table, tx_id) = (events.database.get(e)?, events.table.get(e)?, extra.tx_id.get(e)?);
+        let (database, table, tx_id) = (events.database.get(e)?, events.table.get(e)?, events.tx_id.get(e)?);
         for text in [database, table, tx_id].into_iter().flatten() {
             if std::str::from_utf8(text).is_err() {
                 return Ok(None);
@@ -418,7 +381,6 @@ impl CanalProtobufEncoder {
     /// field), or None for an event Python must encode.
     fn encode<'py>(&mut self, py: Python<'py>, n: usize, cols: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
         let events = Events::new(&cols)?;
-        let extra = Extra::new(&cols)?;
         let out = PyList::empty(py);
         let text = |b: &Option<Vec<u8>>| -> PyResult<Py<PyAny>> {
             Ok(match b {
@@ -431,7 +393,7 @@ impl CanalProtobufEncoder {
             })
         };
         for e in 0..n {
-            match self.event(py, &events, &extra, e)? {
+            match self.event(py, &events, e)? {
                 Some(p) => {
                     let items: [Py<PyAny>; 9] = [
                         text(&p.canal_id)?,

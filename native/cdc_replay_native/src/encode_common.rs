@@ -82,13 +82,13 @@ pub(crate) fn plain_float(raw: &[u8]) -> Option<f64> {
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
-pub(crate) fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
+fn fixed(d: &Bound<'_, PyDict>, name: &str, keep: &mut Vec<PyBuffer<u8>>) -> PyResult<usize> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     keep.push(PyBuffer::<u8>::get(&item)?);
     Ok(keep.len() - 1)
 }
 
-pub(crate) fn binary(d: &Bound<'_, PyDict>, name: &str) -> PyResult<BinaryArray> {
+fn binary(d: &Bound<'_, PyDict>, name: &str) -> PyResult<BinaryArray> {
     let item = d.get_item(name)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_owned()))?;
     BinaryArray::new(item.extract::<BinaryArg>()?)
 }

@@ -662,6 +662,7 @@ class AvroCodec(Codec):
     ddl_placement = "all"  # TiCDC broadcasts DDL to every partition for every protocol but canal/canal-json
     watermark_placement = "all"
     compiled_encoder_class = "AvroEncoder"
+    registers_schemas = True  # a fresh registry numbers schemas as they come: ids in every header
 
     def compiled_encoder(self, extension):
         """The extension's encoder (avro_encode.rs): it writes each row's key and value Avro
@@ -710,8 +711,20 @@ class AvroCodec(Codec):
 
     def _header(self, token: _Compiled) -> bytes:
         schema_id, _ = self._schema_id(token.subject, token.plan, token.hint)
-        token.header = bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big", signed=True)
-        return token.header
+        header = bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big", signed=True)
+        if self._noting is None:  # noting: every message asks again (`noted` is per message)
+            token.header = header
+        return header
+
+    def noting_registrations(self) -> None:
+        self._noting = []
+
+    def noted(self) -> list[tuple[str, str]]:
+        noted, self._noting = self._noting, []
+        return noted
+
+    def register_schema(self, subject: str, schema: str) -> int:
+        return self.registry.register(subject, schema)
 
     def compiled_decoder(self, extension):
         return extension.AvroDecoder(self._compiled_plan)
@@ -759,6 +772,7 @@ class AvroCodec(Codec):
         self._plans: dict[tuple, _EncPlan] = {}
         self._ids: dict[tuple[str, str], tuple[int, Any]] = {}
         self._hints: dict[tuple[int, str], Any] = {}
+        self._noting: list[tuple[str, str]] | None = None  # `noting_registrations`: asked, not registered
 
     @property
     def registry(self) -> SchemaRegistry:
@@ -1071,7 +1085,8 @@ class AvroCodec(Codec):
     def _schema_id(self, subject: str, plan: _EncPlan, hint: str | None) -> tuple[int, Any]:
         """The schema id to write with: the decoded message's own writer schema when this
         registry holds it and it says the same as the generated one (TiCDC also writes column
-        defaults, which events do not carry), else the generated schema, registered."""
+        defaults, which events do not carry), else the generated schema, registered (noted,
+        with the placeholder id 0, when `noting_registrations`)."""
         if hint is not None and str(hint).isdigit():
             hint_id = int(hint)
             cached = self._hints.get((hint_id, plan.text))
@@ -1092,8 +1107,10 @@ class AvroCodec(Codec):
                 parsed = io_schema(plan.obj)
             except Exception as e:  # fastavro's SchemaParseException: e.g. an empty table name
                 raise EncodeError(f"{subject}: the generated schema is not valid Avro: {e}") from e
-            found = (self.registry.register(subject, plan.text), parsed)
+            found = (0 if self._noting is not None else self.registry.register(subject, plan.text), parsed)
             self._ids[(subject, plan.text)] = found
+        if self._noting is not None:
+            self._noting.append((subject, plan.text))
         return found
 
 

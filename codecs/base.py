@@ -101,6 +101,10 @@ class Codec(abc.ABC):
     # whether the encoding depends on a column's ENUM/SET `label` (not only its value): then a
     # writer hook that fills labels changes what the compiled encoder reads
     encodes_labels: ClassVar[bool] = False
+    # whether encoding registers schemas in a registry that numbers them as they come and whose
+    # ids the messages carry (TiCDC Avro): the writer then registers a run's schemas in one
+    # order before its tasks start (`noting_registrations`; spark_apps/outputs/kafka_records.py)
+    registers_schemas: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None, *,
                  read_object: Callable[[str], bytes] | None = None):
@@ -159,6 +163,20 @@ class Codec(abc.ABC):
         compiled and Python-encoded events share one stream (a batching codec groups them)."""
         for messages in entries:
             yield from messages
+
+    def noting_registrations(self) -> None:
+        """From now on this codec notes the schemas its encoding would register (`noted`) and
+        registers none: its messages are then not to be sent (their ids are placeholders)."""
+        raise NotImplementedError(f"{self.name} registers no schemas")
+
+    def noted(self) -> list[tuple[str, str]]:
+        """(subject, schema) of each registration asked since the last call, in order, once per
+        message that would carry its id."""
+        raise NotImplementedError(f"{self.name} registers no schemas")
+
+    def register_schema(self, subject: str, schema: str) -> int:
+        """Register one `noted` schema in this codec's registry: its id."""
+        raise NotImplementedError(f"{self.name} registers no schemas")
 
     def partitions_for(self, event: dict, partitions: int, row_partition: int) -> Sequence[int]:
         """Target partitions of an event: rows go where the dispatcher says, DDL and

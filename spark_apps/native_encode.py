@@ -188,6 +188,13 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
     dicts) go to the extension straight from the batch; only the others, and those it
     declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
     the prepared ones, Python what it declines. Counted in `counts` (`arrow`, `dicts`)."""
+    for item in encode_batch_at(codec, encoder, batch, prepare, counts):
+        yield item[1:]
+
+
+def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
+    """`encode_batch`'s items, each after the index of its event in `batch` (`prepare` may
+    drop events: the items are not one per row)."""
     from cdc_codecs.errors import EncodeError
 
     from .contract import Kind
@@ -241,11 +248,11 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
         if value is not None:
             counts.native += 1
             counts.arrow += i not in events
-            yield (topics[i], partitions[i]), kinds[i], events.get(i), value
+            yield i, (topics[i], partitions[i]), kinds[i], events.get(i), value
         elif i in events:
             counts.python += 1
             try:
                 entry = _python(codec, events[i], topics[i], partitions[i])
             except EncodeError as e:
                 entry = e
-            yield (topics[i], partitions[i]), kinds[i], events[i], entry
+            yield i, (topics[i], partitions[i]), kinds[i], events[i], entry

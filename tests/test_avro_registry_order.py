@@ -20,16 +20,12 @@ from .test_native_encode_replay import objects
 
 
 def ids_as_read(written: dict[str, bytes]) -> list[int]:
-    """Every schema id of the objects' records (key, then value), objects in name order
-    (topic, partition, first offset: zero-padded) and records in offset order."""
-    ids = []
-    for name in sorted(written):
-        for line in gzip.decompress(written[name]).splitlines():
-            record = parse_line(line)
-            for part in (record.key, record.value):
-                if part and part[0] == 0:  # a Confluent header (0x01/0x02: DDL, watermark)
-                    ids.append(int.from_bytes(part[1:5], "big"))
-    return ids
+    """Every schema id of the objects' records (key, then value), read topic by topic,
+    partition by partition, each in offset order."""
+    records = sorted((parse_line(line) for data in written.values() for line in gzip.decompress(data).splitlines()),
+                     key=lambda r: (r.topic, r.partition, r.offset))
+    return [int.from_bytes(part[1:5], "big") for record in records for part in (record.key, record.value)
+            if part and part[0] == 0]  # a Confluent header (0x01/0x02 start DDL, watermarks)
 
 
 @pytest.mark.spark

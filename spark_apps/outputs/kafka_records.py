@@ -50,15 +50,115 @@ class KafkaRecordArchive(Target):
         and get their images back in the writer (`full_images_batch`, from `plan.schema_entries`)."""
         plan = self.plan
         tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
-        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(
-            "out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index", "topic",
-            "object")
+        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(*WRITER_ORDER)
         entries = plan.schema_entries if "after_values" in df.columns else None
+        if plan.partitions > 1 or "{" in (plan.args.target_topic or ""):  # several writer tasks
+            register_in_order(df, plan.target_protocol, plan.target_options, prepare, entries)
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
                              plan.args.max_records_per_object, prepare, self.writer())
         if entries is not None:
             fn = fed_lean(fn, entries)
         return written_rows(ordered, fn)
+
+
+# the order of the events of an output topic partition, in which its writer task encodes them
+WRITER_ORDER = ("out_topic", "out_partition", "sort_point", "sort_rank", "partition", "offset", "event_index",
+                "topic", "object")
+
+
+def register_in_order(df, protocol: str, options: dict, prepare=None, entries: dict | None = None) -> int:
+    """For a target codec that `registers_schemas` (TiCDC Avro): register every schema the
+    writer of `df` will ask for, in the order a reader meets them (WRITER_ORDER: the output
+    topic partitions one after the other, each in offset order), before the writer tasks
+    start; the number of schemas. Why: writer tasks run concurrently, and a registry numbers
+    new schemas as they come, so into a fresh registry the ids in the messages' headers would
+    follow the tasks' timing; registered here, each writer only finds its schemas (the same id
+    on every run). The schemas are found by a pass over `df` that encodes as the writer does
+    (`schemas_asked_fn`: the same code decides, nothing is predicted) and writes nothing."""
+    import json
+    import time
+
+    if not get_codec(protocol, options).registers_schemas:
+        return 0
+    started = time.monotonic()
+    first: dict[tuple[str, str], tuple] = {}
+    for row in df.mapInArrow(schemas_asked_fn(protocol, options, prepare, entries),
+                             "place string, subject string, schema string").collect():
+        place, asked = _place_order(json.loads(row.place)), (row.subject, row.schema)
+        if asked not in first or place < first[asked]:
+            first[asked] = place
+    codec = get_codec(protocol, options)
+    for subject, schema in sorted(first, key=lambda asked: (first[asked], asked)):
+        codec.register_schema(subject, schema)
+    log.info("%s: %d schemas registered in reading order before the writers (%.1f s)", protocol, len(first),
+             time.monotonic() - started)
+    return len(first)
+
+
+def _place_order(place) -> tuple:
+    """A WRITER_ORDER place as Python compares it the way Spark sorts it (nulls first)."""
+    return tuple((value is not None, value) for value in place)
+
+
+def schemas_asked_fn(protocol: str, options: dict, prepare=None, entries: dict | None = None) -> Callable:
+    """mapInArrow function of `register_in_order`'s pass: the writer's events, in any order ->
+    each schema their messages would carry, with its first place (WRITER_ORDER's values, as
+    JSON), one row per schema and task. Encodes as `write_topics_fn` does (compiled from Arrow
+    where it would, `prepare` applied, lean images rebuilt), frames each event's messages with
+    the codec `noting_registrations` and writes nothing; an event the codec cannot encode is
+    left to the writer, which says so."""
+    compiled = native_encode.requested()
+    columnar = prepare is None or hasattr(prepare, "unchanged")
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import json
+
+        codec = get_codec(protocol, options)
+        codec.noting_registrations()
+        encoder = native_encode.compiled_encoder(codec, compiled) if columnar else None
+        dictionary = image_dictionary(entries) if entries is not None else None
+        first: dict[tuple[str, str], tuple] = {}  # asked -> (order, place)
+        for batch in batches:
+            if dictionary is not None:
+                batch = full_images_batch(batch, dictionary)
+            places = list(zip(*(batch.column(c).to_pylist() for c in WRITER_ORDER)))
+            for i, entry in _entries_at(codec, encoder, batch, prepare):
+                try:
+                    collections.deque(codec.frame([entry]), maxlen=0)
+                except EncodeError:
+                    codec.noted()
+                    continue
+                for asked in codec.noted():
+                    known = first.get(asked)
+                    if known is None or places[i] != known[1] and _place_order(places[i]) < known[0]:
+                        first[asked] = (_place_order(places[i]), places[i])
+        if first:
+            yield pa.RecordBatch.from_pylist(
+                [{"place": json.dumps(place), "subject": subject, "schema": schema}
+                 for (subject, schema), (_, place) in first.items()],
+                schema=pa.schema([("place", pa.string()), ("subject", pa.string()), ("schema", pa.string())]))
+
+    return run
+
+
+def _entries_at(codec, encoder, batch: pa.RecordBatch, prepare) -> Iterator[tuple[int, object]]:
+    """(index in `batch`, entry) of each event the writer would encode, as it would (the
+    compiled encoder from Arrow, else the Python codec); events it cannot encode are left out."""
+    if encoder is not None:
+        for i, _, _, _, entry in native_encode.encode_batch_at(codec, encoder, batch, prepare):
+            if not isinstance(entry, EncodeError):
+                yield i, entry
+        return
+    for i, event in enumerate(events_from_batch(batch)):
+        if prepare is not None and (event := prepare(event)) is None:
+            continue
+        topic, partition = event.pop("out_topic"), event.pop("out_partition")
+        try:
+            entry = codec.entry(event, topic=topic, partition=partition)
+        except EncodeError:
+            codec.noted()
+            continue
+        yield i, entry
 
 
 # the event fields and images as the writer reads them (Spark's Arrow form of EVENT_STRUCT)

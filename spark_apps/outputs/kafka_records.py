@@ -47,18 +47,30 @@ class KafkaRecordArchive(Target):
     def write(self, df, kind, prepare=None, table_rows=None) -> list[dict]:
         """`df`'s events, each output partition in order; events with lean images (the topics:
         `<image>_schema/_values/_labels`, spark_apps/transforms.py) are shuffled and sorted so
-        and get their images back in the writer (`full_images_batch`, from `plan.schema_entries`)."""
+        and get their images back in the writer (`full_images_batch`, from `plan.schema_entries`).
+        A codec that `registers_schemas` has them registered first, in reading order
+        (`register_in_order`)."""
         plan = self.plan
         tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
-        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(*WRITER_ORDER)
         entries = plan.schema_entries if "after_values" in df.columns else None
-        if plan.partitions > 1 or "{" in (plan.args.target_topic or ""):  # several writer tasks
+        kept = None
+        several = plan.partitions > 1 or "{" in (plan.args.target_topic or "")  # writer tasks with rows
+        if several and get_codec(plan.target_protocol, plan.target_options).registers_schemas:
+            from pyspark import StorageLevel
+
+            # computed once for both passes (recomputing the topics' frame took +20% of a run)
+            kept = df = df.persist(StorageLevel.DISK_ONLY)
             register_in_order(df, plan.target_protocol, plan.target_options, prepare, entries)
+        ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(*WRITER_ORDER)
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
                              plan.args.max_records_per_object, prepare, self.writer())
         if entries is not None:
             fn = fed_lean(fn, entries)
-        return written_rows(ordered, fn)
+        try:
+            return written_rows(ordered, fn)
+        finally:
+            if kept is not None:
+                kept.unpersist()
 
 
 # the order of the events of an output topic partition, in which its writer task encodes them
@@ -74,12 +86,13 @@ def register_in_order(df, protocol: str, options: dict, prepare=None, entries: d
     new schemas as they come, so into a fresh registry the ids in the messages' headers would
     follow the tasks' timing; registered here, each writer only finds its schemas (the same id
     on every run). The schemas are found by a pass over `df` that encodes as the writer does
-    (`schemas_asked_fn`: the same code decides, nothing is predicted) and writes nothing."""
+    (`schemas_asked_fn`: the same code decides, nothing is predicted: a schema depends on the
+    values too, a NULL makes its column nullable) and writes nothing. `KafkaRecordArchive.write`
+    calls it when more than one writer task has rows (one task registers in this order itself),
+    with `df` persisted for both passes."""
     import json
     import time
 
-    if not get_codec(protocol, options).registers_schemas:
-        return 0
     started = time.monotonic()
     first: dict[tuple[str, str], tuple] = {}
     for row in df.mapInArrow(schemas_asked_fn(protocol, options, prepare, entries),

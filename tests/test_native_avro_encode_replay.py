@@ -28,9 +28,8 @@ def test_the_compiled_and_python_encoders_write_the_same_objects(spark, tmp_path
     generated = generate(transactions=200, partitions=3, seed=37, ddl_rate=0.05, protocol="avro",
                          options=source_options)
     assert any(e["kind"] == "ddl" for e in generated.events)
-    # one output partition: one writer task registers the schemas (with three the snapshot
-    # differed across the switch: the Python path alone differs between two runs too, each into
-    # a fresh registry, as parallel tasks take the registry's ids in the order they run; docs/status.md)
+    # one output partition (the time of one writer task); several register in reading order
+    # before the writers start: tests/test_avro_registry_order.py
 
     def args(switch):
         argv = ["--protocol", "avro", "--emit", emit, "--target-partitions", "1",

@@ -748,15 +748,20 @@ EFFECT_INPUTS = ("database", "table", "timeline", "op", "commit_ts", "key_column
                  "event_index", "before", "after", "before_schema", "after_schema", "before_values", "after_values")
 
 
-def packed(rows: DataFrame) -> DataFrame:
-    """`rows` with every column the last change per key does not read (`EFFECT_INPUTS`) in one
-    struct, `_carried` (`unpacked` undoes it). Why: Spark generates one method for the whole
-    map side of the last change per key (scan, joins, keys, sort), its size growing with the
-    columns each operator passes on; past 8000 bytes of bytecode the JVM does not compile it
-    (replay.build_session turns such stages into separate operators, slower than one
-    compiled method). One column instead of a dozen keeps the method small."""
-    carried = [c for c in rows.columns if c not in EFFECT_INPUTS]
-    return rows.select(*[c for c in rows.columns if c in EFFECT_INPUTS], F.struct(*carried).alias("_carried"))
+# what the SCD2 window reads besides EFFECT_INPUTS (scd2_validity's validity times)
+VALIDITY_INPUTS = ("inferred_ts", "execute_ts_ms")
+
+
+def packed(rows: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
+    """`rows` with every column the last change per key does not read (`EFFECT_INPUTS`, and
+    `keep`) in one struct, `_carried` (`unpacked` undoes it). Why: Spark generates one method
+    for the whole map side of the last change per key (scan, joins, keys, sort), its size
+    growing with the columns each operator passes on; past 8000 bytes of bytecode the JVM does
+    not compile it (replay.build_session turns such stages into separate operators, slower
+    than one compiled method). One column instead of a dozen keeps the method small."""
+    read = set(EFFECT_INPUTS) | set(keep)
+    carried = [c for c in rows.columns if c not in read]
+    return rows.select(*[c for c in rows.columns if c in read], F.struct(*carried).alias("_carried"))
 
 
 def unpacked(df: DataFrame) -> DataFrame:

@@ -218,14 +218,18 @@ class OutputPlan:
     def history(self, rows, versions=None):
         """SCD type 2: one version per change of every key, valid until the key's next change;
         `versions`: those versions as a frame still to compute (engine v2's: `rows` is then
-        not read). Persisted either way: the per-table counts and the write both read it."""
+        not read). Persisted either way: the per-table counts and the write both read it.
+        Lean `rows` stay lean through the window (packed, as the snapshot's last change per
+        key) and get their full images after it, as engine v2's (stages/engine.py `_versions`):
+        the rows of a table left out at the cut never get images at all."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from .. import transforms as T
 
         if versions is None:
-            versions = T.scd2_versions(self._effects(rows))
+            validity = T.scd2_validity(self._effects(T.packed(rows, keep=T.VALIDITY_INPUTS)))
+            versions = T.scd2_images(self._full(T.unpacked(validity)))
         versions = versions.persist(StorageLevel.DISK_ONLY)
         table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
             F.count(F.lit(1)).alias("rows")).collect()]

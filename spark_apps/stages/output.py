@@ -56,12 +56,12 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
             written, table_rows = output_plan.topics(
                 applied if base_rows is None else applied.unionByName(base_rows)), None
         else:
-            if base_rows is not None or args.emit != "snapshot":
+            if base_rows is not None:
                 rows = hist.tagged.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
-                rows = rows if base_rows is None else rows.unionByName(base_rows)
-            else:  # lean up to the last change per key, rebuilt after it
+                rows = rows.unionByName(base_rows)
+            else:  # lean up to the last change per key or through the SCD2 window, rebuilt after it
                 # what only a record that could not be read carries is not carried through the
-                # last change per key (every column there is sorted and aggregated)
+                # last change per key or the window (every column there is sorted and shuffled)
                 rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
                     *UNREADABLE_ONLY)
                 output_plan.dictionary = tagged.dictionary

@@ -495,18 +495,20 @@ def _decoder_for(name: str, tidb_type: str, prim: str, branch: dict) -> tuple[st
     return (tidb_type.lower() or None), flags, generic[prim]
 
 
-_FIELDS: dict[bytes, tuple] = {}  # a field's JSON -> _analysed(field) (or its problem)
+_FIELDS: dict[bytes, tuple] = {}  # a field's JSON -> _field(field) (or its problem)
 _FIELDS_MAX = 100_000
 
 
-def _field(field: Any) -> tuple[_DecColumn | None, dict]:
-    """`_analysed(field)`, remembered by the field's JSON: writer schemas differ in a column or
-    a null branch (TiCDC registers one per image shape, so ids are many) and share the rest."""
+def _field(field: Any) -> tuple[_DecColumn | None, dict, tuple]:
+    """`_analysed(field)` and the compiled decoder's spec of the field (`_compiled_field`),
+    remembered by the field's JSON: writer schemas differ in a column or a null branch (TiCDC
+    registers one per image shape, so ids are many) and share the rest."""
     key = orjson.dumps(field)
     found = _FIELDS.get(key)
     if found is None:
         try:
-            found = _analysed(field)
+            column, io_field = _analysed(field)
+            found = (column, io_field, _compiled_field(column, io_field))
         except _SchemaProblem as e:
             found = e
         if len(_FIELDS) >= _FIELDS_MAX:
@@ -545,6 +547,25 @@ def _analysed(field: Any) -> tuple[_DecColumn | None, dict]:
     return _DecColumn(fname, mysql_type, int(flags), convert), io_field
 
 
+def _io_code(t: Any) -> str:
+    """An `_io_type` as the compiled decoder builds it: the primitive, or a union's branches
+    joined by "," in their order ("null,long")."""
+    if isinstance(t, list):
+        return ",".join(_io_code(x) for x in t)
+    return t["type"] if isinstance(t, dict) else t
+
+
+def _compiled_field(column: _DecColumn | None, io_field: dict) -> tuple:
+    """The compiled decoder's spec of a field: (name, mysql_type, flags, rule, arg, Avro type
+    as read: `_io_code`); an extension field's rule is its name (the decoder knows each)."""
+    name, code = io_field["name"], _io_code(io_field["type"])
+    if column is None:
+        return name, None, 0, name, None, code
+    if isinstance(column.convert, _Unscaled):
+        return name, column.mysql_type, column.flags, "decimal", column.convert.scale, code
+    return name, column.mysql_type, column.flags, _COMPILED_RULES.get(column.convert, "call"), column.convert, code
+
+
 class _WriterSchema:
     """A registry schema analysed for decoding: columns, extension fields, table name."""
 
@@ -565,19 +586,18 @@ class _WriterSchema:
         self.namespace, _, self.database = namespace.partition(".")
         self.columns: list[_DecColumn] = []
         self.extension: list[str] = []
-        io_fields = []
+        # the fields as the codec reads them and the compiled decoder's specs: each shared with
+        # every schema holding the same field (`_field`), so no new dict per schema id
+        self.io_fields: list[dict] = []
+        self.compiled_fields: list[tuple] = []
         for field in obj["fields"]:
-            column, io_field = _field(field)
-            io_fields.append(io_field)
+            column, io_field, compiled = _field(field)
+            self.io_fields.append(io_field)
+            self.compiled_fields.append(compiled)
             if column is None:
                 self.extension.append(io_field["name"])
             else:
                 self.columns.append(column)
-        self.field_names = tuple(f["name"] for f in io_fields)
-        # the schema as the codec reads it (io_schema's copy), as text: kept per schema id, and
-        # strings are not objects the garbage collector walks (dicts are)
-        self.io_text = orjson.dumps({"type": "record", "name": name, "namespace": namespace,
-                                     "fields": io_fields}).decode()
 
     # Made when first asked, not per schema id: with one id per image shape (ids are many),
     # fastavro's parse of each and the parsed JSON kept for each were most of a decode task's
@@ -593,6 +613,13 @@ class _WriterSchema:
         reads or writes a record of it. It cannot fail: every field the analysis accepts is a
         primitive type, plain, in a dict or in ["null", T], which fastavro always parses."""
         return fastavro.parse_schema(orjson.loads(self.io_text))
+
+    @functools.cached_property
+    def io_text(self) -> str:
+        """The schema as the codec reads it (io_schema's copy), as text: kept as a string, not
+        dicts, which the garbage collector walks."""
+        return orjson.dumps({"type": "record", "name": self.table, "namespace": f"{self.namespace}.{self.database}",
+                             "fields": self.io_fields}).decode()
 
 
 def _normal(schema: dict) -> dict:
@@ -731,25 +758,15 @@ class AvroCodec(Codec):
 
     def _compiled_plan(self, schema_id: int):
         """The compiled decoder's plan of a writer schema: this codec's own analysis of it
-        (`_WriterSchema`, from the registry cache) as (the schema as the codec reads it,
-        namespace, database, table, per field (name, mysql_type, flags, rule, arg)); None when
-        the codec rejects the id or the schema (its records then go to the codec, which names
-        the problem)."""
+        (`_WriterSchema`, from the registry cache) as (namespace, database, table, per field
+        `_compiled_field`'s spec); None when the codec rejects the id or the schema (its
+        records then go to the codec, which names the problem). The extension builds the
+        crate's schema from the specs' Avro types: no schema text is parsed again."""
         try:
             writer = self._writer(schema_id, "value")
         except Exception:  # noqa: BLE001 - unknown id, foreign schema, registry down: the codec says so
             return None
-        columns = {c.name: c for c in writer.columns}
-        fields = []
-        for name in writer.field_names:
-            col = columns.get(name)
-            if col is None:  # an extension field: the compiled decoder knows each by name
-                fields.append((name, None, 0, name, None))
-            elif isinstance(col.convert, _Unscaled):
-                fields.append((name, col.mysql_type, col.flags, "decimal", col.convert.scale))
-            else:
-                fields.append((name, col.mysql_type, col.flags, _COMPILED_RULES.get(col.convert, "call"), col.convert))
-        return writer.io_text, writer.namespace, writer.database, writer.table, fields
+        return writer.namespace, writer.database, writer.table, writer.compiled_fields
 
     def validate(self) -> None:
         spec = self.config["schema-registry"]

@@ -37,6 +37,8 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
+import orjson
+
 from .errors import CodecError, ConfigError
 
 _ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json"
@@ -175,10 +177,13 @@ class DirectoryRegistry:
             return None
         except OSError as e:
             raise RegistryError(f"registry {self.location}: cannot read {name}: {e}") from e
-        try:
-            doc = json.loads(raw)
-        except ValueError as e:
-            raise RegistryError(f"registry {self.location}: {name} is not JSON: {e}") from e
+        try:  # orjson: a third of json's time; json for what it refuses (not UTF-8, NaN, ...)
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            try:
+                doc = json.loads(raw)
+            except ValueError as e:
+                raise RegistryError(f"registry {self.location}: {name} is not JSON: {e}") from e
         schema = doc.get("schema") if isinstance(doc, dict) else None
         if not isinstance(schema, str):
             raise RegistryError(f'registry {self.location}: {name} is not {{"schema": "<avsc>"}}')

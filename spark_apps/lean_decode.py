@@ -118,23 +118,37 @@ def _lists(image: pa.ListArray) -> pa.Array:
     return identity_mod.hashed([pa.ListArray.from_arrays(offsets, p, mask=mask) for p in parts], len(image))
 
 
-def schema_ids(image: pa.ListArray, entries: dict) -> pa.Array:
+def schema_ids(image: pa.ListArray, entries: dict, known: dict | None = None) -> pa.Array:
     """Each event's column list id (null for a null image); adds the batch's new column lists
     to `entries` ({id: (names, types, flags)}). Events are grouped by `_lists`; each group's id
-    is the hash of the canonical text (`canonical_text`) of its first event."""
+    is the hash of the canonical text (`canonical_text`) of its first event. `known` (the
+    task's, beside `entries`): `_lists` value -> id, so a column list met in an earlier batch
+    is not read and hashed again (TiCDC Avro's image shapes are thousands per task); the new
+    groups' first events are taken in one `take`, not one Arrow slice each."""
+    known = {} if known is None else known
     groups = pc.dictionary_encode(_lists(image))
     valid = ~np.asarray(image.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     codes = np.where(valid, pc.fill_null(groups.indices, -1).to_numpy(zero_copy_only=False), -1)
     ids = np.zeros(len(groups.dictionary), dtype=np.int64)
     seen, first = np.unique(codes, return_index=True)
-    for code, row in zip(seen.tolist(), first.tolist()):
-        if code < 0:
-            continue
-        cols = image[row].values
+    seen, first = seen[seen >= 0], first[seen >= 0]
+    new = []
+    for code, row, tag in zip(seen.tolist(), first.tolist(), groups.dictionary.take(pa.array(seen)).to_pylist()):
+        found = known.get(tag)
+        if found is None:
+            new.append((code, row, tag))
+        else:
+            ids[code] = found
+    if new:
+        firsts = image.take(pa.array([row for _, row, _ in new], pa.int64()))
+        cols = firsts.flatten()
         names, types, flags = (cols.field("name").to_pylist(), cols.field("mysql_type").to_pylist(),
                                cols.field("flags").to_pylist())
-        ids[code] = _id(canonical_text(names, types, flags))
-        entries.setdefault(int(ids[code]), (names, types, flags))
+        bounds = np.concatenate([[0], np.cumsum(firsts.value_lengths().to_numpy(zero_copy_only=False))]).tolist()
+        for (code, _, tag), lo, hi in zip(new, bounds, bounds[1:]):
+            n, t, f = names[lo:hi], types[lo:hi], flags[lo:hi]
+            ids[code] = known[tag] = _id(canonical_text(n, t, f))
+            entries.setdefault(int(ids[code]), (n, t, f))
     out = ids[np.where(codes >= 0, codes, 0)] if len(ids) else np.zeros(len(image), dtype=np.int64)
     return pa.array(out, pa.int64(), mask=~valid)
 
@@ -263,12 +277,13 @@ def merge_stats(a: dict, b: dict) -> dict:
     return out
 
 
-def lean(batch: pa.RecordBatch, entries: dict) -> pa.RecordBatch:
-    """A DECODED_ARROW_SCHEMA batch as a LEAN_ARROW_SCHEMA batch (its `aux` null)."""
+def lean(batch: pa.RecordBatch, entries: dict, known: dict | None = None) -> pa.RecordBatch:
+    """A DECODED_ARROW_SCHEMA batch as a LEAN_ARROW_SCHEMA batch (its `aux` null; `known`:
+    `schema_ids`')."""
     columns = {f.name: batch.column(f.name) for f in _image_fields}
     for image in IMAGES:
         column = batch.column(image)
-        columns[f"{image}_schema"] = schema_ids(column, entries)
+        columns[f"{image}_schema"] = schema_ids(column, entries, known)
         columns[f"{image}_values"], columns[f"{image}_labels"] = _values_labels(column)
     columns["identity"] = pa.nulls(batch.num_rows, pa.binary())
     columns["place_id"] = pa.nulls(batch.num_rows, pa.int64())  # numbered by `leaned`
@@ -353,6 +368,7 @@ def leaned(fn):
         context = TaskContext.get()
         next_place = (context.partitionId() if context else 0) << PLACE_BITS
         entries: dict = {}
+        known: dict = {}  # schema_ids' column lists already met by this task
         runs, stats, ddl = _Runs(), _Stats(), []
         pending: list = []
 
@@ -361,7 +377,7 @@ def leaned(fn):
             batch = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
             pending.clear()
             stats.add(batch)
-            out = lean(batch, entries)
+            out = lean(batch, entries, known)
             places = pa.array(np.arange(next_place, next_place + out.num_rows, dtype=np.int64))
             next_place += out.num_rows
             out = out.set_column(out.schema.get_field_index("place_id"), "place_id", places)

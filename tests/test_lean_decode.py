@@ -55,6 +55,15 @@ def test_lean_rows_keep_values_and_labels_and_ids_name_column_lists_exactly(imag
     # the task's aux row carries the dictionary
     aux = aux_batch(entries, _Runs()).to_pylist()[0]
     assert aux["kind"] == "aux" and {e["id"] for e in aux["aux"]["entries"]} == set(entries)
+    # the same rows in two batches of one task (the column lists met in the first known to the
+    # second): the same ids and the same dictionary
+    cut = len(kept) // 2
+    shared: dict = {}
+    known: dict = {}
+    halves = [lean(decoded.slice(0, cut), shared, known), lean(decoded.slice(cut), shared, known)]
+    for name in ("before_schema", "after_schema"):
+        assert sum((h.column(name).to_pylist() for h in halves), []) == out.column(name).to_pylist()
+    assert shared == entries
 
 
 EVENT = st.fixed_dictionaries({

@@ -12,9 +12,12 @@
 //! not UTF-8 in the key/value names), a value its rule refuses, DDL, and records without key
 //! and value. Those are decoded (or quarantined) by the reference.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use std::sync::OnceLock;
 
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::{Name, RecordField, RecordSchema, UnionSchema};
 use apache_avro::types::Value;
 use apache_avro::Schema;
 use pyo3::prelude::*;
@@ -71,6 +74,52 @@ impl SchemaReader {
         let reader = GenericDatumReader::builder(schema_ref).build().ok()?;
         Some(SchemaReader { reader, _schema: schema })
     }
+}
+
+/// A field's Avro type as the codec reads it (`avro._io_code`: "long", "null,bytes"): a
+/// primitive or a union of them; None for anything else (the codec's analysis gives no other).
+fn io_schema(code: &str) -> Option<Schema> {
+    fn primitive(name: &str) -> Option<Schema> {
+        Some(match name {
+            "null" => Schema::Null,
+            "boolean" => Schema::Boolean,
+            "int" => Schema::Int,
+            "long" => Schema::Long,
+            "float" => Schema::Float,
+            "double" => Schema::Double,
+            "bytes" => Schema::Bytes,
+            _ => return None,
+        })
+    }
+    if !code.contains(',') {
+        return primitive(code);
+    }
+    let branches = code.split(',').map(primitive).collect::<Option<Vec<_>>>()?;
+    UnionSchema::new(branches).ok().map(Schema::Union)
+}
+
+/// The record schema the crate reads a writer schema's datums with, built from the fields'
+/// types: not its JSON text, which the crate's parser reads with serde_json and checks every
+/// name of with a regex (most of a schema id's cost in the extension, and TiCDC registers
+/// about one id per ten records). Only the types and their order decide how the binary is
+/// read: the record keeps one fixed name, and its fields none (the crate copies a field's
+/// name into every datum it reads; the plan names the fields, by position), so the lookup
+/// by name is empty.
+fn record_schema(types: Vec<Schema>) -> Schema {
+    static NAME: OnceLock<Name> = OnceLock::new();
+    let name = NAME.get_or_init(|| Name::new("record").expect("a valid Avro name")).clone();
+    let fields = types
+        .into_iter()
+        .map(|schema| RecordField {
+            name: String::new(),
+            doc: None,
+            aliases: Vec::new(),
+            default: None,
+            schema,
+            custom_attributes: BTreeMap::new(),
+        })
+        .collect();
+    Schema::Record(RecordSchema { name, aliases: None, doc: None, fields, lookup: BTreeMap::new(), attributes: BTreeMap::new() })
 }
 
 /// A writer schema analysed by the Python codec, with its datum reader.
@@ -178,19 +227,13 @@ impl AvroDecoder {
         if out.is_none() {
             return Ok(None);
         }
-        type FieldSpec = (String, Option<String>, i32, String, Py<PyAny>);
-        let (text, namespace, database, table, specs): (String, String, String, String, Vec<FieldSpec>) = out.extract()?;
-        let Ok(schema) = Schema::parse_str(&text) else { return Ok(None) };
-        let schema = Box::new(schema);
-        let Schema::Record(record) = schema.as_ref() else { return Ok(None) };
-        if record.fields.len() != specs.len() {
-            return Ok(None);
-        }
+        type FieldSpec = (String, Option<String>, i32, String, Py<PyAny>, String);
+        let (namespace, database, table, specs): (String, String, String, Vec<FieldSpec>) = out.extract()?;
         let mut fields = Vec::with_capacity(specs.len());
-        for (field, (name, mysql_type, flags, kind, arg)) in record.fields.iter().zip(specs) {
-            if field.name != name {
-                return Ok(None);
-            }
+        let mut read_as = Vec::with_capacity(specs.len());
+        for (name, mysql_type, flags, kind, arg, io_type) in specs {
+            let Some(schema) = io_schema(&io_type) else { return Ok(None) };
+            read_as.push(schema);
             fields.push(match kind.as_str() {
                 "_tidb_op" => Field::Op,
                 "_tidb_commit_ts" => Field::CommitTs,
@@ -215,7 +258,7 @@ impl AvroDecoder {
                 }
             });
         }
-        let Some(reader) = SchemaReader::new(schema) else { return Ok(None) };
+        let Some(reader) = SchemaReader::new(Box::new(record_schema(read_as))) else { return Ok(None) };
         Ok(Some(Plan { reader, id, namespace, database, table, fields }))
     }
 
@@ -500,8 +543,8 @@ fn watermark(v: &[u8], rec: i32, b: &mut Builders) -> R<()> {
 
 #[pymethods]
 impl AvroDecoder {
-    /// `plan(schema_id) -> None | (io schema text, namespace, database, table, fields)`, each
-    /// field `(name, mysql_type, flags, rule, arg)` (spark_apps/native_decode.py `_avro_plan`).
+    /// `plan(schema_id) -> None | (namespace, database, table, fields)`, each field `(name,
+    /// mysql_type, flags, rule, arg, Avro type as read)` (codecs/avro.py `_compiled_plan`).
     #[new]
     fn new(plan: Py<PyAny>) -> Self {
         AvroDecoder { plan_fn: plan, plans: Vec::new(), by_id: HashMap::new(), text: Vec::new() }

@@ -97,22 +97,10 @@ def _replay(archive: str, output: str, master: str, *extra: str) -> subprocess.C
 
 
 @pytest.fixture(scope="module")
-def local_output(archive, spark) -> str:
-    """The local-mode output the cluster runs must equal: the same app in the tests' local[2]
-    Spark session with the cluster runs' shuffle partitions (SMALL), not a spark-submit of its
-    own (its ~20 s of JVM start-up prove nothing here; test_cli runs the app through it)."""
-    from spark_apps.options import ReplayArgs, parser
-    from spark_apps.replay import run
-
+def local_output(archive) -> str:
     output = "s3://cluster-lake/local"
-    key, value = SMALL.split("=", 1)
-    before = spark.conf.get(key)
-    spark.conf.set(key, value)
-    try:
-        run(ReplayArgs.from_namespace(parser().parse_args(
-            ["--source", archive, "--output", output, *ARGS, "--run-id", "cluster-test"])), spark=spark)
-    finally:
-        spark.conf.set(key, before)
+    result = _replay(archive, output, "local[2]", "--run-id", "cluster-test")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return output
 
 

@@ -157,14 +157,12 @@ def test_scheduled_dag_replays_interval_by_interval(airflow_env, airflow_home, a
 
 
 @pytest.fixture
-def own_airflow_home(tmp_path_factory, s3_endpoint, aws_secrets):
+def own_airflow_home(migrated_home, s3_endpoint, aws_secrets):
     """A migrated AIRFLOW_HOME (SQLite) of its own: the scheduled DAG's runs of other tests (same
     logical dates) must not be its previous runs."""
     from spark_apps import airflow_local as al
 
-    home = str(tmp_path_factory.mktemp("airflow-home-chain"))
-    al.write_config(home)
-    al.migrate(al.environment(home))
+    home = migrated_home("airflow-home-chain")
 
     def make(**extra) -> dict:
         env = al.environment(home, aws=al.aws_connection(s3_endpoint, aws_secrets.key_id, aws_secrets.secret),

@@ -70,6 +70,32 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -measured.get(module(item), guessed[module(item)]))
 
 
+def _atomic_conditional_puts():
+    """moto's server checks a PUT's If-Match / If-None-Match and then writes, as two steps:
+    two of its threads can both pass the check (the CI saw three takers of one stale lease
+    win). S3 decides a conditional write atomically, and the lease (spark_apps/lease.py)
+    relies on it, so the tests' server takes a lock around each conditional PUT."""
+    import functools
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    if getattr(original, "_atomic", False):
+        return
+    lock = threading.Lock()
+
+    @functools.wraps(original)
+    def put_object(self):
+        if self.headers.get("If-Match") or self.headers.get("If-None-Match"):
+            with lock:
+                return original(self)
+        return original(self)
+
+    put_object._atomic = True
+    S3Response.put_object = put_object
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint():
     """moto's S3 server on 127.0.0.1; AWS_* point at it for this process and every Spark
@@ -78,6 +104,7 @@ def s3_endpoint():
 
     from spark_apps.local_s3 import DEMO_CREDENTIALS, free_port
 
+    _atomic_conditional_puts()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -67,6 +67,22 @@ def format_record(record: KafkaRecord) -> bytes:
     return orjson.dumps(line)
 
 
+def line_former(topic: str, partition: int):
+    """`format_record`'s line for records of one topic partition with no timestamp, as a
+    function of (offset, key, value, headers): the same bytes, with the topic and partition
+    rendered once (a writer formats a line per record; tests/test_archive.py compares them)."""
+    head = b'{"topic":%s,"partition":%d,"offset":' % (orjson.dumps(topic), partition)
+    b2a = binascii.b2a_base64
+
+    def line(offset: int, key: bytes | None, value: bytes | None, headers=None) -> bytes:
+        return b'%s%d,"timestamp":null,"key":%s,"value":%s%s}' % (
+            head, offset, b"null" if key is None else b'"%s"' % b2a(key, newline=False),
+            b"null" if value is None else b'"%s"' % b2a(value, newline=False),
+            b',"headers":%s' % orjson.dumps([[name, _b64(v)] for name, v in headers]) if headers else b"")
+
+    return line
+
+
 def parse_line(line: bytes | str, object: str | None = None) -> KafkaRecord:
     """Parse one archive line; raises ArchiveLineError naming what is wrong."""
     try:

@@ -92,7 +92,7 @@ def precision_from_history(history):
                 continue
             key = ((dbs[i] or "").lower(), (tables[i] or "").lower())
             if key not in some_temporal:  # no version with a temporal column: no point to look up
-                some_temporal[key] = any(_fsps(dict(sig)) for _, sig in history.versions.get(key, ())
+                some_temporal[key] = any(fsps_of(sig) for _, sig in history.versions.get(key, ())
                                          if sig and sig != UNKNOWN_COLUMNS)
             if not some_temporal[key]:
                 continue
@@ -100,13 +100,24 @@ def precision_from_history(history):
                 points = batch.column("sort_point").to_pylist()
             signature = history.columns_at(dbs[i], tables[i] or "", list(points[i] or []))
             if signature and signature != UNKNOWN_COLUMNS:
-                fsp = _fsps(dict(signature))
+                fsp = fsps_of(signature)
                 if fsp:
                     fsps[i] = fsp
         if fsps:
             for side in ("before", "after"):
                 out &= ~_renders(batch.column(side), fsps)
         return out
+
+    of_signature: dict = {}
+
+    def fsps_of(signature) -> dict:
+        """`_fsps` of a signature of the history, once per signature (the history keeps its
+        signatures, so their ids stay theirs); one dict per signature lets `_renders` take
+        the rows that share it together."""
+        known = of_signature.get(id(signature))
+        if known is None or known[0] is not signature:
+            known = of_signature[id(signature)] = (signature, _fsps(dict(signature)))
+        return known[1]
 
     prepare.unchanged = unchanged
     return prepare
@@ -126,25 +137,40 @@ def _fsps(types: dict) -> dict:
 
 def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
     """Per row of an image column (Arrow list<struct>): True where `declared_precision` would
-    change a value of one of the rows of `fsps` ({row: {lower-case column name: fsp}}); only
-    those rows' cells become Python values."""
+    change a value of one of the rows of `fsps` ({row: {lower-case column name: fsp}}, rows
+    of one table version sharing one dict); only the cells of those rows' temporal columns
+    become Python values (the names are matched per distinct name and dict)."""
     import pyarrow.compute as pc
 
     n = len(image)
     changes = np.zeros(n, dtype=bool)
     lengths = _lengths(image)
     row_of = np.repeat(np.arange(n), lengths)
-    wanted = np.zeros(n, dtype=bool)
-    wanted[list(fsps)] = True
-    cells = np.flatnonzero(wanted[row_of])
+    group = np.full(n, -1, dtype=np.int64)  # row -> index of its fsps dict in `dicts`
+    dicts, at = [], {}
+    for row, fsp in fsps.items():
+        g = at.get(id(fsp))
+        if g is None:
+            g = at[id(fsp)] = len(dicts)
+            dicts.append(fsp)
+        group[row] = g
+    cells = np.flatnonzero(group[row_of] >= 0)
     if not len(cells):
         return changes
     flat = image.flatten()
     take = pa.array(cells)
-    names, types, values = (pc.struct_field(flat, f).take(take).to_pylist() for f in ("name", "mysql_type", "value"))
+    names = pc.struct_field(flat, "name").take(take).dictionary_encode()
+    lower = [name.lower() for name in names.dictionary.to_pylist()]
+    temporal = np.array([[name in fsp for name in lower] for fsp in dicts], dtype=bool)  # [dict, name]
+    hit = temporal[group[row_of[cells]], names.indices.to_numpy(zero_copy_only=False)]
+    cells = cells[hit]
+    if not len(cells):
+        return changes
+    take = pa.array(cells)
+    types, values = (pc.struct_field(flat, f).take(take).to_pylist() for f in ("mysql_type", "value"))
+    names = [lower[i] for i in names.indices.filter(pa.array(hit)).to_pylist()]
     for row, name, own, value in zip(row_of[cells].tolist(), names, types, values, strict=True):
-        fsp = fsps[row].get(name.lower())
-        if fsp is not None and value is not None and not parse_type(own).params and with_fsp(value, fsp) != value:
+        if value is not None and not parse_type(own).params and with_fsp(value, fsps[row][name]) != value:
             changes[row] = True
     return changes
 

@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from cdc_codecs import KafkaRecord
-from cdc_codecs.archive import ArchiveLineError, format_record, is_archive_object, object_name, parse_line
+from cdc_codecs.archive import ArchiveLineError, format_record, is_archive_object, line_former, object_name, parse_line
 from spark_apps import storage
 
 
@@ -16,6 +16,22 @@ def test_record_lines_round_trip_with_binary_keys_values_and_headers():
     assert b"\n" not in line
     assert parse_line(line, "obj") == KafkaRecord(
         "orders", 2, 12345678901, 1700000000000, bytes(range(256)), b"\x00{}", (("h", b"\xff"), ("empty", b"")), "obj")
+
+
+@pytest.mark.parametrize("topic", ["t", "shop.orders", 'a"b\\c\u00e9\u2028\x01/'])
+def test_a_writers_line_former_writes_format_records_lines(topic):
+    """The archive target formats its lines with `line_former` (the topic and partition
+    rendered once): the same bytes as `format_record` for every kind of key, value and headers."""
+    values = [None, b"", bytes(range(256)), b'{"id":1}' * 40]
+    headers = [None, (), [("h", b"\xff")], (("a", b""), ("\u00e9\"", b"xyz"))]
+    for partition in (0, 7, (1 << 31) - 1):
+        line = line_former(topic, partition)
+        for offset in (0, 99, (1 << 63) - 1):
+            for key in values:
+                for value in values:
+                    for header in headers:
+                        record = KafkaRecord(topic, partition, offset, None, key, value, header or ())
+                        assert line(offset, key, value, header) == format_record(record)
 
 
 def test_null_key_value_and_timestamp():

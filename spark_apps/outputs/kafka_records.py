@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from cdc_codecs import get_codec
-from cdc_codecs.archive import format_record, object_name
-from cdc_codecs.base import KafkaRecord
+from cdc_codecs.archive import line_former, object_name
 from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import EVENT_FIELD_NAMES
 
@@ -284,10 +283,10 @@ class ObjectWriter:
         self._pool = None
         self._pending: collections.deque = collections.deque()
         self._object: dict | None = None  # the object being compressed: its compressor and parts
+        self._line = line_former(topic, partition)  # format_record's line, no timestamp
 
     def add(self, key, value, headers) -> None:
-        record = KafkaRecord(self.topic, self.partition, self.offset, None, key, value, headers)
-        self._lines.append(format_record(record))
+        self._lines.append(self._line(self.offset, key, value, headers))
         self.offset += 1
         if self.offset - self._first >= self.max_records:
             self.flush()

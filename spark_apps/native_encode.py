@@ -195,6 +195,16 @@ def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, cou
 def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
     """`encode_batch`'s items, each after the index of its event in `batch` (`prepare` may
     drop events: the items are not one per row)."""
+    at, topics, partitions, kinds, events, entries = encoded_lists(codec, encoder, batch, prepare, counts)
+    for i, event, entry in zip(at, events, entries, strict=True):
+        yield i, (topics[i], partitions[i]), kinds[i], event, entry
+
+
+def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None) -> tuple:
+    """`encode_batch_at`'s items as lists, for a writer that takes a batch's entries at once
+    (no Python frame per event): (indexes in `batch` of the events kept, the batch's output
+    topics, partitions and kinds (one per row), each kept event's dict or None, its entry or
+    EncodeError)."""
     from cdc_codecs.errors import EncodeError
 
     from .contract import Kind
@@ -203,7 +213,7 @@ def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, 
     counts = counts if counts is not None else Counts()
     n = batch.num_rows
     if not n:
-        return
+        return [], [], [], [], [], []
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
     fast = np.array([k == Kind.ROW for k in kinds], dtype=bool)
     labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
@@ -243,16 +253,25 @@ def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, 
                                 out_topics.take(pa.array(part, pa.int64())))
             for i, value in zip(part, encoded, strict=True):
                 values[i] = value
+    if not slow:  # every event encoded from the batch
+        counts.native += n
+        counts.arrow += n
+        return range(n), topics, partitions, kinds, [None] * n, values
+    at, kept, entries = [], [], []
     for i in range(n):
         value = values[i]
         if value is not None:
             counts.native += 1
             counts.arrow += i not in events
-            yield i, (topics[i], partitions[i]), kinds[i], events.get(i), value
         elif i in events:
             counts.python += 1
             try:
-                entry = _python(codec, events[i], topics[i], partitions[i])
+                value = _python(codec, events[i], topics[i], partitions[i])
             except EncodeError as e:
-                entry = e
-            yield i, (topics[i], partitions[i]), kinds[i], events[i], entry
+                value = e
+        else:
+            continue
+        at.append(i)
+        kept.append(events.get(i))
+        entries.append(value)
+    return at, topics, partitions, kinds, kept, entries

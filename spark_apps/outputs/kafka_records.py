@@ -8,12 +8,13 @@ import collections
 import itertools
 import logging
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from cdc_codecs import get_codec
 from cdc_codecs.archive import line_former, object_name
+from cdc_codecs.base import Codec
 from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import EVENT_FIELD_NAMES
 
@@ -293,6 +294,24 @@ class ObjectWriter:
         elif len(self._lines) >= self.CHUNK_LINES:
             self._compress()
 
+    def add_messages(self, messages: list, events: Sequence[int], rows: Sequence[int]) -> None:
+        """`add` of each message (EncodedMessage) in order, the lines formatted a chunk at a time;
+        `events` / `rows`: per message, the events / row events fed so far in this call (an
+        object counts the events fed until its last message, as `add` after each message)."""
+        line, done = self._line, 0
+        fed_events, fed_rows = self.fed_events, self.fed_rows
+        while done < len(messages):
+            room = min(self.max_records - (self.offset - self._first), self.CHUNK_LINES - len(self._lines))
+            part, offset = messages[done:done + room], self.offset
+            self._lines += [line(offset + j, m.key, m.value, m.headers) for j, m in enumerate(part)]
+            self.offset += len(part)
+            done += len(part)
+            self.fed_events, self.fed_rows = fed_events + events[done - 1], fed_rows + rows[done - 1]
+            if self.offset - self._first >= self.max_records:
+                self.flush()
+            elif len(self._lines) >= self.CHUNK_LINES:
+                self._compress()
+
     def _submit(self, work: Callable) -> None:
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -383,12 +402,72 @@ def write_topics_fn(
                             continue
                     yield (event.pop("out_topic"), event.pop("out_partition")), event
 
-        if encoder is not None and columnar:
+        if encoder is not None and columnar and type(codec).frame is Codec.frame:
+            written = by_batch(codec, encoder, batches, counts)
+        elif encoder is not None and columnar:
             items = (item for batch in batches
                      for item in native_encode.encode_batch(codec, encoder, batch, prepare, counts))
+            written = by_event(codec, encoder, items, counts)
         else:
-            items = stream()
+            written = by_event(codec, encoder, stream(), counts)
+        if encoder is not None:
+            log.info("%s encoded: %d events compiled, %d by the Python codec; %d events encoded from the "
+                     "Arrow batch, %d turned into dicts", protocol, counts.native, counts.python, counts.arrow, counts.dicts)
+        if written:
+            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
 
+    def finished(writer, written: list) -> None:
+        writer.flush()
+        written.extend(writer.written)
+        log.info("wrote %s/%d: %d records", display(writer.topic), writer.partition, writer.offset)
+
+    def by_batch(codec, encoder, batches, counts) -> list[dict]:
+        """A codec whose entries are each one event's messages (`Codec.frame` flattens them:
+        canal-json): each batch's entries go to the writer a run of one output partition at a
+        time (`native_encode.encoded_lists`, `add_messages`), with no Python frame per event."""
+        written, writer = [], None
+        for batch in batches:
+            at, topics, partitions, kinds, events, entries = native_encode.encoded_lists(
+                codec, encoder, batch, prepare, counts)
+            start = 0
+            while start < len(at):
+                key = (topics[at[start]], partitions[at[start]])
+                last = (topics[at[-1]], partitions[at[-1]])
+                end = len(at) if last == key else start + 1  # sorted: all of one partition when the last is
+                while end < len(at) and (topics[at[end]], partitions[at[end]]) == key:
+                    end += 1
+                if writer is None or (writer.topic, writer.partition) != key:
+                    if writer is not None:
+                        finished(writer, written)
+                    writer = (make_writer or ObjectWriter)(base, key[0], key[1], max_records)
+                run = entries[start:end]
+                for j, entry in enumerate(run):
+                    if isinstance(entry, EncodeError):
+                        raise _unencodable(protocol, entry, getattr(entry, "event", None) or events[start + j]) from entry
+                is_row = [kinds[i] == Kind.ROW for i in at[start:end]]
+                messages = [message for entry in run for message in entry]
+                if len(messages) == len(run):  # one message per event: the counts run along
+                    events, rows = range(1, len(run) + 1), list(itertools.accumulate(is_row))
+                else:  # per message, the events fed when the codec's frame yields it
+                    events, rows, fed, fed_rows = [], [], 0, 0
+                    for entry, row in zip(run, is_row, strict=True):
+                        fed, fed_rows = fed + 1, fed_rows + row
+                        events += [fed] * len(entry)
+                        rows += [fed_rows] * len(entry)
+                fed_events, fed_rows = writer.fed_events, writer.fed_rows
+                if hasattr(writer, "add_messages"):
+                    writer.add_messages(messages, events, rows)
+                else:
+                    for message, e, r in zip(messages, events, rows, strict=True):
+                        writer.fed_events, writer.fed_rows = fed_events + e, fed_rows + r
+                        writer.add(message.key, message.value, message.headers)
+                writer.fed_events, writer.fed_rows = fed_events + len(run), fed_rows + sum(is_row)
+                start = end
+        if writer is not None:
+            finished(writer, written)
+        return written
+
+    def by_event(codec, encoder, items, counts) -> list[dict]:
         written = []
         for (topic, partition), group in itertools.groupby(items, key=lambda item: item[0]):
             writer = (make_writer or ObjectWriter)(base, topic, partition, max_records)
@@ -428,19 +507,17 @@ def write_topics_fn(
                     for message in codec.frame(entries()):
                         writer.add(message.key, message.value, message.headers)
             except EncodeError as e:
-                event = getattr(e, "event", None) or last.get("event") or {}
-                raise EncodeError(
-                    f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
-                    f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
-                    f"{event.get('partition')} "
-                    f"offset {event.get('offset')} (object {event.get('object')}): {e}") from e
-            writer.flush()
-            written.extend(writer.written)
-            log.info("wrote %s/%d: %d records", display(topic), partition, writer.offset)
-        if encoder is not None:
-            log.info("%s encoded: %d events compiled, %d by the Python codec; %d events encoded from the "
-                     "Arrow batch, %d turned into dicts", protocol, counts.native, counts.python, counts.arrow, counts.dicts)
-        if written:
-            yield pa.RecordBatch.from_pylist(written, schema=WRITTEN_ARROW_SCHEMA)
+                raise _unencodable(protocol, e, getattr(e, "event", None) or last.get("event")) from e
+            finished(writer, written)
+        return written
 
     return run
+
+
+def _unencodable(protocol: str, e: Exception, event: dict | None) -> EncodeError:
+    """The writer's error for an event its codec cannot encode, naming the event."""
+    event = event or {}
+    return EncodeError(
+        f"UNENCODABLE {protocol} cannot encode the {event.get('op') or event.get('kind')} event of "
+        f"{display(event.get('database'))}.{display(event.get('table'))} read at {display(event.get('topic'))}/"
+        f"{event.get('partition')} offset {event.get('offset')} (object {event.get('object')}): {e}")

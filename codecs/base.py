@@ -154,6 +154,11 @@ class Codec(abc.ABC):
         the event (the compiled output is not certain to be the reference's)."""
         raise NotImplementedError(f"{self.name} has no compiled encoder")
 
+    def compiled_entries(self, encoded: list) -> list:
+        """`compiled_entry` of each of a batch's outputs (None stays None: Python encodes it)."""
+        entry = self.compiled_entry
+        return [None if value is None else entry(value) for value in encoded]
+
     def entry(self, event: dict, *, topic: str, partition: int) -> Any:
         """One event's share of the messages, in the form `frame` takes: by default its messages."""
         return list(self.encode([event], topic=topic, partition=partition))

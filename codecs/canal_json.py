@@ -161,6 +161,11 @@ class CanalJsonCodec(Codec):
     def compiled_entry(self, encoded: bytes) -> list[EncodedMessage]:
         return [EncodedMessage(None, compression.compress(self.config["large-message-handle-compression"], encoded))]
 
+    def compiled_entries(self, encoded: list) -> list:
+        if self.config["large-message-handle-compression"] != "none":
+            return super().compiled_entries(encoded)
+        return [None if value is None else [EncodedMessage(None, value)] for value in encoded]
+
     def validate(self) -> None:
         if self.config["flat-message-flavor"] == "canal" and self.config["enable-tidb-extension"]:
             raise ConfigError("flat-message-flavor=canal writes Alibaba Canal's message, which has no _tidb "

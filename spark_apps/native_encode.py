@@ -154,10 +154,9 @@ def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: 
 def _compiled(codec, encoder, batch: pa.RecordBatch, topic: str | pa.Array) -> list:
     """The compiled encoder's entries of a batch of events (None: the event goes to Python);
     `topic`: their output topic, one or per event (Avro's schema subjects are named after it)."""
-    entry = codec.compiled_entry
     cols = _arrays(batch)
     cols["topic"] = topic if isinstance(topic, str) else _strs(topic)
-    return [None if value is None else entry(value) for value in encoder.encode(batch.num_rows, cols)]
+    return codec.compiled_entries(encoder.encode(batch.num_rows, cols))
 
 
 def _chunk(codec, encoder, events, topic, partition, counts):

@@ -235,3 +235,30 @@ def test_the_writer_takes_lean_images_and_writes_the_same_bytes(tmp_path):
         rows = [r for b in fn(iter(batches)) for r in b.to_pylist()]
         written[name] = (objects(base), [{k: v for k, v in r.items() if k != "uri"} for r in rows])
     assert written["full"][0] and written["lean"] == written["full"]
+
+
+def test_the_precision_hooks_check_says_which_rows_it_would_change():
+    """`precision_from_history(...).unchanged` (columnar, per batch: the rows the compiled
+    encoder may take straight from Arrow) is True exactly where `prepare` leaves the event as
+    it is: a temporal column matched by its lower-case name, at its declared precision or not,
+    in either image, for tables with and without temporal columns."""
+    import copy
+
+    from spark_apps.schema import events_from_batch
+
+    history = SchemaHistory()
+    for ts, query in DDL:
+        history.apply(query, [ts], "d")
+    events = writer_events()
+    for e in events[::9]:  # names in another case: the schema's are lower-case
+        for image in (e["before"], e["after"]):
+            for c in image or ():
+                c["name"] = c["name"].upper()
+    prepare = precision_from_history(history)
+    checked = 0
+    for batch in writer_batches(events, size=37):
+        said = prepare.unchanged(batch)
+        for flag, event in zip(said.tolist(), events_from_batch(batch), strict=True):
+            assert flag == (prepare(copy.deepcopy(event)) == event)
+            checked += not flag
+    assert checked == 30  # tm's DATETIME(3) values with six digits, whatever their names' case

@@ -245,7 +245,8 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
                 continue
             del event["out_topic"], event["out_partition"]
             events[i] = event
-        again = [i for i in events if not fast[i]]  # prepared here: the extension has not seen them
+        # prepared here: the extension has not seen them (it declines every event but rows)
+        again = [i for i in events if not fast[i] and kinds[i] == Kind.ROW]
         for start in range(0, len(again), CHUNK):
             part = again[start:start + CHUNK]
             encoded = _compiled(codec, encoder, pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA),

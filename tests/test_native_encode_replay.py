@@ -303,3 +303,17 @@ def test_a_writer_without_add_messages_gets_each_message_with_its_counts(tmp_pat
         written[switch] = [r for b in fn(iter(writer_batches(writer_events(), size=23))) for r in b.to_pylist()]
         seen[switch] = _Recorder.seen
     assert len(seen["1"]) > 200 and seen["1"] == seen["0"] and written["1"] == written["0"]
+
+
+def test_an_event_the_codec_cannot_encode_is_named_in_the_writers_error(tmp_path):
+    """canal-json's batch path (`by_batch`) raises as the per-event path did: UNENCODABLE, with
+    the event's op, table and place (the task fails)."""
+    from cdc_codecs.errors import EncodeError
+
+    events = writer_events()
+    bad = next(e for e in events if e["kind"] == Kind.ROW and e["table"] == "u" and e["commit_ts"] > 40)
+    bad["op"] = "merge"  # no canal-json type for it: the compiled encoder declines, Python refuses
+    fn = write_topics_fn("canal-json", {"enable-tidb-extension": "true"}, str(tmp_path), 40)
+    with pytest.raises(EncodeError, match=r"UNENCODABLE canal-json cannot encode the merge event of d\.u .* offset "
+                       + str(bad["offset"])):
+        list(fn(iter(writer_batches(events, size=23))))

@@ -446,22 +446,23 @@ def write_topics_fn(
                         raise _unencodable(protocol, entry, getattr(entry, "event", None) or events[start + j]) from entry
                 is_row = [kinds[i] == Kind.ROW for i in at[start:end]]
                 messages = [message for entry in run for message in entry]
+                # per message, the run's events and row events fed when the codec's frame yields it
                 if len(messages) == len(run):  # one message per event: the counts run along
-                    events, rows = range(1, len(run) + 1), list(itertools.accumulate(is_row))
-                else:  # per message, the events fed when the codec's frame yields it
-                    events, rows, fed, fed_rows = [], [], 0, 0
+                    events_at, rows_at = range(1, len(run) + 1), list(itertools.accumulate(is_row))
+                else:
+                    events_at, rows_at, fed, fed_rows = [], [], 0, 0
                     for entry, row in zip(run, is_row, strict=True):
                         fed, fed_rows = fed + 1, fed_rows + row
-                        events += [fed] * len(entry)
-                        rows += [fed_rows] * len(entry)
-                fed_events, fed_rows = writer.fed_events, writer.fed_rows
+                        events_at += [fed] * len(entry)
+                        rows_at += [fed_rows] * len(entry)
+                before = writer.fed_events, writer.fed_rows
                 if hasattr(writer, "add_messages"):
-                    writer.add_messages(messages, events, rows)
+                    writer.add_messages(messages, events_at, rows_at)
                 else:
-                    for message, e, r in zip(messages, events, rows, strict=True):
-                        writer.fed_events, writer.fed_rows = fed_events + e, fed_rows + r
+                    for message, e, r in zip(messages, events_at, rows_at, strict=True):
+                        writer.fed_events, writer.fed_rows = before[0] + e, before[1] + r
                         writer.add(message.key, message.value, message.headers)
-                writer.fed_events, writer.fed_rows = fed_events + len(run), fed_rows + sum(is_row)
+                writer.fed_events, writer.fed_rows = before[0] + len(run), before[1] + sum(is_row)
                 start = end
         if writer is not None:
             finished(writer, written)

@@ -117,7 +117,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
                 intervals: DataFrame | None = None, known=None, stretches: DataFrame | None = None,
                 stretch_names=None, dictionary: T.SchemaDictionary | None = None,
                 duplicates: T.Duplicates | None = None, base: DataFrame | None = None,
-                in_base: list[int] | None = None, live_only: bool = False) -> DataFrame:
+                in_base: list[int] | None = None, unknown: list[tuple] = (), live_only: bool = False) -> DataFrame:
     """Every event of `ready` (replay's frame fed to duplicate_places/tag_status: lean or full
     rows, after `infer_commit_ts`/`partition_event_time`), one row per effect, computed in the
     map stage (no shuffle of events): `status` (`transforms.tag_status`'s, `duplicates` being
@@ -132,6 +132,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     images, their `timeline` set), applied events that enter only the last change per key
     (never counted, never duplicate-checked, never quarantined: v1 unions them with the
     applied rows after its summary); `in_base`: a base export's bound (tag_status's).
+    `unknown`: --require-schema's (database, table) without a known schema, whose applied
+    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as v1).
     `live_only`: only the rows `latest` reads (the others are left out before their keys are
     computed)."""
     if duplicates is None:
@@ -167,6 +169,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     df = (df.withColumn("error_stage", F.when(missing, F.lit(T.MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
           .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))
           .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+    if unknown:
+        df = T.mark_unknown_tables(df, list(unknown), where=not_base)
     # only applied row events have effects (the others are one row each, for the counts)
     effectful = ((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED)
                  & ((in_scope & ~F.col("_missing")) | ~not_base) & F.col("_live_table"))

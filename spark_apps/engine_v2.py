@@ -1,11 +1,11 @@
 """Engine v2, the core (issue 33): the last change per key from the DDL history at the cut,
-built on the driver before any event moves.
+built on the driver before the events' shuffle.
 
 v1 (spark_apps/stages/ and `outputs.OutputPlan.snapshot`) builds the history after its summary
 and only then assigns every applied row its final table and key. Here the history's key
 information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`)
-is an input, built from the decode's DDL events (few; `applied_ddl` picks the ones v1 applies),
-so `tag_effects` gives every event, in the map stage, its status (v1's `tag_status`, the later
+is an input (in a run, the history of v1's summary, below; `applied_ddl` picks from the
+decode's DDL events, few, the ones v1 applies), so `tag_effects` gives every event, in the map stage, its status (v1's `tag_status`, the later
 copies being v1's duplicate marks, `find_duplicates`: a narrow shuffle of identities), the
 missing-table quarantine, its final table and its effects (an UPDATE that changes its key has
 two: a DELETE of the old key and an upsert of the new). `latest` reduces the applied effects
@@ -17,9 +17,12 @@ fourteenth session): it moved every event with every column and sorted each part
 times, where a partial aggregate sends at most one row per key and task and the duplicate
 check only 40 bytes per event. docs/engine.md, "Engine v2 reduced before its shuffle".
 
-What the history at the cut cannot know before the summary: a table whose schema v1 takes from
-the stream (`SchemaHistory.use_stream_schemas`), and, in archives without commit ts and
-position, a DDL's point (a running event time): `fallback_reason`.
+The run (stages/engine.py) gives `tag_effects` the history v1's summary built (twenty-fourth
+session), which also knows what the DDL events alone cannot: a table whose schema v1 takes from
+the stream (`SchemaHistory.use_stream_schemas`) and, in archives without commit ts and
+position, a DDL's point (a running event time); so v2 falls back nowhere. `applied_ddl` builds
+the history from the DDL events alone (tests/test_engine_v2.py proves it v1's), what a run
+without v1's summary would need.
 """
 
 from __future__ import annotations
@@ -38,26 +41,12 @@ from .contract import Kind, Status
 _INTERNAL = ("_counted", "_live", "_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
 
 
-def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), require_schema: bool = False) -> str | None:
-    """Why this run cannot take the one-shuffle path (None: it can). Checked on the driver
-    before the shuffle; the caller runs v1's passes instead. `untimed`: the archive has
-    neither commit ts nor producer positions (replay's `needs_event_time`)."""
-    if untimed and intervals is not None:
-        return ("no commit ts nor position, and a DDL history: copies of an event may fall into different "
-                "intervals of a table (their timelines hold their own offsets)")
-    if inferred_schemas:
-        return "a table's schema is taken from its row events (known only after the summary)"
-    if require_schema:
-        return "--require-schema: tables without a known schema are quarantined after the summary"
-    return None
-
-
 def applied_ddl(ddl_events: list[dict], *, tables: list[str] | None, cut, since: int | None) -> list[dict]:
     """The DDL events v1 applies (its summary's `ddl`), picked on the driver from the decode's
     DDL events (stages.decode.first_pass, few) before any shuffle: in `tables`' scope, at or below the
     cut, above `since`, the first copy of each identity by `FIRST_SEEN`; in timeline order.
-    Archives with commit ts or positions only (`fallback_reason` refuses the others: an
-    untimed DDL's point is its partition's running event time, a window over every event)."""
+    Archives with commit ts or positions only (an untimed DDL's point is its partition's
+    running event time, a window over every event: ValueError)."""
     patterns = [_pattern(p) for p in (tables or [])]
     picked: dict = {}
     for d in ddl_events:

@@ -1,23 +1,21 @@
 """Stages 3 and 4 on the chosen engine (`--engine`, else $CDC_REPLAY_ENGINE, else v1):
-v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py), and on v2
-(spark_apps/engine_v2.py) the last change per key from the DDL history at the cut, built on
-the driver from the decode's DDL events before any event moves (v1 builds it after its summary
-and assigns tables and keys only then, stages/output.py).
+v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py) on both, and on
+v2 (spark_apps/engine_v2.py) the last change per key, or the SCD2 versions, with every row's
+final table and key from the DDL history at the cut found in the map stage before the one
+shuffle (v1 assigns tables and keys in the output stage, stages/output.py).
 
-v2 runs only where it gives v1's output byte for byte (Delta/Iceberg: the same tables): a
-snapshot or history to Parquet, Delta or Iceberg (a `--since` window merged into the tables
-too), a snapshot or topics to Kafka-record archives, no `fallback_reason`, and v1's summary
-confirming what v2 assumed before it (the same applied DDL, the same history, no schema taken
-from the stream; topics read neither, `_topics`). Anything else runs v1, said in one log line and in
-the manifest's `engine`. docs/engine.md, "Engine v2 wired", "Engine v2 reduced before its
-shuffle" and "Engine v2 writes topics and histories".
+v2 runs wherever it is asked for (twenty-fourth session: no fallback to v1), byte for byte
+v1's output (Delta/Iceberg: the same tables): any --emit, any target, a kafka:// output. Its
+history at the cut is the one v1's summary built (`hist.history`), so tables whose schema is
+taken from the stream, --require-schema's quarantine and archives without commit ts nor
+position need nothing of their own. docs/engine.md, "Engine v2 wired", "Engine v2 reduced
+before its shuffle", "Engine v2 writes topics and histories" and "v2 without fallbacks".
 In: the run context, `context.Decoded`. Out: `context.Tagged`, `context.History`."""
 
 from __future__ import annotations
 
 import os
 
-from spark_apps import kafka_io
 from spark_apps.stages import dedupe as dedupe_stage
 from spark_apps.stages import history as history_stage
 from spark_apps.stages.base import bound as base_bound
@@ -37,39 +35,29 @@ def requested(args) -> str:
     return value
 
 
-def request_reason(ctx: RunContext) -> str | None:
-    """Why the request alone keeps v1 (None: v2 may run)."""
-    if kafka_io.is_kafka(ctx.output):
-        return "a kafka:// output: v2 writes Parquet, Kafka-record archives and Delta/Iceberg tables only"
-    return None
-
-
 def tag_and_history(ctx: RunContext, decoded: Decoded) -> tuple[Tagged, History]:
     """Statuses, the DDL history and the summary (v1's code on both engines), then on v2 the
-    last changes from that history, where v2 can run; the manifest's `engine` says which ran
-    and why."""
+    last changes from that history; the manifest's `engine` says which ran (`fallback` is
+    None: since the twenty-fourth session v2 runs wherever it is asked for)."""
     engine = {"requested": requested(ctx.args), "ran": "v1", "fallback": None}
-    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded, dedupe_stage.cut_and_gaps(ctx, decoded))
+    tagged = dedupe_stage.dedupe_and_cut(ctx, decoded)
     hist = history_stage.schema_history(ctx, decoded, tagged)
     if engine["requested"] == "v2":
-        reason = request_reason(ctx) or _v2(ctx, decoded, tagged, hist)
-        if reason is None:
-            engine["ran"] = "v2"
-            ctx.say("engine v2: the last change per key from the history at the cut")
-        else:
-            engine["fallback"] = reason
-            ctx.say("engine v2 asked for, v1 runs: %s", reason)
+        _v2(ctx, tagged, hist)
+        engine["ran"] = "v2"
+        ctx.say("engine v2: the last change per key from the history at the cut")
     hist.engine = engine
     return tagged, hist
 
 
-def _v2(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> str | None:
+def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
     """v2's last changes (`hist.latest`) or SCD2 versions (`hist.versions`) from v1's statuses
     (`tagged`) and the DDL history its summary built (`hist.history`: tables whose schema is
-    taken from the stream included), with v1's quarantines (missing tables, --require-schema's
-    unknown ones) in the same map stage; None, or why v1 must go on (before any Spark job of
-    v2's). --emit topics: nothing to compute, both engines share the statuses, the summary and
-    the writer. A topic message keeps the event's own table and key (its partition comes from
+    taken from the stream included; in an archive without commit ts nor position, DDL at
+    their running event time, the rows' timelines being the same `tagged.ready`'s), with v1's
+    quarantines (missing tables, --require-schema's unknown ones) in the same map stage.
+    --emit topics: nothing to compute, both engines share the statuses, the summary and the
+    writer. A topic message keeps the event's own table and key (its partition comes from
     the dispatcher, Avro's missing old images from the event's own key's previous change,
     `transforms.fill_previous_images`), never the table and key at the cut."""
     from spark_apps import engine_v2 as V2
@@ -77,10 +65,7 @@ def _v2(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> str
 
     args, spark = ctx.args, ctx.spark
     if args.emit == "topics":
-        return None
-    _, _, untimed, _ = dedupe_stage.ordered_events(args, decoded)
-    if untimed and decoded.ddl_events:  # an untimed DDL's point is a running event time: intervals
-        return V2.fallback_reason(untimed=True, intervals=decoded.ddl_events)
+        return
     ctx.progress.phase("the SCD2 versions of every key, one window per key (engine v2)" if args.emit == "history"
                        else "the last change per key, reduced in each task before its shuffle (engine v2)")
     intervals, known = outputs.table_frames(spark, hist.history)
@@ -94,12 +79,11 @@ def _v2(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> str
                              unknown=hist.unknown, live_only=True)
     if args.emit == "history":
         hist.versions = _versions(effects, tagged.dictionary, with_base=base is not None)
-        return None
+        return
     # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated
     hist.latest = V2.latest(effects.drop(*UNREADABLE_ONLY), multiset=history_stage.has_keyless(hist))
     if base is not None and "after_values" in effects.columns:  # the base rows' images are full: rebuild the lean
         hist.latest = _full_beside(hist.latest, tagged.dictionary)
-    return None
 
 
 def _versions(effects, dictionary, with_base: bool):

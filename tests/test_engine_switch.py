@@ -133,7 +133,8 @@ def _schema_file(generated, tmp_path: Path, argument: str) -> str:
     if not argument.startswith("SCHEMA:"):
         return argument
     table = argument.removeprefix("SCHEMA:")
-    [create] = [c for c in generated.schema_sql.split(";\n") if c.startswith(f"CREATE TABLE `{generated.database}`.`{table}`")]
+    name = f"CREATE TABLE `{generated.database}`.`{table}`"
+    [create] = [c for c in generated.schema_sql.split(";\n") if c.startswith(name)]
     path = tmp_path / "schema.sql"
     path.write_text(create.rstrip(";\n") + ";\n")
     return str(path)

@@ -3,13 +3,14 @@ built on the driver before the events' shuffle.
 
 v1 (spark_apps/stages/ and `outputs.OutputPlan.snapshot`) builds the history after its summary
 and only then assigns every applied row its final table and key. Here the history's key
-information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`)
-is an input (in a run, the history of v1's summary, below; `applied_ddl` picks from the
-decode's DDL events, few, the ones v1 applies), so `tag_effects` gives every event, in the map
-stage, its status (v1's `tag_status`, the later copies being v1's duplicate marks, `find_duplicates`: a narrow shuffle of identities), the
-missing-table quarantine, its final table and its effects (an UPDATE that changes its key has
-two: a DELETE of the old key and an upsert of the new). `latest` reduces the applied effects
-with `transforms.latest_per_key`, partially in each task before its one shuffle.
+information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`) is
+an input (in a run, the history of v1's summary, below; `applied_ddl` picks from the decode's
+DDL events, few, the ones v1 applies), so `tag_effects` gives every event, in the map stage, its
+status (v1's `tag_status`, the later copies being v1's duplicate marks, `find_duplicates`: a
+narrow shuffle of identities), the missing-table quarantine, its final table and its effects (an
+UPDATE that changes its key has two: a DELETE of the old key and an upsert of the new). `latest`
+reduces the applied effects with `transforms.latest_per_key`, partially in each task before its
+one shuffle.
 
 Why not one shuffle of whole events (the thirteenth session's design, windows for the
 duplicate check and the last change): measured 1.55x slower than v1 (bench/RESULTS.md,

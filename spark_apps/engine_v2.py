@@ -1,15 +1,16 @@
 """Engine v2, the core (issue 33): the last change per key from the DDL history at the cut,
-built on the driver before any event moves.
+built on the driver before the events' shuffle.
 
 v1 (spark_apps/stages/ and `outputs.OutputPlan.snapshot`) builds the history after its summary
 and only then assigns every applied row its final table and key. Here the history's key
-information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`)
-is an input, built from the decode's DDL events (few; `applied_ddl` picks the ones v1 applies),
-so `tag_effects` gives every event, in the map stage, its status (v1's `tag_status`, the later
-copies being v1's duplicate marks, `find_duplicates`: a narrow shuffle of identities), the
-missing-table quarantine, its final table and its effects (an UPDATE that changes its key has
-two: a DELETE of the old key and an upsert of the new). `latest` reduces the applied effects
-with `transforms.latest_per_key`, partially in each task before its one shuffle.
+information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`) is
+an input (in a run, the history of v1's summary, below; `applied_ddl` picks from the decode's
+DDL events, few, the ones v1 applies), so `tag_effects` gives every event, in the map stage, its
+status (v1's `tag_status`, the later copies being v1's duplicate marks, `find_duplicates`: a
+narrow shuffle of identities), the missing-table quarantine, its final table and its effects (an
+UPDATE that changes its key has two: a DELETE of the old key and an upsert of the new). `latest`
+reduces the applied effects with `transforms.latest_per_key`, partially in each task before its
+one shuffle.
 
 Why not one shuffle of whole events (the thirteenth session's design, windows for the
 duplicate check and the last change): measured 1.55x slower than v1 (bench/RESULTS.md,
@@ -17,9 +18,12 @@ fourteenth session): it moved every event with every column and sorted each part
 times, where a partial aggregate sends at most one row per key and task and the duplicate
 check only 40 bytes per event. docs/engine.md, "Engine v2 reduced before its shuffle".
 
-What the history at the cut cannot know before the summary: a table whose schema v1 takes from
-the stream (`SchemaHistory.use_stream_schemas`), and, in archives without commit ts and
-position, a DDL's point (a running event time): `fallback_reason`.
+The run (stages/engine.py) gives `tag_effects` the history v1's summary built (twenty-fourth
+session), which also knows what the DDL events alone cannot: a table whose schema v1 takes from
+the stream (`SchemaHistory.use_stream_schemas`) and, in archives without commit ts and
+position, a DDL's point (a running event time); so v2 falls back nowhere. `applied_ddl` builds
+the history from the DDL events alone (tests/test_engine_v2.py proves it v1's), what a run
+without v1's summary would need.
 """
 
 from __future__ import annotations
@@ -38,26 +42,12 @@ from .contract import Kind, Status
 _INTERNAL = ("_counted", "_live", "_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
 
 
-def fallback_reason(*, untimed: bool, intervals, inferred_schemas=(), require_schema: bool = False) -> str | None:
-    """Why this run cannot take the one-shuffle path (None: it can). Checked on the driver
-    before the shuffle; the caller runs v1's passes instead. `untimed`: the archive has
-    neither commit ts nor producer positions (replay's `needs_event_time`)."""
-    if untimed and intervals is not None:
-        return ("no commit ts nor position, and a DDL history: copies of an event may fall into different "
-                "intervals of a table (their timelines hold their own offsets)")
-    if inferred_schemas:
-        return "a table's schema is taken from its row events (known only after the summary)"
-    if require_schema:
-        return "--require-schema: tables without a known schema are quarantined after the summary"
-    return None
-
-
 def applied_ddl(ddl_events: list[dict], *, tables: list[str] | None, cut, since: int | None) -> list[dict]:
     """The DDL events v1 applies (its summary's `ddl`), picked on the driver from the decode's
     DDL events (stages.decode.first_pass, few) before any shuffle: in `tables`' scope, at or below the
     cut, above `since`, the first copy of each identity by `FIRST_SEEN`; in timeline order.
-    Archives with commit ts or positions only (`fallback_reason` refuses the others: an
-    untimed DDL's point is its partition's running event time, a window over every event)."""
+    Archives with commit ts or positions only (an untimed DDL's point is its partition's
+    running event time, a window over every event: ValueError)."""
     patterns = [_pattern(p) for p in (tables or [])]
     picked: dict = {}
     for d in ddl_events:
@@ -117,7 +107,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
                 intervals: DataFrame | None = None, known=None, stretches: DataFrame | None = None,
                 stretch_names=None, dictionary: T.SchemaDictionary | None = None,
                 duplicates: T.Duplicates | None = None, base: DataFrame | None = None,
-                in_base: list[int] | None = None, live_only: bool = False) -> DataFrame:
+                in_base: list[int] | None = None, unknown: list[tuple] = (), live_only: bool = False) -> DataFrame:
     """Every event of `ready` (replay's frame fed to duplicate_places/tag_status: lean or full
     rows, after `infer_commit_ts`/`partition_event_time`), one row per effect, computed in the
     map stage (no shuffle of events): `status` (`transforms.tag_status`'s, `duplicates` being
@@ -132,6 +122,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     images, their `timeline` set), applied events that enter only the last change per key
     (never counted, never duplicate-checked, never quarantined: v1 unions them with the
     applied rows after its summary); `in_base`: a base export's bound (tag_status's).
+    `unknown`: --require-schema's (database, table) without a known schema, whose applied
+    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as v1).
     `live_only`: only the rows `latest` reads (the others are left out before their keys are
     computed)."""
     if duplicates is None:
@@ -167,6 +159,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     df = (df.withColumn("error_stage", F.when(missing, F.lit(T.MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
           .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))
           .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+    if unknown:
+        df = T.mark_unknown_tables(df, list(unknown), where=not_base)
     # only applied row events have effects (the others are one row each, for the counts)
     effectful = ((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED)
                  & ((in_scope & ~F.col("_missing")) | ~not_base) & F.col("_live_table"))

@@ -464,12 +464,10 @@ OPTIONS: tuple[Option, ...] = (
                "docs/reliability.md); a dead run on this host is taken over at once",
                type=["null", "number"], minimum=1))),
     Option("engine", RUN, choices=("v1", "v2"),
-           help="the replay engine: v1 (today's passes) or v2 (one shuffle for the duplicate check, cut, "
-                "summary counts and last change per key; a snapshot or history to Parquet, Delta or Iceberg, a "
-                "snapshot or topics to Kafka records; other runs fall back to v1 and the manifest's `engine` says "
-                "why). Default: "
-                "$CDC_REPLAY_ENGINE, "
-                "else v1 (docs/engine.md)"),
+           help="the replay engine: v1 (today's passes) or v2 (the last change per key or the SCD2 versions "
+                "from the DDL history at the cut, every row's table and key in the map stage before its one "
+                "shuffle; every output and target, byte for byte v1's; the manifest's `engine` says which "
+                "ran). Default: $CDC_REPLAY_ENGINE, else v1 (docs/engine.md)"),
     Option("max_columns", LIMITS, type=int, default=4096, metavar="N",
            help="columns per row image (default: %(default)s, MySQL's and TiDB's most)",
            request=Field("max_columns", "int", form=_form(

@@ -743,6 +743,27 @@ def missing_table_reason() -> Column:
                           "created); timeline "), F.col("timeline").cast("string"))
 
 
+UNKNOWN_TABLE_STAGE = "schema"
+
+
+def mark_unknown_tables(tagged: DataFrame, unknown: list[tuple], where: Column | None = None) -> DataFrame:
+    """--require-schema: applied row events of the `unknown` (database, table) names (no DDL,
+    --schema nor base describes them) become `quarantined` (error stage `schema`) instead of
+    read with the schema their messages carry; `where`: only the rows it holds for. Both
+    engines mark them by this expression (stages/history.py, engine_v2.tag_effects)."""
+    condition = F.lit(False)
+    for database, table in unknown:
+        condition = condition | ((F.col("database") == database) & (F.col("table") == table))
+    hit = (F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW) & condition
+    if where is not None:
+        hit = hit & where
+    reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
+                      F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
+    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
+            .withColumn("error_stage", F.when(hit, F.lit(UNKNOWN_TABLE_STAGE)).otherwise(F.col("error_stage")))
+            .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+
+
 # what the last change per key reads of a row event (assign_tables, row_effects, order_struct)
 EFFECT_INPUTS = ("database", "table", "timeline", "op", "commit_ts", "key_columns", "partition", "offset",
                  "event_index", "before", "after", "before_schema", "after_schema", "before_values", "after_values")

@@ -95,7 +95,6 @@ def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True):
     history = SchemaHistory("")
     _apply_ddl(history, [{**d, "timeline": d["timeline"]} for d in applied], "canal-json")
     intervals, known = _table_frames(spark, history)
-    assert V2.fallback_reason(untimed=False, intervals=intervals, inferred_schemas=history.inferred) is None
     plan = T.plan_dictionary(dictionary, T.spark_lower(spark), spark=spark)
     stretches, names = V2.existence_frames(spark, history)
     duplicates = V2.find_duplicates(ready, tables)
@@ -239,8 +238,6 @@ def test_copies_naming_other_key_columns_give_v1s_result(spark):
     first = ev(Op.INSERT, 10, None, img(id=1, v=2), offset=0)
     one, two = same(spark, [first, copy(first, key_columns=["v"], object="o2")])
     assert (Status.DUPLICATE, Kind.ROW, 1) in two["statuses"]
-    assert V2.fallback_reason(untimed=True, intervals=object()) is not None
-    assert V2.fallback_reason(untimed=True, intervals=None) is None
 
 
 def test_random_changes_with_copies_and_cuts_give_v1s_result(spark):

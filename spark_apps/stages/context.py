@@ -89,6 +89,7 @@ class History:
     dictionary: Any  # their column lists (transforms.plan_dictionary)
     latest: Any = None  # engine v2: the last change per key (a frame the snapshot persists)
     versions: Any = None  # engine v2: the SCD2 versions of every key (a frame the history persists)
+    unknown: list = field(default_factory=list)  # --require-schema: (database, table) quarantined for lack of a schema
     engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
 
     @functools.cached_property

@@ -70,15 +70,14 @@ def ordered_events(args, decoded: Decoded) -> tuple:
     return ready, needs_inference, needs_event_time, inferred
 
 
-def dedupe_and_cut(ctx: RunContext, decoded: Decoded, cut_gaps: tuple | None = None) -> Tagged:
-    """Statuses: quarantined / filtered / duplicate / pending / applied. `cut_gaps`: the cut
-    and gaps (`cut_and_gaps`) when already decided (engine v2 fell back)."""
+def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
+    """Statuses: quarantined / filtered / duplicate / pending / applied."""
     from pyspark import StorageLevel
 
     from spark_apps import transforms as T
     from spark_apps.engine_v2 import find_duplicates
 
-    cut, offset_gaps, gap_count = cut_gaps or cut_and_gaps(ctx, decoded)
+    cut, offset_gaps, gap_count = cut_and_gaps(ctx, decoded)
     args = ctx.args
     ctx.progress.phase("deduplicating and cutting")
     # the duplicate check is a narrow shuffle (identity and place of each event) that finds the

@@ -53,32 +53,30 @@ def _apply_ddl(history: SchemaHistory, rows: list[dict], protocol: str) -> tuple
     return applied, failures
 
 
-def _quarantine_unknown_tables(tagged, counts: list[dict], history: SchemaHistory):
-    """--require-schema: row events of tables neither the archive's DDL nor --schema (nor a
-    base snapshot) describes are quarantined instead of read with their in-band schema.
-    Returns the events and the counts (`summary.summarise`'s) with those rows moved to quarantined."""
-    from pyspark.sql import functions as F
-
+def unknown_tables(counts: list[dict], history: SchemaHistory) -> list[tuple]:
+    """--require-schema: the (database, table) of the applied row events in `counts`
+    (`summary.summarise`'s) that neither the archive's DDL nor --schema (nor a base snapshot)
+    describes, sorted."""
     tables = {(c["database"], c["table"]) for c in counts if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW}
-    unknown = sorted(((d, t) for d, t in tables if not history.is_described(d, t or "")),
-                     key=lambda k: (k[0] or "", k[1] or ""))
+    return sorted(((d, t) for d, t in tables if not history.is_described(d, t or "")),
+                  key=lambda k: (k[0] or "", k[1] or ""))
+
+
+def _quarantine_unknown_tables(tagged, counts: list[dict], unknown: list[tuple]):
+    """--require-schema: row events of the `unknown` tables (`unknown_tables`) are quarantined
+    instead of read with their in-band schema (`transforms.mark_unknown_tables`). Returns the
+    events and the counts (`summary.summarise`'s) with those rows moved to quarantined."""
+    from spark_apps import transforms as T
+
     if not unknown:
         return tagged, counts
-    condition = F.lit(False)
-    for database, table in unknown:
-        condition = condition | ((F.col("database") == database) & (F.col("table") == table))
-    hit = (F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW) & condition
-    reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
-                      F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
-    tagged = (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
-              .withColumn("error_stage", F.when(hit, F.lit("schema")).otherwise(F.col("error_stage")))
-              .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+    tagged = T.mark_unknown_tables(tagged, unknown)
     # the same move in the counts (a null database or table matches no condition above)
     moved = {(d, t) for d, t in unknown if d is not None and t is not None}
     merged: dict = {}
     for c in counts:
         if c["status"] == Status.APPLIED and c["kind"] == Kind.ROW and (c["database"], c["table"]) in moved:
-            c = {**c, "status": Status.QUARANTINED, "error_stage": "schema"}
+            c = {**c, "status": Status.QUARANTINED, "error_stage": T.UNKNOWN_TABLE_STAGE}
         key = (c["status"], c["kind"], c["database"], c["table"], c["error_stage"], c.get("bucket"))
         if key in merged:
             m = merged[key]
@@ -222,7 +220,7 @@ def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> Histo
     if args.emit != "topics":  # a topic carries every applied event, whatever its table's fate
         events, counts = _quarantine_missing_tables(ctx.spark, events, counts, history, bucket,
                                                     summary["row_ranges"])
-    if args.require_schema:
-        events, counts = _quarantine_unknown_tables(events, counts, history)
+    unknown = unknown_tables(counts, history) if args.require_schema else []
+    events, counts = _quarantine_unknown_tables(events, counts, unknown)
     return History(history=history, summary=summary, frame=frame, ddl_log=ddl_log, ddl_failures=ddl_failures,
-                   conflicts=conflicts, counts=counts, lean=events, dictionary=dictionary)
+                   conflicts=conflicts, counts=counts, lean=events, dictionary=dictionary, unknown=unknown)

@@ -107,7 +107,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
                 intervals: DataFrame | None = None, known=None, stretches: DataFrame | None = None,
                 stretch_names=None, dictionary: T.SchemaDictionary | None = None,
                 duplicates: T.Duplicates | None = None, base: DataFrame | None = None,
-                in_base: list[int] | None = None, unknown: list[tuple] = (), live_only: bool = False) -> DataFrame:
+                in_base: list[int] | None = None, unknown: list[tuple] = (), live_only: bool = False,
+                left_out: tuple[str, ...] = ()) -> DataFrame:
     """Every event of `ready` (replay's frame fed to duplicate_places/tag_status: lean or full
     rows, after `infer_commit_ts`/`partition_event_time`), one row per effect, computed in the
     map stage (no shuffle of events): `status` (`transforms.tag_status`'s, `duplicates` being
@@ -124,8 +125,11 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     applied rows after its summary); `in_base`: a base export's bound (tag_status's).
     `unknown`: --require-schema's (database, table) without a known schema, whose applied
     rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as v1).
-    `live_only`: only the rows `latest` reads (the others are left out before their keys are
-    computed)."""
+    `live_only`: only the rows `latest` reads, filtered before the joins as v1 filters its
+    applied rows, without `left_out` (columns no consumer reads), and every column the joins,
+    keys, last change and SCD2 window do not read packed into one (`transforms.packed`, which
+    `latest` and the caller's `unpacked` undo), as v1 packs its rows: the stage's generated
+    method stays small and each operator copies one column for all of them."""
     if duplicates is None:
         duplicates = find_duplicates(ready, tables)
     df = T.tag_status(ready, tables=tables, cut=cut, since=since, duplicates=duplicates, in_base=in_base)
@@ -135,6 +139,11 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
             allowMissingColumns=True)
     not_base = ~F.col("_base") if base is not None else F.lit(True)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
+    if live_only:  # before the joins: only applied row events can have effects (v1 filters them so too)
+        if unknown:  # quarantined (v1's summary counts them), so never live
+            df = T.mark_unknown_tables(df, list(unknown), where=not_base)
+        df = df.where((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED) & (in_scope | ~not_base))
+        df = T.packed(df.drop(*left_out), keep=(*T.VALIDITY_INPUTS, "kind", "status", "_base"))
     # a row of a name the DDL named, at a point where no table of that name exists, is quarantined
     # if applied (transforms.mark_missing_tables over the history's existence stretches)
     if stretches is None:
@@ -156,11 +165,13 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
               .withColumn("_final_tb", F.coalesce(F.col("_final_tb"), F.col("table")))
               .drop("_db", "_tb", "_known"))
     missing = F.col("_missing") & (F.col("status") == Status.APPLIED)
-    df = (df.withColumn("error_stage", F.when(missing, F.lit(T.MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
-          .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))
-          .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
-    if unknown:
-        df = T.mark_unknown_tables(df, list(unknown), where=not_base)
+    if not live_only:  # (the live rows leave a missing or unknown table's rows out: `effectful`)
+        df = (df.withColumn("error_stage",
+                            F.when(missing, F.lit(T.MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
+              .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))
+              .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+        if unknown:
+            df = T.mark_unknown_tables(df, list(unknown), where=not_base)
     # only applied row events have effects (the others are one row each, for the counts)
     effectful = ((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED)
                  & ((in_scope & ~F.col("_missing")) | ~not_base) & F.col("_live_table"))
@@ -176,12 +187,18 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     return df.drop("_base", "identity", "place_id")
 
 
-def existence_frames(spark, history) -> tuple:
+def existence_frames(spark, history, row_ranges: dict | None = None) -> tuple:
     """(stretches, names) of `SchemaHistory.existence` as the missing-table check joins them
-    (stages.history._quarantine_missing_tables builds the same), or (None, None) without any."""
+    (stages.history._quarantine_missing_tables builds the same), or (None, None) without any.
+    `row_ranges` (v1's summary's: per lower-case name, the lowest and highest point of its
+    applied row events): only the names whose rows reach outside every one stretch of theirs
+    are checked, decided on the driver; the others' rows all lie where their table exists
+    (`_known` null: never missing), so a run whose every name is such has no join at all."""
     from .local_data import local_frame
 
     stretches = history.existence()
+    if row_ranges is not None:
+        stretches = [s for s in stretches if may_lack_table(s[0], s[1], stretches, row_ranges)]
     if not stretches:
         return None, None
     frame = local_frame(spark, [(d, t, list(after), None if until is None else list(until), d, t, None, None)
@@ -193,6 +210,16 @@ def existence_frames(spark, history) -> tuple:
     if len(names) > T.plan_literal_max():
         names = local_frame(spark, names, "database string, table string")
     return frame, names
+
+
+def may_lack_table(database, table, stretches, row_ranges: dict) -> bool:
+    """Whether the applied row events of one (lower-case) name reach outside every one stretch
+    of it (`stages.history._rows_may_lack_tables` asks it of all names at once)."""
+    if (database, table) not in row_ranges:
+        return False
+    lo, hi = row_ranges[(database, table)]
+    return not any(list(after) < list(lo) and (until is None or list(hi) <= list(until))
+                   for d, t, after, until in stretches if (d, t) == (database, table))
 
 
 def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = False) -> DataFrame:
@@ -250,7 +277,8 @@ def latest(tagged: DataFrame, multiset: bool = True) -> DataFrame:
     lead = ["final_database", "final_table", "row_key"]
     rest = [c for c in tagged.columns if c not in dropped and c not in lead]
     effects = tagged.where(F.col("_live")).select(*lead, *rest, "key_aliases", "row_columns", "copy_change")
-    return T.latest_per_key(effects, multiset=multiset)
+    last = T.latest_per_key(effects, multiset=multiset)
+    return T.unpacked(last) if "_carried" in last.columns else last
 
 
 def shuffle_exchanges(df: DataFrame) -> int:

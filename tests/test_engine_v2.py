@@ -268,3 +268,26 @@ def test_random_changes_with_copies_and_cuts_give_v1s_result(spark):
         same(spark, events, cut=[cut])
 
     check()
+
+
+def test_only_the_names_whose_rows_leave_their_table_are_checked_for_existence():
+    """`existence_frames(row_ranges=...)` keeps the stretches of a name only when its applied
+    rows (v1's summary's lowest and highest point) reach outside every one stretch of it; with
+    none left there is no frame and no join (no Spark needed). v1's own test of the whole run
+    (`_rows_may_lack_tables`) agrees. Pure Python, milliseconds."""
+    from spark_apps.stages.history import _rows_may_lack_tables
+
+    stretches = [("shop", "a", (10,), (20,)), ("shop", "a", (30,), None), ("shop", "b", (0,), None)]
+
+    class History:  # what existence_frames reads of a ddl.SchemaHistory
+        def existence(self):
+            return stretches
+
+    inside = {("shop", "a"): ([12], [18]), ("shop", "b"): ([5], [100]), ("shop", "c"): ([1], [2])}
+    assert V2.existence_frames(None, History(), inside) == (None, None)
+    assert not _rows_may_lack_tables(stretches, inside)
+    between = {**inside, ("shop", "a"): ([12], [35])}  # rows between the DROP at 20 and the CREATE at 30
+    assert [s[:2] for s in stretches if V2.may_lack_table(s[0], s[1], stretches, between)] == [("shop", "a")] * 2
+    assert not V2.may_lack_table("shop", "b", stretches, between)
+    assert not V2.may_lack_table("shop", "a", stretches, {("shop", "b"): ([5], [6])})  # no applied rows of a
+    assert _rows_may_lack_tables(stretches, between)

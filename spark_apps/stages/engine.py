@@ -69,19 +69,19 @@ def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
     ctx.progress.phase("the SCD2 versions of every key, one window per key (engine v2)" if args.emit == "history"
                        else "the last change per key, reduced in each task before its shuffle (engine v2)")
     intervals, known = outputs.table_frames(spark, hist.history)
-    stretches, names = V2.existence_frames(spark, hist.history)
+    stretches, names = V2.existence_frames(spark, hist.history, hist.summary["row_ranges"])
     base = _base_rows(ctx)
     effects = V2.tag_effects(tagged.ready, tables=args.table_patterns(), cut=tagged.cut["point"], since=args.since,
                              intervals=intervals, known=known, stretches=stretches, stretch_names=names,
                              dictionary=tagged.dictionary, duplicates=tagged.marks,
                              base=base,
                              in_base=None if ctx.base_export is None else base_bound(ctx.base_export),
-                             unknown=hist.unknown, live_only=True)
+                             unknown=hist.unknown, live_only=True, left_out=UNREADABLE_ONLY)
     if args.emit == "history":
         hist.versions = _versions(effects, tagged.dictionary, with_base=base is not None)
         return
-    # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated
-    hist.latest = V2.latest(effects.drop(*UNREADABLE_ONLY), multiset=history_stage.has_keyless(hist))
+    # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated (`left_out`)
+    hist.latest = V2.latest(effects, multiset=history_stage.has_keyless(hist))
     if base is not None and "after_values" in effects.columns:  # the base rows' images are full: rebuild the lean
         hist.latest = _full_beside(hist.latest, tagged.dictionary)
 
@@ -98,7 +98,7 @@ def _versions(effects, dictionary, with_base: bool):
     from spark_apps.engine_v2 import _INTERNAL
 
     keyed = effects.where(F.col("_live"))
-    versions = T.scd2_validity(keyed.drop(*[c for c in _INTERNAL if c in keyed.columns]))
+    versions = T.unpacked(T.scd2_validity(keyed.drop(*[c for c in _INTERNAL if c in keyed.columns])))
     if "after_values" in versions.columns:
         versions = (_full_beside(versions, dictionary) if with_base
                     else T.full_images(versions, dictionary, versions.columns))

@@ -126,12 +126,9 @@ def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: Schem
 def _rows_may_lack_tables(stretches: list[tuple], row_ranges: dict) -> bool:
     """Whether some name's applied row events reach outside every one stretch of it (the
     missing-table check is needed); False when each name's rows lie within one stretch."""
-    def inside(d, t):
-        lo, hi = row_ranges[(d, t)]
-        return any(list(after) < list(lo) and (until is None or list(hi) <= list(until))
-                   for sd, st, after, until in stretches if (sd, st) == (d, t))
+    from spark_apps.engine_v2 import may_lack_table
 
-    return not all((d, t) not in row_ranges or inside(d, t) for d, t, _, _ in stretches)
+    return any(may_lack_table(d, t, stretches, row_ranges) for d, t, _, _ in stretches)
 
 
 def _moved_counts(counts: list[dict], moved: list[dict], stage: str) -> list[dict]:

@@ -603,10 +603,10 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
     keyless = F.when(F.col("key_aliases").isNull(), F.size(F.coalesce(F.col("key_columns"), no_keys)) == 0
                      ).otherwise(F.size("key_aliases") == 0)
     return (
-        exploded.withColumn("row_key", F.col("_effect.row_key"))
-        .withColumn("effect", F.col("_effect.effect"))
-        # a table without a key is a multiset: how the change moves the count of identical rows
-        .withColumn("copy_change", F.when(keyless, F.col("_effect.copies")))
+        exploded.withColumns({
+            "row_key": F.col("_effect.row_key"), "effect": F.col("_effect.effect"),
+            # a table without a key is a multiset: how the change moves the count of identical rows
+            "copy_change": F.when(keyless, F.col("_effect.copies"))})
         .drop("_effect", "_before", "_after", "_before_key", "_after_key")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
@@ -825,21 +825,21 @@ def live_rows(latest: DataFrame, multiset: bool = True) -> DataFrame:
     """Snapshot rows: one INSERT per key whose last change left the row in place, and per
     identical row still there for a table without a key (whose last change may be the DELETE
     of one of several copies: the row is then its old image)."""
-    live = latest.where(live_copies() > 0).withColumn("op", F.lit(Op.INSERT))
     deleted = F.col("effect") == "delete"
+    # one step each (`withColumns`: every expression reads the columns before it), not one per
+    # column: each DataFrame step is an analysis on the driver (docs/engine.md, "The driver's
+    # py4j calls (twenty-fourth session)")
+    changed = {"op": F.lit(Op.INSERT)}
     for part in ("", "_schema", "_values", "_labels"):
         if f"after{part}" in latest.columns:
-            live = live.withColumn(f"after{part}", F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}")))
+            changed[f"after{part}"] = F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}"))
     for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
-        live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
+        changed[name] = F.lit(None).cast(latest.schema[name].dataType)
+    live = latest.where(live_copies() > 0).withColumns(changed)
     if multiset:  # identical rows of a table without a key: one row each (else every key is one row)
         live = live.withColumn("_copy", F.explode(F.array_repeat(F.lit(True), live_copies().cast("int")))).drop("_copy")
-    return (
-        live
-        .withColumn("effect", F.lit("upsert"))
-        .withColumn("database", F.col("final_database"))
-        .withColumn("table", F.col("final_table"))
-    )
+    return live.withColumns({"effect": F.lit("upsert"), "database": F.col("final_database"),
+                             "table": F.col("final_table")})
 
 
 SCD2_COLUMNS = ("_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms", "_current")

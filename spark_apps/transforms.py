@@ -703,14 +703,14 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
     mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
     broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
-        return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
-                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
-                .withColumn("row_columns", F.lit(None).cast(ROW_COLUMNS_TYPE)))
+        return rows.withColumns({"final_database": F.col("database"), "final_table": F.col("table"),
+                                 "key_aliases": F.lit(None).cast("array<array<string>>"),
+                                 "row_columns": F.lit(None).cast(ROW_COLUMNS_TYPE)})
     flagged = _match_tables(rows, intervals, known)
     kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
     return (
-        kept.withColumn("final_database", F.coalesce(F.col("_final_db"), F.col("database")))
-        .withColumn("final_table", F.coalesce(F.col("_final_tb"), F.col("table")))
+        kept.withColumns({"final_database": F.coalesce(F.col("_final_db"), F.col("database")),
+                          "final_table": F.coalesce(F.col("_final_tb"), F.col("table"))})
         .drop("_db", "_tb", "_final_db", "_final_tb", "_known")
     )
 
@@ -729,9 +729,9 @@ def mark_missing_tables(tagged: DataFrame, intervals: DataFrame, known) -> DataF
     reason = missing_table_reason()
     missing = F.col("_missing")  # decided once: the status below changes what `missing` reads
     return (flagged.withColumn("_missing", F.coalesce(missing_now, F.lit(False)))
-            .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")))
-            .withColumn("error_stage", F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
-            .withColumn("error", F.when(missing, reason).otherwise(F.col("error")))
+            .withColumns({"status": F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")),
+                          "error_stage": F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")),
+                          "error": F.when(missing, reason).otherwise(F.col("error"))})
             .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns", "_missing"))
 
 

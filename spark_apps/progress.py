@@ -18,7 +18,8 @@ class Progress:
         # records decoded so far: tasks add to it as they finish (Spark sends accumulator
         # updates with each finished task)
         self.records = spark.sparkContext.accumulator(0)
-        enabled = spark.sparkContext.getConf().get("spark.ui.enabled", "true") == "true"
+        # the live conf (one py4j call), not getConf()'s copy (one per setting)
+        enabled = spark.sparkContext._conf.get("spark.ui.enabled", "true") == "true"
         self._ui_url = spark.sparkContext.uiWebUrl if enabled else None
         self._run_id = run_id
         self._every = every

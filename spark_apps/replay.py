@@ -43,7 +43,7 @@ from spark_apps.stages.decode import choose_decoder as _decoder  # noqa: E402
 from spark_apps.stages.decode import decode_files as _decode_files  # noqa: E402  (tests patch it here)
 from spark_apps.stages.decode import decode_objects as _decode  # noqa: E402,F401  (bench/ imports it here)
 from spark_apps.stages.decode import first_pass as _first_pass  # noqa: E402,F401
-from spark_apps.stages.session import build_session, stop_session  # noqa: E402
+from spark_apps.stages.session import build_session, memoize_jvm_lookups, stop_session  # noqa: E402
 from spark_apps.stages.summary import shape_columns as _shape_columns  # noqa: E402,F401
 from spark_apps.stages.validate import check, list_source, parse_args, validate  # noqa: E402,F401
 from spark_apps.stages.validate import home_of as _home  # noqa: E402
@@ -53,6 +53,7 @@ def run(args: ReplayArgs, spark=None) -> dict:
     """Run one replay; returns the manifest (also written to <output>/_manifest.json)."""
     started = time.time()
     spark_compat.install()  # Spark 3.5: what the app calls as Spark 4 takes it
+    memoize_jvm_lookups()  # also for a session not built by build_session (py4j calls, session.py)
     source_codec, target_protocol, target_options, base = validate(args)
     run_id = args.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:8]
     source = args.source if kafka_io.is_kafka(args.source) else storage.normalize(args.source)

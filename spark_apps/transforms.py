@@ -603,10 +603,10 @@ def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> 
     keyless = F.when(F.col("key_aliases").isNull(), F.size(F.coalesce(F.col("key_columns"), no_keys)) == 0
                      ).otherwise(F.size("key_aliases") == 0)
     return (
-        exploded.withColumn("row_key", F.col("_effect.row_key"))
-        .withColumn("effect", F.col("_effect.effect"))
-        # a table without a key is a multiset: how the change moves the count of identical rows
-        .withColumn("copy_change", F.when(keyless, F.col("_effect.copies")))
+        exploded.withColumns({
+            "row_key": F.col("_effect.row_key"), "effect": F.col("_effect.effect"),
+            # a table without a key is a multiset: how the change moves the count of identical rows
+            "copy_change": F.when(keyless, F.col("_effect.copies"))})
         .drop("_effect", "_before", "_after", "_before_key", "_after_key")
         .withColumn("rank", change_rank(F.col("effect") == "delete"))
     )
@@ -703,14 +703,14 @@ def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame
     mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
     broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
     if intervals is None:
-        return (rows.withColumn("final_database", F.col("database")).withColumn("final_table", F.col("table"))
-                .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
-                .withColumn("row_columns", F.lit(None).cast(ROW_COLUMNS_TYPE)))
+        return rows.withColumns({"final_database": F.col("database"), "final_table": F.col("table"),
+                                 "key_aliases": F.lit(None).cast("array<array<string>>"),
+                                 "row_columns": F.lit(None).cast(ROW_COLUMNS_TYPE)})
     flagged = _match_tables(rows, intervals, known)
     kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
     return (
-        kept.withColumn("final_database", F.coalesce(F.col("_final_db"), F.col("database")))
-        .withColumn("final_table", F.coalesce(F.col("_final_tb"), F.col("table")))
+        kept.withColumns({"final_database": F.coalesce(F.col("_final_db"), F.col("database")),
+                          "final_table": F.coalesce(F.col("_final_tb"), F.col("table"))})
         .drop("_db", "_tb", "_final_db", "_final_tb", "_known")
     )
 
@@ -729,9 +729,9 @@ def mark_missing_tables(tagged: DataFrame, intervals: DataFrame, known) -> DataF
     reason = missing_table_reason()
     missing = F.col("_missing")  # decided once: the status below changes what `missing` reads
     return (flagged.withColumn("_missing", F.coalesce(missing_now, F.lit(False)))
-            .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")))
-            .withColumn("error_stage", F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
-            .withColumn("error", F.when(missing, reason).otherwise(F.col("error")))
+            .withColumns({"status": F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status")),
+                          "error_stage": F.when(missing, F.lit(MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")),
+                          "error": F.when(missing, reason).otherwise(F.col("error"))})
             .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns", "_missing"))
 
 
@@ -846,21 +846,21 @@ def live_rows(latest: DataFrame, multiset: bool = True) -> DataFrame:
     """Snapshot rows: one INSERT per key whose last change left the row in place, and per
     identical row still there for a table without a key (whose last change may be the DELETE
     of one of several copies: the row is then its old image)."""
-    live = latest.where(live_copies() > 0).withColumn("op", F.lit(Op.INSERT))
     deleted = F.col("effect") == "delete"
+    # one step each (`withColumns`: every expression reads the columns before it), not one per
+    # column: each DataFrame step is an analysis on the driver (docs/engine.md, "The driver's
+    # py4j calls (twenty-fourth session)")
+    changed = {"op": F.lit(Op.INSERT)}
     for part in ("", "_schema", "_values", "_labels"):
         if f"after{part}" in latest.columns:
-            live = live.withColumn(f"after{part}", F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}")))
+            changed[f"after{part}"] = F.when(deleted, F.col(f"before{part}")).otherwise(F.col(f"after{part}"))
     for name in [c for c in ("before", "before_schema", "before_values", "before_labels") if c in latest.columns]:
-        live = live.withColumn(name, F.lit(None).cast(latest.schema[name].dataType))
+        changed[name] = F.lit(None).cast(latest.schema[name].dataType)
+    live = latest.where(live_copies() > 0).withColumns(changed)
     if multiset:  # identical rows of a table without a key: one row each (else every key is one row)
         live = live.withColumn("_copy", F.explode(F.array_repeat(F.lit(True), live_copies().cast("int")))).drop("_copy")
-    return (
-        live
-        .withColumn("effect", F.lit("upsert"))
-        .withColumn("database", F.col("final_database"))
-        .withColumn("table", F.col("final_table"))
-    )
+    return live.withColumns({"effect": F.lit("upsert"), "database": F.col("final_database"),
+                             "table": F.col("final_table")})
 
 
 SCD2_COLUMNS = ("_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms", "_current")

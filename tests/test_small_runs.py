@@ -117,3 +117,28 @@ print("stopped", stopper[0].is_alive())
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert out.stdout.split()[-2:] == ["stopped", "False"], out.stderr[-3000:]
+
+
+def test_an_expression_costs_one_py4j_call_per_function(spark):
+    """The driver builds thousands of expressions per run: with the JVM lookups memoized
+    (stages/session.py `memoize_jvm_lookups`) each `F.*` function, column name and literal is
+    one py4j round trip, not three (class lookup, method lookup, call)."""
+    from py4j import clientserver, java_gateway
+    from pyspark.sql import functions as F
+
+    def build():
+        return F.when(F.col("a") == 1, F.lit("x")).otherwise(F.upper(F.col("b")))
+
+    build()  # any first lookup of this process is done
+    sent = []
+    originals = {cls: cls.send_command for cls in (clientserver.ClientServerConnection, java_gateway.GatewayConnection)}
+    try:
+        for cls, original in originals.items():
+            cls.send_command = lambda self, command, original=original: sent.append(command) or original(self, command)
+        build()
+    finally:
+        for cls, original in originals.items():
+            cls.send_command = original
+    # col, ==, lit, when, col, upper, otherwise: one call each (dropped Python objects may add
+    # a release of a JVM reference: "m" commands)
+    assert len([c for c in sent if not c.startswith("m")]) == 7, sent

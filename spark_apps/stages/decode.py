@@ -123,7 +123,8 @@ def decode_files(spark, source: str) -> str | None:
     if (kafka_io.is_kafka(source) or not spark.sparkContext.master.startswith("local")
             or os.environ.get(DECODE_FILES_ENV, "").lower() in ("off", "0", "false", "no")):
         return None
-    local_dir = (spark.sparkContext.getConf().get("spark.local.dir") or "").split(",")[0] or None
+    # the live conf (one py4j call), not getConf()'s copy (one per setting)
+    local_dir = (spark.sparkContext._conf.get("spark.local.dir") or "").split(",")[0] or None
     return tempfile.mkdtemp(prefix="cdc-replay-decoded-", dir=local_dir)
 
 

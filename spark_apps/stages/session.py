@@ -11,6 +11,7 @@ from cdc_codecs import parse_option_pairs
 def build_session(master: str, app_name: str, conf: list[str]):
     from pyspark.sql import SparkSession
 
+    memoize_jvm_lookups()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -72,3 +73,34 @@ def stop_session(spark) -> None:
         if server is not None:
             threading.Thread(target=server.shutdown, name="cdc-replay-accumulator-stop", daemon=True).start()
 
+
+
+def memoize_jvm_lookups() -> None:
+    """Each JVM class and static method the driver names is looked up once per process, not once
+    per use. py4j resolves `jvm.functions` (`sc._jvm.<name>`) and then `.col` (a static method)
+    with a reflection round trip each, every time: PySpark's `F.col("x")`, `F.lit(1)`, every
+    `F.*` function and every column named by a string cost three py4j calls where one builds
+    the expression (2,176 of a small replay's 7,181 calls were these lookups: docs/engine.md,
+    "The driver's py4j calls (twenty-fourth session)"). The answers are kept on the objects
+    themselves (a JVMView's class by its name, a class's static method by its name), where
+    Python finds them before asking py4j again; fields (values) and packages are not kept."""
+    from py4j import java_gateway as jg
+
+    if getattr(jg.JVMView.__getattr__, "_cdc_replay_memo", False):
+        return
+    view_lookup, class_lookup = jg.JVMView.__getattr__, jg.JavaClass.__getattr__
+
+    def view_getattr(self, name):
+        found = view_lookup(self, name)
+        if isinstance(found, jg.JavaClass):
+            self.__dict__[name] = found
+        return found
+
+    def class_getattr(self, name):
+        found = class_lookup(self, name)
+        if isinstance(found, jg.JavaMember):  # a static method (a field would be its value now)
+            self.__dict__[name] = found
+        return found
+
+    view_getattr._cdc_replay_memo = class_getattr._cdc_replay_memo = True
+    jg.JVMView.__getattr__, jg.JavaClass.__getattr__ = view_getattr, class_getattr

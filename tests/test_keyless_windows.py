@@ -260,18 +260,12 @@ def test_a_window_history_holds_the_versions_that_begin_in_it(spark, tmp_path, c
         ts = {e["commit_ts"] for e in events if e["kind"] == "row" and e["op"] == "update" and e["commit_ts"] > since}
         expected = {k: [r for r in rows if not (r[1] in ts and r[0] == "delete")] for k, rows in expected.items()}
     assert history_rows(str(tmp_path / "out-v1")) == expected
-    assert v2["engine"] == engine_for(events, None if schema else since)
+    assert v2["engine"] == ON_V2
 
 
-STREAM = "a table's schema is taken from its row events (known only after the summary)"
-
-
-def engine_for(events: list[dict], since: int | None) -> dict:
-    """The manifest's `engine` of a `--engine v2` run: a window applies only the DDL inside it,
-    so a DDL there on a table created before it finds the table's schema from its row events
-    (docs/semantics.md "Tables no DDL describes"), and v2 falls back to v1 with that reason."""
-    inside = since is not None and any(e["kind"] == "ddl" and e["commit_ts"] > since for e in events)
-    return {"requested": "v2", "ran": "v1" if inside else "v2", "fallback": STREAM if inside else None}
+# v2 falls back nowhere (docs/engine.md, "v2 without fallbacks"): a window whose DDL finds a
+# table's schema from its row events runs on v2 too, with v1's bytes (`both`)
+ON_V2 = {"requested": "v2", "ran": "v2", "fallback": None}
 
 
 @pytest.mark.parametrize("cut", ["before", "between"])
@@ -372,4 +366,4 @@ def test_random_keyless_ddl_windows_hold_the_reference_versions(spark, steps, cu
                                             "--schema", str(work / "schema.sql")])
         accounted(v1)
         assert history_rows(str(work / "out-v1")) == window_of(reference_history(events), since)
-        assert v2["engine"] == engine_for(events, None)
+        assert v2["engine"] == ON_V2

@@ -52,6 +52,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     T.with_inferred_ts(events, T.inferred_commit_ts(events, export_tso=11), broadcast=True)
     tagged = T.tag_status(timed, tables=["d.*"], cut=[12], since=None)
     T.mark_missing_tables(tagged, stretches, [("d", "t")])
+    T.mark_unknown_tables(tagged, [("d", "t")], where=tagged["op"].isNotNull())
     T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.Duplicates(T.duplicate_places(timed, tables=["d.*"])))
     effects = T.row_effects(T.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
@@ -79,7 +80,8 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
-                 "scd2_versions", "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean"}
+                 "scd2_versions", "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean",
+                 "mark_unknown_tables"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

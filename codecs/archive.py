@@ -70,7 +70,8 @@ def format_record(record: KafkaRecord) -> bytes:
 def line_former(topic: str, partition: int):
     """`format_record`'s line for records of one topic partition with no timestamp, as a
     function of (offset, key, value, headers): the same bytes, with the topic and partition
-    rendered once (a writer formats a line per record; tests/test_archive.py compares them)."""
+    rendered once (a writer formats a line per record; tests/test_archive.py compares them).
+    Its `value_line(offset, value)` forms the line of a record with a value and nothing else."""
     head = b'{"topic":%s,"partition":%d,"offset":' % (orjson.dumps(topic), partition)
     b2a = binascii.b2a_base64
 
@@ -80,6 +81,11 @@ def line_former(topic: str, partition: int):
             b"null" if value is None else b'"%s"' % b2a(value, newline=False),
             b',"headers":%s' % orjson.dumps([[name, _b64(v)] for name, v in headers]) if headers else b"")
 
+    def value_line(offset: int, value: bytes) -> bytes:
+        """`line(offset, None, value)`, one call and one copy fewer (the writer's usual record)."""
+        return b'%s%d,"timestamp":null,"key":null,"value":"%s"}' % (head, offset, b2a(value, newline=False))
+
+    line.value_line = value_line
     return line
 
 

@@ -154,6 +154,12 @@ class Codec(abc.ABC):
         the event (the compiled output is not certain to be the reference's)."""
         raise NotImplementedError(f"{self.name} has no compiled encoder")
 
+    def compiled_values(self) -> bool:
+        """True when `compiled_entry(value)` is always `[EncodedMessage(None, value)]`: one
+        message, no key, no headers, the compiled output its value as it is. A writer may then
+        take the compiled outputs as they are, with no message object per event."""
+        return False
+
     def compiled_entries(self, encoded: list) -> list:
         """`compiled_entry` of each of a batch's outputs (None stays None: Python encodes it)."""
         entry = self.compiled_entry

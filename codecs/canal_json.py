@@ -161,6 +161,9 @@ class CanalJsonCodec(Codec):
     def compiled_entry(self, encoded: bytes) -> list[EncodedMessage]:
         return [EncodedMessage(None, compression.compress(self.config["large-message-handle-compression"], encoded))]
 
+    def compiled_values(self) -> bool:
+        return self.config["large-message-handle-compression"] == "none"
+
     def compiled_entries(self, encoded: list) -> list:
         if self.config["large-message-handle-compression"] != "none":
             return super().compiled_entries(encoded)

@@ -151,12 +151,14 @@ def encode_each(codec: Codec, events: Iterable[dict], *, topic: str, partition: 
         yield from _chunk(codec, encoder, pending, topic, partition, counts)
 
 
-def _compiled(codec, encoder, batch: pa.RecordBatch, topic: str | pa.Array) -> list:
+def _compiled(codec, encoder, batch: pa.RecordBatch, topic: str | pa.Array, values: bool = False) -> list:
     """The compiled encoder's entries of a batch of events (None: the event goes to Python);
-    `topic`: their output topic, one or per event (Avro's schema subjects are named after it)."""
+    `topic`: their output topic, one or per event (Avro's schema subjects are named after it);
+    `values`: the encoder's outputs as they are (`Codec.compiled_values`)."""
     cols = _arrays(batch)
     cols["topic"] = topic if isinstance(topic, str) else _strs(topic)
-    return codec.compiled_entries(encoder.encode(batch.num_rows, cols))
+    encoded = encoder.encode(batch.num_rows, cols)
+    return encoded if values else codec.compiled_entries(encoded)
 
 
 def _chunk(codec, encoder, events, topic, partition, counts):
@@ -199,11 +201,13 @@ def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, 
         yield i, (topics[i], partitions[i]), kinds[i], event, entry
 
 
-def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None) -> tuple:
+def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None,
+                  raw: bool = False) -> tuple:
     """`encode_batch_at`'s items as lists, for a writer that takes a batch's entries at once
     (no Python frame per event): (indexes in `batch` of the events kept, the batch's output
     topics, partitions and kinds (one per row), each kept event's dict or None, its entry or
-    EncodeError)."""
+    EncodeError). `raw` (only where `codec.compiled_values()`): a compiled event's entry is
+    its message's value (bytes) in place of `[EncodedMessage(None, value)]`."""
     from cdc_codecs.errors import EncodeError
 
     from .contract import Kind
@@ -225,7 +229,7 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
         rows, row_topics = batch.select(_SCHEMA.names), out_topics
         if len(idx) < n:
             rows, row_topics = rows.take(pa.array(idx)), out_topics.take(pa.array(idx))
-        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows, row_topics), strict=True):
+        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows, row_topics, raw), strict=True):
             values[i] = value
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can
@@ -233,7 +237,7 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
         index, projected = project(batch, declined, **labels)
         if index:
             counts.projected += len(index)
-            encoded = _compiled(codec, encoder, projected.select(_SCHEMA.names), out_topics.take(pa.array(index)))
+            encoded = _compiled(codec, encoder, projected.select(_SCHEMA.names), out_topics.take(pa.array(index)), raw)
             for i, value in zip(index, encoded, strict=True):
                 values[i] = value
     slow = [i for i in range(n) if values[i] is None]
@@ -250,7 +254,7 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
         for start in range(0, len(again), CHUNK):
             part = again[start:start + CHUNK]
             encoded = _compiled(codec, encoder, pa.RecordBatch.from_pylist([events[i] for i in part], _SCHEMA),
-                                out_topics.take(pa.array(part, pa.int64())))
+                                out_topics.take(pa.array(part, pa.int64())), raw)
             for i, value in zip(part, encoded, strict=True):
                 values[i] = value
     if not slow:  # every event encoded from the batch

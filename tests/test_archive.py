@@ -21,7 +21,8 @@ def test_record_lines_round_trip_with_binary_keys_values_and_headers():
 @pytest.mark.parametrize("topic", ["t", "shop.orders", 'a"b\\c\u00e9\u2028\x01/'])
 def test_a_writers_line_former_writes_format_records_lines(topic):
     """The archive target formats its lines with `line_former` (the topic and partition
-    rendered once): the same bytes as `format_record` for every kind of key, value and headers."""
+    rendered once): the same bytes as `format_record` for every kind of key, value and headers,
+    and by its `value_line` for a record with a value only."""
     values = [None, b"", bytes(range(256)), b'{"id":1}' * 40]
     headers = [None, (), [("h", b"\xff")], (("a", b""), ("\u00e9\"", b"xyz"))]
     for partition in (0, 7, (1 << 31) - 1):
@@ -32,6 +33,9 @@ def test_a_writers_line_former_writes_format_records_lines(topic):
                     for header in headers:
                         record = KafkaRecord(topic, partition, offset, None, key, value, header or ())
                         assert line(offset, key, value, header) == format_record(record)
+            for value in values[1:]:  # a record with a value and nothing else (most of the writer's)
+                record = KafkaRecord(topic, partition, offset, None, None, value, ())
+                assert line.value_line(offset, value) == format_record(record)
 
 
 def test_null_key_value_and_timestamp():

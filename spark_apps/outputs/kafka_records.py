@@ -295,15 +295,17 @@ class ObjectWriter:
             self._compress()
 
     def add_messages(self, messages: list, events: Sequence[int], rows: Sequence[int]) -> None:
-        """`add` of each message (EncodedMessage) in order, the lines formatted a chunk at a time;
-        `events` / `rows`: per message, the events / row events fed so far in this call (an
-        object counts the events fed until its last message, as `add` after each message)."""
-        line, done = self._line, 0
+        """`add` of each message (EncodedMessage, or bytes: the value of a message with no key
+        and no headers) in order, the lines formatted a chunk at a time; `events` / `rows`: per
+        message, the events / row events fed so far in this call (an object counts the events
+        fed until its last message, as `add` after each message)."""
+        line, value_line, done = self._line, self._line.value_line, 0
         fed_events, fed_rows = self.fed_events, self.fed_rows
         while done < len(messages):
             room = min(self.max_records - (self.offset - self._first), self.CHUNK_LINES - len(self._lines))
             part, offset = messages[done:done + room], self.offset
-            self._lines += [line(offset + j, m.key, m.value, m.headers) for j, m in enumerate(part)]
+            self._lines += [value_line(offset + j, m) if m.__class__ is bytes else line(offset + j, m.key, m.value, m.headers)
+                            for j, m in enumerate(part)]
             self.offset += len(part)
             done += len(part)
             self.fed_events, self.fed_rows = fed_events + events[done - 1], fed_rows + rows[done - 1]
@@ -426,9 +428,10 @@ def write_topics_fn(
         canal-json): each batch's entries go to the writer a run of one output partition at a
         time (`native_encode.encoded_lists`, `add_messages`), with no Python frame per event."""
         written, writer = [], None
+        raw = codec.compiled_values() and hasattr(make_writer or ObjectWriter, "add_messages")
         for batch in batches:
             at, topics, partitions, kinds, events, entries = native_encode.encoded_lists(
-                codec, encoder, batch, prepare, counts)
+                codec, encoder, batch, prepare, counts, raw)
             start = 0
             while start < len(at):
                 key = (topics[at[start]], partitions[at[start]])
@@ -441,11 +444,16 @@ def write_topics_fn(
                         finished(writer, written)
                     writer = (make_writer or ObjectWriter)(base, key[0], key[1], max_records)
                 run = entries[start:end]
-                for j, entry in enumerate(run):
-                    if isinstance(entry, EncodeError):
-                        raise _unencodable(protocol, entry, getattr(entry, "event", None) or events[start + j]) from entry
                 is_row = [kinds[i] == Kind.ROW for i in at[start:end]]
-                messages = [message for entry in run for message in entry]
+                if raw and all(entry.__class__ is bytes for entry in run):  # each compiled: its message's value
+                    messages = run
+                else:
+                    for j, entry in enumerate(run):
+                        if isinstance(entry, EncodeError):
+                            raise _unencodable(protocol, entry, getattr(entry, "event", None) or events[start + j]) from entry
+                    if raw:  # Python-encoded events (DDL, watermarks) among compiled values
+                        run = [(entry,) if entry.__class__ is bytes else entry for entry in run]
+                    messages = [message for entry in run for message in entry]
                 # per message, the run's events and row events fed when the codec's frame yields it
                 if len(messages) == len(run):  # one message per event: the counts run along
                     events_at, rows_at = range(1, len(run) + 1), list(itertools.accumulate(is_row))

@@ -22,6 +22,7 @@ import functools
 import threading
 import time
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 
@@ -166,6 +167,7 @@ class SchemaHistory:
         # per table name: [(point, ((column, type), ...) or None when it does not exist)]
         self.versions: dict[tuple[str, str], list] = {}
         self._starts_cache: dict[tuple[str, str], tuple] = {}  # table -> (versions' length, starts or None)
+        self._firsts_cache: dict[tuple[str, str], tuple] = {}  # table -> (versions' length, `_firsts`)
         self._use: str | None = None
         # per table name: the column sets its row events carry (use_stream_schemas), and the
         # tables whose schema was built from them (the manifest's `inferred_schemas`)
@@ -238,6 +240,34 @@ class SchemaHistory:
             if start < point or not start:
                 signature = sig
         return signature
+
+    def columns_at_each(self, database: str | None, table: str, points) -> list:
+        """`columns_at` of one table at each of `points`: a list of points, or an int64 array of
+        one-element points (commit ts: a batch's rows of the table), then found by one numpy
+        bisection where the versions' starts are in order and of at most one element."""
+        if isinstance(points, np.ndarray):
+            key = _key(database, table)
+            versions = self.versions.get(key, ())
+            found = self._firsts(key, versions)
+            if found is not None:
+                empty, firsts = found  # starts `[]` come first: below every point
+                at = empty + np.searchsorted(firsts, points, side="left")
+                return [versions[f - 1][1] if f else None for f in at.tolist()]
+            points = [[p] for p in points.tolist()]
+        return [self.columns_at(database, table, list(p or [])) for p in points]
+
+    def _firsts(self, key, versions: list) -> tuple | None:
+        """(how many starts are `[]`, the other starts' only elements as an int64 array) when the
+        starts are in order and none has more than one element; None otherwise."""
+        length, found = self._firsts_cache.get(key, (-1, None))
+        if length != len(versions):
+            starts = self._starts(key, versions)
+            found = None
+            if starts is not None and all(not s or len(s) == 1 for s in starts):
+                empty = sum(1 for s in starts if not s)
+                found = (empty, np.array([s[0] for s in starts[empty:]], dtype=np.int64))
+            self._firsts_cache[key] = (len(versions), found)
+        return found
 
     def _starts(self, key, versions: list) -> list | None:
         """The versions' starts when they never decrease (None otherwise), kept until the list

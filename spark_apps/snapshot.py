@@ -83,32 +83,27 @@ def precision_from_history(history):
         out = np.ones(n, dtype=bool)
         if not history.versions:
             return out
-        kinds, dbs, tables = (batch.column(c).to_pylist() for c in ("kind", "database", "table"))
-        points = None
-        some_temporal: dict = {}
         fsps: dict[int, dict] = {}  # row -> {lower-case column name: declared fsp}
-        for i in range(n):
-            if kinds[i] != Kind.ROW:
-                continue
-            key = ((dbs[i] or "").lower(), (tables[i] or "").lower())
+        for (database, table), rows in _rows_by_table(batch):
+            key = (database.lower(), table.lower())
             if key not in some_temporal:  # no version with a temporal column: no point to look up
                 some_temporal[key] = any(fsps_of(sig) for _, sig in history.versions.get(key, ())
                                          if sig and sig != UNKNOWN_COLUMNS)
             if not some_temporal[key]:
                 continue
-            if points is None:
-                points = batch.column("sort_point").to_pylist()
-            signature = history.columns_at(dbs[i], tables[i] or "", list(points[i] or []))
-            if signature and signature != UNKNOWN_COLUMNS:
-                fsp = fsps_of(signature)
-                if fsp:
-                    fsps[i] = fsp
+            for row, signature in zip(rows.tolist(), history.columns_at_each(database, table, _points(batch, rows)),
+                                      strict=True):
+                if signature and signature != UNKNOWN_COLUMNS:
+                    fsp = fsps_of(signature)
+                    if fsp:
+                        fsps[row] = fsp
         if fsps:
             for side in ("before", "after"):
                 out &= ~_renders(batch.column(side), fsps)
         return out
 
     of_signature: dict = {}
+    some_temporal: dict = {}  # (database, table) lower-case -> whether a version has a temporal column
 
     def fsps_of(signature) -> dict:
         """`_fsps` of a signature of the history, once per signature (the history keeps its
@@ -121,6 +116,39 @@ def precision_from_history(history):
 
     prepare.unchanged = unchanged
     return prepare
+
+
+def _rows_by_table(batch) -> list:
+    """[((database, table), indexes of the batch's row events of that table)]: null names as
+    "", the names as written (columnar: the pairs are told apart by their dictionary codes)."""
+    import pyarrow.compute as pc
+
+    is_row = pc.fill_null(pc.equal(batch.column("kind"), Kind.ROW), False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(is_row)
+    if not len(rows):
+        return []
+    codes, names = [], []
+    for c in ("database", "table"):
+        encoded = pc.fill_null(batch.column(c), "").dictionary_encode()
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)[rows])
+        names.append(encoded.dictionary.to_pylist())
+    pair = codes[0] * len(names[1]) + codes[1]
+    order = np.argsort(pair, kind="stable")
+    bounds = np.flatnonzero(np.diff(pair[order])) + 1
+    return [((names[0][pair[group[0]] // len(names[1])], names[1][pair[group[0]] % len(names[1])]), rows[group])
+            for group in np.split(order, bounds)]
+
+
+def _points(batch, rows: np.ndarray):
+    """The `sort_point`s of `rows`: an int64 array when each has one element (commit ts),
+    else a list of lists (`SchemaHistory.columns_at_each` takes either)."""
+    import pyarrow.compute as pc
+
+    points = batch.column("sort_point").take(pa.array(rows))
+    if points.null_count == 0 and len(points) and pc.min(pc.list_value_length(points)).as_py() == 1 \
+            and pc.max(pc.list_value_length(points)).as_py() == 1:
+        return pc.list_flatten(points).to_numpy(zero_copy_only=False).astype(np.int64)
+    return points.to_pylist()
 
 
 def _fsps(types: dict) -> dict:

@@ -324,6 +324,7 @@ def test_columns_at_by_bisection_answers_as_a_scan_of_every_version():
             for (db, table), versions in list(history.versions.items()):
                 for point in points:
                     assert history.columns_at(db, table, point) == scanned(versions, point), (versions, point)
+                assert history.columns_at_each(db, table, points) == [scanned(versions, p) for p in points]
             at += 1
             for db, table in list(history.versions):
                 try:
@@ -332,6 +333,27 @@ def test_columns_at_by_bisection_answers_as_a_scan_of_every_version():
                     pass
 
     check()
+
+
+def test_columns_at_each_of_an_array_of_commit_ts_answers_as_columns_at():
+    """The writer's precision hook asks for a batch's rows of a table at once, their points
+    (one commit ts each) as an int64 array (`columns_at_each`, one numpy bisection): the same
+    versions as `columns_at` of each point, before, at, between and after the statements, with
+    a placeholder's empty start among them, and by a scan where the starts are not in order."""
+    import numpy as np
+
+    h = SchemaHistory()
+    h.apply("RENAME TABLE d.x TO d.t", [])  # an undescribed table's placeholder: the empty start
+    h.apply("CREATE TABLE d.u (id INT)", [2])
+    for at, statement in ((3, "DROP TABLE d.t"), (3, "CREATE TABLE d.t (id INT)"), (5, "ALTER TABLE d.t ADD b INT"),
+                          (9, "ALTER TABLE d.t ADD c INT"), (9, "ALTER TABLE d.t DROP b")):
+        h.apply(statement, [at])
+    h.apply("ALTER TABLE d.u ADD b INT", [1])  # out of order: `columns_at` scans
+    points = np.array([-(1 << 63), 0, 2, 3, 4, 5, 6, 9, 10, (1 << 63) - 1], dtype=np.int64)
+    for table in ("t", "u", "missing"):
+        assert len(h.versions.get(("d", table), ())) != 1
+        assert h.columns_at_each("d", table, points) == [h.columns_at("d", table, [p]) for p in points.tolist()]
+    assert h.columns_at_each("D", "T", points[3:5]) == [h.columns_at("d", "t", [3]), h.columns_at("d", "t", [4])]
 
 
 def test_existence_says_where_a_name_has_a_table():

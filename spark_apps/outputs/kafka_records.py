@@ -247,11 +247,12 @@ def full_images_batch(batch: pa.RecordBatch, entries: dict | tuple) -> pa.Record
 
 def fed_lean(fn: Callable, entries: dict) -> Callable:
     """The writer function `fn` (`write_topics_fn`) fed events with lean images: each batch's
-    images rebuilt from the schema dictionary `entries` (`full_images_batch`, its Arrow arrays
-    built once per task) before `fn` reads it."""
+    images rebuilt from the schema dictionary `entries` (`full_images_batch`) before `fn` reads
+    it. The dictionary's Arrow arrays are built here, once (on the driver: 0.19 s for the 1M
+    bench's 3,110 column lists, which every writer task paid before; unpickled in 1 ms)."""
+    dictionary = image_dictionary(entries)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        dictionary = image_dictionary(entries)
         return fn(full_images_batch(batch, dictionary) for batch in batches)
 
     return run

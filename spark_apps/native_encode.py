@@ -218,7 +218,8 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     if not n:
         return [], [], [], [], [], []
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
-    fast = np.array([k == Kind.ROW for k in kinds], dtype=bool)
+    is_row = np.array([k == Kind.ROW for k in kinds], dtype=bool)
+    fast = is_row.copy()
     labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
     if prepare is not None:
         fast &= np.asarray(prepare.unchanged(batch, **labels), dtype=bool)
@@ -227,9 +228,12 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     idx = np.flatnonzero(fast)
     if len(idx):
         rows, row_topics = batch.select(_SCHEMA.names), out_topics
-        if len(idx) < n:
+        if len(idx) < n and not np.array_equal(fast, is_row):
             rows, row_topics = rows.take(pa.array(idx)), out_topics.take(pa.array(idx))
-        for i, value in zip(idx.tolist(), _compiled(codec, encoder, rows, row_topics, raw), strict=True):
+        else:  # every row event: the whole batch, not a copy of its rows (DDL and watermarks among
+            idx = range(n)  # them: every compiled encoder declines an event that is not a row first)
+        for i, value in zip(idx if isinstance(idx, range) else idx.tolist(),
+                            _compiled(codec, encoder, rows, row_topics, raw), strict=True):
             values[i] = value
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can

@@ -18,6 +18,7 @@ results, Python on the driver, writing the manifest). So per job:
   job), between jobs and after the last, with the processes' CPU in them.
 
     .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--emit topics] [--keep DIR] [--code DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive /tmp/ab/archive-avro --protocol avro --jobs v2   # engine_ab's archives
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
 """

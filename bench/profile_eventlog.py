@@ -18,6 +18,7 @@ results, Python on the driver, writing the manifest). So per job:
   job), between jobs and after the last, with the processes' CPU in them.
 
     .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--emit topics] [--keep DIR] [--code DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive /tmp/ab/archive-avro --protocol avro --jobs v2   # engine_ab's archives
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
 """
@@ -46,15 +47,18 @@ def _role(p, root_pid: int) -> str:
 
 
 def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str, master: str,
-                memory: str, code: str = ROOT, emit: str = "snapshot") -> tuple[dict, list[tuple[float, dict]]]:
-    """The job in its own process (spark_apps from the checkout `code`; a replay writes `emit`);
-    its RESULT and a list of (epoch s, cumulative CPU s per role)."""
+                memory: str, code: str = ROOT, emit: str = "snapshot",
+                protocol: str = "canal-json") -> tuple[dict, list[tuple[float, dict]]]:
+    """The job in its own process (spark_apps from the checkout `code`; a replay of the archive
+    in `protocol` writes `emit`); its RESULT and a list of (epoch s, cumulative CPU s per role)."""
     import psutil
 
     argv = [sys.executable, os.path.join(code, "bench", "bench_canal_json.py"), "--job", kind, "--source", archive,
             "--workdir", workdir, "--master", master, "--driver-memory", memory, "--event-log", event_log]
     if kind == "replay":
-        argv += ["--options", json.dumps({"enable-tidb-extension": "true"}), "--emit", emit]
+        from engine_ab import protocol_options
+
+        argv += ["--protocol", protocol, "--options", json.dumps(protocol_options(protocol, archive)), "--emit", emit]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **env, "PYTHONPATH": code}, cwd=code)  # the workers run `python -m`: cwd first on sys.path
     root = psutil.Process(proc.pid)
@@ -203,7 +207,10 @@ def report(title: str, result: dict, log: dict, samples, per_stage: dict, gaps: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--archive", required=True, help="a canal-json archive (TiDB extension) written earlier")
+    ap.add_argument("--archive", required=True, help="an archive written earlier (canal-json with TiDB's extension "
+                    "unless --protocol; engine_ab's archive-<protocol>: an Avro registry beside it)")
+    ap.add_argument("--protocol", default="canal-json", help="the archive's protocol (the replay jobs; codec "
+                    "options as engine_ab.py gives them)")
     ap.add_argument("--jobs", default="v1,v2,hand-written", help="comma-separated: " + ",".join(JOBS))
     ap.add_argument("--emit", default="snapshot", help="what the replay jobs (v1, v2) write: snapshot, topics or history")
     ap.add_argument("--master", default="local[2]")
@@ -219,7 +226,8 @@ def main() -> int:
         os.makedirs(event_log)
         load = os.getloadavg()[0]
         result, samples = run_sampled(kind, env, os.path.abspath(args.archive), workdir, event_log, args.master,
-                                      args.driver_memory, os.path.abspath(args.code), args.emit)
+                                      args.driver_memory, os.path.abspath(args.code), args.emit,
+                                      args.protocol)
         if args.keep:
             with open(event_log + ".samples.json", "w") as f:
                 json.dump([result, samples], f)

@@ -189,6 +189,12 @@ class Codec(abc.ABC):
         """Register one `noted` schema in this codec's registry: its id."""
         raise NotImplementedError(f"{self.name} registers no schemas")
 
+    def registered(self, ids: Mapping[tuple[str, str], int]):
+        """A context in which every codec of this protocol on this registry, in this process,
+        takes the id of each (subject, schema) of `ids` (what `register_schema` answered the
+        driver for them) without asking the registry again."""
+        raise NotImplementedError(f"{self.name} registers no schemas")
+
     def partitions_for(self, event: dict, partitions: int, row_partition: int) -> Sequence[int]:
         """Target partitions of an event: rows go where the dispatcher says, DDL and
         watermarks where this protocol's producer puts them."""

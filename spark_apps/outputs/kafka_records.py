@@ -53,19 +53,21 @@ class KafkaRecordArchive(Target):
         plan = self.plan
         tasks = max(1, min(plan.partitions * 4, plan.spark.sparkContext.defaultParallelism * 2))
         entries = plan.schema_entries if "after_values" in df.columns else None
-        kept = None
+        kept = registered = None
         several = plan.partitions > 1 or "{" in (plan.args.target_topic or "")  # writer tasks with rows
         if several and get_codec(plan.target_protocol, plan.target_options).registers_schemas:
             from pyspark import StorageLevel
 
             # computed once for both passes (recomputing the topics' frame took +20% of a run)
             kept = df = df.persist(StorageLevel.DISK_ONLY)
-            register_in_order(df, plan.target_protocol, plan.target_options, prepare, entries)
+            registered = register_in_order(df, plan.target_protocol, plan.target_options, prepare, entries)
         ordered = df.repartition(tasks, "out_topic", "out_partition").sortWithinPartitions(*WRITER_ORDER)
         fn = write_topics_fn(plan.target_protocol, plan.target_options, storage.join(plan.staging, "data"),
                              plan.args.max_records_per_object, prepare, self.writer())
         if entries is not None:
             fn = fed_lean(fn, entries)
+        if registered:
+            fn = with_registered(fn, plan.target_protocol, plan.target_options, registered)
         try:
             return written_rows(ordered, fn)
         finally:
@@ -78,34 +80,48 @@ WRITER_ORDER = ("out_topic", "out_partition", "sort_point", "sort_rank", "partit
                 "topic", "object")
 
 
-def register_in_order(df, protocol: str, options: dict, prepare=None, entries: dict | None = None) -> int:
+def register_in_order(df, protocol: str, options: dict, prepare=None,
+                      entries: dict | None = None) -> dict[tuple[str, str], int]:
     """For a target codec that `registers_schemas` (TiCDC Avro): register every schema the
     writer of `df` will ask for, in the order a reader meets them (WRITER_ORDER: the output
     topic partitions one after the other, each in offset order), before the writer tasks
-    start; the number of schemas. Why: writer tasks run concurrently, and a registry numbers
-    new schemas as they come, so into a fresh registry the ids in the messages' headers would
-    follow the tasks' timing; registered here, each writer only finds its schemas (the same id
-    on every run). The schemas are found by a pass over `df` that encodes as the writer does
-    (`schemas_asked_fn`: the same code decides, nothing is predicted: a schema depends on the
-    values too, a NULL makes its column nullable) and writes nothing. `KafkaRecordArchive.write`
-    calls it when more than one writer task has rows (one task registers in this order itself),
-    with `df` persisted for both passes."""
+    start; {(subject, schema): id} of them, for the writers (`with_registered`). Why: writer
+    tasks run concurrently, and a registry numbers new schemas as they come, so into a fresh
+    registry the ids in the messages' headers would follow the tasks' timing; registered here,
+    each writer only finds its schemas (the same id on every run). The schemas are found by a
+    pass over `df` that encodes as the writer does (`schemas_asked_fn`: the same code decides,
+    nothing is predicted: a schema depends on the values too, a NULL makes its column
+    nullable) and writes nothing, in as many tasks as the writer's (each task plans every
+    shape it meets again). `KafkaRecordArchive.write` calls it when more than one writer task
+    has rows (one task registers in this order itself), with `df` persisted for both passes."""
     import json
     import time
 
     started = time.monotonic()
     first: dict[tuple[str, str], tuple] = {}
-    for row in df.mapInArrow(schemas_asked_fn(protocol, options, prepare, entries),
+    tasks = max(1, df.sparkSession.sparkContext.defaultParallelism * 2)
+    for row in df.coalesce(tasks).mapInArrow(schemas_asked_fn(protocol, options, prepare, entries),
                              "place string, subject string, schema string").collect():
         place, asked = _place_order(json.loads(row.place)), (row.subject, row.schema)
         if asked not in first or place < first[asked]:
             first[asked] = place
     codec = get_codec(protocol, options)
-    for subject, schema in sorted(first, key=lambda asked: (first[asked], asked)):
-        codec.register_schema(subject, schema)
+    ids = {asked: codec.register_schema(*asked) for asked in sorted(first, key=lambda asked: (first[asked], asked))}
     log.info("%s: %d schemas registered in reading order before the writers (%.1f s)", protocol, len(first),
              time.monotonic() - started)
-    return len(first)
+    return ids
+
+
+def with_registered(fn: Callable, protocol: str, options: dict, ids: dict) -> Callable:
+    """The writer function `fn` with the codec's ids of the schemas `register_in_order`
+    registered (`Codec.registered`): its tasks take them instead of asking the registry
+    again (a directory registry's first lookup reads every id it holds)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with get_codec(protocol, options).registered(ids):
+            yield from fn(batches)
+
+    return run
 
 
 def _place_order(place) -> tuple:

@@ -864,3 +864,35 @@ def test_text_that_is_not_utf8_survives_as_raw_bytes(tmp_path):
     key, value = only(codec.encode([event], topic="t", partition=0))
     assert key is None and value == framed(1, blob(b"ok\xff\xfe\xed\xa0\x80"))
     assert decode_record(codec, record(None, value))[0]["after"][0]["value"] == b"ok\xff\xfe\xed\xa0\x80"
+
+
+def test_codec_takes_the_ids_the_driver_registered_without_asking_the_registry(tmp_path):
+    """Inside `registered(ids)` (the writer tasks after `register_in_order`), a schema of `ids`
+    gets its id from `ids`, in the message's header and with nothing written to the registry;
+    outside it, the registry is asked again as before."""
+    spec = f"file://{tmp_path}"
+    noting = codec_for(spec)
+    noting.noting_registrations()
+    list(noting.encode([orders_event()], topic="shop.orders", partition=0))
+    asked = noting.noted()
+    assert [subject for subject, _ in asked] == ["shop_orders-key", "shop_orders-value"]
+    ids = {asked[0]: 41, asked[1]: 42}
+    codec = codec_for(spec)
+    with codec_for(spec).registered(ids):
+        key, value = only(codec.encode([orders_event()], topic="shop.orders", partition=0))
+    assert (key[1:5], value[1:5]) == ((41).to_bytes(4, "big"), (42).to_bytes(4, "big"))
+    assert not (tmp_path / "ids").exists()  # the registry was not asked
+    key, value = only(codec_for(spec).encode([orders_event()], topic="shop.orders", partition=0))
+    assert (key[1:5], value[1:5]) == ((1).to_bytes(4, "big"), (2).to_bytes(4, "big"))
+
+
+def test_directory_registry_reuses_ids_of_schemas_orjson_refuses(tmp_path):
+    """The canonical form is orjson's where it can (the first lookup canonicalises every id),
+    json's for what orjson refuses (an integer beyond 64 bits): such a schema's id is reused."""
+    wide = KEY_SCHEMA.replace('"orders"', '"wide","x-size":123456789012345678901234567890')
+    first = DirectoryRegistry(tmp_path)
+    assert first.register("wide-key", wide) == 1
+    assert first.register("orders-key", KEY_SCHEMA) == 2
+    again = DirectoryRegistry(tmp_path)
+    assert again.register("wide-key", wide.replace('{"type"', '{ "type"')) == 1
+    assert again.register("orders-key", KEY_SCHEMA) == 2

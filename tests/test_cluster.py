@@ -28,7 +28,7 @@ import pytest
 
 from spark_apps import storage
 from spark_apps.generate import generate, write_archive
-from spark_apps.launch import NATIVE_ENV, NATIVE_SHIPPED
+from spark_apps.launch import NATIVE_ENV, NATIVE_SHIPPED, SMALL_RUN_SPARK_CONF
 
 from .support import outputs
 from .support.spark_cluster import standalone_cluster
@@ -37,6 +37,10 @@ CDC_REPLAY = [sys.executable, "-m", "spark_apps.cli"]
 ARGS = ["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true", "--emit", "snapshot",
         "--target-option", "enable-tidb-extension=true"]
 SMALL = "spark.sql.shuffle.partitions=2"  # a tiny archive: the same few tasks in both modes
+# and the same plans: the local run, a small one, runs Spark's interpreted expressions
+# (launch.SMALL_RUN_SPARK_CONF); a cluster run gets them only when told. Given to the cluster
+# runs too, their executors skip compiling each stage's generated code (Janino, then the JIT).
+INTERPRETED = [f"{key}={value}" for key, value in SMALL_RUN_SPARK_CONF.items()]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,8 @@ def _foreign_wheel(folder) -> str:
 
 def _replay(archive: str, output: str, master: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([*CDC_REPLAY, "replay", "--source", archive, "--output", output, *ARGS,
-                           "--master", master, "--spark-conf", SMALL, *extra],
+                           "--master", master, "--spark-conf", SMALL,
+                           *(arg for item in INTERPRETED for arg in ("--spark-conf", item)), *extra],
                           capture_output=True, text=True, timeout=600)
 
 
@@ -202,7 +207,7 @@ def test_airflow_replay_task_on_the_cluster_is_byte_identical_to_local_mode(
     al.write_config(home)
     aws = al.aws_connection(s3_endpoint, os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
     env = al.environment(home, spark_master=cluster.master_url, aws=aws, extra={
-        "CDC_REPLAY_SPARK_CONF": f"{SMALL} spark.pyspark.python={executor_python}",
+        "CDC_REPLAY_SPARK_CONF": " ".join([SMALL, *INTERPRETED, f"spark.pyspark.python={executor_python}"]),
         NATIVE_ENV: _foreign_wheel(tmp_path)})
     for key in [k for k in env if k.startswith("AWS_")]:  # S3 only through the Airflow connection
         del env[key]

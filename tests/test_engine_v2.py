@@ -286,3 +286,28 @@ def test_only_the_names_whose_rows_leave_their_table_are_checked_for_existence()
     assert not V2.may_lack_table("shop", "b", stretches, between)
     assert not V2.may_lack_table("shop", "a", stretches, {("shop", "b"): ([5], [6])})  # no applied rows of a
     assert _rows_may_lack_tables(stretches, between)
+
+
+def test_engine_v1_is_refused_and_v2_accepted(monkeypatch, tmp_path):
+    """v1 was removed (twenty-fifth session): `--engine v1` or $CDC_REPLAY_ENGINE=v1 fails the
+    run's checks before Spark starts, saying so; `--engine v2` (kept for the scripts that pass
+    it) and no engine pass them. No Spark, milliseconds."""
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.stages.context import ReplayError
+    from spark_apps.stages.validate import validate
+
+    def checked(*extra):
+        (tmp_path / "archive").mkdir(exist_ok=True)
+        return validate(ReplayArgs.from_namespace(parser().parse_args(
+            ["--source", str(tmp_path / "archive"), "--output", str(tmp_path / "out"), "--protocol", "canal-json",
+             "--emit", "snapshot", *extra])))
+
+    monkeypatch.delenv("CDC_REPLAY_ENGINE", raising=False)
+    with pytest.raises(ReplayError, match=r"--engine v1: engine v1 was removed \(twenty-fifth session\); v2 is"):
+        checked("--engine", "v1")
+    checked("--engine", "v2")
+    checked()
+    monkeypatch.setenv("CDC_REPLAY_ENGINE", "v1")
+    with pytest.raises(ReplayError, match=r"\$CDC_REPLAY_ENGINE=v1: engine v1 was removed"):
+        checked()
+    checked("--engine", "v2")  # the option first

@@ -69,14 +69,13 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     (`existence_frames`; None: no check). `dictionary`: the schema dictionary for lean rows.
     `base`: the rows of a base snapshot or export (full
     images, their `timeline` set), applied events that enter only the last change per key
-    (never counted, never duplicate-checked, never quarantined: v1 unions them with the
-    applied rows after its summary); `in_base`: a base export's bound (tag_status's).
+    (never counted, never duplicate-checked, never quarantined: the summary never sees
+    them); `in_base`: a base export's bound (tag_status's).
     `unknown`: --require-schema's (database, table) without a known schema, whose applied
-    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as v1).
-    `live_only`: only the rows `latest` reads, filtered before the joins as v1 filters its
-    applied rows, without `left_out` (columns no consumer reads), and every column the joins,
+    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as the summary counts them).
+    `live_only`: only the rows `latest` reads, filtered before the joins, without `left_out` (columns no consumer reads), and every column the joins,
     keys, last change and SCD2 window do not read packed into one (`transforms.packed`, which
-    `latest` and the caller's `unpacked` undo), as v1 packs its rows: the stage's generated
+    `latest` and the caller's `unpacked` undo): the stage's generated
     method stays small and each operator copies one column for all of them."""
     if duplicates is None:
         duplicates = find_duplicates(ready, tables)
@@ -87,8 +86,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
             allowMissingColumns=True)
     not_base = ~F.col("_base") if base is not None else F.lit(True)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
-    if live_only:  # before the joins: only applied row events can have effects (v1 filters them so too)
-        if unknown:  # quarantined (v1's summary counts them), so never live
+    if live_only:  # before the joins: only applied row events can have effects
+        if unknown:  # quarantined (the summary counts them), so never live
             df = T.mark_unknown_tables(df, list(unknown), where=not_base)
         df = df.where((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED) & (in_scope | ~not_base))
         df = T.packed(df.drop(*left_out), keep=(*T.VALIDITY_INPUTS, "kind", "status", "_base"))
@@ -138,7 +137,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
 def existence_frames(spark, history, row_ranges: dict | None = None) -> tuple:
     """(stretches, names) of `SchemaHistory.existence` as the missing-table check joins them
     (stages.history._quarantine_missing_tables builds the same), or (None, None) without any.
-    `row_ranges` (v1's summary's: per lower-case name, the lowest and highest point of its
+    `row_ranges` (the summary's: per lower-case name, the lowest and highest point of its
     applied row events): only the names whose rows reach outside every one stretch of theirs
     are checked, decided on the driver; the others' rows all lie where their table exists
     (`_known` null: never missing), so a run whose every name is such has no join at all."""
@@ -218,7 +217,7 @@ def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = Fals
 
 def latest(tagged: DataFrame, multiset: bool = True) -> DataFrame:
     """The last applied change of every (final table, key): the rows and columns
-    `transforms.unpacked(latest_per_key(...))` gives in v1, by the same aggregate
+    `transforms.unpacked(latest_per_key(...))` gives, by that aggregate
     (`latest_per_key`: partial per task before its shuffle, so each task sends at most one row
     per key it holds). `multiset`: as OutputPlan.multiset (a table without a key in the run)."""
     dropped = set(_INTERNAL) | {"key_aliases", "row_columns", "copy_change"}

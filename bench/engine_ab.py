@@ -1,12 +1,13 @@
-"""Benchmark (not a test): the replay engines against the Spark job a user would hand-write
+"""Benchmark (not a test): the replay against the Spark job a user would hand-write
 (issue 33 point 3), A/B alternating on archives written by `cdc-replay generate` with one
 seed, so every protocol's archive holds the same events.
 
 Each round runs every job in turn (the order reversed every other round, so no job always
 runs first), each in a fresh process and Spark session (bench/bench_canal_json.py `--job`):
 
-* `v1`/`v2` (`--engines`) × `--emits` (snapshot, topics, history) × `--protocols`: the full
-  replay (`replay.run`) of the protocol's archive, $CDC_REPLAY_ENGINE set;
+* `--emits` (snapshot, topics, history) × `--protocols`: the full replay (`replay.run`) of the
+  protocol's archive on engine v2, the only one since the twenty-fifth session
+  ($CDC_REPLAY_ENGINE=v2 set, so a `--code` checkout from before v1's removal runs v2 too);
 * `hand-written` (canal-json archive): read, unbase64, from_json, window "last row per key",
   write — the job the product competes with;
 * `floor` (`--floor`, canal-json archive): read, unbase64, from_json, write — the least any
@@ -18,13 +19,13 @@ workers; sampled from the process tree, the last reading of each process kept), 
 the JVM (driver and executors: one process in local mode) and of the Python workers, shuffle
 bytes written per event read (Spark's event log), the 1-minute load average before and after.
 Then the ratios the issue asks for: each job against the hand-written job (above 1: faster),
-each protocol against canal-json on the same engine and emit, topics and history against the
+each protocol against canal-json on the same emit, topics and history against the
 snapshot. Run it on a quiet machine (nothing else running; the load average says whether it was).
 
     .venv/bin/python bench/engine_ab.py --transactions 100000 --rounds 3
-    .venv/bin/python bench/engine_ab.py --transactions 400000 --rounds 2 --engines v2 --emits snapshot,topics,history
+    .venv/bin/python bench/engine_ab.py --transactions 400000 --rounds 2 --emits snapshot,topics,history
     .venv/bin/python bench/engine_ab.py --transactions 3300 --rounds 3 --floor --cli   # ~10k events, as run
-    .venv/bin/python bench/engine_ab.py --transactions 20000 --rounds 2 --engines v2 \\
+    .venv/bin/python bench/engine_ab.py --transactions 20000 --rounds 2 \\
         --protocols canal-json,open-protocol,craft,avro,canal-protobuf
 
 Prints Markdown tables; bench/RESULTS.md records figures, load and command.
@@ -138,10 +139,9 @@ def plan(args) -> list[dict]:
     jobs = []
     for protocol in args.protocols:
         for emit in args.emits:
-            for engine in args.engines:
-                jobs.append({"name": f"{engine} {emit} {protocol}" + (" (CLI)" if args.cli else ""),
-                             "kind": "cli" if args.cli else "replay", "protocol": protocol,
-                             "emit": emit, "engine": engine, "env": {"CDC_REPLAY_ENGINE": engine}})
+            jobs.append({"name": f"{emit} {protocol}" + (" (CLI)" if args.cli else ""),
+                         "kind": "cli" if args.cli else "replay", "protocol": protocol,
+                         "emit": emit, "env": {"CDC_REPLAY_ENGINE": "v2"}})
     if args.hand_written:
         jobs.append({"name": HAND_WRITTEN, "kind": "native", "protocol": "canal-json", "env": {}})
     if args.floor:
@@ -178,21 +178,21 @@ def report(jobs: list[dict], results: dict, sources: dict, args) -> None:
               f"{max(r['jvm_mb'] for r in rs):,.0f} | {max(r['workers_mb'] for r in rs):,.0f} | {per_event} | "
               f"{f'{base / wall:.2f}x' if base else '-'} |")
     replays = [j for j in jobs if j["kind"] in ("replay", "cli")]
-    walls = {(j["engine"], j["emit"], j["protocol"]): median(results[j["name"]], "seconds") for j in replays}
+    walls = {(j["emit"], j["protocol"]): median(results[j["name"]], "seconds") for j in replays}
     lines = []
-    for (engine, emit, protocol), wall in walls.items():
-        if protocol != "canal-json" and (engine, emit, "canal-json") in walls:
-            lines.append(f"* {engine} {emit}: {protocol} at {walls[(engine, emit, 'canal-json')] / wall:.2f}x "
+    for (emit, protocol), wall in walls.items():
+        if protocol != "canal-json" and (emit, "canal-json") in walls:
+            lines.append(f"* {emit}: {protocol} at {walls[(emit, 'canal-json')] / wall:.2f}x "
                          "canal-json's speed (goal ≥ 0.8x)")
-        if emit != "snapshot" and (engine, "snapshot", protocol) in walls:
-            lines.append(f"* {engine} {protocol}: {emit} takes {wall / walls[(engine, 'snapshot', protocol)]:.2f}x the "
+        if emit != "snapshot" and ("snapshot", protocol) in walls:
+            lines.append(f"* {protocol}: {emit} takes {wall / walls[('snapshot', protocol)]:.2f}x the "
                          "snapshot's time (goal ≤ 1.3x)")
     if "floor" in results:
         floor = median(results["floor"], timed)
         what = "process" if args.cli else "job"
-        for (engine, emit, protocol), wall in walls.items():
+        for (emit, protocol), wall in walls.items():
             if protocol == "canal-json":
-                lines.append(f"* {engine} {emit}: {wall / floor:.2f}x the floor's {what} wall time "
+                lines.append(f"* {emit}: {wall / floor:.2f}x the floor's {what} wall time "
                              "(goal ≤ 1.2x at 10k events)")
     if lines:
         print("\n" + "\n".join(lines))
@@ -205,7 +205,6 @@ def main() -> int:
     ap.add_argument("--archive", help="a canal-json archive written earlier (default: generated in a temporary "
                     "folder; other protocols are always generated)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every job (alternating order)")
-    ap.add_argument("--engines", default="v1,v2", help="engines to run (comma-separated)")
     ap.add_argument("--emits", default="snapshot", help="outputs to replay to: snapshot,topics,history")
     ap.add_argument("--protocols", default="canal-json", help="archives' protocols (the same events in each)")
     ap.add_argument("--no-hand-written", dest="hand_written", action="store_false",
@@ -221,7 +220,7 @@ def main() -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     args = ap.parse_args()
-    args.engines, args.emits = args.engines.split(","), args.emits.split(",")
+    args.emits = args.emits.split(",")
     args.protocols = ["canal-json", *[p for p in args.protocols.split(",") if p != "canal-json"]]
 
     workdir = tempfile.mkdtemp(prefix="cdc-engine-ab-")

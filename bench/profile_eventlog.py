@@ -1,7 +1,7 @@
 """Profile (not a test): where each job of `engine_ab.py` spends its wall time, stage by stage
 and between stages, from Spark's event log and the CPU of the job's processes over time.
 
-Each job (`--jobs`: `v1`, `v2`, `hand-written`, `floor`) runs as `engine_ab.py` runs it: in a
+Each job (`--jobs`: `replay`, `hand-written`, `floor`) runs as `engine_ab.py` runs it: in a
 fresh process and Spark session (`bench_canal_json.py --job`), on one archive. Meanwhile the
 CPU seconds of the job's processes are sampled every 0.1 s with their time, by role: the Python
 driver, the JVM (driver and executors: one process in local mode), and the Python workers the
@@ -17,8 +17,8 @@ results, Python on the driver, writing the manifest). So per job:
 * the gaps: wall seconds when no stage ran, split into the session's start (before the first
   job), between jobs and after the last, with the processes' CPU in them.
 
-    .venv/bin/python bench/profile_eventlog.py --archive A --jobs v1,v2,hand-written [--emit topics] [--keep DIR] [--code DIR]
-    .venv/bin/python bench/profile_eventlog.py --archive /tmp/ab/archive-avro --protocol avro --jobs v2   # engine_ab's archives
+    .venv/bin/python bench/profile_eventlog.py --archive A --jobs replay,hand-written [--emit topics] [--keep DIR] [--code DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive /tmp/ab/archive-avro --protocol avro --jobs replay   # engine_ab's archives
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
 """
@@ -36,7 +36,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-JOBS = {"v1": ("replay", {"CDC_REPLAY_ENGINE": "v1"}), "v2": ("replay", {"CDC_REPLAY_ENGINE": "v2"}),
+# the replay on engine v2, the only one since the twenty-fifth session ($CDC_REPLAY_ENGINE=v2: a
+# --code checkout from before v1's removal runs v2 too); `v2`, its former name, is kept
+JOBS = {"replay": ("replay", {"CDC_REPLAY_ENGINE": "v2"}), "v2": ("replay", {"CDC_REPLAY_ENGINE": "v2"}),
         "hand-written": ("native", {}), "floor": ("floor", {})}
 
 
@@ -209,10 +211,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--archive", required=True, help="an archive written earlier (canal-json with TiDB's extension "
                     "unless --protocol; engine_ab's archive-<protocol>: an Avro registry beside it)")
-    ap.add_argument("--protocol", default="canal-json", help="the archive's protocol (the replay jobs; codec "
+    ap.add_argument("--protocol", default="canal-json", help="the archive's protocol (the replay job; codec "
                     "options as engine_ab.py gives them)")
-    ap.add_argument("--jobs", default="v1,v2,hand-written", help="comma-separated: " + ",".join(JOBS))
-    ap.add_argument("--emit", default="snapshot", help="what the replay jobs (v1, v2) write: snapshot, topics or history")
+    ap.add_argument("--jobs", default="replay,hand-written", help="comma-separated: " + ",".join(JOBS))
+    ap.add_argument("--emit", default="snapshot", help="what the replay job writes: snapshot, topics or history")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--code", default=ROOT, help="run spark_apps (and its bench_canal_json.py) from this checkout: "

@@ -1,16 +1,16 @@
-"""Engine v2, the core (issue 33): the last change per key from the DDL history at the cut,
-built on the driver before the events' shuffle.
+"""Engine v2, the core (issue 33), the only engine since the twenty-fifth session: the last
+change per key from the DDL history at the cut, built on the driver before the events' shuffle.
 
-v1 (spark_apps/stages/ and `outputs.OutputPlan.snapshot`) builds the history after its summary
-and only then assigns every applied row its final table and key. Here the history's key
-information at the cut (`intervals`, `known`: outputs.table_frames of a `ddl.SchemaHistory`) is
-an input (in a run, the history of v1's summary, below; `applied_ddl` picks from the decode's
-DDL events, few, the ones v1 applies), so `tag_effects` gives every event, in the map stage, its
-status (v1's `tag_status`, the later copies being v1's duplicate marks, `find_duplicates`: a
-narrow shuffle of identities), the missing-table quarantine, its final table and its effects (an
-UPDATE that changes its key has two: a DELETE of the old key and an upsert of the new). `latest`
-reduces the applied effects with `transforms.latest_per_key`, partially in each task before its
-one shuffle.
+v1 (removed in the twenty-fifth session: docs/engine.md, "v1 removed") built the history after
+its summary and only then assigned every applied row its final table and key in the output
+stage. Here the history's key information at the cut (`intervals`, `known`:
+outputs.table_frames of a `ddl.SchemaHistory`) is an input (in a run, the history the summary
+built, stages/history.py), so `tag_effects` gives every event, in the map stage, its status
+(`tag_status`'s, the later copies being the duplicate marks, `find_duplicates`: a narrow
+shuffle of identities), the missing-table quarantine, its final table and its effects (an
+UPDATE that changes its key has two: a DELETE of the old key and an upsert of the new).
+`latest` reduces the applied effects with `transforms.latest_per_key`, partially in each task
+before its one shuffle.
 
 Why not one shuffle of whole events (the thirteenth session's design, windows for the
 duplicate check and the last change): measured 1.55x slower than v1 (bench/RESULTS.md,
@@ -18,12 +18,10 @@ fourteenth session): it moved every event with every column and sorted each part
 times, where a partial aggregate sends at most one row per key and task and the duplicate
 check only 40 bytes per event. docs/engine.md, "Engine v2 reduced before its shuffle".
 
-The run (stages/engine.py) gives `tag_effects` the history v1's summary built (twenty-fourth
-session), which also knows what the DDL events alone cannot: a table whose schema v1 takes from
+The run (stages/engine.py) gives `tag_effects` the history the summary built (twenty-fourth
+session), which also knows what the DDL events alone cannot: a table whose schema is taken from
 the stream (`SchemaHistory.use_stream_schemas`) and, in archives without commit ts and
-position, a DDL's point (a running event time); so v2 falls back nowhere. `applied_ddl` builds
-the history from the DDL events alone (tests/test_engine_v2.py proves it v1's), what a run
-without v1's summary would need.
+position, a DDL's point (a running event time); so v2 falls back nowhere.
 """
 
 from __future__ import annotations
@@ -40,56 +38,6 @@ from .contract import Kind, Status
 
 # columns only the engine reads; `latest` leaves them out
 _INTERNAL = ("_counted", "_live", "_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
-
-
-def applied_ddl(ddl_events: list[dict], *, tables: list[str] | None, cut, since: int | None) -> list[dict]:
-    """The DDL events v1 applies (its summary's `ddl`), picked on the driver from the decode's
-    DDL events (stages.decode.first_pass, few) before any shuffle: in `tables`' scope, at or below the
-    cut, above `since`, the first copy of each identity by `FIRST_SEEN`; in timeline order.
-    Archives with commit ts or positions only (an untimed DDL's point is its partition's
-    running event time, a window over every event: ValueError)."""
-    patterns = [_pattern(p) for p in (tables or [])]
-    picked: dict = {}
-    for d in ddl_events:
-        if d.get("topic") is None:
-            continue
-        point = [d["commit_ts"]] if d.get("commit_ts") is not None else d.get("position")
-        if point is None:
-            raise ValueError("applied_ddl: a DDL event without commit ts or position")
-        if patterns and not any(_matches(p, d.get("database"), d.get("table")) for p in patterns):
-            continue
-        identity = (d.get("database"), d.get("table"), d.get("commit_ts"), _tuple(d.get("position")),
-                    d.get("ddl_query"))
-        seen = tuple(_nulls_first(d.get(c)) for c in T.FIRST_SEEN)
-        if identity not in picked or seen < picked[identity][0]:
-            picked[identity] = (seen, {**d, "timeline": list(point)})
-    rows = [d for _, d in picked.values()
-            if (cut is None or list(d["timeline"]) <= [int(p) for p in cut])
-            and (since is None or list(d["timeline"]) > [since])]
-    return sorted(rows, key=lambda r: (list(r["timeline"]), _nulls_first(r.get("partition")),
-                                       _nulls_first(r.get("offset")), _nulls_first(r.get("event_index"))))
-
-
-def _tuple(value):
-    return tuple(value) if value is not None else None
-
-
-def _nulls_first(value):
-    return (value is not None, value if value is not None else 0)
-
-
-def _pattern(pattern: str) -> tuple:
-    import fnmatch
-
-    db, dot, table = pattern.strip().partition(".")
-    return (re.compile(fnmatch.translate(db), re.I), re.compile(fnmatch.translate(table if dot else "*"), re.I))
-
-
-def _matches(pattern: tuple, database, table) -> bool:
-    """`transforms.table_filter` for one event on the driver (Java's regex on Spark's side: the
-    patterns are shell wildcards, which both read alike)."""
-    db_re, table_re = pattern
-    return bool(db_re.match(database or "")) and (table is None or bool(table_re.match(table)))
 
 
 def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Duplicates:
@@ -121,14 +69,13 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     (`existence_frames`; None: no check). `dictionary`: the schema dictionary for lean rows.
     `base`: the rows of a base snapshot or export (full
     images, their `timeline` set), applied events that enter only the last change per key
-    (never counted, never duplicate-checked, never quarantined: v1 unions them with the
-    applied rows after its summary); `in_base`: a base export's bound (tag_status's).
+    (never counted, never duplicate-checked, never quarantined: the summary never sees
+    them); `in_base`: a base export's bound (tag_status's).
     `unknown`: --require-schema's (database, table) without a known schema, whose applied
-    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as v1).
-    `live_only`: only the rows `latest` reads, filtered before the joins as v1 filters its
-    applied rows, without `left_out` (columns no consumer reads), and every column the joins,
+    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as the summary counts them).
+    `live_only`: only the rows `latest` reads, filtered before the joins, without `left_out` (columns no consumer reads), and every column the joins,
     keys, last change and SCD2 window do not read packed into one (`transforms.packed`, which
-    `latest` and the caller's `unpacked` undo), as v1 packs its rows: the stage's generated
+    `latest` and the caller's `unpacked` undo): the stage's generated
     method stays small and each operator copies one column for all of them."""
     if duplicates is None:
         duplicates = find_duplicates(ready, tables)
@@ -139,8 +86,8 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
             allowMissingColumns=True)
     not_base = ~F.col("_base") if base is not None else F.lit(True)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
-    if live_only:  # before the joins: only applied row events can have effects (v1 filters them so too)
-        if unknown:  # quarantined (v1's summary counts them), so never live
+    if live_only:  # before the joins: only applied row events can have effects
+        if unknown:  # quarantined (the summary counts them), so never live
             df = T.mark_unknown_tables(df, list(unknown), where=not_base)
         df = df.where((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED) & (in_scope | ~not_base))
         df = T.packed(df.drop(*left_out), keep=(*T.VALIDITY_INPUTS, "kind", "status", "_base"))
@@ -190,7 +137,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
 def existence_frames(spark, history, row_ranges: dict | None = None) -> tuple:
     """(stretches, names) of `SchemaHistory.existence` as the missing-table check joins them
     (stages.history._quarantine_missing_tables builds the same), or (None, None) without any.
-    `row_ranges` (v1's summary's: per lower-case name, the lowest and highest point of its
+    `row_ranges` (the summary's: per lower-case name, the lowest and highest point of its
     applied row events): only the names whose rows reach outside every one stretch of theirs
     are checked, decided on the driver; the others' rows all lie where their table exists
     (`_known` null: never missing), so a run whose every name is such has no join at all."""
@@ -270,7 +217,7 @@ def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = Fals
 
 def latest(tagged: DataFrame, multiset: bool = True) -> DataFrame:
     """The last applied change of every (final table, key): the rows and columns
-    `transforms.unpacked(latest_per_key(...))` gives in v1, by the same aggregate
+    `transforms.unpacked(latest_per_key(...))` gives, by that aggregate
     (`latest_per_key`: partial per task before its shuffle, so each task sends at most one row
     per key it holds). `multiset`: as OutputPlan.multiset (a table without a key in the run)."""
     dropped = set(_INTERNAL) | {"key_aliases", "row_columns", "copy_change"}

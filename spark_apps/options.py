@@ -464,10 +464,8 @@ OPTIONS: tuple[Option, ...] = (
                "docs/reliability.md); a dead run on this host is taken over at once",
                type=["null", "number"], minimum=1))),
     Option("engine", RUN, choices=("v1", "v2"),
-           help="the replay engine: v1 (today's passes) or v2 (the last change per key or the SCD2 versions "
-                "from the DDL history at the cut, every row's table and key in the map stage before its one "
-                "shuffle; every output and target, byte for byte v1's; the manifest's `engine` says which "
-                "ran). Default: $CDC_REPLAY_ENGINE, else v1 (docs/engine.md)"),
+           help="kept for the scripts that pass it: v2, the only engine (a no-op); v1 was removed in the "
+                "twenty-fifth session and is refused, as is $CDC_REPLAY_ENGINE=v1 (docs/engine.md)"),
     Option("max_columns", LIMITS, type=int, default=4096, metavar="N",
            help="columns per row image (default: %(default)s, MySQL's and TiDB's most)",
            request=Field("max_columns", "int", form=_form(

@@ -112,7 +112,7 @@ def _stages(ctx: RunContext) -> dict:
     decoded = decode_stage.decode_pass(ctx)  # 2. objects -> persisted lean rows, partition stats
     if ctx.base_export is not None:  # the archive continues the export and reaches it
         base_stage.check_position(ctx, decoded)
-    # 3. the cut and every event's status, 4. the DDL history, quarantine moves (v1 or v2)
+    # 3. the cut and every event's status, 4. the DDL history, quarantine moves, then engine v2's last changes
     tagged, hist = engine_stage.tag_and_history(ctx, decoded)
     quarantine = summary_stage.write_quarantine(ctx, hist)  # 5. quarantine objects and reasons
     written = output_stage.write_output(ctx, decoded, tagged, hist)  # 6. the output, staged

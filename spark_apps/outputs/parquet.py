@@ -48,7 +48,7 @@ class ParquetTables(Target):
 
 # a snapshot's rows in a file: by the replay order of each row's last change (ties: identical
 # rows of a table without a key), not the order the last change per key left them in, so the
-# bytes do not depend on how the engine partitioned the keys (tests/test_engine_switch.py); a
+# bytes do not depend on how the last change per key partitioned the keys; a
 # base export's rows share one point and differ by (offset, object): their byte offset and file
 SNAPSHOT_ORDER = ("timeline", "topic", "partition", "offset", "event_index", "object")
 

@@ -91,12 +91,6 @@ class OutputPlan:
         self.kafka = prepared(self.args.output, home, fingerprint)
 
     # ----------------------------------------------------------------- helpers
-    def _effects(self, rows):
-        from .. import transforms as T
-
-        intervals, known = table_frames(self.spark, self.schema_history)
-        return T.row_effects(T.assign_tables(rows, intervals, known), self.dictionary)
-
     def _full(self, df):
         """Full images from lean rows (a no-op for rows that are not lean)."""
         from .. import transforms as T
@@ -177,18 +171,15 @@ class OutputPlan:
             *EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS, *WINDOW_COPY_COLUMNS)
 
     # ----------------------------------------------------------------- outputs
-    def snapshot(self, rows, latest=None):
-        """The last change per key of `rows`, written; `latest`: those last changes as a frame
-        still to compute (engine v2's: `rows` is then not read). Persisted either way: the
-        per-table counts and the write both read it."""
+    def snapshot(self, latest):
+        """The last change per key (`latest`, a frame still to compute: stages/engine.py's),
+        written. Persisted: the per-table counts and the write both read it."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from .. import transforms as T
         from ..snapshot import projector
 
-        if latest is None:
-            latest = T.unpacked(T.latest_per_key(self._effects(T.packed(rows)), multiset=self.multiset))
         latest = latest.persist(StorageLevel.DISK_ONLY)
         # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
         table_rows = [r.asDict() for r in latest.groupBy(
@@ -215,21 +206,15 @@ class OutputPlan:
         latest.unpersist()
         return written, table_rows
 
-    def history(self, rows, versions=None):
-        """SCD type 2: one version per change of every key, valid until the key's next change;
-        `versions`: those versions as a frame still to compute (engine v2's: `rows` is then
-        not read). Persisted either way: the per-table counts and the write both read it.
-        Lean `rows` stay lean through the window (packed, as the snapshot's last change per
-        key) and get their full images after it, as engine v2's (stages/engine.py `_versions`):
-        the rows of a table left out at the cut never get images at all."""
+    def history(self, versions):
+        """SCD type 2: one version per change of every key, valid until the key's next change
+        (`versions`, a frame still to compute: stages/engine.py `_versions`'s), written.
+        Persisted: the per-table counts and the write both read it."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         from .. import transforms as T
 
-        if versions is None:
-            validity = T.scd2_validity(self._effects(T.packed(rows, keep=T.VALIDITY_INPUTS)))
-            versions = T.scd2_images(self._full(T.unpacked(validity)))
         versions = versions.persist(StorageLevel.DISK_ONLY)
         table_rows = [r.asDict() for r in versions.groupBy("database", "table").agg(
             F.count(F.lit(1)).alias("rows")).collect()]

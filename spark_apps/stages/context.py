@@ -87,10 +87,9 @@ class History:
     counts: list[dict]
     lean: Any  # the tagged lean rows
     dictionary: Any  # their column lists (transforms.plan_dictionary)
-    latest: Any = None  # engine v2: the last change per key (a frame the snapshot persists)
-    versions: Any = None  # engine v2: the SCD2 versions of every key (a frame the history persists)
+    latest: Any = None  # the last change per key (stages/engine.py; a frame the snapshot persists)
+    versions: Any = None  # the SCD2 versions of every key (stages/engine.py; a frame the history persists)
     unknown: list = field(default_factory=list)  # --require-schema: (database, table) quarantined for lack of a schema
-    engine: dict = field(default_factory=lambda: {"requested": "v1", "ran": "v1", "fallback": None})
 
     @functools.cached_property
     def tagged(self):

@@ -1,12 +1,13 @@
-"""Stages 3 and 4 on the chosen engine (`--engine`, else $CDC_REPLAY_ENGINE, else v1):
-v1's dedupe and cut (stages/dedupe.py) and schema history (stages/history.py) on both, and on
-v2 (spark_apps/engine_v2.py) the last change per key, or the SCD2 versions, with every row's
-final table and key from the DDL history at the cut found in the map stage before the one
-shuffle (v1 assigns tables and keys in the output stage, stages/output.py).
+"""Stages 3 and 4: the dedupe and cut (stages/dedupe.py) and the schema history
+(stages/history.py), then the last change per key, or the SCD2 versions
+(spark_apps/engine_v2.py), with every row's final table and key from the DDL history at the
+cut found in the map stage before the one shuffle.
 
-v2 runs wherever it is asked for (twenty-fourth session: no fallback to v1), byte for byte
-v1's output (Delta/Iceberg: the same tables): any --emit, any target, a kafka:// output. Its
-history at the cut is the one v1's summary built (`hist.history`), so tables whose schema is
+Engine v2 is the only engine since the twenty-fifth session: v1's own last change per key and
+SCD2 window (the output stage's, on tables and keys it assigned there) were removed, v2 being
+as fast at 1M and falling back nowhere (docs/engine.md, "v1 removed"). `--engine v2` and
+$CDC_REPLAY_ENGINE=v2 are still accepted (a no-op, for scripts that pass them); v1 is refused
+(`check`). Its history at the cut is the summary's (`hist.history`), so tables whose schema is
 taken from the stream, --require-schema's quarantine and archives without commit ts nor
 position need nothing of their own. docs/engine.md, "Engine v2 wired", "Engine v2 reduced
 before its shuffle", "Engine v2 writes topics and histories" and "v2 without fallbacks".
@@ -24,40 +25,39 @@ from spark_apps.stages.context import Decoded, History, ReplayError, RunContext,
 from spark_apps.stages.decode import UNREADABLE_ONLY
 
 ENGINE_ENV = "CDC_REPLAY_ENGINE"
-ENGINES = ("v1", "v2")
+ENGINE = "v2"
 
 
-def requested(args) -> str:
-    """--engine, else $CDC_REPLAY_ENGINE, else v1."""
-    value = getattr(args, "engine", None) or os.environ.get(ENGINE_ENV) or "v1"
-    if value not in ENGINES:
-        raise ReplayError(f"${ENGINE_ENV}={value!r}: the engine is one of {', '.join(ENGINES)}")
-    return value
+def check(args) -> None:
+    """--engine, else $CDC_REPLAY_ENGINE, if given, must name v2 (kept for the scripts that
+    pass it): v1 was removed in the twenty-fifth session. ReplayError before Spark starts."""
+    given = getattr(args, "engine", None)
+    source = "--engine " if given else f"${ENGINE_ENV}="
+    value = given or os.environ.get(ENGINE_ENV) or ENGINE
+    if value == "v1":
+        raise ReplayError(f"{source}v1: engine v1 was removed (twenty-fifth session); v2 is the engine, "
+                          f"give --engine v2 or nothing (docs/engine.md)")
+    if value != ENGINE:
+        raise ReplayError(f"{source}{value}: the engine is v2 (docs/engine.md)")
 
 
 def tag_and_history(ctx: RunContext, decoded: Decoded) -> tuple[Tagged, History]:
-    """Statuses, the DDL history and the summary (v1's code on both engines), then on v2 the
-    last changes from that history; the manifest's `engine` says which ran (`fallback` is
-    None: since the twenty-fourth session v2 runs wherever it is asked for)."""
-    engine = {"requested": requested(ctx.args), "ran": "v1", "fallback": None}
+    """Statuses, the DDL history and the summary, then the last changes or SCD2 versions from
+    that history (`_v2`)."""
     tagged = dedupe_stage.dedupe_and_cut(ctx, decoded)
     hist = history_stage.schema_history(ctx, decoded, tagged)
-    if engine["requested"] == "v2":
-        _v2(ctx, tagged, hist)
-        engine["ran"] = "v2"
-        ctx.say("engine v2: the last change per key from the history at the cut")
-    hist.engine = engine
+    _v2(ctx, tagged, hist)
     return tagged, hist
 
 
 def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
-    """v2's last changes (`hist.latest`) or SCD2 versions (`hist.versions`) from v1's statuses
-    (`tagged`) and the DDL history its summary built (`hist.history`: tables whose schema is
+    """The last changes (`hist.latest`) or SCD2 versions (`hist.versions`) from the statuses
+    (`tagged`) and the DDL history the summary built (`hist.history`: tables whose schema is
     taken from the stream included; in an archive without commit ts nor position, DDL at
-    their running event time, the rows' timelines being the same `tagged.ready`'s), with v1's
-    quarantines (missing tables, --require-schema's unknown ones) in the same map stage.
-    --emit topics: nothing to compute, both engines share the statuses, the summary and the
-    writer. A topic message keeps the event's own table and key (its partition comes from
+    their running event time, the rows' timelines being the same `tagged.ready`'s), with the
+    summary's quarantines (missing tables, --require-schema's unknown ones) in the same map
+    stage. --emit topics: nothing to compute, the statuses, the summary and the writer are
+    enough. A topic message keeps the event's own table and key (its partition comes from
     the dispatcher, Avro's missing old images from the event's own key's previous change,
     `transforms.fill_previous_images`), never the table and key at the cut."""
     from spark_apps import engine_v2 as V2
@@ -80,7 +80,7 @@ def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
     if args.emit == "history":
         hist.versions = _versions(effects, tagged.dictionary, with_base=base is not None)
         return
-    # as in v1 (stages/output.py), what only an unreadable record carries is not aggregated (`left_out`)
+    # what only an unreadable record carries is not aggregated (`left_out`)
     hist.latest = V2.latest(effects, multiset=history_stage.has_keyless(hist))
     if base is not None and "after_values" in effects.columns:  # the base rows' images are full: rebuild the lean
         hist.latest = _full_beside(hist.latest, tagged.dictionary)
@@ -89,8 +89,8 @@ def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
 def _versions(effects, dictionary, with_base: bool):
     """The SCD2 versions (what `OutputPlan.history` writes) of `tag_effects`' applied keyed
     effects, whose final table and key the map stage gave: one window per key
-    (`transforms.scd2_validity`) over the lean rows, their full images rebuilt after it (v1
-    shuffles the full ones); `with_base`: base rows with full images beside the lean
+    (`transforms.scd2_validity`) over the lean rows, their full images rebuilt after it;
+    `with_base`: base rows with full images beside the lean
     (`_full_beside`)."""
     from pyspark.sql import functions as F
 
@@ -106,8 +106,8 @@ def _versions(effects, dictionary, with_base: bool):
 
 
 def _base_rows(ctx: RunContext):
-    """The rows of --base-snapshot or --base-export as applied events with full images (what
-    v1's stages/output.py unions with the applied rows), or None."""
+    """The rows of --base-snapshot or --base-export as applied events with full images, which
+    enter the one shuffle beside the archive's lean ones, or None."""
     from spark_apps import outputs
     from spark_apps.schema import DECODED_FIELD_NAMES
     from spark_apps.stages.decode import decode_objects

@@ -1,15 +1,16 @@
-"""Stage 6, the output: the applied events handed to spark_apps.outputs (the last change per
-key, the SCD2 versions or the topics), written below the staging area by the chosen target."""
+"""Stage 6, the output: what stages/engine.py computed (the last change per key, the SCD2
+versions), or the applied events for the topics, handed to spark_apps.outputs and written
+below the staging area by the chosen target."""
 
 from __future__ import annotations
 
 from cdc_codecs import codec_class
 
 from spark_apps import kafka_io
-from spark_apps.contract import Kind, Status
+from spark_apps.contract import Status
 from spark_apps.stages.base import export_base_rows
 from spark_apps.stages.context import Decoded, History, ReplayError, RunContext, Tagged, Written
-from spark_apps.stages.decode import UNREADABLE_ONLY, release
+from spark_apps.stages.decode import release
 from spark_apps.stages.decode import decode_objects as _decode
 from spark_apps.stages.history import has_keyless
 
@@ -24,7 +25,7 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
     args, spark, history = ctx.args, ctx.spark, hist.history
     ctx.progress.phase(f"writing the {args.emit} ({args.output_format})")
     base_rows = None
-    if hist.latest is None and hist.versions is None:  # engine v2 took the base rows in (stages/engine.py)
+    if args.emit == "topics":  # a snapshot's or history's took the base rows in (stages/engine.py)
         try:
             base_rows = outputs.base_rows(spark, ctx.base, args, hist.tagged.columns, _decode) if ctx.base else None
         except outputs.OutputError as e:
@@ -55,20 +56,12 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
                 applied = hist.tagged.where(F.col("status") == Status.APPLIED)
             written, table_rows = output_plan.topics(
                 applied if base_rows is None else applied.unionByName(base_rows)), None
-        else:
-            if base_rows is not None:
-                rows = hist.tagged.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
-                rows = rows.unionByName(base_rows)
-            else:  # lean up to the last change per key or through the SCD2 window, rebuilt after it
-                # what only a record that could not be read carries is not carried through the
-                # last change per key or the window (every column there is sorted and shuffled)
-                rows = hist.lean.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW)).drop(
-                    *UNREADABLE_ONLY)
-                output_plan.dictionary = tagged.dictionary
-            if args.emit == "snapshot":  # engine v2 gives its last changes (stages/engine.py)
-                written, table_rows = output_plan.snapshot(rows, latest=hist.latest)
+        else:  # the last changes or versions of stages/engine.py, lean where the archive's rows are
+            output_plan.dictionary = tagged.dictionary
+            if args.emit == "snapshot":
+                written, table_rows = output_plan.snapshot(hist.latest)
             else:
-                written, table_rows = output_plan.history(rows, versions=hist.versions)
+                written, table_rows = output_plan.history(hist.versions)
     except outputs.OutputError as e:
         raise ReplayError(str(e)) from e
     except Exception as e:  # an event the target protocol cannot carry fails the run, naming it

@@ -272,5 +272,6 @@ def build_manifest(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Hist
         manifest["output"]["lakehouse"] = written.lake_tables
     manifest["quarantine"]["reasons"] = reasons
     manifest["timeline"] = manifest_mod.timeline(hist.counts, hist.frame, T.TIMELINE_BUCKETS)
-    manifest["engine"] = dict(hist.engine)  # which engine ran, and why v1 when v2 was asked for
+    # v2 is the only engine (stages/engine.py); the object keeps its keys for the readers of older manifests
+    manifest["engine"] = {"requested": "v2", "ran": "v2", "fallback": None}
     return manifest

@@ -15,6 +15,7 @@ from spark_apps.contract import LAST_CUT
 from spark_apps.ddl import DDLError, SchemaHistory
 from spark_apps.options import ReplayArgs
 from spark_apps.stages import base as base_stage
+from spark_apps.stages import engine as engine_stage
 from spark_apps.stages.context import ReplayError, RunContext, log
 from spark_apps.stages.history import starting_schemas
 
@@ -74,6 +75,7 @@ def validate(args: ReplayArgs) -> tuple:
     """Check everything that can be checked before Spark starts; returns (source codec,
     target protocol, target options, base manifest or None)."""
     check(args)
+    engine_stage.check(args)  # --engine v1 is refused (v1 was removed)
     try:  # S3 reads of this process; Spark tasks get the same settings (archive_io)
         storage.configure(args.read_settings())
     except ValueError as e:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import KafkaRecord, get_codec
@@ -373,15 +373,16 @@ def test_a_keyless_row_from_before_a_column_was_dropped_and_added_again(spark, t
     assert history_rows(str(tmp_path / "out")) == window_of(reference_history(events), since)
 
 
-@pytest.mark.xfail(run=False, reason="its examples reach DROPPED_AND_ADDED_AGAIN (above), whose shrinking "
-                   "takes minutes; run it again once that case passes")
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           derandomize=True)
 @given(steps=STEPS, cut_at=st.floats(0.0, 0.95))
 def test_random_keyless_ddl_windows_hold_the_reference_versions(spark, steps, cut_at):
     """Property: for random changes and DDL of a keyless table and a random `--since` cut (the
     table's CREATE TABLE at the cut given with `--schema`), the window's history is the
-    reference history's versions after the cut."""
+    reference history's versions after the cut. Programs that add `note` again after dropping
+    it (a third "column" step) are left out until DROPPED_AND_ADDED_AGAIN (above) passes: the
+    rest of the property keeps running meanwhile."""
+    assume(sum(1 for kind, _, _ in steps if kind == "column") < 3)
     events, since, schema = random_program(steps, cut_at)
     with tempfile.TemporaryDirectory() as workdir:
         work = Path(workdir)

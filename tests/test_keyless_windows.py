@@ -363,14 +363,19 @@ DROPPED_AND_ADDED_AGAIN = ([("insert", 0, 0)] * 4 + [("column", 0, 0)] + [("inse
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="a column dropped and added again: the writer and the reference differ")
 def test_a_keyless_row_from_before_a_column_was_dropped_and_added_again(spark, tmp_path):
-    steps, cut_at = DROPPED_AND_ADDED_AGAIN
+    assert_program_window(spark, *DROPPED_AND_ADDED_AGAIN, tmp_path)
+
+
+def assert_program_window(spark, steps, cut_at: float, work: Path) -> None:
+    """`random_program`'s archive replayed to the history after its cut (the table's CREATE
+    TABLE there given with `--schema`): every event accounted for, the window the reference's."""
     events, since, schema = random_program(steps, cut_at)
-    source = archive(events, tmp_path / "archive")
-    (tmp_path / "schema.sql").write_text(schema + ";\n")
-    manifest = replayed(spark, source, tmp_path, [*TIDB, "--emit", "history", "--since", str(since),
-                                                  "--schema", str(tmp_path / "schema.sql")])
+    source = archive(events, work / "archive")
+    (work / "schema.sql").write_text(schema + ";\n")
+    manifest = replayed(spark, source, work, [*TIDB, "--emit", "history", "--since", str(since),
+                                              "--schema", str(work / "schema.sql")])
     accounted(manifest)
-    assert history_rows(str(tmp_path / "out")) == window_of(reference_history(events), since)
+    assert history_rows(str(work / "out")) == window_of(reference_history(events), since)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
@@ -383,13 +388,6 @@ def test_random_keyless_ddl_windows_hold_the_reference_versions(spark, steps, cu
     it (a third "column" step) are left out until DROPPED_AND_ADDED_AGAIN (above) passes: the
     rest of the property keeps running meanwhile."""
     assume(sum(1 for kind, _, _ in steps if kind == "column") < 3)
-    events, since, schema = random_program(steps, cut_at)
     with tempfile.TemporaryDirectory() as workdir:
-        work = Path(workdir)
-        source = archive(events, work / "archive")
-        (work / "schema.sql").write_text(schema + ";\n")
-        manifest = replayed(spark, source, work, [*TIDB, "--emit", "history", "--since", str(since),
-                                                  "--schema", str(work / "schema.sql")])
-        accounted(manifest)
-        assert history_rows(str(work / "out")) == window_of(reference_history(events), since)
+        assert_program_window(spark, steps, cut_at, Path(workdir))
     

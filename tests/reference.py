@@ -127,10 +127,14 @@ class _Table:
             return image_values[name]
         return next((c["default"] for c in self.schema["columns"] if c["name"] == name), None)
 
-    def project(self, image) -> dict:
-        """An image as the table has it now: its columns, a missing one at its default."""
+    def project(self, image, written: int | None = None) -> dict:
+        """An image as the table has it now: its columns, a missing one at its default.
+        `written`: the ADD COLUMN count when the image was written (`_ADDED`); a column added
+        after it takes its default even if the image carries a column of that name (one
+        dropped and added again: MySQL does not bring the old values back)."""
         values = {c["name"]: c["value"] for c in image}
-        return {c["name"]: self.value(values, c["name"]) for c in self.schema["columns"]}
+        return {c["name"]: c["default"] if written is not None and c.get("added", 0) > written
+                else self.value(values, c["name"]) for c in self.schema["columns"]}
 
     def find(self, values: dict) -> int | None:
         names = self.identity() or list(values)
@@ -198,9 +202,14 @@ def _ordered(events, placements, es_unit_ms) -> list[dict]:
     return sorted(rows_and_ddl, key=lambda e: (e["commit_ts"], 0 if e["op"] == "delete" else 1))
 
 
+# ADD COLUMNs applied so far (a clock: a column's `added` and a change's point compare by it)
+_ADDED = [0]
+
+
 def _replay(events, as_of, schema_sql, placements, es_unit_ms, changes: list | None = None) -> dict:
-    """Apply the events; `changes`, when given, receives (table object, event) for every row
-    event applied to a table (the object follows the table through RENAMEs)."""
+    """Apply the events; `changes`, when given, receives (table object, event, the ADD COLUMN
+    clock `_ADDED` then) for every row event applied to a table (the object follows the table
+    through RENAMEs)."""
     tables: dict = {}
     for statement in schema_sql.split(";"):
         if statement.strip():
@@ -219,7 +228,7 @@ def _replay(events, as_of, schema_sql, placements, es_unit_ms, changes: list | N
         table = tables.setdefault(name, _Table(None))
         table.apply(event)
         if changes is not None:
-            changes.append((table, event))
+            changes.append((table, event, _ADDED[0]))
     return tables
 
 
@@ -257,18 +266,18 @@ def reference_history(events: list[dict], as_of: int | None = None, schema_sql: 
     tables = _replay(events, as_of, schema_sql, None, 1, changes)
     final = {id(t): name for name, t in tables.items()}
     versions: dict = {}
-    for table, event in changes:
+    for table, event, written in changes:
         if id(table) not in final:
             continue  # dropped later: not in the output
         names = (not table.keyless_once and table.identity()) or [c["name"] for c in table.schema["columns"]]
 
         def version(image, op):
-            row = table.project(image)
+            row = table.project(image, written)
             versions.setdefault((final[id(table)], tuple(row[n] for n in names)), []).append(
                 (op, event["commit_ts"], tuple(sorted(row.items()))))
 
-        before = event["before"] and table.project(event["before"])
-        after = event["after"] and table.project(event["after"])
+        before = event["before"] and table.project(event["before"], written)
+        after = event["after"] and table.project(event["after"], written)
         if event["op"] == "delete":
             version(event["before"], "delete")
         elif event["op"] == "update" and before and [before[n] for n in names] != [after[n] for n in names]:
@@ -349,7 +358,8 @@ def _apply_ddl(tables: dict, absent: set, query: str) -> None:
         col = _column(m["def"])
         table = tables.get((m["db"], m["table"]))
         if table is not None and table.schema is not None:
-            table.schema["columns"].append(col)
+            _ADDED[0] += 1
+            table.schema["columns"].append({**col, "added": _ADDED[0]})
             for row in table.rows:  # rows written before it and never re-sent: the default
                 row[col["name"]] = col["default"]
     elif m := re.match(rf"ALTER TABLE {_TABLE} DROP COLUMN `?(?P<col>\w+)`?", q, re.I):

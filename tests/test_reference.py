@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cdc_codecs.events import Kind, Op, new_event
 
-from .reference import event_points, reference_rows, reference_state
+from .reference import event_points, reference_history, reference_rows, reference_state
 
 DB = "d"
 
@@ -96,3 +96,17 @@ def test_ddl_applies_to_rows_after_its_point():
         (b"3",): b(id=3, v=3, w=3),
         (b"4",): b(id=4, v=4, w=4),  # p1 at the ADD's second: after it
     }}
+
+
+def test_history_of_a_row_from_before_a_column_was_dropped_and_added_again_has_the_default():
+    """MySQL drops a column's values with it: added again, old rows hold its default, so their
+    history versions do too (and a keyless table names such rows by the default)."""
+    events = [ddl("CREATE TABLE `d`.`k` (`a` INT, `note` VARCHAR(8) DEFAULT 'x')", "k", ts=1),
+              row(Op.INSERT, "k", None, {"a": 1, "note": "y"}, ts=2, keys=()),
+              ddl("ALTER TABLE `d`.`k` DROP COLUMN `note`", "k", ts=3),
+              ddl("ALTER TABLE `d`.`k` ADD COLUMN `note` VARCHAR(8) DEFAULT 'x'", "k", ts=4),
+              row(Op.INSERT, "k", None, {"a": 1, "note": "x"}, ts=5, keys=())]
+    first, second = reference_history(events)[(DB, "k")]
+    assert first == ("insert", 2, 5, False, tuple(sorted(b(a=1, note="x").items())))
+    assert second == ("insert", 5, None, True, tuple(sorted(b(a=1, note="x").items())))
+    assert reference_rows(events)[(DB, "k")] == [tuple(sorted(b(a=1, note="x").items()))] * 2

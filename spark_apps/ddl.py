@@ -142,8 +142,8 @@ class TableInterval:
     final_database: str
     final_table: str
     key_aliases: tuple | None = ()  # per final key column: every name it had (lower case); None: unknown
-    # a table with no key: per final column, (every name it had, lower case; its default), so
-    # images written before an ADD/DROP COLUMN still identify the same row
+    # a table with no key: per final column, (every name it had, lower case; its default; the
+    # point it was added), so images written before an ADD/DROP COLUMN still identify the same row
     row_columns: tuple | None = None
 
 
@@ -746,8 +746,8 @@ class SchemaHistory:
             if not schema.columns_known:
                 keys = None
             elif not keys:
-                row_columns = tuple((tuple(sorted({c.name.lower()} | {a.lower() for _, a in c.aliases})), c.default)
-                                    for c in schema.columns)
+                row_columns = tuple((tuple(sorted({c.name.lower()} | {a.lower() for _, a in c.aliases})), c.default,
+                                     tuple(c.added)) for c in schema.columns)
             for i, (start, db, name) in enumerate(names):
                 after = tuple(schema.start) if i == 0 else tuple(start)
                 until = tuple(names[i + 1][0]) if i + 1 < len(names) else None

@@ -32,7 +32,7 @@ from cdc_codecs.tso import LOGICAL_BITS
 from .contract import Kind, Status
 from .schema import QUARANTINE_KIND
 
-ROW_COLUMNS_TYPE = "array<struct<names: array<string>, default: binary>>"
+ROW_COLUMNS_TYPE = "array<struct<names: array<string>, default: binary, added: array<bigint>>>"
 STATUSES = (Status.QUARANTINED, Status.EMPTY, Status.FILTERED, Status.IN_BASE, Status.DUPLICATE, Status.PENDING,
             Status.APPLIED)
 
@@ -517,9 +517,10 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
     cut when the DDL history knows the table (`key_aliases`: every name each key column had,
     so RENAME COLUMN and primary-key changes keep one key per row), else the event's own
     `key_columns`; a table without a key is keyed by all its values: for a table the DDL history
-    knows, by its columns at the cut (`row_columns`: names each had, default), a column the
-    image lacks taking its default, so an image written before an ADD/DROP COLUMN still names
-    the same row. Values only, in key order (lean rows: `row_key_lean`)."""
+    knows, by its columns at the cut (`row_columns`: names each had, default, the point it was
+    added), a column the image lacks, or that was added after the image's point (a column
+    dropped and added again holds none of its old values), taking its default, so an image
+    written before an ADD/DROP COLUMN still names the same row, the one its table holds. Values only, in key order (lean rows: `row_key_lean`)."""
     img = F.col(image)
     own_keys = F.transform(F.coalesce(F.col("key_columns"), F.array().cast("array<string>")), lambda k: F.lower(k))
     by_own = F.transform(own_keys, lambda k: F.element_at(F.filter(img, lambda c: F.lower(c["name"]) == k), 1)["value"])
@@ -533,11 +534,18 @@ def row_key(image: str, schema_keys: bool = False) -> Column:
     )
     def column_value(col):
         found = F.try_element_at(F.filter(img, lambda c: F.array_contains(col["names"], F.lower(c["name"]))), F.lit(1))
-        return F.when(found.isNull(), col["default"]).otherwise(found["value"])
+        return F.when(found.isNull() | added_later(col), col["default"]).otherwise(found["value"])
 
     by_columns = F.transform(F.col("row_columns"), column_value)
     return (F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema)
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(all_values))
+
+
+def added_later(column: Column) -> Column:
+    """Whether a `row_columns` column was added after the row's point (`timeline`): the row
+    holds its default, whatever value a column of that name had when it was written (as
+    snapshot.project_image writes it)."""
+    return F.coalesce(F.col("timeline") <= column["added"], F.lit(False))
 
 
 def row_key_lean(image: str, entry: Column) -> Column:
@@ -562,7 +570,8 @@ def row_key_lean(image: str, entry: Column) -> Column:
 
     def column_value(col):
         found = first_of(col["names"])
-        return F.when(found.isNull(), col["default"]).otherwise(F.element_at(values, found.cast("int")))
+        return F.when(found.isNull() | added_later(col), col["default"]).otherwise(
+            F.element_at(values, found.cast("int")))
 
     by_columns = F.transform(F.col("row_columns"), column_value)
     return (F.when(F.col("key_aliases").isNull(), own).when(F.size("key_aliases") > 0, by_schema)

@@ -184,7 +184,7 @@ def test_column_level_unique_and_a_table_with_no_key_at_all():
     h.apply("ALTER TABLE d.n ADD COLUMN c INT DEFAULT 9", [2])
     interval = next(i for i in h.intervals() if i.table == "n")
     assert interval.key_aliases == ()
-    assert interval.row_columns == ((("a",), None), (("b",), b"3"), (("c",), b"9"))
+    assert interval.row_columns == ((("a",), None, (1,)), (("b",), b"3", (1,)), (("c",), b"9", (2,)))
 
 
 def test_tables_from_before_the_archive_can_be_renamed_and_truncated():

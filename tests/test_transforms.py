@@ -61,16 +61,21 @@ def test_keys_first_touched_by_an_update_or_a_delete(spark):
 def test_a_keyless_table_is_keyed_by_its_columns_at_the_cut(spark):
     """`row_columns` (a table with no key the DDL history knows): a column the image lacks
     takes its default, one the table no longer has is ignored, renamed columns match by any
-    name they had."""
+    name they had, one added after the row's point takes its default though the image has a
+    column of its name (dropped and added again: the old values are gone)."""
     events = frame(spark, [row(Op.INSERT, 0, 10, None, [col("a", 1), col("old", 5), col("gone", 7)], keys=())])
+
+    def column(names, default, added):
+        return T.F.struct(T.F.array(*[T.F.lit(n) for n in names]).alias("names"),
+                          T.F.lit(default).cast("binary").alias("default"),
+                          T.F.array(*[T.F.lit(p).cast("bigint") for p in added]).alias("added"))
+
     events = T.with_timeline(events).withColumn("key_aliases", T.F.array().cast("array<array<string>>")).withColumn(
-        "row_columns", T.F.array(
-            T.F.struct(T.F.array(T.F.lit("a")).alias("names"), T.F.lit(None).cast("binary").alias("default")),
-            T.F.struct(T.F.array(T.F.lit("new"), T.F.lit("old")).alias("names"),
-                       T.F.lit(None).cast("binary").alias("default")),
-            T.F.struct(T.F.array(T.F.lit("c")).alias("names"), T.F.lit(b"9").alias("default"))))
+        "row_columns", T.F.array(column(["a"], None, [1]), column(["new", "old"], None, [1]), column(["c"], b"9", [1]),
+                                 column(["gone"], b"0", [20])))
     assert [tuple(r.k) for r in events.select(T.row_key("after", schema_keys=True).alias("k")).collect()] == [
-        (b"1", b"5", b"9")]
+        (b"1", b"5", b"9", b"0")]
+    assert events.schema["row_columns"].dataType.simpleString() == T.ROW_COLUMNS_TYPE.replace(" ", "")
 
 
 def test_tombstones_are_placed_between_their_partition_neighbours(spark):

@@ -36,7 +36,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     stretches = local_frame(spark, [("d", "t", [5], [9], "d", "t", None, None)],
                             "database string, table string, after array<bigint>, until array<bigint>, "
                             "final_database string, final_table string, key_aliases array<array<string>>, "
-                            "row_columns array<struct<names: array<string>, default: binary>>")
+                            f"row_columns {T.ROW_COLUMNS_TYPE}")
     spark.sparkContext.setJobGroup("transforms-purity", "plans only")
     before = _jobs(spark)
 

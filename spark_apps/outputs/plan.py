@@ -32,12 +32,13 @@ def table_frames(spark, history):
 
     rows = [(i.database, i.table, list(i.after), list(i.until) if i.until is not None else None,
              i.final_database, i.final_table, None if i.key_aliases is None else [list(k) for k in i.key_aliases],
-             None if i.row_columns is None else [(list(names), default) for names, default in i.row_columns])
+             None if i.row_columns is None else [(list(names), default, list(added))
+                                                for names, default, added in i.row_columns])
             for i in history.intervals()]
     intervals = local_frame(
         spark, rows, "database string, table string, after array<bigint>, until array<bigint>, "
         "final_database string, final_table string, key_aliases array<array<string>>, "
-        "row_columns array<struct<names: array<string>, default: binary>>")
+        f"row_columns {T.ROW_COLUMNS_TYPE}")
     known = sorted(history.known)
     if len(known) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
         return intervals, local_frame(spark, known, "database string, table string")

@@ -109,7 +109,7 @@ def _quarantine_missing_tables(spark, tagged, counts: list[dict], history: Schem
                                 for d, t, after, until in stretches],
                         "database string, table string, after array<bigint>, until array<bigint>, "
                         "final_database string, final_table string, key_aliases array<array<string>>, "
-                        "row_columns array<struct<names: array<string>, default: binary>>")
+                        f"row_columns {T.ROW_COLUMNS_TYPE}")
     names = sorted({(d, t) for d, t, _, _ in stretches})
     if len(names) > T.plan_literal_max():  # many tables: a broadcast join, not a search of a literal per row
         names = local_frame(spark, names, "database string, table string")

@@ -181,7 +181,8 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
 def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
     """`row_key_lean` (positions in the dictionary's lower-cased names) gives exactly what
     `row_key` gives on the full image, for every rule: own key columns (names in another case,
-    a name twice), the history's key aliases, whole-row keys with defaults, and names whose
+    a name twice), the history's key aliases, whole-row keys with defaults (and columns added
+    at, before or after the row's point), and names whose
     lower case Java and Python could disagree on (taken from the JVM). A key column the image
     lacks is null in the lean key (`row_key` fails the task with an index error there, so such
     cases are drawn only for the whole-row rule, whose defaults fill them)."""
@@ -205,7 +206,8 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
                     for _ in range(draw(st.integers(1, 2)))]
         elif kind == "columns":
             spec = draw(st.lists(st.tuples(st.lists(st.sampled_from(present + ["x", "ǆ"]), min_size=1, max_size=2),
-                                           st.none() | st.binary(max_size=1)), max_size=3))
+                                           st.none() | st.binary(max_size=1),
+                                           st.sampled_from([[1], [10], [20]])), max_size=3))  # added (the row: [10])
         else:
             spec = None
         return img, kind, spec
@@ -222,11 +224,12 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
                                    for n, v in img],
                          "key_columns": spec if kind == "own" else ["id"],
                          "key_aliases": None if kind == "own" else [] if kind in ("columns", "all") else spec,
-                         "row_columns": [{"names": a, "default": d} for a, d in spec] if kind == "columns" else None})
+                         "row_columns": [{"names": a, "default": d, "added": at} for a, d, at in spec]
+                         if kind == "columns" else None, "timeline": [10]})
         df = spark.createDataFrame(rows, "after_schema bigint, after_values array<binary>, after array<struct<name: "
                                    "string, mysql_type: string, flags: int, value: binary, label: string>>, "
                                    "key_columns array<string>, key_aliases array<array<string>>, row_columns "
-                                   f"{T.ROW_COLUMNS_TYPE}")
+                                   f"{T.ROW_COLUMNS_TYPE}, timeline array<bigint>")
         with_entry = T._with_entry(df, "after", T.plan_dictionary(dictionary, jvm_lower), "_entry")
         got = with_entry.select(T.row_key("after", schema_keys=True).alias("full"),
                                 T.row_key_lean("after", F.col("_entry")).alias("lean")).collect()
@@ -237,7 +240,7 @@ def test_lean_row_keys_equal_the_keys_of_the_rebuilt_images(spark):
     missing = spark.createDataFrame([(1, [b"1"], [["nope"], ["id"]])],
                                     "after_schema bigint, after_values array<binary>, key_aliases array<array<string>>")
     missing = missing.withColumn("key_columns", F.array().cast("array<string>")).withColumn(
-        "row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
+        "row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE)).withColumn("timeline", F.array(F.lit(10).cast("bigint")))
     for literal_max in (None, 0):  # the literal, then the broadcast relation
         one = T.plan_dictionary({1: (("ID",), ("int",), (0,))}, spark=spark, literal_max=literal_max)
         entry = T._with_entry(missing, "after", one, "_entry")

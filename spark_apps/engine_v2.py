@@ -41,7 +41,7 @@ _INTERNAL = ("_counted", "_live", "_missing", "_effect", "_before", "_after", "_
 
 
 def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Duplicates:
-    """The duplicate check of both engines (`transforms.duplicate_places`: a narrow shuffle of
+    """The duplicate check (`transforms.duplicate_places`: a narrow shuffle of
     each checked event's identity and place), persisted and counted, so that `tag_status` and
     `tag_effects` tell the later copies apart by a join (broadcast when few)."""
     from pyspark import StorageLevel

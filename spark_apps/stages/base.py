@@ -373,7 +373,7 @@ def _as_events(rows, tables: dict, place: tuple):
                           "label": enum_set_label(parsed, value) if parsed.labels else None})
         event = dict.fromkeys(DECODED_FIELD_NAMES)
         # its place in the export (file, byte offset) orders rows that share the export's point alike
-        # on both engines (the writers' last ties: offset, then object)
+        # in every output (the writers' last ties: offset, then object)
         event.update(kind=Kind.ROW, op="insert", commit_ts=commit_ts, position=position, database=row["database"],
                      table=row["table"], key_columns=key, after=image, topic=topic, object=row["file"],
                      offset=row["ordinal"], event_index=0)

@@ -69,7 +69,7 @@ class Tagged:
     duplicates: Any  # the duplicate places (persisted)
     tagged: Any  # lean rows with `status`
     dictionary: Any  # transforms.plan_dictionary
-    marks: Any = None  # `duplicates` as tag_status joined them (transforms.Duplicates; engine v2 joins them again)
+    marks: Any = None  # `duplicates` as tag_status joined them (transforms.Duplicates; tag_effects joins them again)
     inferred: Any = None  # the tombstones' inferred commit ts (persisted; transforms.inferred_commit_ts) or None
 
 

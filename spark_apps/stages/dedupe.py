@@ -43,7 +43,7 @@ def cut_and_gaps(ctx: RunContext, decoded: Decoded) -> tuple[dict, list, int]:
 def ordered_events(args, decoded: Decoded) -> tuple:
     """(ready, needs_inference, needs_event_time, inferred): the decoded events with commit ts
     inferred where a protocol lacks it, and a running event time per partition where there is
-    neither ts nor position (both engines start from it; not persisted here). `inferred`: the
+    neither ts nor position (the summary and the last change per key start from it; not persisted here). `inferred`: the
     tombstones' inferred commit ts (`transforms.inferred_commit_ts`, persisted: the caller
     unpersists it) or None."""
     from spark_apps import transforms as T

@@ -47,17 +47,58 @@ def previous_file_seconds(path: str | None, modules: set[str]) -> dict[str, floa
     return seconds
 
 
+# Seconds per test file of the last CI run that was recorded in the repository, for a clone
+# that has no JUnit XML of its own yet (CI runs on a fresh clone): the order of the files then
+# comes from measured times too, not from the marks' guesses. `python -m tests.conftest JUNIT`
+# rewrites it from a run's XML.
+RECORDED_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_seconds.json")
+
+
+def recorded_file_seconds(path: str, modules: set[str]) -> dict[str, float]:
+    """The committed table (RECORDED_SECONDS) for the files still collected; empty when absent."""
+    import json
+
+    try:
+        with open(path) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {name: float(seconds) for name, seconds in table.items() if name in modules}
+
+
+def write_recorded_seconds(junit: str, path: str = RECORDED_SECONDS) -> dict[str, float]:
+    """Every file's seconds in `junit` (whatever its modules), rounded, written sorted to `path`."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    seconds: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("classname") or ""
+        # a class's tests count for its module: the module is the dotted name whose file exists
+        while name and not os.path.exists(os.path.join(os.path.dirname(os.path.dirname(path)),
+                                                       *name.split(".")) + ".py"):
+            name = name.rpartition(".")[0]
+        if name:
+            seconds[name] = seconds.get(name, 0.0) + float(case.get("time") or 0)
+    table = {name: round(value, 1) for name, value in sorted(seconds.items())}
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1)
+        f.write("\n")
+    return table
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest files first (a stable sort: the order inside a file stays). scripts/test hands
     whole files to two processes in this order, so the longest runs start early and the many
     short files fill in around them, instead of one long file running alone at the end. A
-    file's length is its time in the last run's JUnit XML ($CDC_REPLAY_TEST_JUNIT), else a guess
-    from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
+    file's length is its time in the last run's JUnit XML ($CDC_REPLAY_TEST_JUNIT), else in the
+    last recorded CI run (tests/file_seconds.json, for a fresh clone), else a guess from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
     def module(item) -> str:
         return item.nodeid.split("::")[0].removesuffix(".py").replace("/", ".")
 
     modules = {module(item) for item in items}
-    measured = previous_file_seconds(os.environ.get("CDC_REPLAY_TEST_JUNIT"), modules)
+    measured = (previous_file_seconds(os.environ.get("CDC_REPLAY_TEST_JUNIT"), modules)
+                or recorded_file_seconds(RECORDED_SECONDS, modules))
     guessed: dict[str, float] = {}
     for item in items:
         kind = ("slow" if item.get_closest_marker("slow") else
@@ -176,3 +217,7 @@ def bucket(s3_endpoint, request):
     uri = f"s3://{name}"
     storage.ensure_bucket(uri)
     return uri
+
+
+if __name__ == "__main__":  # python -m tests.conftest JUNIT: record a run's per-file seconds
+    print(f"{len(write_recorded_seconds(sys.argv[1]))} files' seconds written to {RECORDED_SECONDS}")

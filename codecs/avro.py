@@ -623,6 +623,30 @@ class _WriterSchema:
                              "fields": self.io_fields}).decode()
 
 
+_ANALYSED: dict[tuple[int, str], _WriterSchema | str] = {}  # (id, registry text) -> its analysis or problem
+_ANALYSED_MAX = 20_000
+
+
+def _writer_schema(schema_id: int, text: str) -> _WriterSchema | str:
+    """The analysis of registry schema `schema_id` whose text is `text` (or its problem), kept
+    for the life of the Python worker: Spark reuses a worker for the next decode task, whose
+    codec is a fresh copy, and tasks name mostly the same ids (TiCDC registers one per image
+    shape). Keyed by the text as read, not the id alone: a registry rewritten under the same
+    location (a new `file://` folder) gives new text, hence a new analysis. The registry is
+    still read once per id per codec; only the analysis is shared."""
+    key = (schema_id, text)
+    found = _ANALYSED.get(key)
+    if found is None:
+        try:
+            found = _WriterSchema(schema_id, text)
+        except _SchemaProblem as e:
+            found = str(e)
+        if len(_ANALYSED) >= _ANALYSED_MAX:
+            _ANALYSED.clear()
+        _ANALYSED[key] = found
+    return found
+
+
 def _normal(schema: dict) -> dict:
     """A schema without what does not change TiCDC's meaning: field defaults and the order of
     the null branch (TiCDC writes [T, "null"] when a column has a non-null default)."""
@@ -857,11 +881,7 @@ class AvroCodec(Codec):
             if text is None:
                 raise self.error(f"{part} schema id {schema_id} is not in the schema registry {self.registry.location}",
                                  byte_offset=1, field=part)
-            try:
-                writer = _WriterSchema(schema_id, text)
-            except _SchemaProblem as e:
-                writer = str(e)
-            self._writers[schema_id] = writer
+            writer = self._writers[schema_id] = _writer_schema(schema_id, text)
         if isinstance(writer, str):
             raise self.error(f"{part} writer schema {schema_id} {writer}", byte_offset=1, field=part)
         return writer

@@ -30,14 +30,22 @@ def ids_as_read(written: dict[str, bytes]) -> list[int]:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("emit", ["snapshot", "topics"])
-def test_fresh_registries_get_the_same_ids_in_reading_order(spark, tmp_path, emit):
+def test_fresh_registries_get_the_same_ids_in_reading_order(spark, tmp_path, monkeypatch, emit):
+    """Topics: two runs with the registration pass. Snapshot: one run with the pass, one
+    written by a single task (few rows, `kafka_records.one_writer`): the same ids and objects."""
+    from spark_apps.outputs import kafka_records
+
     source_options = {"schema-registry": f"file://{tmp_path}/source-registry", "enable-tidb-extension": "true"}
     generated = generate(transactions=120, partitions=3, seed=41, ddl_rate=0.05, protocol="avro",
                          options=source_options)
     source = str(tmp_path / "archive")
     write_archive(generated.records, source)
-    written, registries = [], []
+    written, registries, passes = [], [], []
+    real_pass = kafka_records.register_in_order
+    monkeypatch.setattr(kafka_records, "register_in_order", lambda *a, **k: passes.append(emit) or real_pass(*a, **k))
     for n in range(2):  # two runs, each into its own fresh registry
+        # the snapshot's first run with the pass (no row count is few enough), its second by one task
+        monkeypatch.setattr(kafka_records, "ONE_WRITER_ROWS", -1 if n == 0 else 200_000)
         argv = ["--source", source, "--output", str(tmp_path / f"out{n}"), "--protocol", "avro", "--emit", emit,
                 "--target-partitions", "4", "--target-option", f"schema-registry=file://{tmp_path}/registry{n}",
                 "--target-option", "enable-tidb-extension=true"]
@@ -46,6 +54,7 @@ def test_fresh_registries_get_the_same_ids_in_reading_order(spark, tmp_path, emi
         run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
         written.append(objects(str(tmp_path / f"out{n}")))
         registries.append(registry(f"{tmp_path}/registry{n}"))
+    assert len(passes) == (1 if emit == "snapshot" else 2)  # each way taken
     assert len(written[0]) >= 4  # every output partition has records
     # two runs: the same objects and the same registry (may hold by luck of the tasks' timing)
     assert written[0] == written[1]

@@ -55,7 +55,12 @@ class KafkaRecordArchive(Target):
         entries = plan.schema_entries if "after_values" in df.columns else None
         kept = registered = None
         several = plan.partitions > 1 or "{" in (plan.args.target_topic or "")  # writer tasks with rows
-        if several and get_codec(plan.target_protocol, plan.target_options).registers_schemas:
+        registers = several and get_codec(plan.target_protocol, plan.target_options).registers_schemas
+        if registers and one_writer(table_rows) and self.writer() is None:
+            # few rows: one writer task meets them in reading order and registers as it goes,
+            # which is the order the pass would register them in (`register_in_order`)
+            tasks, registers = 1, False
+        if registers:
             from pyspark import StorageLevel
 
             # computed once for both passes (recomputing the topics' frame took +20% of a run)
@@ -73,6 +78,23 @@ class KafkaRecordArchive(Target):
         finally:
             if kept is not None:
                 kept.unpersist()
+
+
+# at most this many rows (`table_rows`: a snapshot's live rows), a TiCDC Avro archive is written
+# by one task instead of registering its schemas by a pass first (`one_writer`)
+ONE_WRITER_ROWS = 200_000
+
+
+def one_writer(table_rows: list[dict] | None) -> bool:
+    """Whether the writer's rows (the `table_rows` counts of a snapshot or history, plus one
+    watermark per topic) are few enough for one writer task. Why: a codec that registers schemas needs, with
+    several writer tasks, the registration pass before them (`register_in_order`: its own Spark
+    job, its planning, the frame persisted: ~2 s at 90,000 rows whatever the size), where one
+    task writes 200,000 Avro rows in about a second. One task meets the rows in WRITER_ORDER,
+    so it registers each new schema where the pass would put it (its first place; a message's
+    key before its value, as the pass's tie-break by subject): the same ids, the same objects.
+    None (the counts unknown: topics, history) keeps the pass."""
+    return table_rows is not None and sum(r["rows"] or 0 for r in table_rows) <= ONE_WRITER_ROWS
 
 
 # the order of the events of an output topic partition, in which its writer task encodes them

@@ -203,7 +203,7 @@ class OutputPlan:
                 out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(),
                                                            int(self.cut["point"][0])).withColumn(
                     "timeline", F.col("sort_point")))
-            written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()))
+            written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()), table_rows=table_rows)
         latest.unpersist()
         return written, table_rows
 

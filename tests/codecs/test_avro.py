@@ -508,6 +508,31 @@ def test_schemas_sharing_fields_are_each_judged_whole(tmp_path):
             ("a", None, ColumnFlag.NULLABLE), ("c", b"y", 0)]
 
 
+def test_a_reused_worker_keeps_each_schemas_analysis_but_reads_a_rewritten_registry_anew(tmp_path):
+    """Spark gives a reused Python worker's next task a fresh copy of the codec (pickled);
+    the analysis of an id is kept for the worker (avro._writer_schema), by the id and its
+    registry text: the next codec takes it as it is, and a registry rewritten under the same
+    location (same id, another schema) is analysed anew, so its records decode by the new schema."""
+    int_field = '{"name":"a","type":{"type":"int","connect.parameters":{"tidb_type":"INT"}}}'
+    text_field = '{"name":"a","type":{"type":"string","connect.parameters":{"tidb_type":"TEXT"}}}'
+
+    def schema(field):
+        return '{"type":"record","name":"t","namespace":"default.d","fields":[' + field + "]}"
+
+    schema_id = DirectoryRegistry(tmp_path).register("t-value", schema(int_field))
+    first = codec_for(f"file://{tmp_path}")
+    [event] = decode_record(first, record(None, framed(schema_id, zz(5))))
+    assert event["after"][0]["value"] == b"5"
+    again = pickle.loads(pickle.dumps(first))  # the next task's copy: no per-codec state
+    assert again._writers == {}
+    assert again._writer(schema_id, "value") is first._writer(schema_id, "value")
+    (tmp_path / "ids" / f"{schema_id}.json").write_text(json.dumps({"schema": schema(text_field)}))
+    rewritten = pickle.loads(pickle.dumps(first))
+    [event] = decode_record(rewritten, record(None, framed(schema_id, blob(b"x"))))
+    assert event["after"][0]["value"] == b"x"
+    assert rewritten._writer(schema_id, "value") is not first._writer(schema_id, "value")
+
+
 def test_ddl_and_watermark_value_errors(tmp_path):
     codec = codec_for(f"file://{tmp_path}")
     assert "not 0x01 + JSON" in _error(codec, None, b"\x01{nope")

@@ -244,9 +244,10 @@ def test_the_options_choose_one_output_target(extra, chosen):
 
 
 def test_object_writer_compresses_as_it_goes_into_the_same_bytes(tmp_path):
-    """The archive target's objects are compressed chunk by chunk in a background thread
-    (kafka_records.ObjectWriter): each object is still `gzip.compress` of its lines (level 6,
-    no mtime), rolled every `max_records`, with the offsets and counts of its records."""
+    """The archive target's objects are compressed chunk by chunk in background threads, the
+    objects taking turns over the writer's lanes (kafka_records.ObjectWriter): each object is
+    still `gzip.compress` of its lines (level 6, no mtime), rolled every `max_records`, listed in
+    offset order with the offsets and counts of its records."""
     import gzip
 
     from cdc_codecs.archive import format_record
@@ -273,3 +274,17 @@ def test_object_writer_compresses_as_it_goes_into_the_same_bytes(tmp_path):
         assert data == gzip.compress(b"\n".join(lines) + b"\n", compresslevel=6, mtime=0)
         assert w["bytes"] == len(data)
     assert sum(w["rows"] for w in written) == 3000
+    assert writer.LANES > 1 and len(written) > writer.LANES  # every lane had an object
+
+
+def test_object_writer_raises_what_its_threads_raised(tmp_path):
+    """An object the compressing thread cannot write fails the writer (nothing silent)."""
+    from spark_apps.outputs.kafka_records import ObjectWriter
+
+    (tmp_path / "file").write_bytes(b"")
+    writer = ObjectWriter(str(tmp_path / "file"), "t", 0, max_records=10)
+    for i in range(25):
+        writer.add(None, b"v%d" % i, None)
+    writer.flush()
+    with pytest.raises(OSError):
+        writer.written

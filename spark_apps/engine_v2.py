@@ -47,8 +47,30 @@ def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Dupl
     from pyspark import StorageLevel
 
     places = T.duplicate_places(ready, tables=tables).persist(StorageLevel.DISK_ONLY)
-    found = places.count()
+    found = persisted_rows(places)
     return T.Duplicates(places, found=found > 0, broadcast=found <= T.DUPLICATES_BROADCAST_MAX)
+
+
+def persisted_rows(df: DataFrame) -> int:
+    """The rows of the persisted `df`, which this computes: a write to Spark's `noop` sink
+    fills the cache (the same jobs `count()` runs for it) and the cache's statistics give its
+    rows, where `count()` then ran a partial and a final aggregate over the cached rows (two
+    more jobs; docs/engine.md "Jobs and gaps (twenty-sixth session)"). The statistics are an
+    accumulator of the tasks that built the cache: a block built again (lost and recomputed)
+    counts again, so the figure is exact for "none" and may only overstate "how many", which
+    decides a broadcast, never a result. `count()` where Spark does not answer (an older
+    CacheManager)."""
+    from py4j.protocol import Py4JError
+
+    df.write.format("noop").mode("overwrite").save()
+    try:
+        cached = df.sparkSession._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
+        rows = cached.get().cachedRepresentation().computeStats().rowCount() if cached.isDefined() else None
+        if rows is not None and rows.isDefined():
+            return int(str(rows.get()))  # a Scala BigInt: py4j gives an int, or its text
+    except Py4JError:
+        pass
+    return df.count()
 
 
 def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,

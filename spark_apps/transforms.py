@@ -1008,20 +1008,25 @@ def with_partition_lean(df: DataFrame, dispatcher: str, partitions: int, diction
     return df.withColumn("out_partition", placed).drop("_before", "_after")
 
 
+_TOPIC_FIELDS = {"{topic}": "topic", "{schema}": "database", "{table}": "table"}  # a template's fields
+
+
+def _topic_parts(template: str) -> list[str]:
+    return [part for part in re.split(r"(\{topic\}|\{schema\}|\{table\})", template) if part]
+
+
 def topic_name(template: str) -> Column:
     """Output topic from a template with {topic}, {schema} and {table}."""
-    parts = re.split(r"(\{topic\}|\{schema\}|\{table\})", template)
-    columns = []
-    for part in parts:
-        if part == "{topic}":
-            columns.append(F.coalesce(F.col("topic"), F.lit("")))
-        elif part == "{schema}":
-            columns.append(F.coalesce(F.col("database"), F.lit("")))
-        elif part == "{table}":
-            columns.append(F.coalesce(F.col("table"), F.lit("")))
-        elif part:
-            columns.append(F.lit(part))
+    columns = [F.coalesce(F.col(_TOPIC_FIELDS[part]), F.lit("")) if part in _TOPIC_FIELDS else F.lit(part)
+               for part in _topic_parts(template)]
     return F.concat(*columns) if columns else F.lit("")
+
+
+def topic_name_of(template: str, topic: str | None, database: str | None, table: str | None) -> str:
+    """`topic_name` of one row's values, on the driver (a null value is empty, as there)."""
+    values = {"topic": topic, "database": database, "table": table}
+    return "".join((values[_TOPIC_FIELDS[part]] or "") if part in _TOPIC_FIELDS else part
+                   for part in _topic_parts(template))
 
 
 REASONS_LISTED = 20  # quarantine reasons the manifest lists (the most frequent), each with a sample

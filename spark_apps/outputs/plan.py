@@ -182,14 +182,23 @@ class OutputPlan:
         from ..snapshot import projector
 
         latest = latest.persist(StorageLevel.DISK_ONLY)
-        # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE
+        target = target_for(self.args)
+        watermarks = target.records and self.cut["point"] is not None and self.cut["kind"] == "commit_ts"
+        # per table: live rows, and keys the archive first touched with an UPDATE / a DELETE;
+        # for watermarks also the source topics of its live rows, whose output topics
+        # (`topic_name_of`, as the rows' `topic_name`) get them: no job of their own
+        topics = ([F.collect_set(F.when(T.live_copies() > 0, F.coalesce(F.col("topic"), F.lit("")))).alias("_topics")]
+                  if watermarks else [])
         table_rows = [r.asDict() for r in latest.groupBy(
             F.col("final_database").alias("database"), F.col("final_table").alias("table")).agg(
             F.sum(T.live_copies()).alias("rows"),
             F.count(F.when(F.col("first_change") == Op.UPDATE, 1)).alias("keys_first_updated"),
-            F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted")).collect()]
+            F.count(F.when(F.col("first_change") == Op.DELETE, 1)).alias("keys_first_deleted"), *topics).collect()]
+        out_topics: set[str] = set()
+        for r in table_rows:
+            out_topics.update(T.topic_name_of(self.args.target_topic, topic, r["database"], r["table"])
+                              for topic in r.pop("_topics", None) or ())
         live = self._full(T.live_rows(latest, multiset=self.multiset))
-        target = target_for(self.args)
         if not target.records and target.merges_windows and self.args.since is not None:
             written = self._write(self._window_changes(latest), WINDOW, table_rows=table_rows)
         elif not target.records:
@@ -199,9 +208,11 @@ class OutputPlan:
                                     self.args.dispatcher, self.partitions)
             live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
             out = self._event_columns(live, extra=("timeline",))
-            if self.cut["point"] is not None and self.cut["kind"] == "commit_ts":
-                out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(),
-                                                           int(self.cut["point"][0])).withColumn(
+            if watermarks:
+                from ..local_data import local_frame
+
+                topics_df = local_frame(self.spark, [(t,) for t in sorted(out_topics)], "out_topic string not null")
+                out = out.unionByName(self._watermark_rows(topics_df, int(self.cut["point"][0])).withColumn(
                     "timeline", F.col("sort_point")))
             written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()), table_rows=table_rows)
         latest.unpersist()

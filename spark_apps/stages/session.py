@@ -41,6 +41,11 @@ def build_session(master: str, app_name: str, conf: list[str]):
         # batch so far. Quadratic per batch: at 1M events it was half the JVM's CPU in the
         # topics writer (docs/engine.md, "--emit topics at 1M (twenty-first session)")
         "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+        # `lower` through the JVM's case mapping (Spark 3.5's, and spark_lower's for the
+        # dictionary's names), not ICU's: the first ICU `lower` in a JVM initialises a table of
+        # every code point's title case (CollationAwareUTF8String), 3-5 CPU s while the other
+        # tasks wait on the class (docs/engine.md, "Jobs and gaps (twenty-sixth session)")
+        "spark.sql.icu.caseMappings.enabled": "false",
     }
     if master.startswith("local"):  # workers fork with the heavy imports done (spark_apps/worker_daemon.py)
         defaults["spark.python.daemon.module"] = "spark_apps.worker_daemon"

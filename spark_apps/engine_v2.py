@@ -65,7 +65,10 @@ def persisted_rows(df: DataFrame) -> int:
     df.write.format("noop").mode("overwrite").save()
     try:
         cached = df.sparkSession._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
-        rows = cached.get().cachedRepresentation().computeStats().rowCount() if cached.isDefined() else None
+        relation = cached.get().cachedRepresentation() if cached.isDefined() else None
+        # only a loaded cache's statistics are its tasks' counts (else they are the plan's guess)
+        loaded = relation is not None and relation.cacheBuilder().isCachedColumnBuffersLoaded()
+        rows = relation.computeStats().rowCount() if loaded else None
         if rows is not None and rows.isDefined():
             return int(str(rows.get()))  # a Scala BigInt: py4j gives an int, or its text
     except Py4JError:

@@ -67,20 +67,15 @@ def recorded_file_seconds(path: str, modules: set[str]) -> dict[str, float]:
 
 
 def write_recorded_seconds(junit: str, path: str = RECORDED_SECONDS) -> dict[str, float]:
-    """Every file's seconds in `junit` (whatever its modules), rounded, written sorted to `path`."""
+    """Every test file's seconds in `junit` (`previous_file_seconds` over the test files beside
+    `path`), rounded, written sorted to `path`."""
+    import glob
     import json
-    import xml.etree.ElementTree as ET
 
-    seconds: dict[str, float] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        name = case.get("classname") or ""
-        # a class's tests count for its module: the module is the dotted name whose file exists
-        while name and not os.path.exists(os.path.join(os.path.dirname(os.path.dirname(path)),
-                                                       *name.split(".")) + ".py"):
-            name = name.rpartition(".")[0]
-        if name:
-            seconds[name] = seconds.get(name, 0.0) + float(case.get("time") or 0)
-    table = {name: round(value, 1) for name, value in sorted(seconds.items())}
+    root = os.path.dirname(os.path.dirname(path))
+    modules = {os.path.relpath(f, root).removesuffix(".py").replace(os.sep, ".")
+               for f in glob.glob(os.path.join(root, "tests", "**", "*.py"), recursive=True)}
+    table = {name: round(value, 1) for name, value in sorted(previous_file_seconds(junit, modules).items())}
     with open(path, "w") as f:
         json.dump(table, f, indent=1)
         f.write("\n")
@@ -92,7 +87,8 @@ def pytest_collection_modifyitems(config, items):
     whole files to two processes in this order, so the longest runs start early and the many
     short files fill in around them, instead of one long file running alone at the end. A
     file's length is its time in the last run's JUnit XML ($CDC_REPLAY_TEST_JUNIT), else in the
-    last recorded CI run (tests/file_seconds.json, for a fresh clone), else a guess from its tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
+    last recorded CI run (tests/file_seconds.json, for a fresh clone), else a guess from its
+    tests' marks (GUESS_SECONDS, times the examples of a hypothesis test that starts Spark)."""
     def module(item) -> str:
         return item.nodeid.split("::")[0].removesuffix(".py").replace("/", ".")
 

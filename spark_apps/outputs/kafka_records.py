@@ -86,8 +86,8 @@ ONE_WRITER_ROWS = 200_000
 
 
 def one_writer(table_rows: list[dict] | None) -> bool:
-    """Whether the writer's rows (the `table_rows` counts of a snapshot or history, plus one
-    watermark per topic) are few enough for one writer task. Why: a codec that registers schemas needs, with
+    """Whether the writer's rows (the `table_rows` counts of a snapshot; its few watermarks
+    aside) are few enough for one writer task. Why: a codec that registers schemas needs, with
     several writer tasks, the registration pass before them (`register_in_order`: its own Spark
     job, its planning, the frame persisted: ~2 s at 90,000 rows whatever the size), where one
     task writes 200,000 Avro rows in about a second. One task meets the rows in WRITER_ORDER,

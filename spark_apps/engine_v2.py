@@ -5,10 +5,11 @@ v1 (removed in the twenty-fifth session: docs/engine.md, "v1 removed") built the
 its summary and only then assigned every applied row its final table and key in the output
 stage. Here the history's key information at the cut (`intervals`, `known`:
 outputs.table_frames of a `ddl.SchemaHistory`) is an input (in a run, the history the summary
-built, stages/history.py), so `tag_effects` gives every event, in the map stage, its status
-(`tag_status`'s, the later copies being the duplicate marks, `find_duplicates`: a narrow
-shuffle of identities), the missing-table quarantine, its final table and its effects (an
-UPDATE that changes its key has two: a DELETE of the old key and an upsert of the new).
+built, stages/history.py), so `tag_effects` takes, in the map stage, the applied row events
+(`tag_status`'s statuses, the later copies being the duplicate marks, `find_duplicates`: a
+narrow shuffle of identities) that are neither in a missing table nor in a dropped one, and
+gives each its final table and its effects (an UPDATE that changes its key has two: a DELETE
+of the old key and an upsert of the new).
 `latest` reduces the applied effects with `transforms.latest_per_key`, partially in each task
 before its one shuffle.
 
@@ -26,9 +27,7 @@ position, a DDL's point (a running event time); so v2 falls back nowhere.
 
 from __future__ import annotations
 
-import re
-
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_codecs.events import Op
@@ -37,7 +36,7 @@ from . import transforms as T
 from .contract import Kind, Status
 
 # columns only the engine reads; `latest` leaves them out
-_INTERNAL = ("_counted", "_live", "_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
+_INTERNAL = ("_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
 
 
 def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Duplicates:
@@ -79,16 +78,17 @@ def persisted_rows(df: DataFrame) -> int:
 def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
                 intervals: DataFrame | None = None, known=None, stretches: DataFrame | None = None,
                 stretch_names=None, dictionary: T.SchemaDictionary | None = None,
-                duplicates: T.Duplicates | None = None, base: DataFrame | None = None,
-                in_base: list[int] | None = None, unknown: list[tuple] = (), live_only: bool = False,
+                duplicates: T.Duplicates, base: DataFrame | None = None,
+                in_base: list[int] | None = None, unknown: list[tuple] = (),
                 left_out: tuple[str, ...] = ()) -> DataFrame:
-    """Every event of `ready` (replay's frame fed to duplicate_places/tag_status: lean or full
-    rows, after `infer_commit_ts`/`partition_event_time`), one row per effect, computed in the
-    map stage (no shuffle of events): `status` (`transforms.tag_status`'s, `duplicates` being
-    `find_duplicates`' marks; None: found here), `timeline`, `error`/`error_stage` (a missing
-    table's quarantine), the keyed effect's `final_database`, `final_table`, `row_key`,
-    `effect`, `rank`, `copy_change`, `_live` on the applied keyed effects (what `latest`
-    reduces) and `_counted` on the one effect per event the summary counts.
+    """The applied row events of `ready` (replay's frame fed to duplicate_places/tag_status:
+    lean or full rows, after `infer_commit_ts`/`partition_event_time`) that have effects, one
+    row per effect, computed in the map stage (no shuffle of events): the statuses are
+    `transforms.tag_status`'s (`duplicates` being `find_duplicates`' marks), and only the
+    applied row events in scope of a table live at the cut are kept (the summary counts every
+    event and its quarantines: stages/history.py); each keeps `timeline`, its effect's
+    `final_database`, `final_table`, `row_key`, `effect`, `rank` and `copy_change` (what
+    `latest` reduces and `stages.engine._versions` windows).
     `intervals`/`known`: the DDL history at the cut (outputs.table_frames; None: no DDL named a
     table); `stretches`/`stretch_names`: where each name the DDL named exists
     (`existence_frames`; None: no check). `dictionary`: the schema dictionary for lean rows.
@@ -97,13 +97,13 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     (never counted, never duplicate-checked, never quarantined: the summary never sees
     them); `in_base`: a base export's bound (tag_status's).
     `unknown`: --require-schema's (database, table) without a known schema, whose applied
-    rows are quarantined after the missing tables' (`transforms.mark_unknown_tables`, as the summary counts them).
-    `live_only`: only the rows `latest` reads, filtered before the joins, without `left_out` (columns no consumer reads), and every column the joins,
-    keys, last change and SCD2 window do not read packed into one (`transforms.packed`, which
-    `latest` and the caller's `unpacked` undo): the stage's generated
-    method stays small and each operator copies one column for all of them."""
-    if duplicates is None:
-        duplicates = find_duplicates(ready, tables)
+    rows the summary quarantines (`transforms.mark_unknown_tables`), so they have no effect.
+    The rows are filtered before the joins, without `left_out` (columns no consumer reads),
+    and every column the joins, keys, last change and SCD2 window do not read is packed into
+    one (`transforms.packed`, which `latest` and the caller's `unpacked` undo): the stage's
+    generated method stays small and each operator copies one column for all of them.
+    (Every event with its status, the form the summary could count, was a second path of
+    this function, used by tests only: removed in the twenty-seventh session.)"""
     df = T.tag_status(ready, tables=tables, cut=cut, since=since, duplicates=duplicates, in_base=in_base)
     if base is not None:  # `_base` tells them apart; each side's missing columns are null
         df = df.withColumn("_base", F.lit(False)).unionByName(
@@ -111,13 +111,13 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
             allowMissingColumns=True)
     not_base = ~F.col("_base") if base is not None else F.lit(True)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
-    if live_only:  # before the joins: only applied row events can have effects
-        if unknown:  # quarantined (the summary counts them), so never live
-            df = T.mark_unknown_tables(df, list(unknown), where=not_base)
-        df = df.where((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED) & (in_scope | ~not_base))
-        df = T.packed(df.drop(*left_out), keep=(*T.VALIDITY_INPUTS, "kind", "status", "_base"))
+    # before the joins: only applied row events can have effects
+    if unknown:  # quarantined (the summary counts them), so never live
+        df = T.mark_unknown_tables(df, list(unknown), where=not_base)
+    df = df.where((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED) & (in_scope | ~not_base))
+    df = T.packed(df.drop(*left_out), keep=(*T.VALIDITY_INPUTS, "kind", "status", "_base"))
     # a row of a name the DDL named, at a point where no table of that name exists, is quarantined
-    # if applied (transforms.mark_missing_tables over the history's existence stretches)
+    # by the summary (transforms.mark_missing_tables over the history's existence stretches): no effect
     if stretches is None:
         df = df.withColumn("_missing", F.lit(False))
     else:
@@ -130,31 +130,16 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
               .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
               .withColumn("row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
               .withColumn("_live_table", F.lit(True)))
-    else:  # assign_tables' broadcast join: a row of no live table at the cut (dropped) has no effect
+    else:  # the intervals' broadcast join: a row of no live table at the cut (dropped) has no effect
         df = T._match_tables(df, intervals, known)
         df = (df.withColumn("_live_table", F.col("_final_tb").isNotNull() | F.col("_known").isNull())
               .withColumn("_final_db", F.coalesce(F.col("_final_db"), F.col("database")))
               .withColumn("_final_tb", F.coalesce(F.col("_final_tb"), F.col("table")))
               .drop("_db", "_tb", "_known"))
-    missing = F.col("_missing") & (F.col("status") == Status.APPLIED)
-    if not live_only:  # (the live rows leave a missing or unknown table's rows out: `effectful`)
-        df = (df.withColumn("error_stage",
-                            F.when(missing, F.lit(T.MISSING_TABLE_STAGE)).otherwise(F.col("error_stage")))
-              .withColumn("error", F.when(missing, T.missing_table_reason()).otherwise(F.col("error")))
-              .withColumn("status", F.when(missing, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
-        if unknown:
-            df = T.mark_unknown_tables(df, list(unknown), where=not_base)
-    # only applied row events have effects (the others are one row each, for the counts)
-    effectful = ((F.col("kind") == Kind.ROW) & (F.col("status") == Status.APPLIED)
-                 & ((in_scope & ~F.col("_missing")) | ~not_base) & F.col("_live_table"))
-    if live_only:
-        df = df.where(effectful)
-    df = _effects(df, effectful, dictionary, base is not None)
-    keyed = F.col("effect").isNotNull()
-    df = (df.withColumn("_counted", F.col("_counted") & not_base)
-          .withColumn("_live", keyed)
-          .withColumn("final_database", F.when(keyed, F.col("_final_db")))
-          .withColumn("final_table", F.when(keyed, F.col("_final_tb")))
+    # the filter above kept applied row events in scope (or base rows, never `_missing`)
+    df = _effects(df.where(~F.col("_missing") & F.col("_live_table")), dictionary, base is not None)
+    df = (df.withColumn("final_database", F.col("_final_db"))
+          .withColumn("final_table", F.col("_final_tb"))
           .drop("_final_db", "_final_tb", "_live_table"))
     return df.drop("_base", "identity", "place_id")
 
@@ -194,18 +179,15 @@ def may_lack_table(database, table, stretches, row_ranges: dict) -> bool:
                    for d, t, after, until in stretches if (d, t) == (database, table))
 
 
-def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = False) -> DataFrame:
-    """`transforms.row_effects`, exploded before the shuffle, for every event: a row event of a
-    live table in scope gets its effects (`_counted` on the one the summary counts), every
-    other event one row without a key (`effect` null). `full_too`: lean rows and rows with
-    full images (a base's) side by side, each keyed by its own images."""
+def _effects(df: DataFrame, dictionary, full_too: bool = False) -> DataFrame:
+    """The effects of `tag_effects`' rows (applied row events of live tables in scope),
+    exploded before the shuffle: a DELETE deletes the before-image's key, an INSERT or UPDATE
+    upserts the after-image's, and an UPDATE that changes the key also deletes the old one.
+    `full_too`: lean rows and rows with full images (a base's) side by side, each keyed by its
+    own images."""
     lean = "after_values" in df.columns
     if lean:
-        for image in T.IMAGES:
-            df = T._with_entry(df, image, dictionary, f"_{image}", only=("lower_names",))
-        for image in T.IMAGES:
-            df = T.codegen_boundary(df).withColumn(f"_{image}_key", T.row_key_lean(image, F.col(f"_{image}")))
-        df = T.codegen_boundary(df)
+        df = T.with_image_keys(df, dictionary)
         before_key, after_key = F.col("_before_key"), F.col("_after_key")
         if full_too:
             before_key, after_key = [F.when(F.col("_base"), T.row_key(image, schema_keys=True)).otherwise(key)
@@ -213,19 +195,14 @@ def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = Fals
     else:
         before_key, after_key = [T.row_key(image, schema_keys=True) for image in T.IMAGES]
 
-    def effect(key, name, copies, counted=True):
-        return F.struct(key.alias("row_key"), F.lit(name).alias("effect"), F.lit(copies).alias("copies"),
-                        F.lit(counted).alias("counted"))
+    def effect(key, name, copies):
+        return F.struct(key.alias("row_key"), F.lit(name).alias("effect"), F.lit(copies).alias("copies"))
 
-    no_key = F.array(effect(F.lit(None).cast("array<binary>"), None, None).cast(
-        "struct<row_key: array<binary>, effect: string, copies: int, counted: boolean>"))
     effects = (
-        F.when(~effectful, no_key)
-        .when(F.col("op") == Op.DELETE, F.array(effect(before_key, "delete", T.COPY_REMOVED)))
+        F.when(F.col("op") == Op.DELETE, F.array(effect(before_key, "delete", T.COPY_REMOVED)))
         .when((F.col("op") == Op.UPDATE) & F.col("before_schema" if lean else "before").isNotNull()
               & (before_key != after_key),
-              F.array(effect(before_key, "delete", T.COPY_REMOVED, counted=False),
-                      effect(after_key, "upsert", T.COPY_ADDED)))
+              F.array(effect(before_key, "delete", T.COPY_REMOVED), effect(after_key, "upsert", T.COPY_ADDED)))
         .when(F.col("op") == Op.INSERT, F.array(effect(after_key, "upsert", T.COPY_ADDED)))
         .otherwise(F.array(effect(after_key, "upsert", T.COPY_KEPT))))
     no_keys = F.array().cast("array<string>")
@@ -234,8 +211,7 @@ def _effects(df: DataFrame, effectful: Column, dictionary, full_too: bool = Fals
     return (df.withColumn("_effect", F.explode(effects))
             .withColumn("row_key", F.col("_effect.row_key"))
             .withColumn("effect", F.col("_effect.effect"))
-            .withColumn("copy_change", F.when(keyless & F.col("effect").isNotNull(), F.col("_effect.copies")))
-            .withColumn("_counted", F.col("_effect.counted"))
+            .withColumn("copy_change", F.when(keyless, F.col("_effect.copies")))
             .withColumn("rank", T.change_rank(F.col("effect") == "delete"))
             .drop("_effect", "_before", "_after", "_before_key", "_after_key"))
 
@@ -248,14 +224,7 @@ def latest(tagged: DataFrame, multiset: bool = True) -> DataFrame:
     dropped = set(_INTERNAL) | {"key_aliases", "row_columns", "copy_change"}
     lead = ["final_database", "final_table", "row_key"]
     rest = [c for c in tagged.columns if c not in dropped and c not in lead]
-    effects = tagged.where(F.col("_live")).select(*lead, *rest, "key_aliases", "row_columns", "copy_change")
+    effects = tagged.select(*lead, *rest, "key_aliases", "row_columns", "copy_change")
     last = T.latest_per_key(effects, multiset=multiset)
     return T.unpacked(last) if "_carried" in last.columns else last
 
-
-def shuffle_exchanges(df: DataFrame) -> int:
-    """How many shuffle exchanges Spark plans for `df` (broadcasts not counted: they ship a
-    small side table, not the events)."""
-    plan = df._jdf.queryExecution().executedPlan().toString()
-    return len(re.findall(r"(?<![A-Za-z])Exchange (?:hashpartitioning|rangepartitioning|RoundRobinPartitioning|"
-                          r"SinglePartition)", plan))

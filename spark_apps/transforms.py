@@ -578,47 +578,17 @@ def row_key_lean(image: str, entry: Column) -> Column:
             .when(F.col("row_columns").isNotNull(), by_columns).otherwise(values))
 
 
-def row_effects(rows: DataFrame, dictionary: SchemaDictionary | None = None) -> DataFrame:
-    """One row per (key, effect) of each row event: INSERT/UPDATE upsert the after-image's key;
-    DELETE deletes the before-image's key; an UPDATE that changes the key also deletes the
-    old key. Columns: the event's plus `row_key`, `effect`, `rank`. Lean rows (`lean_images`)
-    stay lean: the keys are read from images rebuilt in the expression (`dictionary`)."""
-    lean = "after_values" in rows.columns
-    if lean:  # the keys by position from the dictionary's names; computed once per row
-        for image in IMAGES:
-            rows = _with_entry(rows, image, dictionary, f"_{image}", only=("lower_names",))
-        # each image's key in a generated method of its own (`codegen_boundary`): together with
-        # the joins above and the explode below they outgrow what the JVM compiles
-        for image in IMAGES:
-            rows = codegen_boundary(rows).withColumn(f"_{image}_key", row_key_lean(image, F.col(f"_{image}")))
-        rows = codegen_boundary(rows)
-        before_key, after_key = F.col("_before_key"), F.col("_after_key")
-    else:
-        before_key, after_key = [row_key(image, schema_keys=True) for image in IMAGES]
-    def effect(key, name, copies):
-        return F.struct(key.alias("row_key"), F.lit(name).alias("effect"), F.lit(copies).alias("copies"))
-
-    effects = F.when(
-        F.col("op") == Op.DELETE, F.array(effect(before_key, "delete", COPY_REMOVED))
-    ).when(
-        (F.col("op") == Op.UPDATE) & F.col("before_schema" if lean else "before").isNotNull()
-        & (before_key != after_key),
-        F.array(effect(before_key, "delete", COPY_REMOVED), effect(after_key, "upsert", COPY_ADDED)),
-    ).when(
-        F.col("op") == Op.INSERT, F.array(effect(after_key, "upsert", COPY_ADDED))
-    ).otherwise(F.array(effect(after_key, "upsert", COPY_KEPT)))
-    exploded = rows.withColumn("_effect", F.explode(effects))
-    no_keys = F.array().cast("array<string>")
-    keyless = F.when(F.col("key_aliases").isNull(), F.size(F.coalesce(F.col("key_columns"), no_keys)) == 0
-                     ).otherwise(F.size("key_aliases") == 0)
-    return (
-        exploded.withColumns({
-            "row_key": F.col("_effect.row_key"), "effect": F.col("_effect.effect"),
-            # a table without a key is a multiset: how the change moves the count of identical rows
-            "copy_change": F.when(keyless, F.col("_effect.copies"))})
-        .drop("_effect", "_before", "_after", "_before_key", "_after_key")
-        .withColumn("rank", change_rank(F.col("effect") == "delete"))
-    )
+def with_image_keys(rows: DataFrame, dictionary: SchemaDictionary) -> DataFrame:
+    """Lean `rows` with each image's key, `_before_key` and `_after_key` (`row_key_lean` over
+    `_before`/`_after`, the image's names from the dictionary, which the caller drops),
+    computed once per row. Each image's key is in a generated method of its own
+    (`codegen_boundary`): together with the joins before and the explode after them they
+    outgrow what the JVM compiles."""
+    for image in IMAGES:
+        rows = _with_entry(rows, image, dictionary, f"_{image}", only=("lower_names",))
+    for image in IMAGES:
+        rows = codegen_boundary(rows).withColumn(f"_{image}_key", row_key_lean(image, F.col(f"_{image}")))
+    return codegen_boundary(rows)
 
 
 # how a change moves the number of identical rows of a table without a key (`copy_change`):
@@ -702,28 +672,6 @@ def _match_tables(rows: DataFrame, intervals: DataFrame, known) -> DataFrame:
     return matched.withColumn("_known", F.when(F.array_contains(names, pair), F.lit(True)))
 
 
-def assign_tables(rows: DataFrame, intervals: DataFrame | None, known: DataFrame | None) -> DataFrame:
-    """Map each row event to the live table it belongs to at the cut (`final_database`,
-    `final_table`, and that table's `key_aliases`), leaving out events of dropped or truncated
-    incarnations (`mark_missing_tables` quarantined those before: no event is left out
-    uncounted).
-
-    `intervals` (ddl.TableInterval rows) and `known` (database, table names any DDL
-    mentioned, lower case: a DataFrame, or pairs held in the plan as a literal, which needs no
-    broadcast job) are small and broadcast. Tables no DDL mentioned keep their names."""
-    if intervals is None:
-        return rows.withColumns({"final_database": F.col("database"), "final_table": F.col("table"),
-                                 "key_aliases": F.lit(None).cast("array<array<string>>"),
-                                 "row_columns": F.lit(None).cast(ROW_COLUMNS_TYPE)})
-    flagged = _match_tables(rows, intervals, known)
-    kept = flagged.where(F.col("_final_tb").isNotNull() | F.col("_known").isNull())
-    return (
-        kept.withColumns({"final_database": F.coalesce(F.col("_final_db"), F.col("database")),
-                          "final_table": F.coalesce(F.col("_final_tb"), F.col("table"))})
-        .drop("_db", "_tb", "_final_db", "_final_tb", "_known")
-    )
-
-
 MISSING_TABLE_STAGE = "table"
 
 
@@ -773,7 +721,7 @@ def mark_unknown_tables(tagged: DataFrame, unknown: list[tuple], where: Column |
             .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
 
 
-# what the last change per key reads of a row event (assign_tables, row_effects, order_struct)
+# what the last change per key reads of a row event (engine_v2.tag_effects' joins and keys, order_struct)
 EFFECT_INPUTS = ("database", "table", "timeline", "op", "commit_ts", "key_columns", "partition", "offset",
                  "event_index", "before", "after", "before_schema", "after_schema", "before_values", "after_values")
 
@@ -875,20 +823,14 @@ def live_rows(latest: DataFrame, multiset: bool = True) -> DataFrame:
 SCD2_COLUMNS = ("_op", "_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms", "_current")
 
 
-def scd2_versions(effects: DataFrame) -> DataFrame:
-    """SCD type 2 of `row_effects`' rows: one version per change of every key, valid from its
-    commit ts (the inferred one where it has none) and its execute time (ms) until the key's
-    next change (null: still valid), in the replay order. `_op` is the change (`delete` for a
-    key an UPDATE moved away from); `_current` marks a key's last version when it leaves the
-    row in place. The image of a version is the new row, or for a deletion the row that was
-    deleted; `database` and `table` become the table's final names."""
-    return scd2_images(scd2_validity(effects))
-
-
 def scd2_validity(effects: DataFrame) -> DataFrame:
-    """`scd2_versions`' columns that need the key's next change (one window per key): `_op`,
-    the validity times and `_current`; the images are left as they are (lean rows stay lean
-    through the window's shuffle: engine v2 rebuilds them after it, stages/engine.py)."""
+    """SCD type 2 of the effects of the applied row events (`engine_v2.tag_effects`' rows),
+    the columns that need the key's next change (one window per key): `_op` (the change,
+    `delete` for a key an UPDATE moved away from), the validity from its commit ts (the
+    inferred one where it has none) and execute time (ms) until the key's next change (null:
+    still valid), in the replay order, and `_current` (a key's last version when it leaves the
+    row in place). The images are left as they are (lean rows stay lean through the window's
+    shuffle: engine v2 rebuilds them after it, stages/engine.py; then `scd2_images`)."""
     per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(order_struct())
     valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
     return (
@@ -902,8 +844,8 @@ def scd2_validity(effects: DataFrame) -> DataFrame:
 
 
 def scd2_images(versions: DataFrame) -> DataFrame:
-    """`scd2_validity`'s rows (full images) as `scd2_versions` gives them: the new row, or for
-    a deletion the deleted row, under the table's final names."""
+    """`scd2_validity`'s rows (full images) as versions: the new row, or for a deletion the
+    deleted row, under the table's final names."""
     upsert = F.col("effect") == "upsert"
     return (
         versions.withColumn("after", F.when(upsert, F.col("after")))

@@ -1,13 +1,16 @@
 """Engine v2's core (spark_apps/engine_v2.py) against v1's transform chain on the same ready
-events: the same last change per key (every column the output reads), the same statuses and
-summary counts; and no event crossing a shuffle whole in v2's plan.
+events: the same effects of the applied row events (each event's final table, keys and
+changes) and the same last change per key (every column the output reads); and no event
+crossing a shuffle whole in v2's plan.
 
 v1 here is what the replay stages (stages/dedupe.py, stages/history.py) run, and what v1's
 output stage ran before v1 was removed (twenty-fifth session), step by step, each tested on
 its own (tests/test_transforms.py): duplicate_places, tag_status, _summarise, the DDL history
 from the summary's applied DDL (with the stream's column sets), _quarantine_missing_tables,
-then packed / assign_tables / row_effects / latest_per_key / unpacked over the applied row
-events. v2 is given that history, as in a run (stages/engine.py). The events are lean rows
+then packed / assign_tables / row_effects (tests/support/effect_chain.py) / latest_per_key /
+unpacked over the applied row events. v2 is given that history, as in a run
+(stages/engine.py). The statuses and counts are the summary's (the product has no other:
+`tag_effects` keeps the applied row events that have effects only). The events are lean rows
 (schema ids, values, labels, place ids), as the decode tasks give them."""
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from spark_apps.outputs import table_frames as _table_frames
 from spark_apps.stages.history import _apply_ddl, _quarantine_missing_tables, _stream_shapes
 from spark_apps.stages.summary import summarise as _summarise
 
+from .support.effect_chain import assign_tables, row_effects, shuffle_exchanges
 from .test_transforms import frame
 
 pytestmark = pytest.mark.spark
@@ -31,7 +35,8 @@ pytestmark = pytest.mark.spark
 LATEST = ("final_database", "final_table", "row_key", "effect", "op", "timeline", "partition", "offset",
           "event_index", "before_schema", "before_values", "after_schema", "after_values", "first_change", "copies",
           "status")
-COUNTED = ("status", "kind", "database", "table", "error_stage", "bucket", "events", "min_commit_ts", "max_commit_ts")
+EFFECTS = ("final_database", "final_table", "row_key", "effect", "copy_change", "rank", "op", "timeline", "partition",
+           "offset", "event_index", "commit_ts")
 
 
 def c(name, value):
@@ -83,11 +88,11 @@ def run_v1(spark, ready, dictionary, tables, cut, since=None):
     plan = T.plan_dictionary(dictionary, T.spark_lower(spark), spark=spark)
     intervals, known = _table_frames(spark, history)
     rows = tagged.where((F.col("status") == Status.APPLIED) & (F.col("kind") == Kind.ROW))
-    latest = T.unpacked(T.latest_per_key(T.row_effects(T.assign_tables(T.packed(rows), intervals, known), plan),
-                                         multiset=multiset))
+    effects = row_effects(assign_tables(T.packed(rows), intervals, known), plan)
+    latest = T.unpacked(T.latest_per_key(effects, multiset=multiset))
     statuses = sorted(tuple(r) for r in tagged.groupBy("status", "kind").count().collect())
-    return {"latest": latest, "counts": counts, "statuses": statuses, "ddl": summary["ddl"], "multiset": multiset,
-            "history": history}
+    return {"effects": effects, "latest": latest, "counts": counts, "statuses": statuses, "ddl": summary["ddl"],
+            "multiset": multiset, "history": history}
 
 
 def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True, history=None):
@@ -98,47 +103,31 @@ def run_v2(spark, ready, dictionary, tables, cut, since=None, multiset=True, his
     duplicates = V2.find_duplicates(ready, tables)
     tagged = V2.tag_effects(ready, tables=tables, cut=cut, since=since, intervals=intervals, known=known,
                             stretches=stretches, stretch_names=names, dictionary=plan, duplicates=duplicates)
-    counted = tagged.where("_counted")
-    statuses = sorted(tuple(r) for r in counted.groupBy("status", "kind").count().collect())
-    counts = [{**r.asDict(), "bucket": None} for r in counted.groupBy(
-        "status", "kind", "database", "table", "error_stage").agg(
-        F.count(F.lit(1)).alias("events"), F.min("commit_ts").alias("min_commit_ts"),
-        F.max("commit_ts").alias("max_commit_ts")).collect()]
-    return {"tagged": tagged, "latest": V2.latest(tagged, multiset=multiset), "counts": counts,
-            "statuses": statuses, "duplicates": duplicates}
+    return {"tagged": tagged, "latest": V2.latest(tagged, multiset=multiset), "duplicates": duplicates}
 
 
-def rows_of(latest):
-    return sorted((tuple(_plain(r[c]) for c in LATEST) for r in latest.collect()), key=repr)
+def rows_of(latest, columns=LATEST):
+    return sorted((tuple(_plain(r[c]) for c in columns) for r in latest.collect()), key=repr)
 
 
 def _plain(value):
     return tuple(_plain(v) for v in value) if isinstance(value, list) else value
 
 
-def counts_of(counts, moved=frozenset()):
-    """The counts, comparable: for a table some of whose applied rows v1 moved to quarantined
-    (missing table), v1's applied group keeps the moved rows' commit ts in its range
-    (stages.history._moved_counts moves events, not their ts); v2 counts each status's own range."""
-    return sorted((tuple(None if k.endswith("commit_ts") and (c["database"], c["table"]) in moved else c[k]
-                         for k in COUNTED) for c in counts), key=repr)
-
-
 def same(spark, events, tables=None, cut=None, since=None):
-    """Run both; require the same last changes, statuses and counts."""
+    """Run both; require the same effects (one row each, v2's from its map stage) and the same
+    last changes."""
     ready, dictionary = lean_ready(spark, events)
     one = run_v1(spark, ready, dictionary, tables, cut, since)
     two = run_v2(spark, ready, dictionary, tables, cut, since, multiset=one["multiset"], history=one["history"])
+    assert rows_of(two["tagged"], EFFECTS) == rows_of(one["effects"], EFFECTS)
     assert rows_of(two["latest"]) == rows_of(one["latest"])
-    assert two["statuses"] == one["statuses"]
-    moved = {(c["database"], c["table"]) for c in one["counts"] if c["error_stage"] == T.MISSING_TABLE_STAGE}
-    assert counts_of(two["counts"], moved) == counts_of(one["counts"], moved)
     return one, two
 
 
 def test_duplicates_key_changes_reinserts_keyless_rows_and_the_cut(spark):
     """No DDL: copies in other partitions, objects and lines; an UPDATE that moves a row to
-    another key (its two effects in two partitions of the shuffle, one counted); DELETE then
+    another key (its two effects in two partitions of the shuffle); DELETE then
     INSERT of a key; a keyless table holding identical rows; events above the cut; a table out
     of scope; a watermark and a record that could not be read, each twice."""
     insert1 = ev(Op.INSERT, 10, None, img(id=1, v=1), offset=0)
@@ -200,7 +189,8 @@ def test_the_history_at_the_cut_renames_key_changes_and_keyless_add_column(spark
     ]
     one, two = same(spark, events, cut=[30])
     assert any(r[1] == "u" and r[2] == (b"7",) for r in rows_of(two["latest"]))  # renamed, key changed
-    assert any(c["error_stage"] == T.MISSING_TABLE_STAGE for c in two["counts"])
+    assert any(c["error_stage"] == T.MISSING_TABLE_STAGE for c in one["counts"])
+    assert not any(r.final_table == "g" and r.offset == 20 for r in two["tagged"].collect())  # its quarantined row
 
 
 def test_no_event_crosses_a_shuffle_whole(spark):
@@ -217,11 +207,11 @@ def test_no_event_crosses_a_shuffle_whole(spark):
     two = run_v2(spark, ready, dictionary, None, [20], history=run_v1(spark, ready, dictionary, None, [20])["history"])
     assert rows_of(two["latest"]) and two["duplicates"].found
     # the marks' plan (a computed, cached plan prints its final and initial stages: counted alike)
-    marks = V2.shuffle_exchanges(two["duplicates"].places)
+    marks = shuffle_exchanges(two["duplicates"].places)
     assert marks >= 1
-    assert V2.shuffle_exchanges(two["tagged"]) == marks, two["tagged"]._jdf.queryExecution().executedPlan().toString()
+    assert shuffle_exchanges(two["tagged"]) == marks, two["tagged"]._jdf.queryExecution().executedPlan().toString()
     latest = V2.latest(two["tagged"])
-    assert V2.shuffle_exchanges(latest) == marks + 1, latest._jdf.queryExecution().executedPlan().toString()
+    assert shuffle_exchanges(latest) == marks + 1, latest._jdf.queryExecution().executedPlan().toString()
     plan = latest._jdf.queryExecution().executedPlan().toString()
     assert "partial_max_by" in plan, plan
 
@@ -232,7 +222,7 @@ def test_copies_naming_other_key_columns_give_v1s_result(spark):
     copy is a duplicate and the last changes are v1's."""
     first = ev(Op.INSERT, 10, None, img(id=1, v=2), offset=0)
     one, two = same(spark, [first, copy(first, key_columns=["v"], object="o2")])
-    assert (Status.DUPLICATE, Kind.ROW, 1) in two["statuses"]
+    assert (Status.DUPLICATE, Kind.ROW, 1) in one["statuses"] and len(rows_of(two["tagged"], EFFECTS)) == 1
 
 
 def test_random_changes_with_copies_and_cuts_give_v1s_result(spark):

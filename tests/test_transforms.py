@@ -1,6 +1,8 @@
 """Direct tests of spark_apps.transforms on tiny DataFrames: the branches that real archives
 reach but generated histories rarely do (no DDL at all, keys first touched by an UPDATE or a
-DELETE, whole-row keys across column changes, Avro tombstones without a lower bound)."""
+DELETE, whole-row keys across column changes, Avro tombstones without a lower bound); and of
+tests/support/effect_chain.py, the step-by-step chain tests/test_engine_v2.py compares the
+engine with."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import pytest
 from cdc_codecs.events import Kind, Op, new_event
 from spark_apps import transforms as T
 from spark_apps.schema import DECODED_FIELD_NAMES, DECODED_STRUCT
+
+from .support import effect_chain as chain
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +39,7 @@ def row(op, offset, ts=None, before=None, after=None, partition=0, table="t", ke
 def test_assign_tables_without_any_ddl_keeps_every_row_under_its_own_name(spark):
     events = frame(spark, [row(Op.UPDATE, 0, 10, [col("id", 1), col("v", 1)], [col("id", 1), col("v", 2)]),
                            row(Op.DELETE, 1, 11, [col("id", 2), col("v", 1)])])
-    got = T.assign_tables(T.with_timeline(events), None, None)
+    got = chain.assign_tables(T.with_timeline(events), None, None)
     assert [(r.final_database, r.final_table, r.key_aliases, r.row_columns) for r in got.collect()] == [
         ("d", "t", None, None)] * 2
 
@@ -49,7 +53,7 @@ def test_keys_first_touched_by_an_update_or_a_delete(spark):
         row(Op.INSERT, 2, 12, None, [col("id", 3), col("v", 3)]),
         row(Op.UPDATE, 3, 13, [col("id", 3), col("v", 3)], [col("id", 3), col("v", 4)]),
     ])
-    effects = T.row_effects(T.assign_tables(T.with_timeline(events), None, None))
+    effects = chain.row_effects(chain.assign_tables(T.with_timeline(events), None, None))
     latest = {tuple(r.row_key): (r.effect, r.first_change, r.after and r.after[1].value)
               for r in T.latest_per_key(effects).collect()}
     assert latest == {(b"1",): ("upsert", "update", b"2"), (b"2",): ("delete", "delete", None),
@@ -320,7 +324,8 @@ def test_packed_rows_carry_what_the_keys_do_not_read_and_unpack_to_the_same_rows
 
 
 def test_scd2_versions_are_valid_from_their_change_until_the_keys_next_one(spark):
-    """The history's window (transforms.scd2_versions), by hand: key 1 inserted, updated and
+    """The history's window (transforms.scd2_validity, then scd2_images:
+    tests/support/effect_chain.py's `scd2_versions`), by hand: key 1 inserted, updated and
     deleted; key 2 inserted once; key 3 moved to key 4 by an UPDATE (a deletion of 3, an upsert
     of 4); one change without commit ts is valid from its inferred ts. Validity in TSO and
     execute time (ms); `_current` only for a key's last version that keeps the row."""
@@ -335,7 +340,7 @@ def test_scd2_versions_are_valid_from_their_change_until_the_keys_next_one(spark
     ]).withColumn("execute_ts_ms", T.F.col("offset") * 1000 + 7)
     events = events.withColumn("inferred_ts", T.F.when(T.F.col("commit_ts").isNull(), T.F.lit(9)).cast("bigint"))
     events = T.with_timeline(events)
-    versions = T.scd2_versions(T.row_effects(T.assign_tables(events, None, None)))
+    versions = chain.scd2_versions(chain.row_effects(chain.assign_tables(events, None, None)))
 
     def value(image):
         return None if image is None else {c.name: c.value for c in image}["v"]

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 from cdc_codecs.events import Op
 from spark_apps import transforms as T
 
+from .support import effect_chain as chain
 from .test_transforms import col, frame, row
 
 pytestmark = pytest.mark.spark
@@ -54,10 +55,10 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     T.mark_missing_tables(tagged, stretches, [("d", "t")])
     T.mark_unknown_tables(tagged, [("d", "t")], where=tagged["op"].isNotNull())
     T.tag_status(timed, tables=["d.*"], cut=[12], duplicates=T.Duplicates(T.duplicate_places(timed, tables=["d.*"])))
-    effects = T.row_effects(T.assign_tables(tagged, None, None))
+    # the effects by tests/support/effect_chain.py (the product's are engine_v2.tag_effects')
+    effects = chain.row_effects(chain.assign_tables(tagged, None, None))
     latest = T.latest_per_key(effects)
     live = T.live_rows(latest)
-    T.scd2_versions(effects)
     T.scd2_images(T.scd2_validity(effects))
     T.fill_previous_images(tagged)
     T.with_partition(live.withColumn("out_topic", T.topic_name("{schema}_{table}")), "index-value", 3)
@@ -71,17 +72,18 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     T.rebuilt_image(lean, "after", dictionary)
     for dispatcher in ("index-value", "table", "canal"):
         T.with_partition_lean(lean, dispatcher, 3, dictionary)
-    T.full_images(T.live_rows(T.unpacked(T.latest_per_key(T.row_effects(T.assign_tables(
+    T.with_image_keys(chain.assign_tables(lean, None, None), dictionary)
+    T.full_images(T.live_rows(T.unpacked(T.latest_per_key(chain.row_effects(chain.assign_tables(
         T.packed(lean), None, None), dictionary)))), dictionary)
     monkeypatch.undo()
     assert _jobs(spark) == before, "a transform started a Spark job"
     # every public transform of the module was exercised above (a new one must be added here)
-    exercised = {"with_timeline", "infer_commit_ts", "inferred_commit_ts", "with_inferred_ts", "tag_status", "row_effects", "assign_tables",
+    exercised = {"with_timeline", "infer_commit_ts", "inferred_commit_ts", "with_inferred_ts", "tag_status",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
                  "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
-                 "scd2_versions", "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean",
-                 "mark_unknown_tables"}
+                 "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean",
+                 "mark_unknown_tables", "with_image_keys"}
     public = {name for name, fn in inspect.getmembers(T, inspect.isfunction)
               if fn.__module__ == T.__name__ and not name.startswith("_")
               and "DataFrame" in str(inspect.signature(fn).return_annotation)}

@@ -1,6 +1,6 @@
 """What the replay writes, built from its applied events, and handed to the chosen target
 (spark_apps.outputs.base.Target): the snapshot (the last change per key), the SCD2 history
-(transforms.scd2_versions) or the topics (every applied change, with watermarks).
+(stages/engine.py `_versions`) or the topics (every applied change, with watermarks).
 
 Imports nothing of the replay driver: the driver gives the plan its inputs (spark_apps.replay,
 step "output") and reads back `lake_tables` and `kafka` for the manifest."""
@@ -23,8 +23,8 @@ log = logging.getLogger("cdc_replay")
 
 
 def table_frames(spark, history):
-    """(intervals, known) of the DDL history (ddl.SchemaHistory) for `transforms.assign_tables`
-    and `mark_missing_tables`; (None, None) when no DDL mentioned a table."""
+    """(intervals, known) of the DDL history (ddl.SchemaHistory) for `engine_v2.tag_effects`'
+    table assignment and `transforms.mark_missing_tables`; (None, None) when no DDL mentioned a table."""
     if not history.known:
         return None, None
     from .. import transforms as T

@@ -76,7 +76,7 @@ def _v2(ctx: RunContext, tagged: Tagged, hist: History) -> None:
                              dictionary=tagged.dictionary, duplicates=tagged.marks,
                              base=base,
                              in_base=None if ctx.base_export is None else base_bound(ctx.base_export),
-                             unknown=hist.unknown, live_only=True, left_out=UNREADABLE_ONLY)
+                             unknown=hist.unknown, left_out=UNREADABLE_ONLY)
     if args.emit == "history":
         hist.versions = _versions(effects, tagged.dictionary, with_base=base is not None)
         return
@@ -92,13 +92,10 @@ def _versions(effects, dictionary, with_base: bool):
     (`transforms.scd2_validity`) over the lean rows, their full images rebuilt after it;
     `with_base`: base rows with full images beside the lean
     (`_full_beside`)."""
-    from pyspark.sql import functions as F
-
     from spark_apps import transforms as T
     from spark_apps.engine_v2 import _INTERNAL
 
-    keyed = effects.where(F.col("_live"))
-    versions = T.unpacked(T.scd2_validity(keyed.drop(*[c for c in _INTERNAL if c in keyed.columns])))
+    versions = T.unpacked(T.scd2_validity(effects.drop(*[c for c in _INTERNAL if c in effects.columns])))
     if "after_values" in versions.columns:
         versions = (_full_beside(versions, dictionary) if with_base
                     else T.full_images(versions, dictionary, versions.columns))

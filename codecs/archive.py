@@ -13,7 +13,6 @@ the record fields, never on object names, and skip paths with a segment starting
 from __future__ import annotations
 
 import binascii
-from collections.abc import Iterable
 
 import orjson
 
@@ -122,10 +121,6 @@ def parse_line(line: bytes | str, object: str | None = None) -> KafkaRecord:
         topic, partition, offset, timestamp,
         _unb64(doc.get("key"), "key"), _unb64(doc.get("value"), "value"), headers, object,
     )
-
-
-def format_lines(records: Iterable[KafkaRecord]) -> bytes:
-    return b"".join(format_record(r) + b"\n" for r in records)
 
 
 def _is_int(value) -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -108,10 +107,6 @@ def manifest_path(home: str) -> str:
 def staging_prefix(home: str, run_id: str | None = None) -> str:
     """Where a run stages its data (and the Airflow DAGs the archive objects they hand over)."""
     return join(home, STAGING, *([run_id] if run_id else []))
-
-
-def quarantine_prefix(home: str) -> str:
-    return join(home, QUARANTINE)
 
 
 def in_staging(home: str, uri: str) -> bool:

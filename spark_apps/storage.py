@@ -617,14 +617,6 @@ def open_stream(uri: str):
         raise
 
 
-def _stream_chunks(stream) -> Iterator[bytes]:
-    try:
-        while chunk := stream.read(CHUNK):
-            yield chunk
-    finally:
-        stream.close()
-
-
 def write_bytes(uri: str, data: bytes, content_type: str | None = None) -> None:
     """One object in one PUT (locally: a temporary file renamed over it); `content_type` is
     the S3 object's Content-Type (S3's default when None)."""

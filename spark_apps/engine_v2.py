@@ -39,15 +39,38 @@ from .contract import Kind, Status
 _INTERNAL = ("_missing", "_effect", "_before", "_after", "_before_key", "_after_key")
 
 
-def find_duplicates(ready: DataFrame, tables: list[str] | None = None) -> T.Duplicates:
+def find_duplicates(ready: DataFrame, tables: list[str] | None = None, records: int | None = None) -> T.Duplicates:
     """The duplicate check (`transforms.duplicate_places`: a narrow shuffle of
     each checked event's identity and place), persisted and counted, so that `tag_status` and
-    `tag_effects` tell the later copies apart by a join (broadcast when few)."""
+    `tag_effects` tell the later copies apart by a join (broadcast when few). `records`: how
+    many records the decode read, if known; up to `T.DUPLICATES_COLLECT_MAX_RECORDS` the places
+    are collected instead (`collected_duplicates`)."""
     from pyspark import StorageLevel
 
-    places = T.duplicate_places(ready, tables=tables).persist(StorageLevel.DISK_ONLY)
+    places = T.duplicate_places(ready, tables=tables)
+    if records is not None and records <= T.DUPLICATES_COLLECT_MAX_RECORDS and places.columns == ["place_id"]:
+        return collected_duplicates(places)
+    places = places.persist(StorageLevel.DISK_ONLY)
     found = persisted_rows(places)
     return T.Duplicates(places, found=found > 0, broadcast=found <= T.DUPLICATES_BROADCAST_MAX)
+
+
+def collected_duplicates(places: DataFrame) -> T.Duplicates:
+    """The duplicate places of a small run on the driver (at most one id per event): none,
+    no join; up to `T.DUPLICATES_LITERAL_MAX`, a literal set in the plan; else a local relation
+    joined by broadcast. A persisted frame instead cost a job to fill the cache and a job of
+    every shuffle partition each time an action broadcast it (docs/engine.md "Jobs of a small
+    run (twenty-seventh session)")."""
+    from .local_data import local_frame
+    from .spark_compat import collect_rows
+
+    ids = sorted(row["place_id"] for row in collect_rows(places))
+    if not ids:
+        return T.Duplicates(None, found=False)
+    if len(ids) <= T.DUPLICATES_LITERAL_MAX:
+        return T.Duplicates(None, ids=ids)
+    return T.Duplicates(local_frame(places.sparkSession, [(i,) for i in ids], "place_id bigint not null"),
+                        broadcast=True)
 
 
 def persisted_rows(df: DataFrame) -> int:

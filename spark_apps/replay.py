@@ -30,6 +30,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit
 from spark_apps import manifest as manifest_mod  # noqa: E402
 from spark_apps import kafka_io, masking, spark_compat, storage  # noqa: E402
 from spark_apps import contract  # noqa: E402
+from cdc_codecs import parse_option_pairs  # noqa: E402
 from spark_apps.options import ReplayArgs, parser  # noqa: E402,F401  (parser: tests build args with it)
 from spark_apps.stages import base as base_stage  # noqa: E402
 from spark_apps.stages import decode as decode_stage  # noqa: E402
@@ -43,7 +44,8 @@ from spark_apps.stages.decode import choose_decoder as _decoder  # noqa: E402
 from spark_apps.stages.decode import decode_files as _decode_files  # noqa: E402  (tests patch it here)
 from spark_apps.stages.decode import decode_objects as _decode  # noqa: E402,F401  (bench/ imports it here)
 from spark_apps.stages.decode import first_pass as _first_pass  # noqa: E402,F401
-from spark_apps.stages.session import build_session, memoize_jvm_lookups, stop_session  # noqa: E402
+from spark_apps.stages.session import (  # noqa: E402
+    SHUFFLE_PARTITIONS, build_session, fit_shuffle_partitions, memoize_jvm_lookups, stop_session)
 from spark_apps.stages.summary import shape_columns as _shape_columns  # noqa: E402,F401
 from spark_apps.stages.validate import check, list_source, parse_args, validate  # noqa: E402,F401
 from spark_apps.stages.validate import home_of as _home  # noqa: E402
@@ -97,7 +99,9 @@ def _leased(ctx: RunContext, spark) -> dict:
             ctx.progress = progress
             ctx.files = _decode_files(spark, ctx.source)
             try:
-                return _stages(ctx)
+                # shuffle partitions by the records read, unless the caller chose them
+                fit = own_session and SHUFFLE_PARTITIONS not in parse_option_pairs(ctx.args.spark_conf)
+                return _stages(ctx, fit_shuffles=fit)
             finally:
                 if ctx.files:
                     shutil.rmtree(ctx.files, ignore_errors=True)
@@ -106,10 +110,13 @@ def _leased(ctx: RunContext, spark) -> dict:
             stop_session(spark)
 
 
-def _stages(ctx: RunContext) -> dict:
+def _stages(ctx: RunContext, fit_shuffles: bool = False) -> dict:
     """The stages in order, each handing the next its result (docs/architecture.md), then the
-    commit, the only step that makes the output visible."""
+    commit, the only step that makes the output visible. `fit_shuffles`: the shuffle partitions
+    lowered to the records read (`session.fit_shuffle_partitions`)."""
     decoded = decode_stage.decode_pass(ctx)  # 2. objects -> persisted lean rows, partition stats
+    if fit_shuffles:
+        fit_shuffle_partitions(ctx.spark, sum(s["records"] for s in decoded.partition_stats))
     if ctx.base_export is not None:  # the archive continues the export and reaches it
         base_stage.check_position(ctx, decoded)
     # 3. the cut and every event's status, 4. the DDL history, quarantine moves, then engine v2's last changes

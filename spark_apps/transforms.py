@@ -228,6 +228,13 @@ PLACE = ("topic", "partition", "offset", "event_index", "object", "line")  # one
 # how many later copies the marks may hold and still be broadcast (64-bit place ids: 8 bytes
 # each; beyond, the events are joined with them by a shuffle)
 DUPLICATES_BROADCAST_MAX = 4_000_000
+# up to this many records read (Kafka records: one or a few events each), the later copies'
+# place ids are collected to the driver instead of cached: no job to fill the cache, none of
+# every shuffle partition to read it in each action that joins them
+DUPLICATES_COLLECT_MAX_RECORDS = 100_000
+# up to this many collected place ids are a literal `IN` set in the plan (a hash set; no join, no
+# broadcast job); more go back as a local relation, joined by broadcast
+DUPLICATES_LITERAL_MAX = 4096
 
 
 def _place(df: DataFrame) -> tuple[str, ...]:
@@ -265,11 +272,27 @@ class Duplicates(NamedTuple):
     """The places `duplicate_places` found, as `tag_status` joins them: `found` False when
     there are none (no event is a duplicate, no join), `broadcast` when they are few enough
     to send to every task (else Spark decides by their estimated size: a sort-merge join
-    moves every event through a shuffle)."""
+    moves every event through a shuffle), `ids` when they were collected and are few enough to
+    be a literal set in the plan (no join, no broadcast job; `places` None then)."""
 
-    places: DataFrame
+    places: DataFrame | None
     found: bool = True
     broadcast: bool = False
+    ids: list[int] | None = None
+
+
+def in_id_set(column: Column, ids: list[int]) -> Column:
+    """Whether `column` (a bigint, never null) is one of `ids`, by one literal in the plan: a
+    hash table of buckets (`plan_dictionary`'s way), parsed from JSON once and constant-folded,
+    a row comparing the few ids of its bucket. An `IN` of each id as a literal is built by the
+    driver's parser and walked by every analysis of the plans built on it (0.2-0.5 s of a 10k
+    run's driver at 680 ids, docs/engine.md "Jobs of a small run (twenty-seventh session)")."""
+    size = max(1, len(ids))
+    buckets: list[list[int]] = [[] for _ in range(size)]
+    for i in ids:
+        buckets[i % size].append(int(i))  # Python's % is Spark's pmod for a positive size
+    table = F.from_json(F.lit(json.dumps(buckets)), "array<array<bigint>>")
+    return F.array_contains(F.element_at(table, (F.pmod(column, F.lit(size)) + 1).cast("int")), column)
 
 
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
@@ -285,6 +308,8 @@ def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None,
     in_scope = table_filter(tables) if tables else F.lit(True)
     if duplicates is not None and not duplicates.found:
         first = F.lit(True)
+    elif duplicates is not None and duplicates.ids is not None:  # a literal set: no join
+        first = ~in_id_set(F.col("place_id"), duplicates.ids)
     elif duplicates is None:
         df = df.withColumn("_identity", identity_of(decoded))
         first = F.row_number().over(Window.partitionBy("_identity").orderBy(*FIRST_SEEN)) == 1

@@ -301,3 +301,42 @@ def test_engine_v1_is_refused_and_v2_accepted(monkeypatch, tmp_path):
     with pytest.raises(ReplayError, match=r"\$CDC_REPLAY_ENGINE=v1: engine v1 was removed"):
         checked()
     checked("--engine", "v2")  # the option first
+
+
+@pytest.mark.parametrize("literal_max", [T.DUPLICATES_LITERAL_MAX, 1])
+def test_a_small_runs_collected_duplicates_give_the_cached_ones_statuses(spark, monkeypatch, literal_max):
+    """Below DUPLICATES_COLLECT_MAX_RECORDS records read the later copies' place ids are
+    collected (engine_v2.collected_duplicates): a literal id set in the plan (no join), or
+    beyond DUPLICATES_LITERAL_MAX a local relation joined by broadcast; none found, no join.
+    Every event's status is the one the cached places give."""
+    monkeypatch.setattr(T, "DUPLICATES_LITERAL_MAX", literal_max)
+    first = [ev(Op.INSERT, 10 + i, None, img(id=i, v=i), offset=i) for i in range(6)]
+    copies = [copy(first[0], object="o2"), copy(first[3], partition=1, offset=40), copy(first[3], line=99)]
+
+    def statuses(ready, duplicates):
+        tagged = T.tag_status(ready, cut=[13], duplicates=duplicates)
+        return sorted(tuple(r) for r in tagged.select("partition", "offset", "object", "line", "status").collect())
+
+    for events, found in ((first + copies, True), (first, False)):
+        ready, _ = lean_ready(spark, events)
+        cached = V2.find_duplicates(ready)
+        collected = V2.find_duplicates(ready, records=len(events))
+        assert cached.places is not None and cached.found == found == collected.found
+        assert (collected.ids is not None) == (found and literal_max > 1)
+        assert (collected.places is not None) == (found and literal_max == 1)
+        assert statuses(ready, collected) == statuses(ready, cached)
+        cached.places.unpersist()
+    assert {s for *_, s in statuses(ready, collected)} == {Status.APPLIED, Status.PENDING}
+    big = V2.find_duplicates(ready, records=T.DUPLICATES_COLLECT_MAX_RECORDS + 1)  # cached, as before
+    assert big.places is not None and big.places.is_cached
+    big.places.unpersist()
+
+
+def test_an_id_set_literal_finds_its_ids_whatever_their_sign(spark):
+    """transforms.in_id_set's buckets (Python's % on the driver, Spark's pmod in the task) agree
+    for negative and 64-bit ids."""
+    values = [-(2**63), -7, -1, 0, 1, 5, 12, 2**40 + 3, 2**63 - 1]
+    ids = [-(2**63), -7, 0, 12, 2**63 - 1]
+    df = spark.createDataFrame([(v,) for v in values], "v bigint")
+    found = {r["v"]: r["hit"] for r in df.select("v", T.in_id_set(F.col("v"), ids).alias("hit")).collect()}
+    assert found == {v: v in ids for v in values}

@@ -142,3 +142,24 @@ def test_an_expression_costs_one_py4j_call_per_function(spark):
     # col, ==, lit, when, col, upper, otherwise: one call each (dropped Python objects may add
     # a release of a JVM reference: "m" commands)
     assert len([c for c in sent if not c.startswith("m")]) == 7, sent
+
+
+@pytest.mark.spark
+def test_shuffle_partitions_fit_the_records_read_and_are_only_ever_lowered(spark):
+    """A run's own session reads its shuffles into one partition per
+    RECORDS_PER_SHUFFLE_PARTITION records, at least one per core (10k records: the cores'
+    count, not the session's 8), never more than the session sets (1M records keep it)."""
+    from spark_apps.stages.session import RECORDS_PER_SHUFFLE_PARTITION, SHUFFLE_PARTITIONS, fit_shuffle_partitions
+
+    given = spark.conf.get(SHUFFLE_PARTITIONS)
+    cores = spark.sparkContext.defaultParallelism
+    try:
+        spark.conf.set(SHUFFLE_PARTITIONS, "64")
+        assert fit_shuffle_partitions(spark, 10_000) == cores == int(spark.conf.get(SHUFFLE_PARTITIONS))
+        spark.conf.set(SHUFFLE_PARTITIONS, "64")
+        records = (cores + 3) * RECORDS_PER_SHUFFLE_PARTITION
+        assert fit_shuffle_partitions(spark, records) == cores + 3
+        spark.conf.set(SHUFFLE_PARTITIONS, "8")
+        assert fit_shuffle_partitions(spark, 1_000_000) == 8 == int(spark.conf.get(SHUFFLE_PARTITIONS))
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, given)

@@ -66,7 +66,7 @@ class Tagged:
     offset_gaps: list[dict]
     gap_count: int
     ready: Any  # the events ordered (persisted when a running event time orders them)
-    duplicates: Any  # the duplicate places (persisted)
+    duplicates: Any  # the duplicate places (persisted; None when collected: `marks` holds them)
     tagged: Any  # lean rows with `status`
     dictionary: Any  # transforms.plan_dictionary
     marks: Any = None  # `duplicates` as tag_status joined them (transforms.Duplicates; tag_effects joins them again)

@@ -88,7 +88,8 @@ def dedupe_and_cut(ctx: RunContext, decoded: Decoded) -> Tagged:
     ready, _, needs_event_time, inferred = ordered_events(args, decoded)
     if needs_event_time:  # a window per source partition over whole events: computed once
         ready = ready.persist(StorageLevel.DISK_ONLY)
-    marks = find_duplicates(ready, tables=args.table_patterns())
+    marks = find_duplicates(ready, tables=args.table_patterns(),
+                            records=sum(s["records"] for s in decoded.partition_stats))
     in_base = None if ctx.base_export is None else base_bound(ctx.base_export)
     tagged = T.tag_status(ready, tables=args.table_patterns(), cut=cut["point"], since=args.since,
                           duplicates=marks, in_base=in_base)

@@ -61,6 +61,26 @@ def build_session(master: str, app_name: str, conf: list[str]):
     return builder.getOrCreate()
 
 
+# a run the replay's own session reads shuffles into one partition per this many records read,
+# at least one per core and at most the session's setting (docs/engine.md "Jobs of a small run
+# (twenty-seventh session)")
+RECORDS_PER_SHUFFLE_PARTITION = 50_000
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def fit_shuffle_partitions(spark, records: int) -> int:
+    """Lower the session's shuffle partitions to what `records` fill: a persisted shuffle
+    output (the last change per key) keeps its partitions, so each later action reading it ran
+    8 tasks of a few rows each in a 10k-event run. Only ever lowers (1M records keep 8). Returns
+    the count in force."""
+    given = int(spark.conf.get(SHUFFLE_PARTITIONS))
+    wanted = max(spark.sparkContext.defaultParallelism, -(-records // RECORDS_PER_SHUFFLE_PARTITION))
+    if wanted < given:
+        spark.conf.set(SHUFFLE_PARTITIONS, str(wanted))
+        return wanted
+    return given
+
+
 def stop_session(spark) -> None:
     """spark.stop() without waiting for pyspark's accumulator server to notice: its handler polls
     the JVM's connection once a second, and SparkContext.stop() waits for that poll (0.85 s of

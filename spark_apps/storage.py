@@ -441,8 +441,10 @@ def iter_range(uri: str, start: int) -> Iterator[bytes]:
 
 def _gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
     """Decompressed pieces of a gzip stream (several members allowed); raises DamagedObject
-    at the exact compressed byte where it stops making sense, after yielding all before."""
-    import zlib
+    at the exact compressed byte where it stops making sense, after yielding all before.
+    Inflated by zlib-ng (the same format, ~2x faster than the stdlib's zlib; its decompressor
+    copies, reports eof and unused data, and raises its own `error`, as zlib's does)."""
+    from zlib_ng import zlib_ng as zlib
 
     position = 0  # compressed bytes fully consumed
     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)

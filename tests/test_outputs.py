@@ -243,33 +243,59 @@ def test_the_options_choose_one_output_target(extra, chosen):
     assert target_for(ReplayArgs.from_namespace(parser().parse_args(argv))).__name__ == chosen
 
 
-def test_object_writer_compresses_as_it_goes_into_the_same_bytes(tmp_path):
+def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path):
     """The archive target's objects are compressed chunk by chunk in a background thread
-    (kafka_records.ObjectWriter): each object is still `gzip.compress` of its lines (level 6,
-    no mtime), rolled every `max_records`, with the offsets and counts of its records."""
+    (kafka_records.ObjectWriter) by zlib-ng, level 6, gzip without mtime: each object is its
+    lines deflated in chunks of `CHUNK_LINES` counted from the object's first line (zlib-ng's
+    bytes depend on the cut, unlike zlib's), whichever batches the messages came in, so a rerun
+    writes the same bytes; the stdlib's gzip reads them back. Rolled every `max_records`, with
+    the offsets and counts of its records."""
     import gzip
+    import itertools
+
+    from zlib_ng import zlib_ng
 
     from cdc_codecs.archive import format_record
-    from cdc_codecs.base import KafkaRecord
+    from cdc_codecs.base import EncodedMessage, KafkaRecord
     from spark_apps.outputs.kafka_records import ObjectWriter
 
-    writer = ObjectWriter(str(tmp_path), "t", 1, max_records=2500)
-    writer.CHUNK_LINES, writer.PENDING = 333, 2
     values = [(f"k{i}".encode(), (f"value {i} " * (i % 17)).encode(), [("h", b"x")] if i % 5 == 0 else None)
               for i in range(6001)]
+    one = ObjectWriter(str(tmp_path / "one"), "t", 1, max_records=2500)
+    one.CHUNK_LINES, one.PENDING = 333, 2
     for i, (key, value, headers) in enumerate(values):
-        writer.fed_events += 1
-        writer.fed_rows += i % 2
-        writer.add(key, value, headers)
-    writer.flush()
-    written = writer.written
+        one.fed_events += 1
+        one.fed_rows += i % 2
+        one.add(key, value, headers)
+    one.flush()
+    batched = ObjectWriter(str(tmp_path / "batched"), "t", 1, max_records=2500)
+    batched.CHUNK_LINES, batched.PENDING = 333, 2
+    done = 0
+    for size in itertools.cycle([1, 1000, 77, 2600, 5]):
+        part = values[done:done + size]
+        if not part:
+            break
+        messages = [value if key is None and not headers else EncodedMessage(key, value, tuple(headers or ()))
+                    for key, value, headers in part]
+        batched.add_messages(messages, range(1, len(part) + 1), list(itertools.accumulate((done + j) % 2
+                                                                                        for j in range(len(part)))))
+        done += len(part)
+    batched.flush()
+    written = one.written
     assert [(w["first_offset"], w["last_offset"], w["records"], w["events"]) for w in written] == [
         (0, 2499, 2500, 2500), (2500, 4999, 2500, 2500), (5000, 6000, 1001, 1001)]
+    assert [{**w, "uri": None} for w in batched.written] == [{**w, "uri": None} for w in written]
     for w in written:
-        lines = [format_record(KafkaRecord("t", 1, o, None, *values[o])) for o in range(w["first_offset"],
-                                                                                          w["last_offset"] + 1)]
+        lines = [format_record(KafkaRecord("t", 1, o, None, *values[o])) + b"\n"
+                 for o in range(w["first_offset"], w["last_offset"] + 1)]
         with open(w["uri"], "rb") as f:
             data = f.read()
-        assert data == gzip.compress(b"\n".join(lines) + b"\n", compresslevel=6, mtime=0)
+        deflate = zlib_ng.compressobj(6, zlib_ng.DEFLATED, 31)
+        assert data == b"".join([deflate.compress(b"".join(lines[i:i + 333])) for i in range(0, len(lines), 333)]
+                                + [deflate.flush()])
+        assert data[4:8] == bytes(4)  # no mtime
+        assert gzip.decompress(data) == b"".join(lines)
         assert w["bytes"] == len(data)
+        with open(w["uri"].replace(str(tmp_path / "one"), str(tmp_path / "batched")), "rb") as f:
+            assert f.read() == data
     assert sum(w["rows"] for w in written) == 3000

@@ -33,31 +33,34 @@ from cdc_codecs.tso import compose, physical_ms
 EPOCH_MS = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 U64_MAX = (1 << 64) - 1
 PK = int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY)
+# a column without NOT NULL: TiCDC flags it nullable from the table's definition (not from the
+# row's value), so its Avro schema is one per table version, whatever the rows hold
+N = int(ColumnFlag.NULLABLE)
 
 TABLES = {
     "orders": [
         ("id", "bigint", PK),
-        ("customer", "varchar(64)", 0),
-        ("amount", "decimal(12,2)", 0),
-        ("status", "enum('new','paid','shipped')", 0),
-        ("payload", "varbinary(16)", int(ColumnFlag.BINARY)),
-        ("created", "datetime(3)", 0),
-        ("big", "bigint unsigned", int(ColumnFlag.UNSIGNED)),
+        ("customer", "varchar(64)", N),
+        ("amount", "decimal(12,2)", N),
+        ("status", "enum('new','paid','shipped')", N),
+        ("payload", "varbinary(16)", int(ColumnFlag.BINARY) | N),
+        ("created", "datetime(3)", N),
+        ("big", "bigint unsigned", int(ColumnFlag.UNSIGNED) | N),
     ],
     "customers": [
         ("id", "int", PK),
-        ("name", "varchar(64)", 0),
-        ("note", "text", 0),
+        ("name", "varchar(64)", N),
+        ("note", "text", N),
     ],
 }
 # Opt-in tables (generate(keyless=True / year_bit=True)): a table without any key whose rows
 # repeat (MySQL keeps identical rows of a keyless table: a multiset), and one with YEAR and BIT
 # columns (TiDB flags both UNSIGNED; its storage sink writes `YEAR UNSIGNED` / `BIT UNSIGNED`).
-KEYLESS_TABLE = ("ledger", [("item", "varchar(8)", 0), ("qty", "int", 0)])
+KEYLESS_TABLE = ("ledger", [("item", "varchar(8)", N), ("qty", "int", N)])
 YEAR_BIT_TABLE = ("devices", [
     ("id", "int", PK),
-    ("built", "year", int(ColumnFlag.UNSIGNED)),
-    ("mask", "bit(8)", int(ColumnFlag.UNSIGNED)),
+    ("built", "year", int(ColumnFlag.UNSIGNED) | N),
+    ("mask", "bit(8)", int(ColumnFlag.UNSIGNED) | N),
 ])
 NAMES = ["Zoë", "李雷", "O'Brien", "<b>&co</b>", "tab\there", "Ωmega", "line\nbreak", "plain"]
 
@@ -404,7 +407,7 @@ class _Simulator:
             self.extra_columns += 1
             name = f"extra{self.extra_columns}"
             default = r.randint(0, 99)
-            self.columns[table].append((name, "int", 0))
+            self.columns[table].append((name, "int", N))
             self.defaults[(table, name)] = str(default)
             for row in self.rows[table].values():
                 row[name] = str(default).encode()

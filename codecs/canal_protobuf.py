@@ -506,6 +506,8 @@ class CanalProtobufCodec(Codec):
         form = first.packet or (
             _STANDARD_PACKET if self.config["packet-form"] == "builder" or first.has_id else "raw")
         batch_id = int(first.canal_id if first.has_id else 0)
+        if not -(1 << 63) <= batch_id < 1 << 63:  # Canal's Message id is a Java long
+            raise EncodeError(f"canal-protobuf cannot encode event: canal.id {batch_id} is outside a batch id's range (int64)")
         entries: list[bytes] = []
         for parts in self._entries(group):
             head, tail = parts[0], parts[-1]

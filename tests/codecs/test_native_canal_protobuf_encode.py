@@ -225,3 +225,15 @@ def test_the_type_rule_covers_every_type_the_codec_writes():
                                   position=[1, 2, 0], after=[_column("v", mysql_type, value)])
                 python, compiled = both({"source-timezone": zone}, [event])
                 assert compiled == python, (mysql_type, value, zone)
+
+
+def test_a_batch_id_beyond_int64_is_an_encode_error_on_both_paths():
+    """A Hypothesis example (twenty-seventh session): `canal.id` 2**63 crashed the framing with
+    protobuf's ValueError; Canal's batch id is a Java long, so it is an EncodeError (the
+    writer's unencodable event), alike on the Python and the compiled path."""
+    event = new_event(Kind.ROW, op=Op.INSERT, after=[{"name": "id", "mysql_type": "tinyint", "flags": 0,
+                                                    "value": None, "label": None}],
+                      extras={"canal.id": str(1 << 63)})
+    python, compiled = both({}, [event])
+    assert python == compiled
+    assert python[0] == "EncodeError" and "outside a batch id's range" in python[1]

@@ -2,7 +2,7 @@
 file, against sqlglot parsing the same INSERT (why the reader has its own tokenizer)."""
 import time, sys
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from spark_apps.base_export.rows import Converter, read_sql_rows, read_csv_rows, CsvDialect
+from spark_apps.base_export.rows import Converter, read_sql_rows
 cols = [("id","bigint"),("name","varchar(64)"),("price","decimal(10,2)"),("data","varbinary(16)"),("created","datetime"),("note","text")]
 rows = []
 for i in range(100_000):

@@ -249,11 +249,6 @@ def timestamp_from_utc(text: str, zone: dt.tzinfo) -> str:
 
 # ----------------------------------------------------------------------------- values
 
-def column_flags(mysql_type: MySQLType, type_text: str | None, is_key: bool) -> int:
-    flags = type_info(type_text).flags
-    return flags | int(ColumnFlag.PRIMARY_KEY | ColumnFlag.HANDLE_KEY) if is_key else flags
-
-
 def canal_text(column: dict, zone: dt.tzinfo = dt.timezone.utc) -> str | None:
     """A canonical column's value as the Java string Canal carries (None for NULL)."""
     value = column["value"]

@@ -125,11 +125,3 @@ def column(
         value = value.encode()
     return {"name": name, "mysql_type": mysql_type, "flags": int(flags), "value": value, "label": label}
 
-
-def content(event: dict) -> dict:
-    """The event without its source fields, for comparing events across codecs."""
-    return {k: event[k] for k in CONTENT_FIELDS}
-
-
-def to_record_batch(events: list[dict]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(events, schema=EVENT_SCHEMA)

@@ -139,28 +139,6 @@ def quote_label(label: str) -> str:
     return "'" + label.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def carried_type(mysql_type: str | None, with_params: bool) -> str | None:
-    """The MySQL type an oceanbase-avro record carries for a canonical column type: the base
-    name of its dataTypeNumber, plus the parameters a value record states (DECIMAL precision
-    and scale, BIT length, ENUM/SET labels) when the column has a non-NULL value."""
-    parsed = parse_type(mysql_type)
-    base = parsed.base
-    if base not in TYPE_CODES:
-        return None if not base else ("varchar" if base not in BINARY_BASES else "varbinary")
-    base = CODE_TYPES[TYPE_CODES[base]]
-    if isinstance(base, tuple):
-        base = base[1] if parsed.base in BINARY_BASES else base[0]
-    if not with_params or base not in _PARAM_BASES or not parsed.params:
-        return base
-    if base == "decimal":
-        precision = parsed.params[0]
-        scale = parsed.params[1] if len(parsed.params) > 1 else "0"
-        return f"decimal({int(precision)},{int(scale)})"
-    if base == "bit":
-        return f"bit({int(parsed.params[0])})"
-    return f"{base}(" + ",".join(quote_label(label) for label in parsed.params) + ")"
-
-
 def _fraction(nanos: int) -> str:
     if nanos == 0:
         return ""

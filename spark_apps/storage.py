@@ -643,18 +643,6 @@ def write_bytes(uri: str, data: bytes, content_type: str | None = None) -> None:
     os.replace(tmp, uri)
 
 
-def move(src: str, dst: str) -> None:
-    """Move one object (rename locally; copy + delete on S3)."""
-    if is_s3(src):
-        sb, sk = _split_s3(src)
-        db, dk = _split_s3(dst)
-        s3_client().copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk})
-        s3_client().delete_object(Bucket=sb, Key=sk)
-        return
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    os.replace(src, dst)
-
-
 def copy(src: str, dst: str) -> None:
     """Copy one object (server-side on S3; locally a hard link when it can, replacing `dst`
     in one rename)."""

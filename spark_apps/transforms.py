@@ -191,7 +191,7 @@ def identity(lean: bool = False) -> Column:
     32 bytes of a SHA-256 of its fields (binary, not the 64 hex characters `sha2` returns:
     the duplicate check's shuffle carries 30% fewer bytes per event): the check then partitions
     and sorts by them instead of whole row images (a collision, 2^-128 per pair, is not a
-    practical concern). `lean`: the images are lean (schema id, values, labels: `lean_images`)."""
+    practical concern). `lean`: the images are lean (schema id, `<image>_values`, `<image>_labels`)."""
     fields = F.struct(*[c.alias(f"f{i}") for i, c in enumerate(_identity_columns(lean))])
     return F.unhex(F.sha2(F.to_json(fields), 256))
 
@@ -365,8 +365,9 @@ def with_schema_ids(decoded: DataFrame) -> DataFrame:
     MySQL types and flags in order; null when the image is null), the same in every task
     without coordination (xxhash64). The driver checks that no two column lists of a run share
     an id (`schema_dictionary`). The replay makes rows lean in its decode tasks instead
-    (spark_apps/lean_decode.py: measured cheaper); this and `schema_entries`/`lean_images` are
-    the Spark-expression form, the oracle tests/test_transforms.py compares those with."""
+    (spark_apps/lean_decode.py: measured cheaper); this and `schema_entries` (with
+    tests/support/lean_rows.py's `lean_images`) are the Spark-expression form, the oracle
+    tests/test_transforms.py compares those with."""
     for image in IMAGES:
         img = F.col(image)
         decoded = decoded.withColumn(f"{image}_schema", F.when(img.isNotNull(), F.xxhash64(
@@ -395,18 +396,6 @@ def schema_dictionary(entries) -> dict:
         if dictionary.setdefault(e["id"], value) != value:
             raise ValueError(f"two column lists share the schema id {e['id']}: {dictionary[e['id']]} and {value}")
     return dictionary
-
-
-def lean_images(df: DataFrame) -> DataFrame:
-    """Lean rows for the shuffles and caches (issue 13 point 3): each image becomes its schema
-    id (`with_schema_ids`), `<image>_values` (array<binary>) and `<image>_labels` (array<string>,
-    null when no column has a label); column names, types and flags stay in the dictionary."""
-    for image in IMAGES:
-        img = F.col(image)
-        labels = img["label"]
-        df = (df.withColumn(f"{image}_values", img["value"])
-              .withColumn(f"{image}_labels", F.when(F.size(F.array_compact(labels)) > 0, labels)))
-    return df.drop(*IMAGES)
 
 
 class SchemaDictionary(NamedTuple):
@@ -948,7 +937,7 @@ def _index_value(handle: Column, name, value, partitions: int) -> Column:
 
 
 def with_partition_lean(df: DataFrame, dispatcher: str, partitions: int, dictionary: SchemaDictionary) -> DataFrame:
-    """`with_partition` for lean rows (`lean_images`), the same partitions. `table` and `ts`
+    """`with_partition` for lean rows (schema ids, values, labels), the same partitions. `table` and `ts`
     read no image; `index-value` reads the handle-key columns by position: each image's
     dictionary entry gives its names and handle-key positions (`handle_positions`, computed
     once per column list on the driver), the row its values, so no image is rebuilt and only

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from spark_apps import storage
 from spark_apps.base_export import (Converter, CsvDialect, ExportFormatError, ExportRefused, discover,
-                                    pieces_of, read_csv_rows, read_sql_rows)
+                                    pieces_of, read_csv_rows_at, read_sql_rows)
 from spark_apps.base_export.discover import parse_dumpling_metadata, unescape_name
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "base_exports"
@@ -149,9 +149,9 @@ def test_dumpling_csv_gzip_rows():
     converter = export.converters()[("shop", "items")]
     f = export.files[0]
     data = pathlib.Path(f.uri).read_bytes()
-    assert list(read_csv_rows(pieces_of(f.uri, data), converter)) == ITEMS
+    assert [r for _, r in read_csv_rows_at(pieces_of(f.uri, data), converter)] == ITEMS
     plain = gzip.decompress(data)
-    assert list(read_csv_rows((plain[i:i + 1] for i in range(len(plain))), converter)) == ITEMS
+    assert [r for _, r in read_csv_rows_at((plain[i:i + 1] for i in range(len(plain))), converter)] == ITEMS
 
 
 @pytest.mark.parametrize("reader", ["batch", "reference"])
@@ -293,7 +293,7 @@ def test_dumpling_shaped_rows_read_back_equal(rows, escape, statement_rows, cuts
     assert got == want
     csv = write_csv(rows, escape)
     dialect = CsvDialect(escape_backslash=escape)
-    assert list(read_csv_rows(pieces(csv, cuts), converter, dialect)) == want
+    assert [r for _, r in read_csv_rows_at(pieces(csv, cuts), converter, dialect)] == want
 
 
 # ----------------------------------------------------------------------------- in Spark

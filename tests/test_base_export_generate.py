@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_apps import storage
-from spark_apps.base_export import discover, read_csv_rows, read_sql_rows
+from spark_apps.base_export import discover, read_csv_rows_at, read_sql_rows
 from spark_apps.cli import main as cli_main
 from spark_apps.generate import export_position_kind, generate, write_base_export
 from tests.reference import reference_rows
@@ -32,7 +32,7 @@ def export_rows(uri: str) -> tuple:
     for f in export.files:
         if f.format == "csv":
             converter = converters[(f.database.lower(), f.table.lower())]
-            rows = ((f.database, f.table, r) for r in read_csv_rows(storage.iter_pieces(f.uri), converter))
+            rows = ((f.database, f.table, r) for _, r in read_csv_rows_at(storage.iter_pieces(f.uri), converter))
         else:
             rows = read_sql_rows(storage.iter_pieces(f.uri), converters, f.database or None)
         for db, table, values in rows:

@@ -91,7 +91,7 @@ def dumpling_export(root, tables: dict, data: dict):
 def test_export_with_generated_columns_is_read_and_named(tmp_path, caplog, fmt, data):
     from types import SimpleNamespace
 
-    from spark_apps.base_export import discover, read_csv_rows, read_sql_rows
+    from spark_apps.base_export import discover, read_csv_rows_at, read_sql_rows
     from spark_apps.stages.base import read_export
 
     uri = dumpling_export(tmp_path, {"t": SCHEMA}, {f"db.t.000000000.{fmt}": data})
@@ -99,7 +99,7 @@ def test_export_with_generated_columns_is_read_and_named(tmp_path, caplog, fmt, 
     assert export.generated_columns() == {("db", "t"): [("g", "virtual"), ("s", "stored")]}
     converter = export.converters()[("db", "t")]
     rows = (list(read_sql_rows(pieces(data, 5), {("db", "t"): converter}, "db")) if fmt == "sql"
-            else [("db", "t", r) for r in read_csv_rows(pieces(data, 5), converter)])
+            else [("db", "t", r) for _, r in read_csv_rows_at(pieces(data, 5), converter)])
     assert rows == [("db", "t", row) for row in EXPECTED]
     with caplog.at_level("WARNING", logger="cdc_replay"):
         assert read_export(SimpleNamespace(base_export=uri, protocol="open-protocol", protocol_option=[])) is not None

@@ -28,6 +28,7 @@ from spark_apps.stages.history import _apply_ddl, _quarantine_missing_tables, _s
 from spark_apps.stages.summary import summarise as _summarise
 
 from .support.effect_chain import assign_tables, row_effects, shuffle_exchanges
+from .support.lean_rows import lean_images
 from .test_transforms import frame
 
 pytestmark = pytest.mark.spark
@@ -69,7 +70,7 @@ def lean_ready(spark, events):
     schema dictionary ({id: (names, types, flags)}) the decode tasks collect."""
     with_ids = T.with_schema_ids(frame(spark, events))
     dictionary = T.schema_dictionary(T.schema_entries(with_ids).collect())
-    ready = T.lean_images(with_ids).withColumn("place_id", F.monotonically_increasing_id()).localCheckpoint()
+    ready = lean_images(with_ids).withColumn("place_id", F.monotonically_increasing_id()).localCheckpoint()
     return ready, dictionary
 
 

@@ -3,8 +3,10 @@
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from cdc_codecs.events import EVENT_SCHEMA, Kind, Op, column, new_event, to_record_batch
+from cdc_codecs.events import EVENT_SCHEMA, Kind, Op, column, new_event
 from spark_apps.schema import EVENT_STRUCT
+
+from .support.canonical import to_record_batch
 
 
 def _strip(schema: pa.Schema) -> pa.Schema:

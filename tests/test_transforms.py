@@ -13,6 +13,7 @@ from spark_apps import transforms as T
 from spark_apps.schema import DECODED_FIELD_NAMES, DECODED_STRUCT
 
 from .support import effect_chain as chain
+from .support.lean_rows import lean_images
 
 pytestmark = pytest.mark.spark
 
@@ -123,7 +124,7 @@ def test_lean_rows_carry_no_column_names_and_rebuild_to_the_same_images(spark):
     dictionary = T.schema_dictionary(T.schema_entries(with_ids).collect())
     assert len(dictionary) == 5  # (a null, b int) and (a int, b null) are two; the empty list is one
 
-    tagged = T.tag_status(T.lean_images(with_ids), cut=None)
+    tagged = T.tag_status(lean_images(with_ids), cut=None)
 
     def strings_in(dt, path=""):
         if isinstance(dt, StructType):

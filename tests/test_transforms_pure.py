@@ -14,6 +14,7 @@ from cdc_codecs.events import Op
 from spark_apps import transforms as T
 
 from .support import effect_chain as chain
+from .support.lean_rows import lean_images
 from .test_transforms import col, frame, row
 
 pytestmark = pytest.mark.spark
@@ -67,7 +68,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     T.with_partition(live, "canal", 3)
     # lean rows (issue 13 point 3): ids, lean images, keys from rebuilt images, full images again
     T.schema_entries(T.with_schema_ids(timed))
-    lean = T.tag_status(T.lean_images(T.with_schema_ids(timed)), cut=[12])
+    lean = T.tag_status(lean_images(T.with_schema_ids(timed)), cut=[12])
     dictionary = T.plan_dictionary({7: (("id",), ("int",), (3,))})
     T.rebuilt_image(lean, "after", dictionary)
     for dispatcher in ("index-value", "table", "canal"):
@@ -80,7 +81,7 @@ def test_no_transform_runs_an_action(spark, monkeypatch):
     # every public transform of the module was exercised above (a new one must be added here)
     exercised = {"with_timeline", "infer_commit_ts", "inferred_commit_ts", "with_inferred_ts", "tag_status",
                  "latest_per_key", "live_rows", "fill_previous_images", "with_partition", "topic_name",
-                 "with_schema_ids", "schema_entries", "lean_images", "full_images", "duplicate_places",
+                 "with_schema_ids", "schema_entries", "full_images", "duplicate_places",
                  "packed", "unpacked", "codegen_boundary", "partition_event_time", "mark_missing_tables",
                  "scd2_validity", "scd2_images", "rebuilt_image", "with_partition_lean",
                  "mark_unknown_tables", "with_image_keys"}

@@ -7,8 +7,9 @@ one task each. Not wired into the replay yet
 """
 
 from .discover import BaseExport, DataFile, ExportPosition, ExportRefused, discover
-from .rows import Converter, CsvDialect, ExportFormatError, pieces_of, read_csv_rows, read_sql_rows
+from .rows import Converter, CsvDialect, ExportFormatError, pieces_of, read_csv_rows_at, read_sql_rows
 from .split import Part, part_rows, parts
 
 __all__ = ["BaseExport", "Converter", "CsvDialect", "DataFile", "ExportFormatError", "ExportPosition",
-           "ExportRefused", "Part", "discover", "part_rows", "parts", "pieces_of", "read_csv_rows", "read_sql_rows"]
+           "ExportRefused", "Part", "discover", "part_rows", "parts", "pieces_of", "read_csv_rows_at",
+           "read_sql_rows"]

@@ -214,25 +214,6 @@ def _columns_list(text: str | None) -> list[str] | None:
     return [_ident(q, b) for q, b in re.findall(_IDENT, text)]
 
 
-def sql_statements(pieces: Iterable[bytes], database: str | None = None,
-                   escape_backslash: bool = True) -> Iterator[tuple]:
-    """(database, table, column names or None, [(kind, text), ...]) for each row of each
-    INSERT in SQL text; text is Latin-1 (the bytes) with escapes resolved. Without
-    `escape_backslash` (Dumpling's --escape-backslash=false) a string only doubles its quote."""
-    for _, *row in sql_statements_at(pieces, database, escape_backslash):
-        yield tuple(row)
-
-
-def sql_statements_at(pieces: Iterable[bytes], database: str | None = None, escape_backslash: bool = True,
-                      start: int = 0) -> Iterator[tuple]:
-    """`sql_statements` with each row's byte offset in the file first (the offset of its `(`;
-    `start`: the file offset where the pieces begin)."""
-    t = _Text(pieces, start)
-    t.more()
-    for db, table, columns in _inserts(t, database):
-        yield from _tuples(t, db, table, columns, escape_backslash)
-
-
 def _inserts(t: _Text, database: str | None) -> Iterator[tuple]:
     """(database, table, column names or None) of each INSERT, with `t` at its first row; the
     caller reads the rows (up to the statement's `;`) before asking for the next."""
@@ -902,12 +883,6 @@ def _reference_rows(t: _Text, tables: dict, db, table, columns, escape_backslash
 def _utf8(text: str | None) -> str | None:
     """A name read as Latin-1 back to its UTF-8 text."""
     return None if text is None else text.encode("latin-1").decode("utf-8")
-
-
-def read_csv_rows(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None) -> Iterator[dict]:
-    """{column: canonical bytes} for each data line of one Dumpling CSV file."""
-    for _, values in read_csv_rows_at(pieces, converter, dialect):
-        yield values
 
 
 def read_csv_rows_at(pieces: Iterable[bytes], converter: Converter, dialect: CsvDialect | None = None,

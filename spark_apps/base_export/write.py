@@ -52,9 +52,6 @@ class Table:
     rows: list  # [{column: canonical bytes or None}]
     defaults: dict = dataclasses.field(default_factory=dict)  # {column: default text}
 
-    def keyed(self) -> bool:
-        return any(pk for _, _, pk in self.columns)
-
 
 def _escape(value: bytes, table: dict) -> bytes:
     if not any(b in table for b in value):

@@ -192,10 +192,6 @@ def base_point(export) -> list[int]:
     return [p.tso] if p.kind == "tso" else [p.log_sequence(), p.log_pos, -1]
 
 
-def describe(export) -> str:
-    return f"{export.producer} at {export.position.describe()}"
-
-
 def check_position(ctx: RunContext, decoded: Decoded) -> None:
     """Before the big passes: the archive carries what the join needs, continues the export (no
     gap) and reaches it (the export is not newer than the cut). ReplayError in one line;

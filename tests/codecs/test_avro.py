@@ -871,7 +871,7 @@ def test_mutated_messages_only_ever_raise_decode_error(tmp_path):
 
 def test_events_that_went_through_arrow_reencode_the_same(tmp_path):
     """Spark hands events over as Arrow rows: extras arrive as a list of pairs."""
-    from cdc_codecs.events import to_record_batch
+    from ..support.canonical import to_record_batch
 
     codec = codec_for(f"file://{tmp_path}", enable_tidb_extension=True)
     key, value = only(codec.encode([orders_event()], topic="shop.orders", partition=0))

@@ -14,15 +14,14 @@ from cdc_codecs import ConfigError, KafkaRecord, decode_record, get_codec
 from cdc_codecs.canal_common import (
     canal_sql_type,
     canonical_float,
-    column_flags,
     fastjson_quote,
     java_float_text,
 )
 from cdc_codecs.dispatch import canal_event_partition, canal_partition, java_string_hash
 from cdc_codecs.events import CONTENT_FIELDS, Kind, Op, new_event
-from cdc_codecs.mysql_types import parse_type
 
 from .. import strategies
+from ..support.canonical import column_flags
 
 CANAL = {"flat-message-flavor": "canal"}
 
@@ -127,7 +126,7 @@ def as_canal_flat(event: dict) -> dict | None:
         for side in ("before", "after"):
             if expected[side] is not None:
                 expected[side] = [
-                    {**c, "flags": column_flags(parse_type(c["mysql_type"]), c["mysql_type"], c["name"] in keys)}
+                    {**c, "flags": column_flags(c["mysql_type"], c["name"] in keys)}
                     for c in expected[side]
                 ]
     return expected

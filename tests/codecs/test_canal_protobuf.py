@@ -12,13 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_codecs import ConfigError, DecodeError, KafkaRecord, decode_record, get_codec
-from cdc_codecs.canal_common import column_flags
 from cdc_codecs.canal_protobuf import binlog_file_number
-from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, new_event, to_record_batch
-from cdc_codecs.mysql_types import parse_type
+from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, new_event
 from cdc_codecs.proto import canal_pb2 as pb
 
 from .. import strategies
+from ..support.canonical import column_flags, to_record_batch
 
 
 # ----------------------------------------------------------------------------- a hand wire writer
@@ -491,7 +490,7 @@ def as_canal_protobuf(event: dict) -> dict | None:
         for side in ("before", "after"):
             if expected[side] is not None:
                 expected[side] = [
-                    {**c, "flags": column_flags(parse_type(c["mysql_type"]), c["mysql_type"], c["name"] in keys)}
+                    {**c, "flags": column_flags(c["mysql_type"], c["name"] in keys)}
                     for c in expected[side]
                 ]
     return expected

@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 
 from cdc_codecs import ConfigError, DecodeError, KafkaRecord, decode_record, get_codec
 from cdc_codecs.ddl_types import classify
-from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, column, new_event, to_record_batch
+from cdc_codecs.events import CONTENT_FIELDS, ColumnFlag, Kind, Op, column, new_event
 from cdc_codecs.mysql_types import BINARY_BASES, enum_set_label, parse_type
-from cdc_codecs.oceanbase_avro import SCHEMA, carried_type
+from cdc_codecs.oceanbase_avro import _PARAM_BASES, CODE_TYPES, SCHEMA, TYPE_CODES, quote_label
 
 from .. import strategies
+from ..support.canonical import to_record_batch
 
 NS = "com.xxx.oms.xxx.xxx.avro."  # the seed's (redacted) namespace; names never reach the bytes
 OBJECT = "s3://b/ob/0/x.jsonl.gz"
@@ -533,6 +534,29 @@ def test_oceanbase_canal_json_example_decodes_with_the_canal_json_codec():
 
 
 # ----------------------------------------------------------------------------- round trips
+
+def carried_type(mysql_type: str | None, with_params: bool) -> str | None:
+    """The MySQL type an oceanbase-avro record carries for a canonical column type (the
+    expectation `as_oceanbase` builds; moved here from the codec, which never called it): the base
+    name of its dataTypeNumber, plus the parameters a value record states (DECIMAL precision
+    and scale, BIT length, ENUM/SET labels) when the column has a non-NULL value."""
+    parsed = parse_type(mysql_type)
+    base = parsed.base
+    if base not in TYPE_CODES:
+        return None if not base else ("varchar" if base not in BINARY_BASES else "varbinary")
+    base = CODE_TYPES[TYPE_CODES[base]]
+    if isinstance(base, tuple):
+        base = base[1] if parsed.base in BINARY_BASES else base[0]
+    if not with_params or base not in _PARAM_BASES or not parsed.params:
+        return base
+    if base == "decimal":
+        precision = parsed.params[0]
+        scale = parsed.params[1] if len(parsed.params) > 1 else "0"
+        return f"decimal({int(precision)},{int(scale)})"
+    if base == "bit":
+        return f"bit({int(parsed.params[0])})"
+    return f"{base}(" + ",".join(quote_label(label) for label in parsed.params) + ")"
+
 
 def as_oceanbase(event: dict, record_id: int) -> dict:
     """What oceanbase-avro carries of a canonical event: no commit ts, the record id as position,

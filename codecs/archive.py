@@ -70,7 +70,8 @@ def line_former(topic: str, partition: int):
     """`format_record`'s line for records of one topic partition with no timestamp, as a
     function of (offset, key, value, headers): the same bytes, with the topic and partition
     rendered once (a writer formats a line per record; tests/test_archive.py compares them).
-    Its `value_line(offset, value)` forms the line of a record with a value and nothing else."""
+    Its `value_line(offset, value)` forms the line of a record with a value and nothing else;
+    its `head` is the lines' start up to the offset (the compiled `value_lines` takes it)."""
     head = b'{"topic":%s,"partition":%d,"offset":' % (orjson.dumps(topic), partition)
     b2a = binascii.b2a_base64
 
@@ -84,7 +85,7 @@ def line_former(topic: str, partition: int):
         """`line(offset, None, value)`, one call and one copy fewer (the writer's usual record)."""
         return b'%s%d,"timestamp":null,"key":null,"value":"%s"}' % (head, offset, b2a(value, newline=False))
 
-    line.value_line = value_line
+    line.value_line, line.head = value_line, head
     return line
 
 

@@ -201,6 +201,15 @@ def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, 
         yield i, (topics[i], partitions[i]), kinds[i], event, entry
 
 
+def row_events(batch: pa.RecordBatch) -> np.ndarray:
+    """Per row of a writer batch: whether it is a row event (a null kind is not)."""
+    import pyarrow.compute as pc
+
+    from .contract import Kind
+
+    return pc.fill_null(pc.equal(batch.column("kind"), Kind.ROW), False).to_numpy(zero_copy_only=False)
+
+
 def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None,
                   raw: bool = False) -> tuple:
     """`encode_batch_at`'s items as lists, for a writer that takes a batch's entries at once
@@ -218,7 +227,7 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     if not n:
         return [], [], [], [], [], []
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
-    is_row = np.array([k == Kind.ROW for k in kinds], dtype=bool)
+    is_row = row_events(batch)
     fast = is_row.copy()
     labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
     if prepare is not None:
@@ -232,9 +241,12 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
             rows, row_topics = rows.take(pa.array(idx)), out_topics.take(pa.array(idx))
         else:  # every row event: the whole batch, not a copy of its rows (DDL and watermarks among
             idx = range(n)  # them: every compiled encoder declines an event that is not a row first)
-        for i, value in zip(idx if isinstance(idx, range) else idx.tolist(),
-                            _compiled(codec, encoder, rows, row_topics, raw), strict=True):
-            values[i] = value
+        encoded = _compiled(codec, encoder, rows, row_topics, raw)
+        if isinstance(idx, range):  # one entry per row, in order: the encoder's list is the batch's
+            values = list(encoded)
+        else:
+            for i, value in zip(idx.tolist(), encoded, strict=True):
+                values[i] = value
     project = getattr(prepare, "project", None)
     if project is not None:  # row events the hook changes, changed here without dicts where it can
         declined = [i for i in range(n) if kinds[i] == Kind.ROW and not fast[i]]
@@ -265,6 +277,21 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
         counts.native += n
         counts.arrow += n
         return range(n), topics, partitions, kinds, [None] * n, values
+    if len(events) == len(slow):  # none dropped by the hook: one entry per row, the dicts' encoded here
+        kept = [None] * n
+        for i, event in events.items():  # in the batch's order, as the loop below
+            kept[i] = event
+            if values[i] is not None:
+                counts.native += 1
+                continue
+            counts.python += 1
+            try:
+                values[i] = _python(codec, event, topics[i], partitions[i])
+            except EncodeError as e:
+                values[i] = e
+        counts.native += n - len(events)
+        counts.arrow += n - len(events)
+        return range(n), topics, partitions, kinds, kept, values
     at, kept, entries = [], [], []
     for i in range(n):
         value = values[i]

@@ -166,8 +166,9 @@ def _fsps(types: dict) -> dict:
 def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
     """Per row of an image column (Arrow list<struct>): True where `declared_precision` would
     change a value of one of the rows of `fsps` ({row: {lower-case column name: fsp}}, rows
-    of one table version sharing one dict); only the cells of those rows' temporal columns
-    become Python values (the names are matched per distinct name and dict)."""
+    of one table version sharing one dict); only the cells of those rows' temporal columns not
+    already at their precision become Python values (the names are matched per distinct name
+    and dict)."""
     import pyarrow.compute as pc
 
     n = len(image)
@@ -189,16 +190,25 @@ def _renders(image, fsps: dict[int, dict]) -> np.ndarray:
     take = pa.array(cells)
     names = pc.struct_field(flat, "name").take(take).dictionary_encode()
     lower = [name.lower() for name in names.dictionary.to_pylist()]
-    temporal = np.array([[name in fsp for name in lower] for fsp in dicts], dtype=bool)  # [dict, name]
-    hit = temporal[group[row_of[cells]], names.indices.to_numpy(zero_copy_only=False)]
-    cells = cells[hit]
+    declared = np.array([[fsp.get(name, -1) for name in lower] for fsp in dicts], dtype=np.int64)  # [dict, name]
+    at_fsp = declared[group[row_of[cells]], names.indices.to_numpy(zero_copy_only=False)]
+    cells, at_fsp = cells[at_fsp >= 0], at_fsp[at_fsp >= 0]
+    if not len(cells):
+        return changes
+    # `with_fsp` leaves a value with exactly `fsp` digits after its first dot, or with no dot at
+    # fsp 0, as it is (the usual case: the source rendered the declared precision); only the
+    # other cells become Python values and are rendered
+    values = pc.struct_field(flat, "value").take(pa.array(cells))
+    dot = pc.fill_null(pc.find_substring(values, "."), -1).to_numpy(zero_copy_only=False)
+    size = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    maybe = values.is_valid().to_numpy(zero_copy_only=False) & np.where(dot < 0, at_fsp != 0, size - dot - 1 != at_fsp)
+    cells, at_fsp = cells[maybe], at_fsp[maybe]
     if not len(cells):
         return changes
     take = pa.array(cells)
     types, values = (pc.struct_field(flat, f).take(take).to_pylist() for f in ("mysql_type", "value"))
-    names = [lower[i] for i in names.indices.filter(pa.array(hit)).to_pylist()]
-    for row, name, own, value in zip(row_of[cells].tolist(), names, types, values, strict=True):
-        if value is not None and not parse_type(own).params and with_fsp(value, fsps[row][name]) != value:
+    for row, fsp, own, value in zip(row_of[cells].tolist(), at_fsp.tolist(), types, values, strict=True):
+        if not parse_type(own).params and with_fsp(value, fsp) != value:
             changes[row] = True
     return changes
 

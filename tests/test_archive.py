@@ -38,6 +38,27 @@ def test_a_writers_line_former_writes_format_records_lines(topic):
                 assert line.value_line(offset, value) == format_record(record)
 
 
+@pytest.mark.parametrize("topic", ["t", 'a"b\\c\u00e9\u2028\x01/'])
+def test_the_compiled_value_lines_are_the_value_lines(topic):
+    """The extension's `value_lines` (the object writer's runs of value-only records as one
+    buffer) writes `value_line`'s bytes, each line with its newline, at consecutive offsets:
+    values of every length modulo 3 (base64's padding), empty, binary, large offsets."""
+    from spark_apps import native_decode
+
+    if native_decode.cdc_replay_native is None:
+        pytest.skip(f"{native_decode.UNAVAILABLE} (scripts/bootstrap builds it)")
+    value_lines = native_decode.cdc_replay_native.value_lines
+    values = [bytes(range(n % 256)) * (1 + n // 256) for n in range(0, 700, 7)] + [b"", b'{"id":1}' * 400]
+    for partition in (0, (1 << 31) - 1):
+        line = line_former(topic, partition)
+        for first in (0, 9, (1 << 63) - len(values)):
+            assert value_lines(line.head, first, values) == b"".join(
+                line.value_line(first + j, value) + b"\n" for j, value in enumerate(values))
+            assert value_lines(line.head, first, []) == b""
+    with pytest.raises(TypeError):
+        value_lines(line.head, 0, [b"x", None])
+
+
 def test_null_key_value_and_timestamp():
     record = parse_line(b'{"topic":"t","partition":0,"offset":0,"timestamp":null,"key":null,"value":null}')
     assert (record.key, record.value, record.timestamp, record.headers) == (None, None, None, ())

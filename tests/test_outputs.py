@@ -243,13 +243,15 @@ def test_the_options_choose_one_output_target(extra, chosen):
     assert target_for(ReplayArgs.from_namespace(parser().parse_args(argv))).__name__ == chosen
 
 
-def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path):
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path, monkeypatch, compiled):
     """The archive target's objects are compressed chunk by chunk in a background thread
     (kafka_records.ObjectWriter) by zlib-ng, level 6, gzip without mtime: each object is its
     lines deflated in chunks of `CHUNK_LINES` counted from the object's first line (zlib-ng's
     bytes depend on the cut, unlike zlib's), whichever batches the messages came in, so a rerun
     writes the same bytes; the stdlib's gzip reads them back. Rolled every `max_records`, with
-    the offsets and counts of its records."""
+    the offsets and counts of its records. The same bytes with the value-only records' lines
+    formed by the extension (`value_lines`, runs of them between other records) or by Python."""
     import gzip
     import itertools
 
@@ -257,10 +259,12 @@ def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path):
 
     from cdc_codecs.archive import format_record
     from cdc_codecs.base import EncodedMessage, KafkaRecord
+    from spark_apps import native_decode, native_encode
     from spark_apps.outputs.kafka_records import ObjectWriter
 
-    values = [(f"k{i}".encode(), (f"value {i} " * (i % 17)).encode(), [("h", b"x")] if i % 5 == 0 else None)
-              for i in range(6001)]
+    monkeypatch.setenv(native_encode.ENV, compiled)
+    values = [(None if i % 7 < 4 else f"k{i}".encode(), (f"value {i} " * (i % 17)).encode(),
+               [("h", b"x")] if i % 5 == 0 else None) for i in range(6001)]
     one = ObjectWriter(str(tmp_path / "one"), "t", 1, max_records=2500)
     one.CHUNK_LINES, one.PENDING = 333, 2
     for i, (key, value, headers) in enumerate(values):
@@ -270,6 +274,7 @@ def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path):
     one.flush()
     batched = ObjectWriter(str(tmp_path / "batched"), "t", 1, max_records=2500)
     batched.CHUNK_LINES, batched.PENDING = 333, 2
+    assert (batched._value_lines is not None) == (compiled == "1" and native_decode.cdc_replay_native is not None)
     done = 0
     for size in itertools.cycle([1, 1000, 77, 2600, 5]):
         part = values[done:done + size]

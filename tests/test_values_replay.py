@@ -125,3 +125,32 @@ def test_values_are_rendered_at_the_precision_without_losing_digits(value, fsp, 
 ])
 def test_declared_fsp(type_text, fsp):
     assert declared_fsp(parse_type(type_text)) == fsp
+
+
+def test_the_precision_hooks_columnar_check_finds_the_values_with_fsp_renders():
+    """`snapshot._renders` (the precision hook's `unchanged`, per batch) takes only the cells not
+    already at their declared precision to `with_fsp`: a row is flagged exactly when `with_fsp`
+    changes one of its values, for every fsp and values with no dot, a short, exact or long
+    fraction (zeros or not), an empty or non-digit fraction, several dots, a non-digit end,
+    bytes that are not UTF-8, nulls; a type that states its precision is never rendered."""
+    import itertools
+
+    import pyarrow as pa
+
+    from spark_apps.outputs.kafka_records import _IMAGE_ARROW_TYPE
+    from spark_apps.snapshot import _renders
+
+    texts = [b"2002-07-10 22:52:27", b"22:52:27.7", b"22:52:27.735", b"22:52:27.735000", b"22:52:27.735001",
+             b"22:52:27.", b"22:52:27.000000000", b"22:52:27.12a", b"1.2.3", b"22:52:2x", b"", b"7", b"\xff.00",
+             b"-838:59:59.000", None]
+    rows, fsps, want = [], {}, []
+    for (value, fsp, own) in itertools.product(texts, range(7), ("datetime", "datetime(3)")):
+        rows.append([{"name": "other", "mysql_type": "int", "flags": 0, "value": b"1.", "label": None},
+                     {"name": "At", "mysql_type": own, "flags": 0, "value": value, "label": None}])
+        fsps[len(rows) - 1] = {"at": fsp}  # lower-case names, as the hook gives them
+        want.append(value is not None and own == "datetime" and with_fsp(value, fsp) != value)
+    rows.append(None)  # a row with no image
+    want.append(False)
+    image = pa.array(rows, _IMAGE_ARROW_TYPE)
+    assert _renders(image, fsps).tolist() == want
+    assert sum(want) > 20

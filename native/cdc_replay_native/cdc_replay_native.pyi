@@ -67,5 +67,9 @@ def decode_lines(decoder: Any, data: memoryview | bytes, start: int, line_no: in
                  plain: tuple[str, int, int] | None = None) -> dict[str, Any]:
     """Lines of an archive object read and decoded in one pass (src/archive.rs)."""
 
+def value_lines(head: bytes, first: int, values: list[bytes]) -> bytes:
+    """Archive lines of value-only records at offsets first, first + 1, ..., each with its
+    newline, as one buffer (src/archive.rs; codecs/archive.py `line_former`'s `value_line`)."""
+
 def identities(columns: list[tuple], length: int) -> bytes:
     """16-byte identities of rows 0..length (src/identity.rs)."""

@@ -18,7 +18,7 @@ from cdc_codecs.base import Codec
 from cdc_codecs.errors import EncodeError
 from cdc_codecs.events import EVENT_FIELD_NAMES
 
-from .. import native_encode, storage
+from .. import native_decode, native_encode, storage
 from ..contract import Kind
 from ..paths import display, segment
 from ..schema import WRITTEN_ARROW_SCHEMA, events_from_batch
@@ -296,6 +296,16 @@ def fed_lean(fn: Callable, entries: dict) -> Callable:
     return run
 
 
+def compiled_value_lines() -> Callable | None:
+    """The extension's `value_lines` (native/cdc_replay_native/src/archive.rs: a run of value-only
+    records' archive lines as one buffer, the bytes of `line_former`'s `value_line`), or None
+    (Python forms each line): with the compiled encoders ($CDC_REPLAY_NATIVE_ENCODE) and an
+    extension that has it."""
+    if not native_encode.requested():
+        return None
+    return getattr(native_decode.cdc_replay_native, "value_lines", None)
+
+
 class ObjectWriter:
     """Gzip objects of one output topic partition, rolled every `max_records` records.
 
@@ -307,7 +317,8 @@ class ObjectWriter:
     from zlib's and depend on the cut, which is fixed (every `CHUNK_LINES` lines from the
     object's first, however the messages come), so a rerun writes the same bytes with the same
     zlib-ng (the lock pins it). The thread's work is in order; `written` waits for it (and raises
-    what it raised)."""
+    what it raised). `add_messages` forms a run of value-only records' lines (canal-json's
+    compiled values) as one buffer in the extension (`compiled_value_lines`), the same bytes."""
 
     CHUNK_LINES = 1000  # the cut of every object's deflate: another value gives other bytes
     PENDING = 8  # chunks queued for the thread at most; then the writer waits for the oldest
@@ -316,7 +327,8 @@ class ObjectWriter:
         self.base, self.topic, self.partition, self.max_records = base, topic, partition, max_records
         self.offset = 0
         self._written: list[dict] = []
-        self._lines: list[bytes] = []
+        self._pieces: list[bytes] = []  # the chunk's lines so far, each piece ending in a newline
+        self._count = 0  # lines in `_pieces`
         self._first = 0
         self.fed_events = 0  # events handed to the codec (counted by the caller)
         self.fed_rows = 0
@@ -326,13 +338,15 @@ class ObjectWriter:
         self._pending: collections.deque = collections.deque()
         self._object: dict | None = None  # the object being compressed: its compressor and parts
         self._line = line_former(topic, partition)  # format_record's line, no timestamp
+        self._value_lines = compiled_value_lines()
 
     def add(self, key, value, headers) -> None:
-        self._lines.append(self._line(self.offset, key, value, headers))
+        self._pieces += (self._line(self.offset, key, value, headers), b"\n")
+        self._count += 1
         self.offset += 1
         if self.offset - self._first >= self.max_records:
             self.flush()
-        elif len(self._lines) >= self.CHUNK_LINES:
+        elif self._count >= self.CHUNK_LINES:
             self._compress()
 
     def add_messages(self, messages: list, events: Sequence[int], rows: Sequence[int]) -> None:
@@ -340,19 +354,32 @@ class ObjectWriter:
         and no headers) in order, the lines formatted a chunk at a time; `events` / `rows`: per
         message, the events / row events fed so far in this call (an object counts the events
         fed until its last message, as `add` after each message)."""
-        line, value_line, done = self._line, self._line.value_line, 0
+        line, value_line, compiled, done = self._line, self._line.value_line, self._value_lines, 0
         fed_events, fed_rows = self.fed_events, self.fed_rows
         while done < len(messages):
-            room = min(self.max_records - (self.offset - self._first), self.CHUNK_LINES - len(self._lines))
+            room = min(self.max_records - (self.offset - self._first), self.CHUNK_LINES - self._count)
             part, offset = messages[done:done + room], self.offset
-            self._lines += [value_line(offset + j, m) if m.__class__ is bytes else line(offset + j, m.key, m.value, m.headers)
-                            for j, m in enumerate(part)]
+            if compiled is not None:  # runs of values as one buffer each, the other messages' lines between
+                at = 0
+                for j in [j for j, m in enumerate(part) if m.__class__ is not bytes] + [len(part)]:
+                    if j > at:
+                        self._pieces.append(compiled(line.head, offset + at, part[at:j]))
+                    if j < len(part):
+                        m = part[j]
+                        self._pieces += (line(offset + j, m.key, m.value, m.headers), b"\n")
+                    at = j + 1
+            else:
+                lines = [value_line(offset + j, m) if m.__class__ is bytes else line(offset + j, m.key, m.value, m.headers)
+                         for j, m in enumerate(part)]
+                lines.append(b"")
+                self._pieces.append(b"\n".join(lines))
+            self._count += len(part)
             self.offset += len(part)
             done += len(part)
             self.fed_events, self.fed_rows = fed_events + events[done - 1], fed_rows + rows[done - 1]
             if self.offset - self._first >= self.max_records:
                 self.flush()
-            elif len(self._lines) >= self.CHUNK_LINES:
+            elif self._count >= self.CHUNK_LINES:
                 self._compress()
 
     def _submit(self, work: Callable) -> None:
@@ -366,12 +393,13 @@ class ObjectWriter:
 
     def _compress(self) -> None:
         """The lines so far, handed to the thread for the current object's compressor."""
-        if not self._lines:
+        if not self._count:
             return
         if self._object is None:
             self._object = {"zlib": zlib_ng.compressobj(6, zlib_ng.DEFLATED, 31), "parts": []}  # gzip, no mtime
-        data, target = b"\n".join(self._lines) + b"\n", self._object
-        self._lines = []
+        data = self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces)
+        target = self._object
+        self._pieces, self._count = [], 0
         self._submit(lambda: target["parts"].append(target["zlib"].compress(data)))
 
     def flush(self) -> None:
@@ -473,6 +501,7 @@ def write_topics_fn(
         for batch in batches:
             at, topics, partitions, kinds, events, entries = native_encode.encoded_lists(
                 codec, encoder, batch, prepare, counts, raw)
+            row_event = native_encode.row_events(batch) if len(at) else None
             start = 0
             while start < len(at):
                 key = (topics[at[start]], partitions[at[start]])
@@ -484,23 +513,27 @@ def write_topics_fn(
                     if writer is not None:
                         finished(writer, written)
                     writer = (make_writer or ObjectWriter)(base, key[0], key[1], max_records)
-                run = entries[start:end]
-                is_row = [kinds[i] == Kind.ROW for i in at[start:end]]
-                if raw and all(entry.__class__ is bytes for entry in run):  # each compiled: its message's value
-                    messages = run
+                run, kept = entries[start:end], at[start:end]
+                is_row = row_event[kept.start:kept.stop] if isinstance(kept, range) else row_event[kept]
+                # raw: each compiled entry is its message's value; the others (DDL, watermarks, errors) are
+                odd = [j for j, entry in enumerate(run) if entry.__class__ is not bytes] if raw else range(len(run))
+                for j in odd:
+                    if isinstance(run[j], EncodeError):
+                        raise _unencodable(protocol, run[j], getattr(run[j], "event", None) or events[start + j]) from run[j]
+                if raw and all(len(run[j]) == 1 for j in odd):  # one message each, put in its event's place
+                    messages = list(run)
+                    for j in odd:
+                        messages[j] = run[j][0]
                 else:
-                    for j, entry in enumerate(run):
-                        if isinstance(entry, EncodeError):
-                            raise _unencodable(protocol, entry, getattr(entry, "event", None) or events[start + j]) from entry
-                    if raw:  # Python-encoded events (DDL, watermarks) among compiled values
+                    if raw:  # Python-encoded events of several messages among compiled values
                         run = [(entry,) if entry.__class__ is bytes else entry for entry in run]
                     messages = [message for entry in run for message in entry]
                 # per message, the run's events and row events fed when the codec's frame yields it
                 if len(messages) == len(run):  # one message per event: the counts run along
-                    events_at, rows_at = range(1, len(run) + 1), list(itertools.accumulate(is_row))
+                    events_at, rows_at = range(1, len(run) + 1), is_row.cumsum().tolist()
                 else:
                     events_at, rows_at, fed, fed_rows = [], [], 0, 0
-                    for entry, row in zip(run, is_row, strict=True):
+                    for entry, row in zip(run, is_row.tolist(), strict=True):
                         fed, fed_rows = fed + 1, fed_rows + row
                         events_at += [fed] * len(entry)
                         rows_at += [fed_rows] * len(entry)
@@ -511,7 +544,7 @@ def write_topics_fn(
                     for message, e, r in zip(messages, events_at, rows_at, strict=True):
                         writer.fed_events, writer.fed_rows = before[0] + e, before[1] + r
                         writer.add(message.key, message.value, message.headers)
-                writer.fed_events, writer.fed_rows = before[0] + len(run), before[1] + sum(is_row)
+                writer.fed_events, writer.fed_rows = before[0] + len(run), before[1] + int(is_row.sum())
                 start = end
         if writer is not None:
             finished(writer, written)

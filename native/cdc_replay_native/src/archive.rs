@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::canal_protobuf::CanalProtobufDecoder;
@@ -26,7 +26,7 @@ use crate::avro::AvroDecoder;
 use crate::open_protocol::OpenProtocolDecoder;
 use crate::oceanbase_avro::OceanBaseAvroDecoder;
 use crate::canal_json::CanalJsonDecoder;
-use crate::{buffer_bytes, Builders, Fallback, I64Col, Positions, StrCol, R};
+use crate::{buffer_bytes, push_int, Builders, Fallback, I64Col, Positions, StrCol, R};
 
 /// A JSON string, borrowed from the line when it has no escapes.
 pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);
@@ -352,4 +352,33 @@ pub(crate) fn decode_lines<'py>(
     d.set_item("record_timestamp", src.timestamp.export(py))?;
     d.set_item("line", pyo3::types::PyBytes::new(py, crate::as_bytes(&src.line)))?;
     Ok(d)
+}
+
+/// The archive lines of records with a value and nothing else (codecs/archive.py
+/// `line_former`'s `value_line`, the same bytes), at offsets `first`, `first + 1`, ..., each
+/// with its newline, as one buffer: the object writer's usual records without a Python call,
+/// a base64 string and a joined line per record (spark_apps/outputs/kafka_records.py
+/// `ObjectWriter`). `head` is the line up to the offset (`{"topic":…,"partition":…,"offset":`).
+#[pyfunction]
+pub(crate) fn value_lines<'py>(
+    py: Python<'py>,
+    head: &[u8],
+    first: i64,
+    values: Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    const MIDDLE: &[u8] = b",\"timestamp\":null,\"key\":null,\"value\":\"";
+    let values: Vec<Bound<'py, PyBytes>> = values.iter().map(|v| v.cast_into::<PyBytes>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
+    let size: usize = values.iter().map(|v| head.len() + 21 + MIDDLE.len() + v.as_bytes().len().div_ceil(3) * 4 + 3).sum();
+    let mut out = Vec::with_capacity(size);
+    for (j, value) in values.iter().enumerate() {
+        out.extend_from_slice(head);
+        push_int(&mut out, first + j as i64);
+        out.extend_from_slice(MIDDLE);
+        let value = value.as_bytes();
+        let start = out.len();
+        out.resize(start + value.len().div_ceil(3) * 4, 0);
+        STANDARD.encode_slice(value, &mut out[start..]).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        out.extend_from_slice(b"\"}\n");
+    }
+    Ok(PyBytes::new(py, &out))
 }

@@ -27,8 +27,12 @@ pub(crate) struct CanalJsonEncoder {
     tidb_extension: bool,
     only_updated: bool, // content-compatible or only-output-updated-columns
     rules: Vec<Rule>,
-    by_type: HashMap<(Option<String>, i32), usize>,
+    by_type: HashMap<i32, HashMap<Vec<u8>, usize>>, // flags -> type text -> rule (looked up without a copy)
+    untyped: HashMap<i32, usize>,                   // flags -> rule of a column with no type text
 }
+
+/// A column's rendering: (rule index, sqlType code, its value's JSON at `json[start..end]`).
+type Rendered = Vec<(usize, i64, usize, usize)>;
 
 /// Go's JSON escaping as TiCDC writes it (codecs/gojson.py): `text` is valid UTF-8.
 fn quote(out: &mut Vec<u8>, text: &[u8]) {
@@ -72,23 +76,30 @@ fn above(raw: &[u8], limit: &[u8]) -> Option<bool> {
 
 impl CanalJsonEncoder {
     fn rule(&mut self, py: Python<'_>, type_text: Option<&[u8]>, flags: i32) -> PyResult<Option<usize>> {
-        let Some(type_text) = type_text.map(std::str::from_utf8).transpose().ok() else { return Ok(None) };
-        let key = (type_text.map(str::to_owned), flags);
-        if let Some(&i) = self.by_type.get(&key) {
+        let known = match type_text {
+            Some(raw) => self.by_type.get(&flags).and_then(|m| m.get(raw)),
+            None => self.untyped.get(&flags),
+        };
+        if let Some(&i) = known {
             return Ok(Some(i));
         }
+        let Some(type_text) = type_text.map(std::str::from_utf8).transpose().ok() else { return Ok(None) };
         let out = self.rule_fn.bind(py).call1((type_text, flags))?;
         let (text, code, promotion, binary): (String, i64, Option<(u128, i64)>, bool) = out.extract()?;
         let mut type_json = Vec::new();
         quote(&mut type_json, text.as_bytes());
         let promotion = promotion.map(|(limit, code)| (limit.to_string().into_bytes(), code));
         self.rules.push(Rule { type_json, code, promotion, binary });
-        self.by_type.insert(key, self.rules.len() - 1);
-        Ok(Some(self.rules.len() - 1))
+        let i = self.rules.len() - 1;
+        match type_text {
+            Some(text) => self.by_type.entry(flags).or_default().insert(text.as_bytes().to_vec(), i),
+            None => self.untyped.insert(flags, i),
+        };
+        Ok(Some(i))
     }
 
-    /// The columns' (rule index, rendered value); None: the event goes to Python.
-    fn render(&mut self, py: Python<'_>, cols: &[Col<'_>]) -> PyResult<Option<Vec<(usize, i64, Vec<u8>)>>> {
+    /// The columns' renderings, their JSON appended to `json`; None: the event goes to Python.
+    fn render(&mut self, py: Python<'_>, cols: &[Col<'_>], json: &mut Vec<u8>) -> PyResult<Option<Rendered>> {
         let mut out = Vec::with_capacity(cols.len());
         for c in cols {
             if std::str::from_utf8(c.name).is_err() {
@@ -97,7 +108,7 @@ impl CanalJsonEncoder {
             let Some(r) = self.rule(py, c.mysql_type, c.flags)? else { return Ok(None) };
             let rule = &self.rules[r];
             let mut code = rule.code;
-            let mut json = Vec::new();
+            let start = json.len();
             match c.value {
                 None => json.extend_from_slice(b"null"),
                 Some(raw) => {
@@ -109,24 +120,25 @@ impl CanalJsonEncoder {
                         }
                     }
                     if rule.binary {
-                        quote_latin1(&mut json, raw);
+                        quote_latin1(json, raw);
                     } else if std::str::from_utf8(raw).is_ok() {
-                        quote(&mut json, raw);
+                        quote(json, raw);
                     } else {
                         return Ok(None); // Python's "replace" decoding: left to the reference
                     }
                 }
             }
-            out.push((r, code, json));
+            out.push((r, code, start, json.len()));
         }
         Ok(Some(out))
     }
 }
 
-fn rows_json(out: &mut Vec<u8>, cols: &[Col<'_>], rendered: &[(usize, i64, Vec<u8>)], keep: impl Fn(usize) -> bool) {
+fn rows_json(out: &mut Vec<u8>, cols: &[Col<'_>], rendered: &[(usize, i64, usize, usize)], json: &[u8],
+             keep: impl Fn(usize) -> bool) {
     out.extend_from_slice(b"[{");
     let mut first = true;
-    for (i, (c, (_, _, json))) in cols.iter().zip(rendered).enumerate() {
+    for (i, (c, &(_, _, start, end))) in cols.iter().zip(rendered).enumerate() {
         if !keep(i) {
             continue;
         }
@@ -136,7 +148,7 @@ fn rows_json(out: &mut Vec<u8>, cols: &[Col<'_>], rendered: &[(usize, i64, Vec<u
         first = false;
         quote(out, c.name);
         out.push(b':');
-        out.extend_from_slice(json);
+        out.extend_from_slice(&json[start..end]);
     }
     out.extend_from_slice(b"}]");
 }
@@ -149,7 +161,9 @@ impl CanalJsonEncoder {
     /// only-output-updated-columns.
     #[new]
     fn new(rule: Py<PyAny>, tidb_extension: bool, only_updated: bool) -> Self {
-        CanalJsonEncoder { rule_fn: rule, tidb_extension, only_updated, rules: Vec::new(), by_type: HashMap::new() }
+        CanalJsonEncoder {
+            rule_fn: rule, tidb_extension, only_updated, rules: Vec::new(), by_type: HashMap::new(), untyped: HashMap::new(),
+        }
     }
 
     /// Encode `n` events given as Arrow buffers (spark_apps/native_encode.py `_arrays`): a list
@@ -230,8 +244,9 @@ impl CanalJsonEncoder {
             None => push_int(&mut out, es),
         }
         out.extend_from_slice(b",\"sql\":\"\",\"sqlType\":{");
-        let Some(rendered) = self.render(py, image)? else { return Ok(None) };
-        for (i, (c, (_, code, _))) in image.iter().zip(&rendered).enumerate() {
+        let mut json = Vec::with_capacity(image.len() * 24);
+        let Some(rendered) = self.render(py, image, &mut json)? else { return Ok(None) };
+        for (i, (c, (_, code, _, _))) in image.iter().zip(&rendered).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -240,7 +255,7 @@ impl CanalJsonEncoder {
             push_int(&mut out, *code);
         }
         out.extend_from_slice(b"},\"mysqlType\":{");
-        for (i, (c, (r, _, _))) in image.iter().zip(&rendered).enumerate() {
+        for (i, (c, (r, _, _, _))) in image.iter().zip(&rendered).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -251,24 +266,25 @@ impl CanalJsonEncoder {
         out.push(b'}');
         if update {
             let Some(old) = before.as_ref().filter(|cols| !cols.is_empty()) else { return Ok(None) };
-            let Some(old_rendered) = self.render(py, old)? else { return Ok(None) };
+            let mut old_json = Vec::with_capacity(old.len() * 24);
+            let Some(old_rendered) = self.render(py, old, &mut old_json)? else { return Ok(None) };
             out.extend_from_slice(b",\"old\":");
             if self.only_updated {
                 let mut new_values: HashMap<&[u8], (Option<&[u8]>, Option<&[u8]>)> = HashMap::new();
                 for c in image {
                     new_values.insert(c.name, (c.value, c.mysql_type));
                 }
-                rows_json(&mut out, old, &old_rendered, |i| {
+                rows_json(&mut out, old, &old_rendered, &old_json, |i| {
                     new_values.get(old[i].name) != Some(&(old[i].value, old[i].mysql_type))
                 });
             } else {
-                rows_json(&mut out, old, &old_rendered, |_| true);
+                rows_json(&mut out, old, &old_rendered, &old_json, |_| true);
             }
             out.extend_from_slice(b",\"data\":");
         } else {
             out.extend_from_slice(b",\"old\":null,\"data\":");
         }
-        rows_json(&mut out, image, &rendered, |_| true);
+        rows_json(&mut out, image, &rendered, &json, |_| true);
         if self.tidb_extension {
             if let Some(ts) = commit_ts {
                 out.extend_from_slice(b",\"_tidb\":{\"commitTs\":");

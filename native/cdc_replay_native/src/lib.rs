@@ -553,6 +553,7 @@ fn cdc_replay_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<oceanbase_avro::OceanBaseAvroDecoder>()?;
     m.add_class::<oceanbase_avro_encode::OceanBaseAvroEncoder>()?;
     m.add_function(wrap_pyfunction!(archive::decode_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(archive::value_lines, m)?)?;
     m.add_function(wrap_pyfunction!(identity::identities, m)?)?;
     m.add("__doc__", "cdc-replay's compiled decoders (see spark_apps/native_decode.py)")?;
     Ok(())

@@ -130,8 +130,7 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
     df = T.tag_status(ready, tables=tables, cut=cut, since=since, duplicates=duplicates, in_base=in_base)
     if base is not None:  # `_base` tells them apart; each side's missing columns are null
         df = df.withColumn("_base", F.lit(False)).unionByName(
-            base.withColumn("status", F.lit(Status.APPLIED)).withColumn("_base", F.lit(True)),
-            allowMissingColumns=True)
+            base.withColumns({"status": F.lit(Status.APPLIED), "_base": F.lit(True)}), allowMissingColumns=True)
     not_base = ~F.col("_base") if base is not None else F.lit(True)
     in_scope = T.table_filter(tables) if tables else F.lit(True)
     # before the joins: only applied row events can have effects
@@ -148,23 +147,22 @@ def tag_effects(ready: DataFrame, *, tables: list[str] | None = None, cut=None, 
         missing = (F.col("kind") == Kind.ROW) & F.col("_final_tb").isNull() & F.col("_known").isNotNull()
         df = (df.withColumn("_missing", F.coalesce(missing, F.lit(False)) & not_base)
               .drop("_db", "_tb", "_final_db", "_final_tb", "_known", "key_aliases", "row_columns"))
+    # each `withColumns` below is one step where a `withColumn` per column was one each: every
+    # step is an analysis of the whole plan on the driver, and each expression of one step reads
+    # the columns before it (docs/engine.md "The driver of a small run (twenty-eighth session)")
     if intervals is None:
-        df = (df.withColumn("_final_db", F.col("database")).withColumn("_final_tb", F.col("table"))
-              .withColumn("key_aliases", F.lit(None).cast("array<array<string>>"))
-              .withColumn("row_columns", F.lit(None).cast(T.ROW_COLUMNS_TYPE))
-              .withColumn("_live_table", F.lit(True)))
+        df = df.withColumns({"_final_db": F.col("database"), "_final_tb": F.col("table"),
+                             "key_aliases": F.lit(None).cast("array<array<string>>"),
+                             "row_columns": F.lit(None).cast(T.ROW_COLUMNS_TYPE), "_live_table": F.lit(True)})
     else:  # the intervals' broadcast join: a row of no live table at the cut (dropped) has no effect
         df = T._match_tables(df, intervals, known)
-        df = (df.withColumn("_live_table", F.col("_final_tb").isNotNull() | F.col("_known").isNull())
-              .withColumn("_final_db", F.coalesce(F.col("_final_db"), F.col("database")))
-              .withColumn("_final_tb", F.coalesce(F.col("_final_tb"), F.col("table")))
-              .drop("_db", "_tb", "_known"))
+        df = df.withColumns({"_live_table": F.col("_final_tb").isNotNull() | F.col("_known").isNull(),
+                             "_final_db": F.coalesce(F.col("_final_db"), F.col("database")),
+                             "_final_tb": F.coalesce(F.col("_final_tb"), F.col("table"))}).drop("_db", "_tb", "_known")
     # the filter above kept applied row events in scope (or base rows, never `_missing`)
     df = _effects(df.where(~F.col("_missing") & F.col("_live_table")), dictionary, base is not None)
-    df = (df.withColumn("final_database", F.col("_final_db"))
-          .withColumn("final_table", F.col("_final_tb"))
-          .drop("_final_db", "_final_tb", "_live_table"))
-    return df.drop("_base", "identity", "place_id")
+    return (df.withColumns({"final_database": F.col("_final_db"), "final_table": F.col("_final_tb")})
+            .drop("_final_db", "_final_tb", "_live_table", "_base", "identity", "place_id"))
 
 
 def existence_frames(spark, history, row_ranges: dict | None = None) -> tuple:
@@ -231,11 +229,11 @@ def _effects(df: DataFrame, dictionary, full_too: bool = False) -> DataFrame:
     no_keys = F.array().cast("array<string>")
     keyless = F.when(F.col("key_aliases").isNull(), F.size(F.coalesce(F.col("key_columns"), no_keys)) == 0
                      ).otherwise(F.size("key_aliases") == 0)
+    # `rank` reads the effect where it was `effect` a step before: the optimiser merged the two
     return (df.withColumn("_effect", F.explode(effects))
-            .withColumn("row_key", F.col("_effect.row_key"))
-            .withColumn("effect", F.col("_effect.effect"))
-            .withColumn("copy_change", F.when(keyless, F.col("_effect.copies")))
-            .withColumn("rank", T.change_rank(F.col("effect") == "delete"))
+            .withColumns({"row_key": F.col("_effect.row_key"), "effect": F.col("_effect.effect"),
+                          "copy_change": F.when(keyless, F.col("_effect.copies")),
+                          "rank": T.change_rank(F.col("_effect.effect") == "delete")})
             .drop("_effect", "_before", "_after", "_before_key", "_after_key"))
 
 

@@ -148,9 +148,9 @@ def with_timeline(events: DataFrame) -> DataFrame:
     producer's order, so a DDL and the rows after it in the same second (Canal's `es` has whole
     seconds) fall on the right sides; DDL messages go to partition 0 (Canal, TiCDC canal-json),
     so a row of another partition at the DDL's event time counts as after it."""
-    for name in ("inferred_ts", "event_time"):
-        if name not in events.columns:
-            events = events.withColumn(name, F.lit(None).cast("bigint"))
+    absent = [name for name in ("inferred_ts", "event_time") if name not in events.columns]
+    if absent:
+        events = events.withColumns({name: F.lit(None).cast("bigint") for name in absent})
     return events.withColumn(
         "timeline",
         F.when(F.col("commit_ts").isNotNull(), F.array(F.col("commit_ts")))
@@ -288,11 +288,21 @@ def in_id_set(column: Column, ids: list[int]) -> Column:
     driver's parser and walked by every analysis of the plans built on it (0.2-0.5 s of a 10k
     run's driver at 680 ids, docs/engine.md "Jobs of a small run (twenty-seventh session)")."""
     size = max(1, len(ids))
-    buckets: list[list[int]] = [[] for _ in range(size)]
-    for i in ids:
-        buckets[i % size].append(int(i))  # Python's % is Spark's pmod for a positive size
-    table = F.from_json(F.lit(json.dumps(buckets)), "array<array<bigint>>")
-    return F.array_contains(F.element_at(table, (F.pmod(column, F.lit(size)) + 1).cast("int")), column)
+    table, _ = bucket_literal([(i, i) for i in map(int, ids)], size, "bigint")
+    return F.array_contains(bucket_of(table, size, column), column)
+
+
+def bucket_literal(entries, size: int, entry_type: str) -> tuple[Column, int]:
+    """(`in_id_set`'s and `plan_dictionary`'s hash table as one JSON literal, the most entries a
+    bucket holds): each (id, entry) of `entries` in bucket pmod(id, size), as `bucket_of` finds it."""
+    buckets: list[list] = [[] for _ in range(size)]
+    for key, entry in entries:
+        buckets[key % size].append(entry)  # Python's % is Spark's pmod for a positive size
+    return F.from_json(F.lit(json.dumps(buckets)), f"array<array<{entry_type}>>"), max(len(b) for b in buckets)
+
+
+def bucket_of(buckets: Column, size: int, key: Column) -> Column:
+    return F.element_at(buckets, (F.pmod(key, F.lit(size)) + 1).cast("int"))
 
 
 def tag_status(decoded: DataFrame, *, tables: list[str] | None = None, cut=None, since: int | None = None,
@@ -442,12 +452,11 @@ def plan_dictionary(dictionary: dict, lower=None, spark=None, literal_max: int |
         frame = local_frame(spark, rows, BUCKET_ENTRY_TYPE)
         return SchemaDictionary(None, 0, 0, frame)
     size = max(1, 2 * len(dictionary))
-    buckets: list[list[dict]] = [[] for _ in range(size)]
-    for sid, (names, types, flags) in sorted(dictionary.items()):
-        buckets[sid % size].append({"id": sid, "names": list(names), "types": list(types), "flags": list(flags),
-                                    "lower_names": [lower(n) for n in names], "handle": handle_positions(flags)})
-    return SchemaDictionary(F.from_json(F.lit(json.dumps(buckets)), f"array<array<{BUCKET_ENTRY_TYPE}>>"), size,
-                            max(len(b) for b in buckets))
+    buckets, slots = bucket_literal(
+        [(sid, {"id": sid, "names": list(names), "types": list(types), "flags": list(flags),
+                "lower_names": [lower(n) for n in names], "handle": handle_positions(flags)})
+         for sid, (names, types, flags) in sorted(dictionary.items())], size, BUCKET_ENTRY_TYPE)
+    return SchemaDictionary(buckets, size, slots)
 
 
 def handle_positions(flags) -> list[int]:
@@ -487,8 +496,7 @@ def _with_entry(df: DataFrame, image: str, dictionary: SchemaDictionary, target:
                                           F.struct(*[F.col(c) for c in fields]).alias(target))
         df = df.join(F.broadcast(entries), sid == F.col("_entry_id"), "left").drop("_entry_id")
     else:
-        df = df.withColumn("_bucket", F.when(sid.isNotNull(), F.element_at(
-            dictionary.buckets, (F.pmod(sid, F.lit(dictionary.size)) + 1).cast("int"))))
+        df = df.withColumn("_bucket", F.when(sid.isNotNull(), bucket_of(dictionary.buckets, dictionary.size, sid)))
         entry = F.lit(None).cast(BUCKET_ENTRY_TYPE)
         for slot in reversed(range(dictionary.slots)):
             candidate = F.try_element_at(F.col("_bucket"), F.lit(slot + 1))
@@ -521,9 +529,9 @@ def full_images(df: DataFrame, dictionary: SchemaDictionary, columns: list[str] 
     columns in the order `columns` gives (the rest after)."""
     for image in IMAGES:
         df = _rebuild(df, image, dictionary, image)
-    df = df.drop(*LEAN_COLUMNS)
-    order = [c for c in (columns or []) if c in df.columns]
-    return df.select(*order, *[c for c in df.columns if c not in order])
+    kept = [c for c in df.columns if c not in LEAN_COLUMNS]  # the select drops them: one step, not two
+    order = [c for c in (columns or []) if c in kept]
+    return df.select(*order, *[c for c in kept if c not in order])
 
 
 def row_key(image: str, schema_keys: bool = False) -> Column:
@@ -661,8 +669,8 @@ def _match_tables(rows: DataFrame, intervals: DataFrame, known) -> DataFrame:
     when any DDL mentioned its name, else null). Intervals of one name never overlap, so an
     event matches at most one."""
     ev = (
-        rows.withColumn("_db", F.lower(F.coalesce("database", F.lit(""))))
-        .withColumn("_tb", F.lower(F.coalesce("table", F.lit(""))))
+        rows.withColumns({"_db": F.lower(F.coalesce("database", F.lit(""))),
+                          "_tb": F.lower(F.coalesce("table", F.lit("")))})
         .alias("ev")
     )
     iv = intervals.alias("iv")
@@ -730,9 +738,10 @@ def mark_unknown_tables(tagged: DataFrame, unknown: list[tuple], where: Column |
         hit = hit & where
     reason = F.concat(F.lit("no known schema for "), F.col("database"), F.lit("."), F.col("table"),
                       F.lit(" (no CREATE TABLE in the archive, none in --schema; --require-schema is set)"))
-    return (tagged.withColumn("error", F.when(hit, reason).otherwise(F.col("error")))
-            .withColumn("error_stage", F.when(hit, F.lit(UNKNOWN_TABLE_STAGE)).otherwise(F.col("error_stage")))
-            .withColumn("status", F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))))
+    # one step: every expression reads `status` as it was (`hit`), as the chain did
+    return tagged.withColumns({"error": F.when(hit, reason).otherwise(F.col("error")),
+                               "error_stage": F.when(hit, F.lit(UNKNOWN_TABLE_STAGE)).otherwise(F.col("error_stage")),
+                               "status": F.when(hit, F.lit(Status.QUARANTINED)).otherwise(F.col("status"))})
 
 
 # what the last change per key reads of a row event (engine_v2.tag_effects' joins and keys, order_struct)
@@ -847,10 +856,12 @@ def scd2_validity(effects: DataFrame) -> DataFrame:
     shuffle: engine v2 rebuilds them after it, stages/engine.py; then `scd2_images`)."""
     per_key = Window.partitionBy("final_database", "final_table", "row_key").orderBy(order_struct())
     valid_from = F.coalesce(F.col("commit_ts"), F.col("inferred_ts"))
+    # the plain columns in one step; each window in a step of its own, as Spark plans them best:
+    # in one step, every window's order struct was computed before the first shuffle and sent
+    # through it (docs/engine.md "The driver of a small run (twenty-eighth session)")
     return (
-        effects.withColumn("_op", F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")))
-        .withColumn("_valid_from_ts", valid_from)
-        .withColumn("_valid_from_ms", F.col("execute_ts_ms"))
+        effects.withColumns({"_op": F.when(F.col("effect") == "delete", F.lit("delete")).otherwise(F.col("op")),
+                             "_valid_from_ts": valid_from, "_valid_from_ms": F.col("execute_ts_ms")})
         .withColumn("_valid_to_ts", F.lead(valid_from).over(per_key))
         .withColumn("_valid_to_ms", F.lead("execute_ts_ms").over(per_key))
         .withColumn("_current", F.lead("effect").over(per_key).isNull() & (F.col("effect") == "upsert"))
@@ -861,11 +872,9 @@ def scd2_images(versions: DataFrame) -> DataFrame:
     """`scd2_validity`'s rows (full images) as versions: the new row, or for a deletion the
     deleted row, under the table's final names."""
     upsert = F.col("effect") == "upsert"
-    return (
-        versions.withColumn("after", F.when(upsert, F.col("after")))
-        .withColumn("before", F.when(F.col("effect") == "delete", F.col("before")))
-        .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table"))
-    )
+    return versions.withColumns({"after": F.when(upsert, F.col("after")),
+                                 "before": F.when(F.col("effect") == "delete", F.col("before")),
+                                 "database": F.col("final_database"), "table": F.col("final_table")})
 
 
 DISPATCHERS = ("index-value", "table", "ts", "canal", "canal-table")

@@ -64,10 +64,9 @@ def base_rows(spark, base: dict, args, columns: list[str], decode):
             options[name] = given[name]
     decoded = decode(spark, objects, ProtocolSpec(base["output"]["protocol"], options))
     rows = (decoded.where(F.col("kind") == Kind.ROW)
-            .withColumn("inferred_ts", F.lit(None).cast("bigint"))
-            .withColumn("event_time", F.lit(None).cast("bigint"))
-            .withColumn("timeline", F.array(F.lit(int(args.since)).cast("bigint")))
-            .withColumn("status", F.lit(Status.APPLIED)))
+            .withColumns({"inferred_ts": F.lit(None).cast("bigint"), "event_time": F.lit(None).cast("bigint"),
+                          "timeline": F.array(F.lit(int(args.since)).cast("bigint")),
+                          "status": F.lit(Status.APPLIED)}))
     return rows.select(*columns)
 
 
@@ -157,19 +156,18 @@ class OutputPlan:
 
         latest = self._full(latest)
         deleted = F.col("effect") == "delete"
-        changes = (latest.withColumn("after", F.when(~deleted, F.col("after")))
-                   .withColumn("before", F.when(deleted, F.col("before")))
-                   .withColumn("_op", F.when(deleted, F.lit("delete")).otherwise(F.lit("upsert")))
-                   .withColumn("database", F.col("final_database")).withColumn("table", F.col("final_table")))
+        # one step (each expression reads `latest`'s columns): a step per column was an analysis each
+        changes = {"after": F.when(~deleted, F.col("after")), "before": F.when(deleted, F.col("before")),
+                   "_op": F.when(deleted, F.lit("delete")).otherwise(F.lit("upsert")),
+                   "database": F.col("final_database"), "table": F.col("final_table")}
         for name in ("_valid_from_ts", "_valid_to_ts", "_valid_from_ms", "_valid_to_ms"):
-            changes = changes.withColumn(name, F.lit(None).cast("bigint"))
+            changes[name] = F.lit(None).cast("bigint")
         # a table without a key: how the window moves its count of each identical row (the
         # merge reads the table's count, transforms.copy_steps)
         for name, part in zip(WINDOW_COPY_COLUMNS, ("add", "floor")):
-            changes = changes.withColumn(name, F.col("copy_steps")[part] if "copy_steps" in latest.columns
-                                         else F.lit(None).cast("int"))
-        return changes.withColumn("_current", F.lit(None).cast("boolean")).select(
-            *EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS, *WINDOW_COPY_COLUMNS)
+            changes[name] = F.col("copy_steps")[part] if "copy_steps" in latest.columns else F.lit(None).cast("int")
+        changes["_current"] = F.lit(None).cast("boolean")
+        return latest.withColumns(changes).select(*EVENT_FIELD_NAMES, "timeline", *T.SCD2_COLUMNS, *WINDOW_COPY_COLUMNS)
 
     # ----------------------------------------------------------------- outputs
     def snapshot(self, latest):
@@ -206,7 +204,7 @@ class OutputPlan:
         else:
             live = T.with_partition(live.withColumn("out_topic", T.topic_name(self.args.target_topic)),
                                     self.args.dispatcher, self.partitions)
-            live = live.withColumn("sort_point", F.col("timeline")).withColumn("sort_rank", F.lit(1))
+            live = live.withColumns({"sort_point": F.col("timeline"), "sort_rank": F.lit(1)})
             out = self._event_columns(live, extra=("timeline",))
             if watermarks:
                 from ..local_data import local_frame
@@ -250,9 +248,9 @@ class OutputPlan:
         if self.fill_images:
             changes = T.fill_previous_images(changes.where(F.col("kind") == Kind.ROW)).unionByName(
                 changes.where(F.col("kind") == Kind.DDL))
-        changes = changes.withColumn("out_topic", T.topic_name(self.args.target_topic)).withColumn(
-            "sort_point", F.col("timeline")).withColumn(
-            "sort_rank", F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete")))
+        changes = changes.withColumns({
+            "out_topic": T.topic_name(self.args.target_topic), "sort_point": F.col("timeline"),
+            "sort_rank": F.when(F.col("kind") == Kind.DDL, 2).otherwise(T.change_rank(F.col("op") == "delete"))})
         rows = changes.where(F.col("kind") == Kind.ROW)
         if lean is None:
             rows = T.with_partition(rows, self.args.dispatcher, self.partitions)

@@ -335,10 +335,9 @@ def export_base_rows(ctx: RunContext, columns: list[str]):
         from spark_apps.transforms import table_filter
 
         frame = frame.where(table_filter(ctx.args.table_patterns()))
-    return (frame.withColumn("inferred_ts", F.lit(None).cast("bigint"))
-            .withColumn("event_time", F.lit(None).cast("bigint"))
-            .withColumn("timeline", F.array(*[F.lit(p).cast("bigint") for p in point]))
-            .withColumn("status", F.lit(Status.APPLIED))
+    return (frame.withColumns({"inferred_ts": F.lit(None).cast("bigint"), "event_time": F.lit(None).cast("bigint"),
+                               "timeline": F.array(*[F.lit(p).cast("bigint") for p in point]),
+                               "status": F.lit(Status.APPLIED)})
             .select(*columns))
 
 

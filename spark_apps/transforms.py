@@ -302,6 +302,7 @@ def bucket_literal(entries, size: int, entry_type: str) -> tuple[Column, int]:
 
 
 def bucket_of(buckets: Column, size: int, key: Column) -> Column:
+    """The bucket of `bucket_literal`'s table that holds `key`'s entries, if any (an array index)."""
     return F.element_at(buckets, (F.pmod(key, F.lit(size)) + 1).cast("int"))
 
 

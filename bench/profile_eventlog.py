@@ -15,9 +15,16 @@ results, Python on the driver, writing the manifest). So per job:
   threads), GC s, shuffle write MB, and the CPU of the JVM process, the Python workers and the
   Python driver while it ran;
 * the gaps: wall seconds when no stage ran, split into the session's start (before the first
-  job), between jobs and after the last, with the processes' CPU in them.
+  job), between jobs and after the last, with the processes' CPU in them;
+* for each stage of more than a second: Spark's SQL metrics that say what its rows cost (the
+  exchange's `data size` of the rows it shuffled, per row; `scan time`; `sort time`; `data
+  sent to Python workers`, per row) and its tasks' spans from the stage's start (a lone task
+  at the end: the cores half idle);
+* `--jfr`: the JVM's Java Flight Recorder samples of the executor task threads, by the stage
+  running at their moment (one stage at a time: samples while stages overlap are left out),
+  the Java methods they were in (self) and under (inclusive): which JVM code a stage's CPU is.
 
-    .venv/bin/python bench/profile_eventlog.py --archive A --jobs replay,hand-written [--emit topics] [--keep DIR] [--code DIR]
+    .venv/bin/python bench/profile_eventlog.py --archive A --jobs replay,hand-written [--emit topics] [--keep DIR] [--code DIR] [--jfr]
     .venv/bin/python bench/profile_eventlog.py --archive /tmp/ab/archive-avro --protocol avro --jobs replay   # engine_ab's archives
 
 Prints Markdown; bench/RESULTS.md records figures, load and command.
@@ -50,7 +57,7 @@ def _role(p, root_pid: int) -> str:
 
 def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str, master: str,
                 memory: str, code: str = ROOT, emit: str = "snapshot",
-                protocol: str = "canal-json") -> tuple[dict, list[tuple[float, dict]]]:
+                protocol: str = "canal-json", jfr: str | None = None) -> tuple[dict, list[tuple[float, dict]]]:
     """The job in its own process (spark_apps from the checkout `code`; a replay of the archive
     in `protocol` writes `emit`); its RESULT and a list of (epoch s, cumulative CPU s per role)."""
     import psutil
@@ -61,8 +68,11 @@ def run_sampled(kind: str, env: dict, archive: str, workdir: str, event_log: str
         from engine_ab import protocol_options
 
         argv += ["--protocol", protocol, "--options", json.dumps(protocol_options(protocol, archive)), "--emit", emit]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env, "PYTHONPATH": code}, cwd=code)  # the workers run `python -m`: cwd first on sys.path
+    env = {**os.environ, **env, "PYTHONPATH": code}
+    if jfr:  # every JVM of the job records (local mode: one, the driver and its executor)
+        env["JAVA_TOOL_OPTIONS"] = (env.get("JAVA_TOOL_OPTIONS", "") + " -XX:StartFlightRecording="
+                                    f"filename={jfr},settings=profile,dumponexit=true").strip()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=code)  # the workers run `python -m`: cwd first on sys.path
     root = psutil.Process(proc.pid)
     seen: dict[int, tuple[str, float]] = {}
     samples: list[tuple[float, dict]] = []
@@ -120,14 +130,20 @@ def read_event_log(event_log: str) -> dict:
                         info = e["Stage Info"]
                         s = stages.setdefault(info["Stage ID"], _stage())
                         s.update(name=info["Stage Name"], tasks=info["Number of Tasks"],
-                                 start=info["Submission Time"] / 1e3, end=info["Completion Time"] / 1e3)
+                                 start=info["Submission Time"] / 1e3, end=info["Completion Time"] / 1e3,
+                                 sql={a["Name"]: int(a["Value"]) for a in info.get("Accumulables") or []
+                                      if a.get("Name") in SQL_METRICS and str(a.get("Value", "")).isdigit()})
                     elif kind == "SparkListenerTaskEnd":
                         m = e.get("Task Metrics") or {}
                         s = stages.setdefault(e["Stage ID"], _stage())
                         s["run"] += m.get("Executor Run Time", 0) / 1e3
                         s["cpu"] += m.get("Executor CPU Time", 0) / 1e9
                         s["gc"] += m.get("JVM GC Time", 0) / 1e3
-                        s["write"] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0)
+                        w = m.get("Shuffle Write Metrics") or {}
+                        s["write"] += w.get("Shuffle Bytes Written", 0)
+                        s["written"] += w.get("Shuffle Records Written", 0)
+                        info = e.get("Task Info") or {}
+                        s["spans"].append((info.get("Launch Time", 0) / 1e3, info.get("Finish Time", 0) / 1e3))
                         r = m.get("Shuffle Read Metrics") or {}
                         s["read"] += r.get("Remote Bytes Read", 0) + r.get("Local Bytes Read", 0)
     for job_id, job in jobs.items():
@@ -138,7 +154,11 @@ def read_event_log(event_log: str) -> dict:
 
 
 def _stage() -> dict:
-    return {"run": 0.0, "cpu": 0.0, "gc": 0.0, "write": 0, "read": 0}
+    return {"run": 0.0, "cpu": 0.0, "gc": 0.0, "write": 0, "read": 0, "written": 0, "spans": [], "sql": {}}
+
+
+# Spark's SQL metrics (a stage's accumulables, summed over its tasks) that `stage_details` shows
+SQL_METRICS = ("data size", "scan time", "sort time", "data sent to Python workers")
 
 
 def attribute(log: dict, samples: list[tuple[float, dict]]) -> tuple[dict, dict]:
@@ -205,6 +225,76 @@ def report(title: str, result: dict, log: dict, samples, per_stage: dict, gaps: 
         print(f"| | | {label} | | {g['wall']:.1f} | | | | | {g['jvm']:.1f} | {g['workers']:.1f} | {g['driver']:.1f} |")
     if events:
         print(f"\nShuffle write per event: {total['write'] / events:.0f} bytes.")
+    stage_details(stages)
+
+
+def stage_details(stages: dict, longer: float = 1.0) -> None:
+    """Each stage of more than `longer` s: its SQL metrics and its tasks' spans."""
+    rows = []
+    for sid in sorted(stages):
+        s = stages[sid]
+        if s["end"] - s["start"] <= longer:
+            continue
+        sql, parts = s["sql"], []
+        size = sql.get("data size")
+        if size and s["written"]:
+            parts.append(f"data size {size / 1e6:.1f} MB for {s['written']:,} rows shuffled "
+                         f"({size / s['written']:.0f} B/row, {s['write'] / 1e6:.1f} MB written compressed)")
+        for name in ("scan time", "sort time"):
+            if sql.get(name):
+                parts.append(f"{name} {sql[name] / 1e3:.2f} s")
+        sent = sql.get("data sent to Python workers")
+        if sent:
+            parts.append(f"data sent to Python workers {sent / 1e6:.1f} MB")
+        spans = sorted(s["spans"])
+        if spans:
+            parts.append("tasks (from the stage's start, s) " + ", ".join(
+                f"{a - s['start']:.1f}-{b - s['start']:.1f}" for a, b in spans if b - a >= 0.05))
+        rows.append(f"* stage {sid}: " + "; ".join(parts))
+    if rows:
+        print(f"\nStages of more than {longer:g} s:\n")
+        print("\n".join(rows))
+
+
+def jfr_frames(jfr: str, stages: dict, top: int = 12, longer: float = 1.0) -> None:
+    """The Flight Recorder's execution samples of the executor task threads ("Executor task
+    launch worker"), each given to the stage running at its moment (none when several ran:
+    left out); per stage of more than `longer` s, the methods most samples were in (self) and
+    under (inclusive, the method counted once per sample). Samples are of Java code only (not
+    native code: e.g. a JNI compressor) and are biased to safepoints: shares, not seconds."""
+    import collections
+    import datetime
+    import shutil
+
+    tool = shutil.which("jfr") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("java") or "java")), "jfr")
+    out = subprocess.run([tool, "print", "--json", "--events", "jdk.ExecutionSample", jfr],
+                         capture_output=True, text=True, check=True).stdout
+    windows = {sid: (s["start"], s["end"]) for sid, s in stages.items() if s["end"] - s["start"] > longer}
+    own: dict = collections.defaultdict(collections.Counter)
+    under: dict = collections.defaultdict(collections.Counter)
+    count: collections.Counter = collections.Counter()
+    for event in json.loads(out)["recording"]["events"]:
+        v = event["values"]
+        if "Executor task launch worker" not in ((v.get("sampledThread") or {}).get("javaName") or ""):
+            continue
+        at = datetime.datetime.fromisoformat(v["startTime"].replace("Z", "+00:00")).timestamp()
+        running = [sid for sid, (a, b) in windows.items() if a <= at < b]
+        if len(running) != 1:
+            continue
+        sid = running[0]
+        frames = [f"{f['method']['type']['name'].rsplit('/', 1)[-1]}.{f['method']['name']}"
+                  for f in v["stackTrace"]["frames"]]
+        count[sid] += 1
+        if frames:
+            own[sid][frames[0]] += 1
+        for frame in set(frames):
+            under[sid][frame] += 1
+    print("\nJFR samples of the executor task threads (shares of the stage's samples):")
+    for sid in sorted(count):
+        n = count[sid]
+        print(f"\n* stage {sid}, {n} samples. Self: " + "; ".join(
+            f"{f} {100 * k / n:.0f}%" for f, k in own[sid].most_common(top)))
+        print("  Inclusive: " + "; ".join(f"{f} {100 * k / n:.0f}%" for f, k in under[sid].most_common(3 * top)))
 
 
 def main() -> int:
@@ -220,6 +310,8 @@ def main() -> int:
     ap.add_argument("--code", default=ROOT, help="run spark_apps (and its bench_canal_json.py) from this checkout: "
                     "before/after pairs")
     ap.add_argument("--keep", help="keep the event logs and samples in this folder")
+    ap.add_argument("--jfr", action="store_true", help="record the JVM with Java Flight Recorder (beside the event "
+                    "log) and show each stage's Java methods")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="cdc-profile-eventlog-")
     for name in args.jobs.split(","):
@@ -227,15 +319,18 @@ def main() -> int:
         event_log = os.path.join(args.keep or workdir, f"events-{name}-{int(time.time())}")
         os.makedirs(event_log)
         load = os.getloadavg()[0]
+        jfr = event_log + ".jfr" if args.jfr else None
         result, samples = run_sampled(kind, env, os.path.abspath(args.archive), workdir, event_log, args.master,
                                       args.driver_memory, os.path.abspath(args.code), args.emit,
-                                      args.protocol)
+                                      args.protocol, jfr)
         if args.keep:
             with open(event_log + ".samples.json", "w") as f:
                 json.dump([result, samples], f)
         log = read_event_log(event_log)
         per_stage, gaps = attribute(log, samples)
         report(name if args.emit == "snapshot" else f"{name} --emit {args.emit}", result, log, samples, per_stage, gaps, (load, os.getloadavg()[0]))
+        if jfr:
+            jfr_frames(jfr, log["stages"])
         sys.stdout.flush()
     return 0
 

@@ -58,7 +58,35 @@ def build_session(master: str, app_name: str, conf: list[str]):
         defaults[key] = value
     for key, value in defaults.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if master.startswith("local"):
+        arrow_bounds_checks(session)
+    return session
+
+
+ARROW_CHECKS_ENV = "CDC_REPLAY_ARROW_CHECKS"  # "on": Arrow Java's bounds checks kept (local runs)
+ARROW_UNSAFE = "arrow.enable_unsafe_memory_access"  # Arrow Java's switch (also $ARROW_ENABLE_UNSAFE_MEMORY_ACCESS)
+
+
+def arrow_bounds_checks(spark, env: dict | None = None) -> bool:
+    """Turns off Arrow Java's bounds checks in a local session's JVM (its tasks run there)
+    before its first Arrow use; whether they are on afterwards. Why: every value Spark writes
+    into an Arrow vector (ArrowWriter: the rows sent to Python, the topics writer's 417 MB at
+    1M events) first checked the buffer's reference count and bounds (`ArrowBuf.chk`), 16% of
+    the writer stage's JVM samples; Spark's writers size the buffers first (`setSafe`), so the
+    check never fires and the bytes are the same. Kept when $CDC_REPLAY_ARROW_CHECKS=on, when
+    the JVM was told either way (the property or Arrow's variable), or when Arrow's class was
+    already loaded (it reads the switch once)."""
+    env = os.environ if env is None else env
+    value = env.get(ARROW_CHECKS_ENV, "").strip().lower() or "off"
+    if value not in ("on", "off"):
+        raise ValueError(f"${ARROW_CHECKS_ENV}={value!r}: use off (the default: Arrow Java's bounds checks off in a "
+                         "local run) or on")
+    jvm = spark.sparkContext._jvm
+    system = jvm.java.lang.System
+    if value == "off" and system.getProperty(ARROW_UNSAFE) is None and system.getenv("ARROW_ENABLE_UNSAFE_MEMORY_ACCESS") is None:
+        system.setProperty(ARROW_UNSAFE, "true")
+    return bool(jvm.org.apache.arrow.memory.BoundsChecking.BOUNDS_CHECKING_ENABLED)
 
 
 # a run the replay's own session reads shuffles into one partition per this many records read,

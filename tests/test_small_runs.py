@@ -163,3 +163,18 @@ def test_shuffle_partitions_fit_the_records_read_and_are_only_ever_lowered(spark
         assert fit_shuffle_partitions(spark, 1_000_000) == 8 == int(spark.conf.get(SHUFFLE_PARTITIONS))
     finally:
         spark.conf.set(SHUFFLE_PARTITIONS, given)
+
+
+def test_a_local_session_writes_arrow_without_its_bounds_checks(spark):
+    """build_session turns Arrow Java's bounds checks off in a local JVM (stages/session.py
+    `arrow_bounds_checks`) before its first Arrow use; the rows still reach Python whole.
+    $CDC_REPLAY_ARROW_CHECKS takes on or off only."""
+    from spark_apps.stages.session import arrow_bounds_checks
+
+    assert arrow_bounds_checks(spark, {"CDC_REPLAY_ARROW_CHECKS": "on"}) is False
+    assert arrow_bounds_checks(spark, {}) is False
+    frame = spark.range(3).selectExpr("id", "array(cast(id as string), null) AS names", "map('k', id) AS extras")
+    assert frame.toArrow().to_pylist() == [
+        {"id": i, "names": [str(i), None], "extras": [("k", i)]} for i in range(3)]
+    with pytest.raises(ValueError, match="CDC_REPLAY_ARROW_CHECKS"):
+        arrow_bounds_checks(spark, {"CDC_REPLAY_ARROW_CHECKS": "maybe"})

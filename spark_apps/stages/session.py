@@ -84,7 +84,8 @@ def arrow_bounds_checks(spark, env: dict | None = None) -> bool:
                          "local run) or on")
     jvm = spark.sparkContext._jvm
     system = jvm.java.lang.System
-    if value == "off" and system.getProperty(ARROW_UNSAFE) is None and system.getenv("ARROW_ENABLE_UNSAFE_MEMORY_ACCESS") is None:
+    told = system.getProperty(ARROW_UNSAFE) is not None or system.getenv("ARROW_ENABLE_UNSAFE_MEMORY_ACCESS") is not None
+    if value == "off" and not told:
         system.setProperty(ARROW_UNSAFE, "true")
     return bool(jvm.org.apache.arrow.memory.BoundsChecking.BOUNDS_CHECKING_ENABLED)
 

@@ -71,9 +71,12 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
                 output_plan.dictionary, output_plan.schema_entries = hist.dictionary, decoded.schema_dictionary
             else:
                 applied = hist.tagged.where(F.col("status") == Status.APPLIED)
+            # the driver's output topics and watermarks (the summary's); a base's rows are not
+            # in the summary (their topics: Spark's), and are never watermarks
             written, table_rows = output_plan.topics(
                 applied if base_rows is None else applied.unionByName(base_rows),
-                output_topics(args.target_topic, hist) if base_rows is None else None), None
+                output_topics(args.target_topic, hist) if base_rows is None else None,
+                hist.summary.get("marks")), None
         else:  # the last changes or versions of stages/engine.py, lean where the archive's rows are
             output_plan.dictionary = tagged.dictionary
             if args.emit == "snapshot":

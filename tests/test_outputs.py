@@ -370,6 +370,15 @@ def test_watermarks_go_to_exactly_the_topics_of_the_changes(spark, ghost_archive
         assert len(placed) == len(set(placed)), topic  # each watermark once per partition
         spread.add(frozenset(placed))
     assert len(spread) == 1  # the same watermarks in every partition of every topic
+    # the applied watermarks (at most the cut; above --since) and the cut itself, each once
+    cut = manifest["cut"]["commit_ts"]
+    since = int(extra[extra.index("--since") + 1]) if "--since" in extra else None
+    from cdc_codecs import get_codec
+
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    expected = {e["watermark_ts"] for r in generated.records for e in codec.decode(r) if e["kind"] == "watermark"
+                and e["watermark_ts"] <= cut and (since is None or e["watermark_ts"] > since)} | {cut}
+    assert {ts for _, ts in next(iter(spread))} == expected
     if "--require-schema" in extra:
         assert "x-ghost" not in kinds and manifest["counts"]["quarantined"] > 0
     elif "--tables" not in extra and "--since" not in extra:

@@ -115,7 +115,8 @@ def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None,
                       F.when(quarantined, F.struct("object", "line", "offset")))
     # the source topic of the applied row and DDL events: a key (a table's events come from a
     # topic or few, so the groups stay about as many), null for every other event
-    source = [F.when(applied & F.col("kind").isin(Kind.ROW, Kind.DDL), F.col("topic")).alias("_source")] if sources else []
+    changed = applied & F.col("kind").isin(Kind.ROW, Kind.DDL)
+    source = [F.when(changed, F.col("topic")).alias("_source")] if sources else []
     # the watermarks (a set per group: only the applied watermarks' group holds any; the
     # distinct set is what a distinct over them gave, which the driver held to broadcast it)
     watermark = applied & (F.col("kind") == Kind.WATERMARK)

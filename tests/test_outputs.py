@@ -304,3 +304,84 @@ def test_object_writer_compresses_as_it_goes_into_fixed_bytes(tmp_path, monkeypa
         with open(w["uri"].replace(str(tmp_path / "one"), str(tmp_path / "batched")), "rb") as f:
             assert f.read() == data
     assert sum(w["rows"] for w in written) == 3000
+
+
+def _topic_kinds(output: str) -> dict:
+    """{output topic: {kind: [events]}} of a topics output (canal-json with TiDB's extension)."""
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import is_archive_object, parse_line
+
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for info in storage.list_objects(output):
+        if is_archive_object(storage.relative(info.uri, output)):
+            for line in storage.iter_lines(info.uri):
+                record = parse_line(line)
+                for event in codec.decode(record):
+                    out[record.topic][event["kind"]].append((record.partition, event))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ghost_archive(tmp_path_factory, history):
+    """The history fixture's records plus copies of some of its row events as `shop.ghost`, a
+    table no DDL describes (--require-schema quarantines them), after each partition's records."""
+    import dataclasses
+    import json
+
+    generated, _ = history
+    last = defaultdict(int)
+    for r in generated.records:
+        last[r.partition] = max(last[r.partition], r.offset)
+    ghosts = []
+    for r in [r for r in generated.records if b'"isDdl":false' in r.value][:40]:
+        message = json.loads(r.value)
+        message["table"] = "ghost"
+        last[r.partition] += 1
+        ghosts.append(dataclasses.replace(r, offset=last[r.partition],
+                                          value=json.dumps(message, separators=(",", ":")).encode()))
+    path = str(tmp_path_factory.mktemp("ghost-archive"))
+    write_archive(list(generated.records) + ghosts, path)
+    return generated, path
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--target-topic", "{schema}-{table}"],  # the database's DDL (no table) goes to `shop-`: DDL only
+    ["--target-topic", "{topic}.{schema}.{table}", "--since", "middle"],
+    ["--target-topic", "{schema}-{table}", "--tables", "shop.orders"],
+    ["--target-topic", "x-{table}", "--require-schema"],  # shop.ghost's rows quarantined: no x-ghost
+])
+def test_watermarks_go_to_exactly_the_topics_of_the_changes(spark, ghost_archive, tmp_path, extra):
+    """The output topics that get watermarks (named on the driver from the summary, stages/output.py
+    `output_topics`) are exactly the topics the applied row and DDL events go to, whatever the
+    template, window, table filter or quarantine; each watermark once per topic partition."""
+    generated, source = ghost_archive
+    extra = [str(watermark_in_the_middle(generated)) if a == "middle" else a for a in extra]
+    output = str(tmp_path / "topics")
+    manifest = replay(spark, source, output, *extra, emit="topics")
+    kinds = _topic_kinds(output)
+    changed = {t for t, k in kinds.items() if k.get("row") or k.get("ddl")}
+    marked = {t for t, k in kinds.items() if k.get("watermark")}
+    assert changed and marked == changed, (sorted(changed), sorted(marked))
+    spread = set()
+    for topic in marked:
+        placed = [(p, e["watermark_ts"]) for p, e in kinds[topic]["watermark"]]
+        assert len(placed) == len(set(placed)), topic  # each watermark once per partition
+        spread.add(frozenset(placed))
+    assert len(spread) == 1  # the same watermarks in every partition of every topic
+    # the applied watermarks (at most the cut; above --since) and the cut itself, each once
+    cut = manifest["cut"]["commit_ts"]
+    since = int(extra[extra.index("--since") + 1]) if "--since" in extra else None
+    from cdc_codecs import get_codec
+
+    codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    expected = {e["watermark_ts"] for r in generated.records for e in codec.decode(r) if e["kind"] == "watermark"
+                and e["watermark_ts"] <= cut and (since is None or e["watermark_ts"] > since)} | {cut}
+    assert {ts for _, ts in next(iter(spread))} == expected
+    if "--require-schema" in extra:
+        assert "x-ghost" not in kinds and manifest["counts"]["quarantined"] > 0
+    elif "--tables" not in extra and "--since" not in extra:
+        assert any("ghost" in t for t in changed) or "--target-topic" not in extra
+    if extra[:2] == ["--target-topic", "{schema}-{table}"] and "--tables" not in extra:
+        assert "shop-" in changed and not kinds["shop-"].get("row")  # a topic of DDL alone

@@ -117,6 +117,12 @@ class OutputPlan:
                   if "after_values" in df.columns else EVENT_FIELD_NAMES)
         return df.select(*fields, "out_topic", "out_partition", "sort_point", "sort_rank", *extra)
 
+    def _topics_frame(self, out_topics):
+        """The output topics the driver named (held in the plan: no job) as a frame of `out_topic`."""
+        from ..local_data import local_frame
+
+        return local_frame(self.spark, [(t,) for t in sorted(out_topics)], "out_topic string not null")
+
     def _watermark_rows(self, topics_df, marks, lean=None):
         """Watermark events for every partition of every output topic; `marks`: a DataFrame of
         watermarks (`wm`), or one watermark (held in the plan: no join, no broadcast job);
@@ -207,11 +213,8 @@ class OutputPlan:
             live = live.withColumns({"sort_point": F.col("timeline"), "sort_rank": F.lit(1)})
             out = self._event_columns(live, extra=("timeline",))
             if watermarks:
-                from ..local_data import local_frame
-
-                topics_df = local_frame(self.spark, [(t,) for t in sorted(out_topics)], "out_topic string not null")
-                out = out.unionByName(self._watermark_rows(topics_df, int(self.cut["point"][0])).withColumn(
-                    "timeline", F.col("sort_point")))
+                out = out.unionByName(self._watermark_rows(self._topics_frame(out_topics), int(self.cut["point"][0]))
+                                      .withColumn("timeline", F.col("sort_point")))
             written = self._write(out, SNAPSHOT, prepare=projector(self.schemas()), table_rows=table_rows)
         latest.unpersist()
         return written, table_rows
@@ -233,11 +236,15 @@ class OutputPlan:
         versions.unpersist()
         return written, table_rows
 
-    def topics(self, applied):
+    def topics(self, applied, out_topics=None, marks=None):
         """Every applied change, placed in its output topic partition, with watermarks. `applied`
         may be lean (`self.dictionary` and `schema_entries` set, no `fill_images`): the rows are
         placed from their lean form (transforms.with_partition_lean), shuffled and sorted lean,
-        and the writer rebuilds their images (kafka_records.full_images_batch)."""
+        and the writer rebuilds their images (kafka_records.full_images_batch). `out_topics`: the
+        output topics of `applied`'s row and DDL events as the driver named them (stages/output.py
+        `output_topics`), which get the watermarks; None: Spark finds them (a distinct over the
+        events, a job of its own). `marks`: the distinct watermark ts of `applied`'s watermark
+        events as the driver holds them (stages/summary.py); None: Spark's distinct of them."""
         from pyspark.sql import functions as F
 
         from .. import transforms as T
@@ -263,12 +270,21 @@ class OutputPlan:
             ddl = ddl.withColumn("out_partition", F.explode(F.sequence(F.lit(0), F.lit(self.partitions - 1))))
         out = self._event_columns(rows).unionByName(self._event_columns(ddl))
         if self.cut["kind"] == "commit_ts":
-            marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm"))
-            if self.args.since is not None:
-                marks = marks.where(F.col("wm") > self.args.since)
-            if self.cut["point"] is not None:
-                from ..local_data import local_frame
+            from ..local_data import local_frame
 
-                marks = marks.unionByName(local_frame(self.spark, [(self.cut["point"][0],)], "wm bigint"))
-            out = out.unionByName(self._watermark_rows(out.select("out_topic").distinct(), marks.distinct(), lean))
+            since, point = self.args.since, self.cut["point"]
+            if marks is not None:  # held in the plan: no job, no broadcast of a distinct
+                held = {m for m in marks if since is None or (m is not None and m > since)}
+                held |= {point[0]} if point is not None else set()
+                marks = local_frame(self.spark, [(m,) for m in sorted(held, key=lambda m: (m is not None, m or 0))],
+                                    "wm bigint")
+            else:
+                marks = applied.where(F.col("kind") == Kind.WATERMARK).select(F.col("watermark_ts").alias("wm"))
+                if since is not None:
+                    marks = marks.where(F.col("wm") > since)
+                if point is not None:
+                    marks = marks.unionByName(local_frame(self.spark, [(point[0],)], "wm bigint"))
+                marks = marks.distinct()
+            topics_df = out.select("out_topic").distinct() if out_topics is None else self._topics_frame(out_topics)
+            out = out.unionByName(self._watermark_rows(topics_df, marks, lean))
         return self._write(out, TOPICS, prepare=precision_from_history(self.schema_history))

@@ -197,7 +197,8 @@ def history_over(ctx: RunContext, decoded: Decoded, events, dictionary) -> Histo
     frame = manifest_mod.timeline_frame(decoded.partition_stats, args.since, args.upper, T.TIMELINE_BUCKETS)
     bucket = T.commit_bucket(*frame) if frame else None
     summary = summary_mod.summarise(events, shapes=history.known or bool(decoded.ddl_statements),
-                                    bucket=bucket, dictionary=decoded.schema_dictionary)
+                                    bucket=bucket, dictionary=decoded.schema_dictionary,
+                                    sources=args.emit == "topics")
     # tables no DDL (nor --schema) describes get the schema their row events carry when a DDL
     # needs their columns (ddl.SchemaHistory.use_stream_schemas)
     history.use_stream_schemas(_stream_shapes(summary["shapes"], decoded.schema_dictionary))

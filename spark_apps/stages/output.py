@@ -15,6 +15,23 @@ from spark_apps.stages.decode import decode_objects as _decode
 from spark_apps.stages.history import has_keyless
 
 
+def output_topics(template: str, hist: History) -> set[str] | None:
+    """The output topics of the applied row and DDL events (--emit topics' watermarks go to
+    each), named on the driver from the summary's (kind, database, table, source topic) of
+    those events (`summary.summarise`'s `sources`) as `transforms.topic_name` names them in the
+    tasks, less the row events --require-schema quarantined (`History.unknown`, as
+    `transforms.mark_unknown_tables` matches them). None when the summary has no sources."""
+    from spark_apps import transforms as T
+    from spark_apps.contract import Kind
+
+    sources = hist.summary.get("sources")
+    if sources is None:
+        return None
+    moved = {(d, t) for d, t in hist.unknown if d is not None and t is not None}
+    return {T.topic_name_of(template, topic, database, table) for kind, database, table, topic in sources
+            if not (kind == Kind.ROW and (database, table) in moved)}
+
+
 def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: History) -> Written:
     """The output (`spark_apps.outputs.OutputPlan`): the applied events in the requested form, written below the
     staging area; what Spark persisted of the earlier stages is released after it."""
@@ -54,8 +71,12 @@ def write_output(ctx: RunContext, decoded: Decoded, tagged: Tagged, hist: Histor
                 output_plan.dictionary, output_plan.schema_entries = hist.dictionary, decoded.schema_dictionary
             else:
                 applied = hist.tagged.where(F.col("status") == Status.APPLIED)
+            # the driver's output topics and watermarks (the summary's); a base's rows are not
+            # in the summary (their topics: Spark's), and are never watermarks
             written, table_rows = output_plan.topics(
-                applied if base_rows is None else applied.unionByName(base_rows)), None
+                applied if base_rows is None else applied.unionByName(base_rows),
+                output_topics(args.target_topic, hist) if base_rows is None else None,
+                hist.summary.get("marks")), None
         else:  # the last changes or versions of stages/engine.py, lean where the archive's rows are
             output_plan.dictionary = tagged.dictionary
             if args.emit == "snapshot":

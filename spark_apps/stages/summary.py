@@ -71,7 +71,7 @@ def coverage(args: ReplayArgs, history: SchemaHistory, table_rows, base) -> dict
 SUMMARY_GROUPS_IN_MEMORY = 65536  # per task; each group's buffers are a few counters and rows
 
 
-def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None) -> dict:
+def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None, sources: bool = False) -> dict:
     """The small aggregates the run needs from the tagged events, from one Spark action:
 
     * `counts`: events, lowest and highest commit ts per (status, kind, database, table,
@@ -81,7 +81,11 @@ def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None)
     * `keyless`: the (database, table) of applied row events whose message names no key
       columns (a table without a key, or one the messages do not say: the DDL history may);
     * `shapes` (when `shapes`): the distinct column sets (lower-case name, type) of the applied
-      rows' new images per table, with the first and last timeline point and events of each.
+      rows' new images per table, with the first and last timeline point and events of each;
+    * `sources` and `marks` (when `sources`, else None): the (kind, database, table, source
+      topic) of the applied row and DDL events, from which the driver names the topics' output
+      topics, and the distinct watermark ts of the applied watermark events (None for one
+      without): the topics' watermarks, with no job of their own (`stages/output.py`).
 
     One group-by whose key also holds the row's column set (applied rows only; null for every
     other event, so the groups stay few); the applied DDL events are collected per group. The
@@ -109,14 +113,23 @@ def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None)
     reason = F.when(quarantined, T.reason_class(F.col("error")))
     sample = F.min_by(F.when(quarantined, F.struct("object", "line", "topic", "partition", "offset", "error")),
                       F.when(quarantined, F.struct("object", "line", "offset")))
+    # the source topic of the applied row and DDL events: a key (a table's events come from a
+    # topic or few, so the groups stay about as many), null for every other event
+    changed = applied & F.col("kind").isin(Kind.ROW, Kind.DDL)
+    source = [F.when(changed, F.col("topic")).alias("_source")] if sources else []
+    # the watermarks (a set per group: only the applied watermarks' group holds any; the
+    # distinct set is what a distinct over them gave, which the driver held to broadcast it)
+    watermark = applied & (F.col("kind") == Kind.WATERMARK)
+    marks = [F.collect_set(F.when(watermark, F.col("watermark_ts"))).alias("_marks"),
+             F.count(F.when(watermark & F.col("watermark_ts").isNull(), 1)).alias("_unmarked")] if sources else []
     aggregated = tagged.groupBy("status", "kind", "database", "table", "error_stage", bucket.alias("_bucket"),
-                                shape.alias("_shape"), reason.alias("_reason")).agg(
+                                shape.alias("_shape"), reason.alias("_reason"), *source).agg(
         F.count(F.lit(1)).alias("events"), F.collect_list(ddl).alias("_ddl"),
         F.min("commit_ts").alias("min_commit_ts"), F.max("commit_ts").alias("max_commit_ts"),
         F.min("timeline").alias("first"), F.max("timeline").alias("last"), sample.alias("_sample"),
         F.count(F.when(applied & (F.col("kind") == Kind.ROW)
                        & (F.size(F.coalesce("key_columns", F.array().cast("array<string>"))) == 0), 1)
-                ).alias("_keyless"),
+                ).alias("_keyless"), *marks,
     )
     # the groups (tables x timeline buckets x column sets) can be thousands per task: past
     # this many (Spark's default is 128) the hash map would fall back to sorting the events;
@@ -181,8 +194,13 @@ def summarise(tagged, shapes: bool, bucket=None, dictionary: dict | None = None)
     ddl_rows.sort(key=lambda r: (list(r["timeline"]), nulls_first(r["partition"]), nulls_first(r["offset"]),
                                  nulls_first(r["event_index"])))
     listed = sorted(reasons.values(), key=lambda r: (-r["records"], r["stage"] or "", r["reason"] or ""))
+    found = ({(g["kind"], g["database"], g["table"], g["_source"]) for g in groups
+              if g["status"] == Status.APPLIED and g["kind"] in (Kind.ROW, Kind.DDL)} if sources else None)
+    watermarks = ({m for g in groups for m in g["_marks"]} | ({None} if any(g["_unmarked"] for g in groups) else set())
+                  if sources else None)
     return {"counts": list(counts.values()), "ddl": ddl_rows, "shapes": list(by_shape.values()),
-            "reasons": listed[:T.REASONS_LISTED], "keyless": keyless, "row_ranges": row_ranges}
+            "reasons": listed[:T.REASONS_LISTED], "keyless": keyless, "row_ranges": row_ranges, "sources": found,
+            "marks": watermarks}
 
 
 @functools.lru_cache(maxsize=65536)

@@ -146,6 +146,8 @@ pub(crate) struct Events {
     commit: usize,
     es_valid: usize,
     es_values: usize,
+    watermark_valid: usize,
+    watermark_values: usize,
     keys_valid: usize,
     keys_offsets: usize,
     extras_valid: usize,
@@ -189,6 +191,8 @@ impl Events {
             commit: fixed(cols, "commit_ts", &mut bufs)?,
             es_valid: fixed(cols, "execute_ts_ms_valid", &mut bufs)?,
             es_values: fixed(cols, "execute_ts_ms", &mut bufs)?,
+            watermark_valid: fixed(cols, "watermark_ts_valid", &mut bufs)?,
+            watermark_values: fixed(cols, "watermark_ts", &mut bufs)?,
             keys_valid: fixed(cols, "key_valid", &mut bufs)?,
             keys_offsets: fixed(cols, "key_offsets", &mut bufs)?,
             extras_valid: fixed(cols, "extras_valid", &mut bufs)?,
@@ -230,6 +234,10 @@ impl Events {
 
     pub(crate) fn execute_ts_ms(&self, e: usize) -> PyResult<Option<i64>> {
         Ok(if valid_at(self.b(self.es_valid), e)? { Some(i64_at(self.b(self.es_values), e)?) } else { None })
+    }
+
+    pub(crate) fn watermark_ts(&self, e: usize) -> PyResult<Option<i64>> {
+        Ok(if valid_at(self.b(self.watermark_valid), e)? { Some(i64_at(self.b(self.watermark_values), e)?) } else { None })
     }
 
     /// The key column names of event `e`, or None when the list is null.

@@ -10,6 +10,24 @@ use crate::{buffer_bytes, BinaryArg, BinaryArray};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The bytes `quote_go` may write otherwise than as they are: controls, `"`, `\\`, `<`, `>`,
+/// `&`, and 0xe2 (the first byte of U+2028 / U+2029).
+const ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[b'&' as usize] = true;
+    t[0xe2] = true;
+    t
+};
+
 /// Go's JSON escaping as TiCDC writes it: `text` is valid UTF-8. `short_bf`: `\b` and `\f` as
 /// such (Go 1.22+ encoding/json, codecs/open_protocol.py) rather than `\u0008` / `\u000c`
 /// (easyjson, codecs/gojson.py).
@@ -17,6 +35,13 @@ pub(crate) fn quote_go(out: &mut Vec<u8>, text: &[u8], short_bf: bool) {
     out.push(b'"');
     let mut i = 0;
     while i < text.len() {
+        // the bytes written as they are, copied as one run (the usual text has no other)
+        let run = text[i..].iter().position(|&b| ESCAPED[b as usize]).unwrap_or(text.len() - i);
+        out.extend_from_slice(&text[i..i + run]);
+        i += run;
+        if i == text.len() {
+            break;
+        }
         let b = text[i];
         match b {
             b'"' => out.extend_from_slice(b"\\\""),

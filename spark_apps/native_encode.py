@@ -14,14 +14,14 @@ each row's key and value bodies, whose schema ids `frame` registers in stream or
 canal-protobuf's are each row's entry pieces, grouped into entries and Packets by the codec.
 The encoders read `position` and `tx_id` too.
 
-The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
-straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
-go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
-event with no Python object per value.
-Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
-unencoded and the Python codec, which stays the reference, encodes it: the messages are the
-same either way (tests/codecs/test_native_canal_json_encode.py and
-test_native_open_protocol_encode.py, byte for byte).
+The writer's row events and watermarks that its hook leaves alone (`prepare.unchanged`) go to
+the extension straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are
+prepared and go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes
+each row event with no Python object per value.
+Every event it is not sure about (DDL, a watermark but canal-json's with its extension, text
+that is not UTF-8, ...) comes back unencoded and the Python codec, which stays the reference,
+encodes it: the messages are the same either way (tests/codecs/test_native_canal_json_encode.py
+and test_native_open_protocol_encode.py, byte for byte).
 
 `CDC_REPLAY_NATIVE_ENCODE` unset or `1` (default since the twentieth session): the compiled
 encoder where it applies (the codec has one for its options, and the extension loads:
@@ -185,9 +185,9 @@ def _python(codec, event, topic, partition):
 def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
     """One Arrow batch of the writer (events with `out_topic`, `out_partition`), encoded:
     ((topic, partition), kind, event dict or None, its entry or the EncodeError) per event
-    in order. The row events `prepare` leaves alone (`prepare.unchanged`, decided without
-    dicts) go to the extension straight from the batch; only the others, and those it
-    declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
+    in order. The row events and watermarks `prepare` leaves alone (`prepare.unchanged`,
+    decided without dicts) go to the extension straight from the batch; only the others, and
+    those it declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
     the prepared ones, Python what it declines. Counted in `counts` (`arrow`, `dicts`)."""
     for item in encode_batch_at(codec, encoder, batch, prepare, counts):
         yield item[1:]

@@ -140,12 +140,20 @@ SHAPE_VALUES = st.none() | st.sampled_from([b"1", b"255", b"256", b"4294967296",
 @st.composite
 def shaped_events(draw):
     """Row events whose images take a few shapes (names, type texts, flags) again and again,
-    with more shapes than the compiled encoder keeps (its `Shape` cache), so a row meets a
-    shape it has just seen, one seen a while ago, one evicted, or a new one; the values
+    with more shapes than the compiled encoder keeps (its `Shape` cache) and shapes that differ
+    from another in one column's name, type or flags only, so a row meets a shape it has just
+    seen, one seen a while ago, one evicted, a near twin, or a new one; the values
     promote an unsigned sqlType or not, are NULL or not UTF-8; an update's old image has the
     new one's shape or another, some values equal (only-output-updated-columns drops them)."""
     shapes = draw(st.lists(st.lists(st.tuples(SHAPE_NAMES, SHAPE_TYPES, FLAGS), min_size=1, max_size=4),
-                           min_size=1, max_size=20))
+                           min_size=1, max_size=12))
+    for _ in range(draw(st.integers(0, 10))):  # near twins: one column's name, type or flags changed
+        twin = list(draw(st.sampled_from(shapes)))
+        j, part = draw(st.integers(0, len(twin) - 1)), draw(st.integers(0, 2))
+        column = list(twin[j])
+        column[part] = draw((SHAPE_NAMES, SHAPE_TYPES, FLAGS)[part])
+        twin[j] = tuple(column)
+        shapes.append(twin)
 
     def image(shape):
         return [{"name": n, "mysql_type": t, "flags": f, "value": draw(SHAPE_VALUES), "label": None}

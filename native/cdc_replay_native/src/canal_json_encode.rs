@@ -52,7 +52,6 @@ struct Shape {
     keys: Vec<u8>,
     sql_type: Vec<u8>,
     mysql_type: Vec<u8>,
-    promotes: bool, // a column's sqlType may depend on its value
     declined: bool,
 }
 
@@ -185,7 +184,7 @@ impl CanalJsonEncoder {
     fn build(&mut self, py: Python<'_>, cols: &[Col<'_>]) -> PyResult<Shape> {
         let mut s = Shape {
             names: Vec::new(), types: Vec::new(), cols: Vec::with_capacity(cols.len()), keys: Vec::new(),
-            sql_type: vec![b'{'], mysql_type: vec![b'{'], promotes: false, declined: false,
+            sql_type: vec![b'{'], mysql_type: vec![b'{'], declined: false,
         };
         for c in cols {
             s.names.extend_from_slice(c.name);
@@ -218,7 +217,6 @@ impl CanalJsonEncoder {
             push_int(&mut s.sql_type, rule.code);
             s.mysql_type.extend_from_slice(&s.keys[key_start..]);
             s.mysql_type.extend_from_slice(&rule.type_json);
-            s.promotes |= rule.promotion.is_some();
         }
         s.sql_type.push(b'}');
         s.mysql_type.push(b'}');

@@ -14,14 +14,14 @@ each row's key and value bodies, whose schema ids `frame` registers in stream or
 canal-protobuf's are each row's entry pieces, grouped into entries and Packets by the codec.
 The encoders read `position` and `tx_id` too.
 
-The writer's row events that its hook leaves alone (`prepare.unchanged`) go to the extension
-straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are prepared and
-go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes each row
-event with no Python object per value.
-Every event it is not sure about (DDL, watermarks, text that is not UTF-8, ...) comes back
-unencoded and the Python codec, which stays the reference, encodes it: the messages are the
-same either way (tests/codecs/test_native_canal_json_encode.py and
-test_native_open_protocol_encode.py, byte for byte).
+The writer's row events and watermarks that its hook leaves alone (`prepare.unchanged`) go to
+the extension straight from Spark's Arrow batch (`encode_batch`); the others become dicts, are
+prepared and go in chunks as one Arrow batch each (`encode_each` / `encode_batch`); it writes
+each row event with no Python object per value.
+Every event it is not sure about (DDL, a watermark but canal-json's with its extension, text
+that is not UTF-8, ...) comes back unencoded and the Python codec, which stays the reference,
+encodes it: the messages are the same either way (tests/codecs/test_native_canal_json_encode.py
+and test_native_open_protocol_encode.py, byte for byte).
 
 `CDC_REPLAY_NATIVE_ENCODE` unset or `1` (default since the twentieth session): the compiled
 encoder where it applies (the codec has one for its options, and the extension loads:
@@ -55,8 +55,8 @@ CHUNK = 4096  # events per call: an Arrow batch of a few MB
 
 # the event fields the encoder reads
 _SCHEMA = pa.schema([EVENT_SCHEMA.field(n) for n in (
-    "kind", "op", "commit_ts", "position", "execute_ts_ms", "database", "table", "key_columns", "before", "after",
-    "tx_id", "extras")])
+    "kind", "op", "commit_ts", "position", "execute_ts_ms", "watermark_ts", "database", "table", "key_columns",
+    "before", "after", "tx_id", "extras")])
 
 
 def requested() -> bool:
@@ -97,7 +97,7 @@ def _arrays(batch: pa.RecordBatch) -> dict:
     """The batch as the extension reads it (`CanalJsonEncoder.encode` in canal_json_encode.rs)."""
     col = batch.column
     cols = {name: _strs(col(name)) for name in ("kind", "op", "database", "table", "tx_id")}
-    for name in ("commit_ts", "execute_ts_ms"):
+    for name in ("commit_ts", "execute_ts_ms", "watermark_ts"):
         cols[name] = _ints(col(name), np.int64)
         cols[name + "_valid"] = _valid(col(name))
     position = col("position")
@@ -185,9 +185,9 @@ def _python(codec, event, topic, partition):
 def encode_batch(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None):
     """One Arrow batch of the writer (events with `out_topic`, `out_partition`), encoded:
     ((topic, partition), kind, event dict or None, its entry or the EncodeError) per event
-    in order. The row events `prepare` leaves alone (`prepare.unchanged`, decided without
-    dicts) go to the extension straight from the batch; only the others, and those it
-    declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
+    in order. The row events and watermarks `prepare` leaves alone (`prepare.unchanged`,
+    decided without dicts) go to the extension straight from the batch; only the others, and
+    those it declines, become dicts (`prepare` applied, as the Python path does); the extension encodes
     the prepared ones, Python what it declines. Counted in `counts` (`arrow`, `dicts`)."""
     for item in encode_batch_at(codec, encoder, batch, prepare, counts):
         yield item[1:]
@@ -210,6 +210,16 @@ def row_events(batch: pa.RecordBatch) -> np.ndarray:
     return pc.fill_null(pc.equal(batch.column("kind"), Kind.ROW), False).to_numpy(zero_copy_only=False)
 
 
+def _rows_and_watermarks(batch: pa.RecordBatch) -> np.ndarray:
+    """Per row of a writer batch: whether it is a row event or a watermark (a null kind is neither)."""
+    import pyarrow.compute as pc
+
+    from .contract import Kind
+
+    kinds = pa.array([Kind.ROW, Kind.WATERMARK], batch.schema.field("kind").type)
+    return pc.fill_null(pc.is_in(batch.column("kind"), value_set=kinds), False).to_numpy(zero_copy_only=False)
+
+
 def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, counts: Counts | None = None,
                   raw: bool = False) -> tuple:
     """`encode_batch_at`'s items as lists, for a writer that takes a batch's entries at once
@@ -227,8 +237,10 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     if not n:
         return [], [], [], [], [], []
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
-    is_row = row_events(batch)
-    fast = is_row.copy()
+    # rows and watermarks go to the compiled encoder from the batch (canal-json's writes the
+    # watermarks; the others decline them, as every compiled encoder declines DDL)
+    candidates = _rows_and_watermarks(batch)
+    fast = candidates.copy()
     labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
     if prepare is not None:
         fast &= np.asarray(prepare.unchanged(batch, **labels), dtype=bool)
@@ -237,10 +249,10 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     idx = np.flatnonzero(fast)
     if len(idx):
         rows, row_topics = batch.select(_SCHEMA.names), out_topics
-        if len(idx) < n and not np.array_equal(fast, is_row):
+        if len(idx) < n and not np.array_equal(fast, candidates):
             rows, row_topics = rows.take(pa.array(idx)), out_topics.take(pa.array(idx))
-        else:  # every row event: the whole batch, not a copy of its rows (DDL and watermarks among
-            idx = range(n)  # them: every compiled encoder declines an event that is not a row first)
+        else:  # every row event and watermark: the whole batch, not a copy of its rows (DDL among
+            idx = range(n)  # them: every compiled encoder declines it first)
         encoded = _compiled(codec, encoder, rows, row_topics, raw)
         if isinstance(idx, range):  # one entry per row, in order: the encoder's list is the batch's
             values = list(encoded)

@@ -173,11 +173,11 @@ def test_the_writer_encodes_unprepared_rows_from_arrow_and_writes_the_same_bytes
     total = len(events) + 2 * sum(e["kind"] == Kind.DDL for e in events) + 1
     assert off.dicts == total and off.arrow == 0
     assert on.arrow and on.arrow + on.dicts == total and on.native + on.python == total
-    # what had to become a dict: DDL and the watermark (Python encodes them), and tm's rows
-    # whose DATETIME(3) value has six digits (`prepare` renders it); for the snapshot, p's and
-    # k's rows written before their last DDL, in another column order or with another key are
-    # projected from the batch
-    nonrow = 3 * len(DDL) + 1
+    # what had to become a dict: DDL (Python encodes it; the watermark is compiled from the
+    # batch), and tm's rows whose DATETIME(3) value has six digits (`prepare` renders it); for
+    # the snapshot, p's and k's rows written before their last DDL, in another column order or
+    # with another key are projected from the batch
+    nonrow = 3 * len(DDL)
     rendered = [e for e in events if e["kind"] == Kind.ROW and e["table"] == "tm" and len(e["after"][1]["value"]) > 23]
     assert len(rendered) == 30
     assert on.dicts == nonrow + len(rendered) and on.python == nonrow

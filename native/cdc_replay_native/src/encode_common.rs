@@ -10,6 +10,24 @@ use crate::{buffer_bytes, BinaryArg, BinaryArray};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The bytes `quote_go` may write otherwise than as they are: controls, `"`, `\\`, `<`, `>`,
+/// `&`, and 0xe2 (the first byte of U+2028 / U+2029).
+const ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[b'&' as usize] = true;
+    t[0xe2] = true;
+    t
+};
+
 /// Go's JSON escaping as TiCDC writes it: `text` is valid UTF-8. `short_bf`: `\b` and `\f` as
 /// such (Go 1.22+ encoding/json, codecs/open_protocol.py) rather than `\u0008` / `\u000c`
 /// (easyjson, codecs/gojson.py).
@@ -17,6 +35,13 @@ pub(crate) fn quote_go(out: &mut Vec<u8>, text: &[u8], short_bf: bool) {
     out.push(b'"');
     let mut i = 0;
     while i < text.len() {
+        // the bytes written as they are, copied as one run (the usual text has no other)
+        let run = text[i..].iter().position(|&b| ESCAPED[b as usize]).unwrap_or(text.len() - i);
+        out.extend_from_slice(&text[i..i + run]);
+        i += run;
+        if i == text.len() {
+            break;
+        }
         let b = text[i];
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
@@ -146,6 +171,8 @@ pub(crate) struct Events {
     commit: usize,
     es_valid: usize,
     es_values: usize,
+    watermark_valid: usize,
+    watermark_values: usize,
     keys_valid: usize,
     keys_offsets: usize,
     extras_valid: usize,
@@ -189,6 +216,8 @@ impl Events {
             commit: fixed(cols, "commit_ts", &mut bufs)?,
             es_valid: fixed(cols, "execute_ts_ms_valid", &mut bufs)?,
             es_values: fixed(cols, "execute_ts_ms", &mut bufs)?,
+            watermark_valid: fixed(cols, "watermark_ts_valid", &mut bufs)?,
+            watermark_values: fixed(cols, "watermark_ts", &mut bufs)?,
             keys_valid: fixed(cols, "key_valid", &mut bufs)?,
             keys_offsets: fixed(cols, "key_offsets", &mut bufs)?,
             extras_valid: fixed(cols, "extras_valid", &mut bufs)?,
@@ -230,6 +259,10 @@ impl Events {
 
     pub(crate) fn execute_ts_ms(&self, e: usize) -> PyResult<Option<i64>> {
         Ok(if valid_at(self.b(self.es_valid), e)? { Some(i64_at(self.b(self.es_values), e)?) } else { None })
+    }
+
+    pub(crate) fn watermark_ts(&self, e: usize) -> PyResult<Option<i64>> {
+        Ok(if valid_at(self.b(self.watermark_valid), e)? { Some(i64_at(self.b(self.watermark_values), e)?) } else { None })
     }
 
     /// The key column names of event `e`, or None when the list is null.

@@ -385,3 +385,45 @@ def test_watermarks_go_to_exactly_the_topics_of_the_changes(spark, ghost_archive
         assert any("ghost" in t for t in changed) or "--target-topic" not in extra
     if extra[:2] == ["--target-topic", "{schema}-{table}"] and "--tables" not in extra:
         assert "shop-" in changed and not kinds["shop-"].get("row")  # a topic of DDL alone
+
+
+@pytest.mark.parametrize("target, dispatcher", [("canal-json", "index-value"), ("craft", "index-value"),
+                                                ("craft", "table"), ("canal-json", "canal")])
+def test_topics_place_each_ddl_once_where_its_protocol_puts_it(spark, history, tmp_path, target, dispatcher):
+    """Every applied DDL goes once to partition 0 (canal-json: `ddl_placement` first) or once to
+    every partition (craft: all), and every applied row event to one partition per key, with
+    the dispatchers Spark's expressions place (index-value, table) and Canal's (Python)."""
+    from cdc_codecs import get_codec
+    from cdc_codecs.archive import is_archive_object, parse_line
+
+    generated, source = history
+    output = str(tmp_path / "topics")
+    target_options = {"enable-tidb-extension": "true"} if target == "canal-json" else {}
+    argv = ["--source", source, "--protocol", "canal-json", "--output", output, "--emit", "topics",
+            "--protocol-option", "enable-tidb-extension=true", "--target-protocol", target, "--dispatcher", dispatcher]
+    for key, value in target_options.items():
+        argv += ["--target-option", f"{key}={value}"]
+    manifest = run(ReplayArgs.from_namespace(parser().parse_args(argv)), spark=spark)
+    codec = get_codec(target, target_options)
+    ddl, rows = defaultdict(list), defaultdict(set)
+    for info in storage.list_objects(output):
+        if is_archive_object(storage.relative(info.uri, output)):
+            for line in storage.iter_lines(info.uri):
+                record = parse_line(line)
+                for event in codec.decode(record):
+                    if event["kind"] == "ddl":
+                        ddl[event["ddl_query"]].append(record.partition)
+                    elif event["kind"] == "row":
+                        image = event["after"] or event["before"]
+                        key = (event["table"], next(c["value"] for c in image if c["name"] == "id"))
+                        rows[key].add(record.partition)
+    cut = manifest["cut"]["commit_ts"]
+    source_codec = get_codec("canal-json", {"enable-tidb-extension": "true"})
+    applied = {(e["commit_ts"], e["ddl_query"]) for r in generated.records for e in source_codec.decode(r)
+               if e["kind"] == "ddl" and e["commit_ts"] <= cut}  # the archive's duplicates once
+    expected = [query for _, query in applied]
+    every = [0] if target == "canal-json" else [0, 1, 2]
+    assert expected and sorted(ddl) == sorted(set(expected))
+    assert all(sorted(ddl[q]) == sorted(every * expected.count(q)) for q in ddl), dict(ddl)
+    assert rows and all(len(placed) == 1 for placed in rows.values())
+    assert dispatcher == "table" or len({p for placed in rows.values() for p in placed}) == 3

@@ -201,22 +201,14 @@ def encode_batch_at(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, 
         yield i, (topics[i], partitions[i]), kinds[i], event, entry
 
 
-def row_events(batch: pa.RecordBatch) -> np.ndarray:
-    """Per row of a writer batch: whether it is a row event (a null kind is not)."""
+def row_events(batch: pa.RecordBatch, *also: str) -> np.ndarray:
+    """Per row of a writer batch: whether it is a row event, or an event of a kind in `also`
+    (a null kind is none)."""
     import pyarrow.compute as pc
 
     from .contract import Kind
 
-    return pc.fill_null(pc.equal(batch.column("kind"), Kind.ROW), False).to_numpy(zero_copy_only=False)
-
-
-def _rows_and_watermarks(batch: pa.RecordBatch) -> np.ndarray:
-    """Per row of a writer batch: whether it is a row event or a watermark (a null kind is neither)."""
-    import pyarrow.compute as pc
-
-    from .contract import Kind
-
-    kinds = pa.array([Kind.ROW, Kind.WATERMARK], batch.schema.field("kind").type)
+    kinds = pa.array([Kind.ROW, *also], batch.schema.field("kind").type)
     return pc.fill_null(pc.is_in(batch.column("kind"), value_set=kinds), False).to_numpy(zero_copy_only=False)
 
 
@@ -239,7 +231,7 @@ def encoded_lists(codec: Codec, encoder, batch: pa.RecordBatch, prepare=None, co
     topics, partitions, kinds = (batch.column(c).to_pylist() for c in ("out_topic", "out_partition", "kind"))
     # rows and watermarks go to the compiled encoder from the batch (canal-json's writes the
     # watermarks; the others decline them, as every compiled encoder declines DDL)
-    candidates = _rows_and_watermarks(batch)
+    candidates = row_events(batch, Kind.WATERMARK)
     fast = candidates.copy()
     labels = {"labels": True} if codec.encodes_labels else {}  # a label the hook fills is a change
     if prepare is not None:
